@@ -1,0 +1,74 @@
+// Thin wrappers over the syscalls the engine uses. No retry, no policy: see cshim.h.
+#define _GNU_SOURCE
+#include "cshim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+_Static_assert(SC_O_WRONLY == O_WRONLY && SC_O_RDWR == O_RDWR && SC_O_CREAT == O_CREAT &&
+               SC_O_EXCL == O_EXCL && SC_O_TRUNC == O_TRUNC && SC_O_DIRECTORY == O_DIRECTORY,
+               "open flag values differ from this libc");
+_Static_assert(SC_LOCK_SHARED == LOCK_SH && SC_LOCK_EXCLUSIVE == LOCK_EX &&
+               SC_LOCK_UNLOCK == LOCK_UN && SC_LOCK_NONBLOCKING == LOCK_NB,
+               "flock values differ from this libc");
+
+int sc_open(const char *path, int flags, unsigned int mode) {
+    return open(path, flags | O_CLOEXEC, (mode_t)mode);
+}
+
+int sc_close(int fd) { return close(fd); }
+
+ssize_t sc_pread(int fd, void *buffer, size_t count, int64_t offset) {
+    return pread(fd, buffer, count, (off_t)offset);
+}
+
+ssize_t sc_pwrite(int fd, const void *buffer, size_t count, int64_t offset) {
+    return pwrite(fd, buffer, count, (off_t)offset);
+}
+
+int sc_fsync(int fd) { return fsync(fd); }
+int sc_fdatasync(int fd) { return fdatasync(fd); }
+int sc_ftruncate(int fd, int64_t length) { return ftruncate(fd, (off_t)length); }
+
+int sc_fallocate(int fd, int64_t offset, int64_t length) {
+    return fallocate(fd, 0, (off_t)offset, (off_t)length);
+}
+
+int sc_punch_hole(int fd, int64_t offset, int64_t length) {
+    return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset, (off_t)length);
+}
+
+int64_t sc_seek_data(int fd, int64_t offset) { return lseek(fd, (off_t)offset, SEEK_DATA); }
+int64_t sc_seek_hole(int fd, int64_t offset) { return lseek(fd, (off_t)offset, SEEK_HOLE); }
+
+int sc_flock(int fd, int operation) { return flock(fd, operation); }
+
+static void fill_stat(const struct stat *st, sc_stat *out) {
+    out->size = (int64_t)st->st_size;
+    out->blocks512 = (int64_t)st->st_blocks;
+    out->device = (uint64_t)st->st_dev;
+    out->inode = (uint64_t)st->st_ino;
+    out->is_regular = S_ISREG(st->st_mode) ? 1 : 0;
+    out->is_directory = S_ISDIR(st->st_mode) ? 1 : 0;
+}
+
+int sc_fstat(int fd, sc_stat *out) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return -1;
+    fill_stat(&st, out);
+    return 0;
+}
+
+int sc_stat_path(const char *path, sc_stat *out) {
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    fill_stat(&st, out);
+    return 0;
+}
+
+int sc_rename(const char *from, const char *to) { return rename(from, to); }
+int sc_unlink(const char *path) { return unlink(path); }

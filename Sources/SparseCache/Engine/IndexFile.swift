@@ -1,0 +1,268 @@
+/// The commit protocol over one index file: recovery on open, a journal record per commit,
+/// and checkpoints that fold the journal into a fresh full state.
+///
+/// Not thread-safe by itself: the owning ``SparseFile`` runs at most one commit at a time and
+/// calls these blocking methods only from its ``BlockingExecutor``.
+final class IndexFile: @unchecked Sendable {
+    let fd: FileDescriptor
+    var path: String { fd.path }
+    private(set) var superblock: Superblock
+    /// Where the next journal record goes.
+    private(set) var journalEnd: Int64
+    private(set) var nextSequence: UInt64
+
+    /// Journal bytes since the last checkpoint.
+    var journalBytes: Int64 { journalEnd - superblock.journalOffset }
+
+    /// A checkpoint folds the journal once it outgrows both 1 MiB and the checkpoint itself,
+    /// which keeps the cost of commits proportional to what they change.
+    var wantsCheckpoint: Bool { journalBytes >= max(1 << 20, superblock.checkpointLength) }
+
+    private init(fd: FileDescriptor, superblock: Superblock, journalEnd: Int64, nextSequence: UInt64) {
+        self.fd = fd
+        self.superblock = superblock
+        self.journalEnd = journalEnd
+        self.nextSequence = nextSequence
+    }
+
+    func close() { fd.close() }
+
+    // MARK: Create
+
+    /// Creates an index for `state` atomically: written to a temporary file, synced, renamed
+    /// into place, and the directory synced. Either the whole index exists or none does.
+    static func create(path: String, state: IndexState) throws -> IndexFile {
+        let temporary = path + ".tmp"
+        if try FileSystem.exists(temporary) { try FileSystem.unlink(temporary) }
+        let fd = try FileDescriptor.open(temporary, access: .readWrite, create: true, exclusive: true)
+        do {
+            // Two checkpoints, generations 0 and 1, so both slots are valid from the start.
+            var offset = IndexFormat.firstRegionOffset
+            var last: Superblock?
+            for generation: UInt64 in [0, 1] {
+                let blob = Checkpoint.encode(state, generation: generation)
+                let block = Superblock(
+                    segmentShift: state.segmentShift, generation: generation, checkpointOffset: offset,
+                    checkpointLength: Int64(blob.count), checkpointChecksum: crc32c(blob),
+                    journalSalt: UInt32.random(in: .min ... .max), journalOffset: offset + Int64(blob.count))
+                try fd.write(toAbsoluteOffset: offset, blob)
+                try fd.write(toAbsoluteOffset: IndexFormat.superblockOffsets[block.slot], block.encoded())
+                offset += Int64(blob.count)
+                last = block
+            }
+            try fd.dataSync()
+            try FileSystem.rename(temporary, to: path)
+            try FileSystem.syncParentDirectory(of: path)
+            let renamed = FileDescriptor(rawValue: fd.rawValue, path: path)
+            return IndexFile(fd: renamed, superblock: last!, journalEnd: offset, nextSequence: 0)
+        } catch {
+            fd.close()
+            try? FileSystem.unlink(temporary)
+            throw error
+        }
+    }
+
+    // MARK: Recover
+
+    /// What opening found, for `verify` and `info`.
+    struct RecoveryReport: Sendable, Equatable {
+        /// For each slot, nil when valid, else why it was rejected.
+        var slotProblems: [String?] = [nil, nil]
+        /// The slot whose checkpoint was used.
+        var usedSlot = 0
+        var generation: UInt64 = 0
+        /// Journal records replayed on top of the checkpoint.
+        var recordsReplayed = 0
+        /// Why replay stopped when it was not the clean end of the journal (a torn last record
+        /// after a crash is normal and named here, not treated as damage).
+        var journalTail: String?
+        /// Damage found in authentic index data: a record that validated but cannot be applied.
+        var damage: [String] = []
+        /// The newest slot could not be used and an older state was taken.
+        var fellBack = false
+    }
+
+    /// Opens and recovers an existing index: the valid slot with the highest generation, its
+    /// checkpoint, then every journal record that validates, in sequence.
+    static func open(path: String, access: FileDescriptor.Access) throws -> (IndexFile, IndexState, RecoveryReport) {
+        let fd = try FileDescriptor.open(path, access: access)
+        do {
+            let (index, state, report) = try recover(fd)
+            return (index, state, report)
+        } catch {
+            fd.close()
+            throw error
+        }
+    }
+
+    private static func recover(_ fd: FileDescriptor) throws -> (IndexFile, IndexState, RecoveryReport) {
+        let fileSize = try fd.status().size
+        if fileSize == 0 { throw IndexFormat.corrupt("index is empty (0 bytes)", path: fd.path) }
+        let head = try fd.read(fromAbsoluteOffset: 0, count: Int(IndexFormat.firstRegionOffset))
+        var report = RecoveryReport()
+        var candidates: [Superblock] = []
+        var futureVersion: UInt32?
+        for slot in 0..<2 {
+            let start = slot * IndexFormat.sectorSize
+            let bytes = head[min(start, head.count)..<min(start + IndexFormat.sectorSize, head.count)]
+            switch Superblock.decode(bytes) {
+            case .success(let block) where block.slot == slot:
+                candidates.append(block)
+            case .success(let block):
+                report.slotProblems[slot] = "generation \(block.generation) stored in the wrong slot"
+            case .failure(let rejection):
+                if case .futureVersion(let version) = rejection { futureVersion = version }
+                report.slotProblems[slot] = rejection.description
+            }
+        }
+        candidates.sort { $0.generation > $1.generation }
+        if candidates.count == 2, candidates[0].segmentShift != candidates[1].segmentShift {
+            report.damage.append("superblock slots disagree on the segment size")
+        }
+        var checkpointProblems: [String] = []
+        for (rank, block) in candidates.enumerated() {
+            let state: IndexState
+            do {
+                guard block.checkpointOffset + block.checkpointLength <= fileSize else {
+                    throw IndexFormat.corrupt("checkpoint at \(block.checkpointOffset) runs past the end of the file (\(fileSize) bytes)")
+                }
+                let blob = try fd.read(fromAbsoluteOffset: block.checkpointOffset, count: Int(block.checkpointLength))
+                guard crc32c(blob) == block.checkpointChecksum else {
+                    throw IndexFormat.corrupt("checkpoint checksum mismatch")
+                }
+                state = try Checkpoint.decode(blob, generation: block.generation, segmentShift: block.segmentShift)
+            } catch let error as SparseCacheError where error.code == .corruptIndex {
+                checkpointProblems.append("slot \(block.slot) (generation \(block.generation)): \(error.detail ?? "invalid")")
+                continue
+            }
+            report.usedSlot = block.slot
+            report.generation = block.generation
+            report.fellBack = rank > 0
+            if rank > 0 { report.damage.append(contentsOf: checkpointProblems) }
+            var recovered = state
+            let (end, sequence) = try replayJournal(fd, block: block, fileSize: fileSize, state: &recovered, report: &report)
+            let index = IndexFile(fd: fd, superblock: block, journalEnd: end, nextSequence: sequence)
+            return (index, recovered, report)
+        }
+        if candidates.isEmpty, let futureVersion {
+            throw SparseCacheError(
+                .unsupportedVersion, operation: "open index", path: fd.path,
+                detail: "format version \(futureVersion) is newer than this build reads (\(IndexFormat.version))")
+        }
+        let problems = report.slotProblems.enumerated().compactMap { slot, problem in
+            problem.map { "slot \(slot): \($0)" }
+        } + checkpointProblems
+        throw IndexFormat.corrupt("no usable superblock (" + problems.joined(separator: "; ") + ")", path: fd.path)
+    }
+
+    /// Applies every record that validates, in sequence, and returns where the next one goes.
+    private static func replayJournal(
+        _ fd: FileDescriptor, block: Superblock, fileSize: Int64, state: inout IndexState,
+        report: inout RecoveryReport
+    ) throws -> (end: Int64, sequence: UInt64) {
+        var position = block.journalOffset
+        var sequence: UInt64 = 0
+        guard fileSize > position else { return (position, 0) }
+        let journal = try fd.read(fromAbsoluteOffset: position, count: Int(fileSize - position))
+        var cursor = 0
+        while cursor + IndexFormat.recordHeaderSize <= journal.count {
+            guard let padded = JournalRecord.paddedLength(ofHeader: journal[cursor...]) else {
+                if journal[cursor..<(cursor + IndexFormat.recordHeaderSize)].contains(where: { $0 != 0 }),
+                    journal[cursor...].starts(with: IndexFormat.recordMagic)
+                {
+                    report.journalTail = "record \(sequence) has an invalid header (torn write)"
+                }
+                break
+            }
+            guard cursor + padded <= journal.count else {
+                report.journalTail = "record \(sequence) is cut short by the end of the file (torn write)"
+                break
+            }
+            let change: IndexChange?
+            do {
+                change = try JournalRecord.decode(
+                    journal[cursor..<(cursor + padded)], expectedSequence: sequence, salt: block.journalSalt,
+                    generation: block.generation, segmentShift: block.segmentShift)
+            } catch let error as SparseCacheError {
+                report.damage.append(error.detail ?? "journal record \(sequence) is malformed")
+                break
+            }
+            guard let change else {
+                if journal[cursor...].starts(with: IndexFormat.recordMagic) {
+                    report.journalTail = "record \(sequence) does not validate (torn write or stale record)"
+                }
+                break
+            }
+            if let problem = state.problem(applying: change) {
+                report.damage.append("journal record \(sequence): \(problem)")
+                break
+            }
+            state.apply(change)
+            cursor += padded
+            position += Int64(padded)
+            sequence += 1
+        }
+        report.recordsReplayed = Int(sequence)
+        return (position, sequence)
+    }
+
+    // MARK: Commit
+
+    /// Appends one record for `change` and syncs it: when this returns, the change survives
+    /// any crash. The caller must have synced the data the change names.
+    func append(_ change: IndexChange) throws {
+        let record = JournalRecord.encode(
+            change, sequence: nextSequence, salt: superblock.journalSalt, generation: superblock.generation)
+        try fd.write(toAbsoluteOffset: journalEnd, record)
+        try fd.dataSync()
+        journalEnd += Int64(record.count)
+        nextSequence += 1
+    }
+
+    /// Writes `state` as a new checkpoint in space the live one does not use, syncs it, then
+    /// flips to it by writing the other superblock slot and syncing again. A torn write at any
+    /// point leaves the previous superblock, checkpoint and journal in charge.
+    func checkpoint(_ state: IndexState) throws {
+        let generation = superblock.generation + 1
+        let blob = Checkpoint.encode(state, generation: generation)
+        let size = Int64(blob.count)
+        let front = IndexFormat.firstRegionOffset
+        let atFront = front + size <= superblock.checkpointOffset
+        let offset = atFront ? front : journalEnd
+        try fd.write(toAbsoluteOffset: offset, blob)
+        try fd.dataSync()
+        let block = Superblock(
+            segmentShift: superblock.segmentShift, generation: generation, checkpointOffset: offset,
+            checkpointLength: size, checkpointChecksum: crc32c(blob),
+            journalSalt: UInt32.random(in: .min ... .max), journalOffset: offset + size)
+        try fd.write(toAbsoluteOffset: IndexFormat.superblockOffsets[block.slot], block.encoded())
+        try fd.dataSync()
+        superblock = block
+        journalEnd = block.journalOffset
+        nextSequence = 0
+        // Everything past the new journal start is dead; dropping it keeps the file small. Not
+        // synced: leftover bytes there can never validate as records of this generation.
+        if atFront { try? fd.truncate(to: journalEnd) }
+    }
+}
+
+extension IndexState {
+    /// Why `change` cannot apply to this state, or nil when it can.
+    func problem(applying change: IndexChange) -> String? {
+        var length = self.length
+        if let newLength = change.length {
+            if let length, length != newLength { return "sets length \(newLength) but it is already \(length)" }
+            length = newLength
+        }
+        if let length {
+            let count = Self.segmentCount(length: length, shift: segmentShift)
+            if let last = change.added.last?.segment, last >= count {
+                return "adds segment \(last) past the end (\(count) segments)"
+            }
+            if let beyond = present.firstSet(in: count..<Swift.max(count, present.count)) {
+                return "length \(length) leaves present segment \(beyond) outside the resource"
+            }
+        }
+        return nil
+    }
+}

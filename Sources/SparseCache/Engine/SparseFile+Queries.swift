@@ -1,0 +1,73 @@
+// Queries answered from memory: none of these touch the disk.
+extension SparseFile {
+    /// The resource length, once known (committed or set and pending).
+    public var length: Int64? { currentLength }
+
+    /// The metadata, including changes not yet committed.
+    public var metadata: ResourceMetadata { pendingChange.metadata ?? committed.metadata }
+
+    /// Replaces the metadata; it is committed atomically with the next commit.
+    ///
+    /// - Throws: `.invalidArgument` when it encodes to more than 64 KiB.
+    public func setMetadata(_ metadata: ResourceMetadata) throws {
+        try checkWritable("set metadata")
+        try Self.checkSize(of: metadata, path: path)
+        pendingChange.metadata = metadata
+        changeCounter += 1
+    }
+
+    /// The present byte ranges, half-open and ascending.
+    public func presentRanges() -> [Range<Int64>] {
+        committed.present.setRuns.map(byteRange(ofSegments:))
+    }
+
+    /// The byte ranges within `range` that are not present.
+    public func missingRanges(in range: Range<Int64>) -> [Range<Int64>] {
+        guard !range.isEmpty, range.lowerBound >= 0 else { return [] }
+        return committed.present.clearRuns(in: segmentRange(range)).map { run in
+            let bytes = byteRange(ofSegments: run)
+            return max(bytes.lowerBound, range.lowerBound)..<min(max(bytes.upperBound, bytes.lowerBound), range.upperBound)
+        }.filter { !$0.isEmpty }
+    }
+
+    /// Present bytes in total.
+    public var presentBytes: Int64 {
+        var total = Int64(committed.present.setCount) << Int64(segmentShift)
+        if let length = committed.length, length > 0 {
+            let last = Int((length - 1) >> Int64(segmentShift))
+            if committed.present[last] { total -= (Int64(last + 1) << Int64(segmentShift)) - length }
+        }
+        return total
+    }
+
+    /// Present bytes as a fraction of the length (0 while the length is unknown; 1 when empty).
+    public var fractionPresent: Double {
+        guard let length = committed.length else { return 0 }
+        return length == 0 ? 1 : Double(presentBytes) / Double(length)
+    }
+
+    /// Whether the length is known and every byte is present.
+    public var isComplete: Bool {
+        guard let length = committed.length else { return false }
+        return presentBytes == length
+    }
+
+    /// Segments present, as ranges of segment numbers.
+    public func presentSegments() -> [Range<Int>] { committed.present.setRuns }
+
+    /// The number of segments the resource has (known length), or covers so far.
+    public var segmentCount: Int {
+        if let length = currentLength { return IndexState.segmentCount(length: length, shift: segmentShift) }
+        return committed.present.count
+    }
+
+    /// Bytes of complete segments written but not yet committed.
+    public var uncommittedByteCount: Int64 { uncommittedBytes }
+
+    func byteRange(ofSegments run: Range<Int>) -> Range<Int64> {
+        let start = Int64(run.lowerBound) << Int64(segmentShift)
+        var end = Int64(run.upperBound) << Int64(segmentShift)
+        if let length = committed.length { end = min(end, length) }
+        return start..<max(start, end)
+    }
+}

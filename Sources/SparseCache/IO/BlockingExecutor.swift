@@ -1,0 +1,26 @@
+import Dispatch
+
+/// Runs blocking work (pwrite, fdatasync, fallocate, ...) on a dispatch queue and resumes the
+/// awaiting task when it finishes, so no blocking syscall ever runs on the cooperative pool.
+///
+/// Each resource gets its own serial queue: its writes and syncs keep their order, and a slow
+/// fdatasync of one resource never holds up another's.
+struct BlockingExecutor: Sendable {
+    private let queue: DispatchQueue
+
+    init(label: String) {
+        queue = DispatchQueue(label: label)
+    }
+
+    /// Runs `work` on the queue and returns its result.
+    ///
+    /// The closure is `@Sendable` and created here, in a nonisolated function, so it never
+    /// inherits an actor's isolation (which libdispatch on Linux would trap on).
+    func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
+            queue.async { @Sendable in
+                continuation.resume(with: Result { try work() })
+            }
+        }
+    }
+}

@@ -1,0 +1,191 @@
+import CShim
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An open file descriptor plus the path it was opened from (for error messages).
+///
+/// Methods mirror the shim's syscalls one to one; each retries EINTR and turns failures into
+/// ``SparseCacheError`` carrying the operation, path, offset, length and errno. Blocking: call
+/// these only from a ``BlockingExecutor`` queue, never from the cooperative pool.
+struct FileDescriptor: Sendable, Hashable {
+    let rawValue: Int32
+    let path: String
+
+    enum Access: Sendable {
+        case readOnly, readWrite
+    }
+
+    /// Opens `path`; `create` adds O_CREAT, `exclusive` O_EXCL. Refuses directories.
+    static func open(
+        _ path: String, access: Access, create: Bool = false, exclusive: Bool = false,
+        permissions: UInt32 = 0o644
+    ) throws -> FileDescriptor {
+        var flags: Int32 = access == .readOnly ? Int32(SC_O_RDONLY) : Int32(SC_O_RDWR)
+        if create { flags |= Int32(SC_O_CREAT) }
+        if exclusive { flags |= Int32(SC_O_EXCL) }
+        let fd = try retryingSyscall("open", path: path) { Int(sc_open(path, flags, permissions)) }
+        let descriptor = FileDescriptor(rawValue: Int32(fd), path: path)
+        let status = try descriptor.status()
+        guard status.isRegular else {
+            descriptor.close()
+            throw SparseCacheError(
+                .invalidArgument, operation: "open", path: path,
+                detail: status.isDirectory ? "is a directory, expected a file" : "not a regular file")
+        }
+        return descriptor
+    }
+
+    /// Opens a directory read-only, for fsync after creating or renaming an entry in it.
+    static func openDirectory(_ path: String) throws -> FileDescriptor {
+        let flags = Int32(SC_O_RDONLY) | Int32(SC_O_DIRECTORY)
+        let fd = try retryingSyscall("open directory", path: path) { Int(sc_open(path, flags, 0)) }
+        return FileDescriptor(rawValue: Int32(fd), path: path)
+    }
+
+    func close() {
+        // Linux closes the descriptor even when close reports EINTR: never retry.
+        _ = sc_close(rawValue)
+    }
+
+    /// Reads until `buffer` is full or end of file; returns the bytes read.
+    func read(fromAbsoluteOffset offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        var done = 0
+        while done < buffer.count {
+            let n = try retryingSyscall("pread", path: path, offset: offset + Int64(done), length: buffer.count - done) {
+                sc_pread(rawValue, buffer.baseAddress! + done, buffer.count - done, offset + Int64(done))
+            }
+            if n == 0 { break }
+            done += n
+        }
+        return done
+    }
+
+    /// Reads `count` bytes at `offset`, fewer only at end of file.
+    func read(fromAbsoluteOffset offset: Int64, count: Int) throws -> [UInt8] {
+        var got = 0
+        let bytes = try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            got = try read(fromAbsoluteOffset: offset, into: UnsafeMutableRawBufferPointer(buffer))
+            initialized = got
+        }
+        return bytes
+    }
+
+    /// Writes all of `buffer` at `offset`, looping over short writes.
+    func write(toAbsoluteOffset offset: Int64, _ buffer: UnsafeRawBufferPointer) throws {
+        var done = 0
+        while done < buffer.count {
+            let n = try retryingSyscall("pwrite", path: path, offset: offset + Int64(done), length: buffer.count - done) {
+                sc_pwrite(rawValue, buffer.baseAddress! + done, buffer.count - done, offset + Int64(done))
+            }
+            if n == 0 {
+                throw SparseCacheError(
+                    .io, operation: "pwrite", path: path, offset: offset + Int64(done),
+                    length: Int64(buffer.count - done), detail: "wrote 0 bytes")
+            }
+            done += n
+        }
+    }
+
+    func write(toAbsoluteOffset offset: Int64, _ bytes: [UInt8]) throws {
+        try bytes.withUnsafeBytes { try write(toAbsoluteOffset: offset, $0) }
+    }
+
+    /// fdatasync(2). Not retried on EIO: after a failed sync the caller must not trust the pages.
+    func dataSync() throws {
+        _ = try retryingSyscall("fdatasync", path: path) { Int(sc_fdatasync(rawValue)) }
+    }
+
+    /// fsync(2), for directories and for metadata (size) changes.
+    func sync() throws {
+        _ = try retryingSyscall("fsync", path: path) { Int(sc_fsync(rawValue)) }
+    }
+
+    func truncate(to length: Int64) throws {
+        _ = try retryingSyscall("ftruncate", path: path, offset: length) { Int(sc_ftruncate(rawValue, length)) }
+    }
+
+    /// Reserves blocks for the range (fallocate mode 0), growing the file if needed.
+    func allocate(offset: Int64, length: Int64) throws {
+        _ = try retryingSyscall("fallocate", path: path, offset: offset, length: Int(length)) {
+            Int(sc_fallocate(rawValue, offset, length))
+        }
+    }
+
+    /// Frees the blocks of the range and keeps the file size (reads of it return zeros).
+    func punchHole(offset: Int64, length: Int64) throws {
+        _ = try retryingSyscall("punch hole", path: path, offset: offset, length: Int(length)) {
+            Int(sc_punch_hole(rawValue, offset, length))
+        }
+    }
+
+    /// The first offset at or after `offset` that holds data, or nil when only holes follow.
+    func seekData(from offset: Int64) throws -> Int64? {
+        let result = sc_seek_data(rawValue, offset)
+        if result >= 0 { return result }
+        if errno == ENXIO { return nil }
+        throw SparseCacheError(.io, operation: "lseek SEEK_DATA", path: path, offset: offset, errno: errno)
+    }
+
+    /// The first hole at or after `offset` (end of file counts as a hole).
+    func seekHole(from offset: Int64) throws -> Int64? {
+        let result = sc_seek_hole(rawValue, offset)
+        if result >= 0 { return result }
+        if errno == ENXIO { return nil }
+        throw SparseCacheError(.io, operation: "lseek SEEK_HOLE", path: path, offset: offset, errno: errno)
+    }
+
+    /// Takes an advisory lock without waiting; returns false when another open file holds it.
+    func tryLock(exclusive: Bool) throws -> Bool {
+        let operation = (exclusive ? Int32(SC_LOCK_EXCLUSIVE) : Int32(SC_LOCK_SHARED)) | Int32(SC_LOCK_NONBLOCKING)
+        while true {
+            if sc_flock(rawValue, operation) == 0 { return true }
+            switch errno {
+            case EINTR: continue
+            case EWOULDBLOCK: return false
+            case let code: throw SparseCacheError(.io, operation: "flock", path: path, errno: code)
+            }
+        }
+    }
+
+    struct Status: Sendable {
+        var size: Int64
+        var allocatedBytes: Int64
+        var isRegular: Bool
+        var isDirectory: Bool
+    }
+
+    func status() throws -> Status {
+        var raw = sc_stat()
+        _ = try retryingSyscall("fstat", path: path) { Int(sc_fstat(rawValue, &raw)) }
+        return Status(raw)
+    }
+}
+
+extension FileDescriptor.Status {
+    init(_ raw: sc_stat) {
+        self.init(
+            size: raw.size, allocatedBytes: raw.blocks512 * 512, isRegular: raw.is_regular == 1,
+            isDirectory: raw.is_directory == 1)
+    }
+}
+
+/// Runs a syscall that returns -1 with errno on failure, retrying EINTR, and maps errors.
+///
+/// The single place where EINTR is retried; every wrapper above goes through it.
+@discardableResult
+func retryingSyscall(
+    _ operation: String, path: String?, offset: Int64? = nil, length: Int? = nil,
+    _ call: () -> Int
+) throws -> Int {
+    while true {
+        let result = call()
+        if result >= 0 { return result }
+        let code = errno
+        if code == EINTR { continue }
+        throw SparseCacheError(
+            code == ENOENT ? .notFound : .io, operation: operation, path: path, offset: offset,
+            length: length.map(Int64.init), errno: code)
+    }
+}
