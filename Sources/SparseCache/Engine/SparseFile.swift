@@ -189,7 +189,9 @@ public actor SparseFile {
                 recovery = RecoverySummary(report)
                 do {
                     try checkReopen(state: state, options: options, path: path, pending: &pending)
-                    if mode == .readWrite { try checkDataFileCoversIndex(dataFile, state: state) }
+                    if mode == .readWrite, options.requireDataFileCoversIndex {
+                        try checkDataFileCoversIndex(dataFile, state: state)
+                    }
                 } catch {
                     index.close()
                     throw error

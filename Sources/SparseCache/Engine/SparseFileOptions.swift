@@ -48,6 +48,9 @@ public struct SparseFileOptions: Sendable {
     /// before data is written. Default false.
     public var preallocate = false
 
+    /// A writable open refuses a data file shorter than the index says; repair turns this off.
+    var requireDataFileCoversIndex = true
+
     public init() {}
 
     public static let defaultSegmentSize = 64 * 1024

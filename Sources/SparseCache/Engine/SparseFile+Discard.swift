@@ -1,0 +1,68 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension SparseFile {
+    /// Drops segments: they stop being present at once, the drop is committed, then their disk
+    /// blocks are freed by punching holes. Used by repair, and to keep a resource in a budget.
+    ///
+    /// Durability: the index stops naming the segments before their blocks are freed, so a
+    /// crash in between leaves unclaimed data, never a claimed hole.
+    ///
+    /// - Throws: `.invalidArgument` for a negative segment number; `.io`, `.needsReopen`.
+    public func discard(segments: [Int]) async throws {
+        try checkWritable("discard")
+        if let negative = segments.first(where: { $0 < 0 }) {
+            throw SparseCacheError(.invalidArgument, operation: "discard", path: path, detail: "negative segment \(negative)")
+        }
+        // Finish commits in flight first so no segment is on its way into the index.
+        try await commitPending()
+        // Re-check after the await: segments being written again are left alone.
+        let targets = Set(segments).subtracting(busy).sorted()
+        if targets.isEmpty { return }
+        for segment in targets {
+            committed.present.remove(segment)
+            unsynced[segment] = nil
+            partials[segment] = nil
+        }
+        busy.formUnion(targets)
+        defer { busy.subtract(targets) }
+        pendingChange.dropped = Array(Set(pendingChange.dropped + targets)).sorted()
+        changeCounter += 1
+        try await commitPending()
+        let holes = targets.reduce(into: [Range<Int>]()) { runs, segment in
+            if let last = runs.last, last.upperBound == segment {
+                runs[runs.count - 1] = last.lowerBound..<(segment + 1)
+            } else {
+                runs.append(segment..<(segment + 1))
+            }
+        }.map { byteRange(ofSegments: $0) }
+        let dataFile = self.dataFile
+        try await io.run {
+            let size = try dataFile.status().size
+            for hole in holes where hole.lowerBound < size {
+                do {
+                    try dataFile.punchHole(offset: hole.lowerBound, length: min(hole.upperBound, size) - hole.lowerBound)
+                } catch let error as SparseCacheError where error.errno == EOPNOTSUPP {
+                    // A file system without hole punching keeps the (unclaimed) bytes.
+                    return
+                }
+            }
+        }
+    }
+
+    /// Writes a fresh checkpoint now: folds the journal and rewrites the other superblock slot.
+    /// Repair uses it to restore both copies.
+    func forceCheckpoint() async throws {
+        try checkWritable("checkpoint")
+        try await commitPending()
+        let state = committed
+        let index = self.index
+        do {
+            try await io.run { try index.checkpoint(state) }
+        } catch let error as SparseCacheError where error.operation == "fdatasync" {
+            poison(after: error)
+            throw failure!
+        }
+    }
+}

@@ -1,0 +1,129 @@
+/// Checks a resource after a crash: every index checksum (done by recovery), every present
+/// segment's CRC32C against the bytes on disk, and that the data file agrees with the index
+/// (long enough, no hole under a present segment). With `repair`, damaged segments are dropped
+/// from the index and their blocks freed, so the resource stays usable.
+public enum Verifier {
+    /// Progress callback: bytes checked so far and bytes to check.
+    public typealias Progress = @Sendable (_ checked: Int64, _ total: Int64) -> Void
+
+    /// Verifies the resource whose data file is at `path`.
+    ///
+    /// Without `repair` the resource is opened read-only and takes no lock, so it can run while
+    /// a writer has it open (it then checks the committed state it read at open).
+    ///
+    /// - Throws: `.notFound`; `.corruptIndex` / `.unsupportedVersion` when no usable index state
+    ///   exists; `.locked` when repairing a resource another process has open; `.io`.
+    public static func verify(path: String, repair: Bool = false, progress: Progress? = nil) async throws -> VerifyReport {
+        let io = BlockingExecutor(label: "sparsecache.verify")
+        let indexPath = SparseFile.indexPath(for: path)
+        // Recovery validates the superblocks, the checkpoint and every journal record.
+        let (index, state, recovery) = try await io.run { try IndexFile.open(path: indexPath, access: .readOnly) }
+        index.close()
+        var report = try await io.run { try checkData(path: path, state: state, recovery: recovery, progress: progress) }
+        guard repair, !report.isClean || recovery.slotProblems.contains(where: { $0 != nil }) || recovery.journalTail != nil else {
+            return report
+        }
+        var options = SparseFileOptions()
+        options.create = false
+        options.commitPolicy = .manual
+        options.requireDataFileCoversIndex = false
+        let file = try await SparseFile.open(path, mode: .readWrite, options: options)
+        do {
+            try await file.discard(segments: report.damaged.map(\.segment))
+            // A checkpoint folds away a damaged or torn journal tail and rewrites the other
+            // superblock slot, so both copies are valid again.
+            try await file.forceCheckpoint()
+            try await file.close()
+        } catch {
+            try? await file.close()
+            throw error
+        }
+        report.repaired = true
+        return report
+    }
+
+    private static func checkData(
+        path: String, state: IndexState, recovery: IndexFile.RecoveryReport, progress: Progress?
+    ) throws -> VerifyReport {
+        let data = try FileDescriptor.open(path, access: .readOnly)
+        defer { data.close() }
+        let size = try data.status().size
+        let shift = Int64(state.segmentShift)
+        var report = VerifyReport(
+            path: path, indexPath: SparseFile.indexPath(for: path), length: state.length, segmentSize: state.segmentSize,
+            generation: recovery.generation, journalRecords: recovery.recordsReplayed,
+            superblocksValid: recovery.slotProblems.filter { $0 == nil }.count, segmentsChecked: 0, bytesChecked: 0,
+            dataFileSize: size, indexDamage: recovery.damage, notes: [], damaged: [], repaired: false)
+        for (slot, problem) in recovery.slotProblems.enumerated() {
+            if let problem { report.notes.append("superblock slot \(slot): \(problem) (the other copy is in use)") }
+        }
+        if let tail = recovery.journalTail { report.notes.append("journal: \(tail); the state before it is in use") }
+        if recovery.fellBack { report.notes.append("the newest checkpoint was unusable; an older state is in use") }
+
+        func segmentBytes(_ segment: Int) -> Range<Int64> {
+            let start = Int64(segment) << shift
+            return start..<min(start + (Int64(1) << shift), state.length ?? .max)
+        }
+        func damage(_ segment: Int, _ reason: String) {
+            let bytes = segmentBytes(segment)
+            report.damaged.append(.init(segment: segment, start: bytes.lowerBound, end: bytes.upperBound, reason: reason))
+        }
+
+        let runs = state.present.setRuns
+        let total = runs.reduce(Int64(0)) { $0 + (segmentBytes($1.upperBound - 1).upperBound - segmentBytes($1.lowerBound).lowerBound) }
+        let holes = try holeRanges(data, size: size)
+        // Read in batches of whole segments: big sequential reads, one CRC per segment.
+        let batchSegments = max(1, (8 << 20) >> Int(shift))
+        var buffer = [UInt8](repeating: 0, count: batchSegments << Int(shift))
+        for run in runs {
+            var segment = run.lowerBound
+            while segment < run.upperBound {
+                let batchEnd = min(run.upperBound, segment + batchSegments)
+                let start = segmentBytes(segment).lowerBound
+                let end = segmentBytes(batchEnd - 1).upperBound
+                let got = try buffer.withUnsafeMutableBytes { raw in
+                    try data.read(fromAbsoluteOffset: start, into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<Int(end - start)]))
+                }
+                for current in segment..<batchEnd {
+                    let bytes = segmentBytes(current)
+                    let lower = Int(bytes.lowerBound - start)
+                    let upper = Int(bytes.upperBound - start)
+                    if upper > got {
+                        damage(current, "past the end of the data file (\(size) bytes)")
+                    } else if let hole = holes.first(where: { $0.overlaps(bytes) }) {
+                        damage(current, "hole under present segment at [\(max(hole.lowerBound, bytes.lowerBound)), \(min(hole.upperBound, bytes.upperBound)))")
+                    } else {
+                        let actual = buffer.withUnsafeBytes { crc32c(UnsafeRawBufferPointer(rebasing: $0[lower..<upper])) }
+                        if actual != state.checksums[current] {
+                            damage(current, "checksum mismatch (stored \(hex8(state.checksums[current])), computed \(hex8(actual)))")
+                        }
+                    }
+                    report.segmentsChecked += 1
+                    report.bytesChecked += bytes.upperBound - bytes.lowerBound
+                }
+                progress?(report.bytesChecked, total)
+                segment = batchEnd
+            }
+        }
+        return report
+    }
+
+    /// The holes of the data file, from SEEK_HOLE / SEEK_DATA, up to its size.
+    private static func holeRanges(_ data: FileDescriptor, size: Int64) throws -> [Range<Int64>] {
+        var holes: [Range<Int64>] = []
+        var position: Int64 = 0
+        while position < size {
+            guard let hole = try data.seekHole(from: position), hole < size else { break }
+            let next = try data.seekData(from: hole) ?? size
+            holes.append(hole..<next)
+            position = next
+        }
+        return holes
+    }
+}
+
+/// A 32-bit value as eight hex digits.
+func hex8(_ value: UInt32) -> String {
+    let digits = String(value, radix: 16)
+    return String(repeating: "0", count: 8 - digits.count) + digits
+}

@@ -1,0 +1,37 @@
+/// What `verify` checked and found. Codable: `sparsecache verify --json` prints it.
+public struct VerifyReport: Sendable, Equatable, Codable {
+    /// A present segment whose data does not hold up.
+    public struct DamagedSegment: Sendable, Equatable, Codable {
+        public var segment: Int
+        /// Its bytes, half-open.
+        public var start: Int64
+        public var end: Int64
+        /// "checksum mismatch", "hole under present segment", "past the end of the data file".
+        public var reason: String
+    }
+
+    public var path: String
+    public var indexPath: String
+    public var length: Int64?
+    public var segmentSize: Int
+    /// Index generation in use and journal records replayed on top of its checkpoint.
+    public var generation: UInt64
+    public var journalRecords: Int
+    /// Superblock slots checked (always 2) and how many were valid.
+    public var superblocksValid: Int
+    /// Present segments whose CRC32C was checked against the bytes on disk.
+    public var segmentsChecked: Int
+    public var bytesChecked: Int64
+    public var dataFileSize: Int64
+    /// Damage in the index itself (authentic records that cannot be applied).
+    public var indexDamage: [String]
+    /// Things that are not damage but worth knowing: a torn last record after a crash, a
+    /// superblock copy that is invalid (the fallback is gone until the next checkpoint).
+    public var notes: [String]
+    public var damaged: [DamagedSegment]
+    /// `--repair` ran: damaged segments were dropped and the index rewritten.
+    public var repaired: Bool
+
+    /// No damaged segment and no index damage.
+    public var isClean: Bool { damaged.isEmpty && indexDamage.isEmpty }
+}

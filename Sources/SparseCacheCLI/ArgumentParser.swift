@@ -1,0 +1,114 @@
+/// What a command accepts: option names that take a value, flags, and positional names.
+struct ArgumentSpec: Sendable {
+    var positionals: [String] = []
+    /// Positionals that may be left out (the last ones).
+    var optionalPositionals = 0
+    var options: Set<String> = []
+    var flags: Set<String> = []
+}
+
+struct ParsedArguments {
+    var positionals: [String] = []
+    var options: [String: String] = [:]
+    var flags: Set<String> = []
+
+    func has(_ flag: String) -> Bool { flags.contains(flag) }
+
+    /// A size option ("64K", "1M", "4096"); nil when absent.
+    func size(_ option: String) throws -> Int64? {
+        guard let text = options[option] else { return nil }
+        guard let value = SizeParser.parse(text) else {
+            throw UsageError("invalid size '\(text)' for \(option): use a non-negative number with an optional K, M, G or T suffix")
+        }
+        return value
+    }
+}
+
+struct UsageError: Error {
+    var message: String
+    init(_ message: String) { self.message = message }
+}
+
+/// A small hand-rolled parser: `--name value`, `--name=value`, flags, positionals, `--` ends
+/// options.
+enum ArgumentParser {
+    static func parse(_ arguments: [String], spec: ArgumentSpec) throws -> ParsedArguments {
+        var parsed = ParsedArguments()
+        var index = 0
+        var onlyPositionals = false
+        while index < arguments.count {
+            let argument = arguments[index]
+            index += 1
+            if onlyPositionals || !argument.hasPrefix("-") || argument == "-" {
+                parsed.positionals.append(argument)
+                continue
+            }
+            if argument == "--" {
+                onlyPositionals = true
+                continue
+            }
+            var name = argument
+            var inlineValue: String?
+            if let equals = argument.firstIndex(of: "=") {
+                name = String(argument[..<equals])
+                inlineValue = String(argument[argument.index(after: equals)...])
+            }
+            if spec.flags.contains(name) {
+                if inlineValue != nil { throw UsageError("\(name) takes no value") }
+                parsed.flags.insert(name)
+            } else if spec.options.contains(name) {
+                if let inlineValue {
+                    parsed.options[name] = inlineValue
+                } else {
+                    guard index < arguments.count else { throw UsageError("\(name) needs a value") }
+                    parsed.options[name] = arguments[index]
+                    index += 1
+                }
+            } else {
+                let known = (spec.options.union(spec.flags)).sorted().joined(separator: ", ")
+                throw UsageError("unknown option '\(name)'" + (known.isEmpty ? "" : " (known: \(known))"))
+            }
+        }
+        let required = spec.positionals.count - spec.optionalPositionals
+        if parsed.positionals.count < required {
+            throw UsageError("missing <\(spec.positionals[parsed.positionals.count])>")
+        }
+        if parsed.positionals.count > spec.positionals.count {
+            throw UsageError("unexpected argument '\(parsed.positionals[spec.positionals.count])'")
+        }
+        return parsed
+    }
+}
+
+/// Sizes with binary suffixes: 4096, 64K, 1M, 2G, 1T (also KiB/MiB/GiB/TiB and KB-style).
+enum SizeParser {
+    static func parse(_ text: String) -> Int64? {
+        var digits = text.uppercased()
+        var multiplier: Int64 = 1
+        for (suffixes, value) in [(["TIB", "TB", "T"], Int64(1) << 40), (["GIB", "GB", "G"], 1 << 30),
+                                  (["MIB", "MB", "M"], 1 << 20), (["KIB", "KB", "K"], 1 << 10), (["B"], 1)] {
+            if let suffix = suffixes.first(where: { digits.hasSuffix($0) }) {
+                digits.removeLast(suffix.count)
+                multiplier = value
+                break
+            }
+        }
+        guard !digits.isEmpty, digits.allSatisfy(\.isASCII), let number = Int64(digits), number >= 0 else { return nil }
+        let (product, overflow) = number.multipliedReportingOverflow(by: multiplier)
+        return overflow ? nil : product
+    }
+
+    /// 1536 -> "1.5 KiB".
+    static func describe(_ bytes: Int64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var value = Double(bytes)
+        var unit = 0
+        while value >= 1024, unit < units.count - 1 {
+            value /= 1024
+            unit += 1
+        }
+        if unit == 0 { return "\(bytes) B" }
+        let rounded = (value * 10).rounded() / 10
+        return "\(rounded) \(units[unit])"
+    }
+}

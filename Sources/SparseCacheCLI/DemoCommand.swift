@@ -1,0 +1,253 @@
+import Foundation
+import SparseCache
+
+/// `sparsecache demo`: the main job on an embedded default, no network needed.
+enum DemoCommand: Command {
+    static let name = "demo"
+    static let spec = ArgumentSpec(options: ["--dir", "--size", "--segment-size", "--seed"], flags: ["--keep"])
+    static let help = """
+        OVERVIEW: Fill a synthetic resource the way a video player would, with no network.
+
+        A deterministic in-process source stands in for an HTTP origin and delivers unaligned
+        chunks. The demo plays from the start, seeks forward, back and near the end while
+        filling, serves partial reads from what is present at every step, shows progress and a
+        picture of the segment map, restarts (closes and reopens the resource) and resumes
+        only what is missing, then verifies every checksum and compares every byte.
+
+        USAGE: sparsecache demo [--dir PATH] [--size SIZE] [--segment-size S] [--seed N] [--keep]
+
+        OPTIONS:
+          --dir PATH          Directory for the resource (default: a new temporary directory,
+                              removed at the end unless --keep)
+          --size SIZE         Resource length (default 96M)
+          --segment-size S    Segment size (default 64K)
+          --seed N            Seed for chunk sizes (default 1)
+          --keep              Keep the resource; prints its path
+          -h, --help          Show this help
+        """
+
+    static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        let size = try arguments.size("--size") ?? (96 << 20)
+        let segmentSize = Int(try arguments.size("--segment-size") ?? 65536)
+        guard size > 0, size <= (64 << 30) else { throw UsageError("--size must be between 1 byte and 64G") }
+        guard let seed = UInt64(arguments.options["--seed"] ?? "1") else { throw UsageError("--seed must be a non-negative integer") }
+        let directory: String
+        let temporary = arguments.options["--dir"] == nil
+        if let dir = arguments.options["--dir"] {
+            directory = dir
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        } else {
+            directory = FileManager.default.temporaryDirectory.appendingPathComponent("sparsecache-demo-\(getpid())").path
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        }
+        let path = directory + "/movie.bin"
+        defer {
+            if temporary, !arguments.has("--keep") { try? FileManager.default.removeItem(atPath: directory) }
+        }
+        if FileManager.default.fileExists(atPath: path) {
+            try FileManager.default.removeItem(atPath: path)
+            try? FileManager.default.removeItem(atPath: SparseFile.indexPath(for: path))
+        }
+        var demo = Demo(path: path, length: size, segmentSize: segmentSize, seed: seed)
+        let clean = try await demo.run()
+        if arguments.has("--keep") { Output.print("kept: \(path) (and \(SparseFile.indexPath(for: path)))") }
+        return clean ? ExitStatus.ok : ExitStatus.notPresentOrDamaged
+    }
+}
+
+/// The demo's script: a player that seeks around a resource while a filler fetches from where
+/// it plays.
+struct Demo {
+    let path: String
+    let length: Int64
+    let segmentSize: Int
+    var random: SplitMix
+    var served: Int64 = 0
+    var partialReads = 0
+    var fetched: Int64 = 0
+    var lastPicture = -1
+    var lastPictured: Int64 = -1
+    var droppedAtRestart: Int64 = 0
+
+    init(path: String, length: Int64, segmentSize: Int, seed: UInt64) {
+        self.path = path
+        self.length = length
+        self.segmentSize = segmentSize
+        self.random = SplitMix(seed: seed)
+    }
+
+    mutating func run() async throws -> Bool {
+        let started = ContinuousClock.now
+        Output.print("sparsecache demo: a \(SizeParser.describe(length)) resource in \(SizeParser.describe(Int64(segmentSize))) segments at \(path)")
+        Output.print("map legend: █ present  ▓ mostly  ▒ partly  · missing\n")
+        var options = SparseFileOptions()
+        options.length = length
+        options.segmentSize = segmentSize
+        options.commitPolicy = .manual
+        options.metadata = ResourceMetadata(key: "demo://movie.bin", contentType: "video/mp4", etag: "\"demo-v1\"")
+        var file = try await SparseFile.open(path, options: options)
+
+        // Watch from the start, jump ahead, jump back, then near the end: each seek starts
+        // filling from the new playhead, and plays what is present as it arrives.
+        let seeks: [(String, Double, Double)] = [
+            ("play from the start", 0.0, 0.14), ("seek to 55%", 0.55, 0.12),
+            ("seek back to 20%", 0.20, 0.10), ("seek to 88%", 0.88, 0.12),
+        ]
+        for (label, position, share) in seeks {
+            try await play(file, label: label, from: Int64(Double(length) * position), budget: Int64(Double(length) * share))
+        }
+        let before = await file.presentBytes
+        let held = await file.incompleteRanges().reduce(Int64(0)) { $0 + Int64($1.count) }
+        droppedAtRestart = held
+        Output.print("\nrestart: closing with \(SizeParser.describe(before)) present; \(held) bytes of incomplete segments are dropped")
+        try await file.close()
+        file = try await SparseFile.open(path, options: options)
+        let after = await file.presentBytes
+        Output.print("reopened: index recovered \(SizeParser.describe(after)) present (\(after == before ? "same as before" : "DIFFERENT"))")
+        Output.print("          " + SegmentMap.render(present: await file.presentRanges(), length: length, width: 64))
+
+        Output.print("\nresume: fetching only what is missing")
+        try await play(file, label: "play to the end from 0", from: 0, budget: length)
+        try await file.close()
+
+        let elapsed = ContinuousClock.now - started
+        Output.print("\nverify:")
+        let report = try await Verifier.verify(path: path)
+        Output.print("  \(report.segmentsChecked) segments, \(report.bytesChecked) bytes checked against their CRC32C: \(report.isClean ? "clean" : "DAMAGED")")
+        let identical = try await compareWithSource()
+        Output.print("  every byte equals the source: \(identical ? "yes" : "NO")")
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let refetched = fetched - length
+        Output.print(
+            "\nsummary: fetched \(SizeParser.describe(fetched)) for a \(SizeParser.describe(length)) resource; the \(refetched) bytes fetched twice are exactly the incomplete segments dropped at the restart: \(refetched == droppedAtRestart ? "yes" : "NO")")
+        Output.print("         served \(SizeParser.describe(served)) to the player while filling; \(partialReads) reads got a partial prefix because the fill had not got that far; \(String(Int(seconds * 1000))) ms in all")
+        return report.isClean && identical && refetched == droppedAtRestart
+    }
+
+    /// Fills from `from` forward (skipping what is present) in unaligned network-sized chunks,
+    /// committing every 1 MiB, while the player reads whatever is present at its playhead.
+    mutating func play(_ file: SparseFile, label: String, from start: Int64, budget: Int64) async throws {
+        Output.print("\(label) (offset \(start))")
+        var playhead = start
+        var spent: Int64 = 0
+        var sinceCommit: Int64 = 0
+        // Missing and not already held in memory: never fetch the same byte twice.
+        var missing = ByteSet(await file.missingRanges(in: start..<length))
+        for held in await file.incompleteRanges() { missing.remove(held) }
+        outer: for range in missing.ranges {
+            var position = range.lowerBound
+            while position < range.upperBound {
+                if spent >= budget { break outer }
+                let chunk = min(Int64(16_384 + Int(random.next() % 180_000)), range.upperBound - position)
+                try await file.write(Source.bytes(at: position, count: Int(chunk)), at: position)
+                position += chunk
+                spent += chunk
+                fetched += chunk
+                sinceCommit += chunk
+                if sinceCommit >= 1 << 20 || position == range.upperBound {
+                    try await file.commit()
+                    sinceCommit = 0
+                    playhead = try await consume(file, playhead: playhead)
+                    await picture(file)
+                }
+            }
+        }
+        try await file.commit()
+        playhead = try await consume(file, playhead: playhead)
+        await picture(file, force: true)
+    }
+
+    /// The player: reads what is present at the playhead, a partial read when the fill has
+    /// not got that far yet.
+    mutating func consume(_ file: SparseFile, playhead: Int64) async throws -> Int64 {
+        var playhead = playhead
+        while playhead < length {
+            let want = 512 * 1024
+            let bytes = try await file.readAvailable(from: playhead, maxLength: want)
+            if bytes.isEmpty { break }
+            guard bytes == Source.bytes(at: playhead, count: bytes.count) else {
+                throw SparseCacheError(.corruptData, operation: "demo read", path: path, offset: playhead, detail: "served bytes differ from the source")
+            }
+            served += Int64(bytes.count)
+            if bytes.count < want, playhead + Int64(bytes.count) < length { partialReads += 1 }
+            playhead += Int64(bytes.count)
+            if bytes.count < want { break }
+        }
+        return playhead
+    }
+
+    mutating func picture(_ file: SparseFile, force: Bool = false) async {
+        let present = await file.presentBytes
+        let step = Int(present * 10 / length)
+        guard (force && present != lastPictured) || step != lastPicture else { return }
+        lastPicture = step
+        lastPictured = present
+        let ranges = await file.presentRanges()
+        let share = percent(present, of: length)
+        Output.print("  " + SegmentMap.render(present: ranges, length: length, width: 64) + "  \(share) present")
+    }
+
+    func compareWithSource() async throws -> Bool {
+        try await withResource(path, mode: .readOnly) { file in
+            var position: Int64 = 0
+            while position < length {
+                let count = Int(min(8 << 20, length - position))
+                guard try await file.read(offset: position, length: count) == Source.bytes(at: position, count: count) else { return false }
+                position += Int64(count)
+            }
+            return true
+        }
+    }
+}
+
+/// The demo's origin: byte i is a fixed function of i, so any range can be produced and checked.
+enum Source {
+    static func bytes(at offset: Int64, count: Int) -> [UInt8] {
+        [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            var position = offset
+            var index = 0
+            while index < count {
+                let word = SplitMix.mix(UInt64(position >> 3))
+                let shift = UInt64(position & 7) * 8
+                buffer[index] = UInt8(truncatingIfNeeded: word >> shift)
+                index += 1
+                position += 1
+            }
+            initialized = count
+        }
+    }
+}
+
+/// SplitMix64: a tiny seeded generator (and mixing function) for reproducible demos.
+struct SplitMix {
+    private var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        return Self.mix(state)
+    }
+
+    static func mix(_ value: UInt64) -> UInt64 {
+        var z = value &+ 0x9E37_79B9_7F4A_7C15
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// Sorted disjoint byte ranges with removal, for the demo's bookkeeping.
+struct ByteSet {
+    private(set) var ranges: [Range<Int64>]
+
+    init(_ ranges: [Range<Int64>]) { self.ranges = merged(ranges) }
+
+    mutating func remove(_ cut: Range<Int64>) {
+        ranges = ranges.flatMap { range -> [Range<Int64>] in
+            guard range.overlaps(cut) else { return [range] }
+            return [range.lowerBound..<max(range.lowerBound, cut.lowerBound), min(range.upperBound, cut.upperBound)..<range.upperBound]
+                .filter { !$0.isEmpty }
+        }
+    }
+}

@@ -1,0 +1,105 @@
+import SparseCache
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `sparsecache read <file> --offset N --length N [--partial] [--output PATH]`
+enum ReadCommand: Command {
+    static let name = "read"
+    static let spec = ArgumentSpec(positionals: ["file"], options: ["--offset", "--length", "--output"], flags: ["--partial"])
+    static let help = """
+        OVERVIEW: Read present bytes from a resource.
+
+        Only present bytes are ever output: durable, named by the index, and checked against
+        their CRC32C. When the range is not fully present nothing is output, the missing ranges
+        are named on standard error and the exit status is 1; with --partial the present
+        prefix of the range is output instead.
+
+        USAGE: sparsecache read <file> [--offset N] [--length N] [--partial] [--output PATH]
+
+        ARGUMENTS:
+          <file>            The resource's data file
+
+        OPTIONS:
+          --offset N        First byte to read (default 0)
+          --length N        Bytes to read (default: to the end of the resource; required when
+                            its length is unknown)
+          --partial         Output the present prefix when the range is not fully present
+          --output PATH     Write the bytes to PATH instead of standard output
+          -h, --help        Show this help
+        """
+
+    static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        let path = arguments.positionals[0]
+        let offset = try arguments.size("--offset") ?? 0
+        return try await withResource(path, mode: .readOnly) { file in
+            try await read(file, path: path, offset: offset, arguments: arguments)
+        }
+    }
+
+    private static func read(_ file: SparseFile, path: String, offset: Int64, arguments: ParsedArguments) async throws -> Int32 {
+        let resourceLength = await file.length
+        guard let length = try arguments.size("--length") ?? resourceLength.map({ max(0, $0 - offset) }) else {
+            throw UsageError("--length is required: the resource's length is not known yet")
+        }
+        if let resourceLength, offset + length > resourceLength {
+            throw UsageError("range [\(offset), \(offset + length)) runs past the resource length \(resourceLength)")
+        }
+        let requested = offset..<(offset + length)
+        let missing = await file.missingRanges(in: requested)
+        var end = requested.upperBound
+        if !missing.isEmpty {
+            guard arguments.has("--partial") else {
+                Output.error("sparsecache read: '\(path)': \(missing.reduce(0) { $0 + $1.count }) of \(length) bytes not present: missing \(describe(missing))")
+                return ExitStatus.notPresentOrDamaged
+            }
+            end = missing[0].lowerBound
+            Output.error("sparsecache read: '\(path)': \(end - offset) of \(length) bytes present from offset \(offset); output stops at \(end)")
+        }
+        let sink = try OutputSink(path: arguments.options["--output"])
+        defer { sink.close() }
+        var position = offset
+        while position < end {
+            let chunk = try await file.read(offset: position, length: Int(min(8 << 20, end - position)))
+            try sink.write(chunk)
+            position += Int64(chunk.count)
+        }
+        try sink.finish()
+        return ExitStatus.ok
+    }
+}
+
+/// Standard output or a file (created, truncated, and fsynced when done).
+final class OutputSink {
+    private let fd: Int32
+    private let path: String?
+
+    init(path: String?) throws {
+        self.path = path
+        guard let path else {
+            fd = 1
+            return
+        }
+        let opened = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard opened >= 0 else {
+            throw SparseCacheError(errno == ENOENT ? .notFound : .io, operation: "open output", path: path, errno: errno)
+        }
+        fd = opened
+    }
+
+    func write(_ bytes: [UInt8]) throws {
+        let ok = bytes.withUnsafeBytes { Output.writeAll($0, to: fd) }
+        if !ok { throw SparseCacheError(.io, operation: "write output", path: path ?? "standard output", errno: errno) }
+    }
+
+    func finish() throws {
+        if path != nil, fsync(fd) != 0 {
+            throw SparseCacheError(.io, operation: "fsync output", path: path, errno: errno)
+        }
+    }
+
+    func close() {
+        if path != nil { _ = Glibc.close(fd) }
+    }
+}

@@ -1,0 +1,121 @@
+import SparseCache
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The `sparsecache` command: dispatches to one verb per file.
+enum SparseCacheTool {
+    static let commands: [CommandEntry] = [
+        CommandEntry(WriteCommand.self), CommandEntry(ReadCommand.self), CommandEntry(VerifyCommand.self),
+        CommandEntry(InfoCommand.self), CommandEntry(DemoCommand.self),
+    ]
+
+    static let help = """
+        OVERVIEW: sparsecache - a crash-safe cache for large resources that arrive in pieces
+
+        Each resource is a sparse data file plus an index beside it ('<file>.scidx') holding a
+        segment bitmap with a CRC32C per segment. A byte is served once its segment is durable.
+
+        USAGE: sparsecache <command> [options]
+
+        COMMANDS:
+          write     Write bytes into a resource at an offset (creates it if needed)
+          read      Read present bytes from a resource
+          verify    Check every checksum and the data file after a crash; --repair fixes
+          info      Show length, segment size, present ranges and metadata
+          demo      Fill a synthetic resource the way a player would (no network needed)
+
+        OPTIONS:
+          -h, --help    Show help; 'sparsecache <command> --help' for a command
+
+        EXIT STATUS: 0 ok, 1 not present or damage found, 64 usage error, 65 malformed index,
+                     74 I/O error, 75 locked by another process.
+        """
+
+    static func run(_ arguments: [String]) async -> Int32 {
+        guard let name = arguments.first else {
+            Output.error(help)
+            return ExitStatus.usage
+        }
+        if name == "-h" || name == "--help" || name == "help" {
+            Output.print(help)
+            return ExitStatus.ok
+        }
+        if name == "--version" {
+            Output.print("sparsecache 0.1.0 (index format 1)")
+            return ExitStatus.ok
+        }
+        guard let command = commands.first(where: { $0.name == name }) else {
+            Output.error("sparsecache: unknown command '\(name)'. Commands: \(commands.map(\.name).joined(separator: ", ")). See 'sparsecache --help'.")
+            return ExitStatus.usage
+        }
+        let rest = Array(arguments.dropFirst())
+        if rest.contains("-h") || rest.contains("--help") {
+            Output.print(command.help)
+            return ExitStatus.ok
+        }
+        do {
+            let parsed = try ArgumentParser.parse(rest, spec: command.spec)
+            return try await command.run(parsed)
+        } catch let error as UsageError {
+            Output.error("sparsecache \(name): \(error.message)\nSee 'sparsecache \(name) --help'.")
+            return ExitStatus.usage
+        } catch let error as SparseCacheError {
+            Output.error("sparsecache \(name): \(error)")
+            return ExitStatus.of(error)
+        } catch {
+            Output.error("sparsecache \(name): \(error)")
+            return ExitStatus.software
+        }
+    }
+}
+
+/// A command's entry points as plain values (calling static members through an existential
+/// metatype crashes the Swift 6.3 compiler in SILGen).
+struct CommandEntry: Sendable {
+    let name: String
+    let help: String
+    let spec: ArgumentSpec
+    let run: @Sendable (ParsedArguments) async throws -> Int32
+
+    init<C: Command>(_: C.Type) {
+        name = C.name
+        help = C.help
+        spec = C.spec
+        run = { try await C.run($0) }
+    }
+}
+
+/// A verb of the CLI.
+protocol Command: SendableMetatype {
+    static var name: String { get }
+    static var help: String { get }
+    static var spec: ArgumentSpec { get }
+    static func run(_ arguments: ParsedArguments) async throws -> Int32
+}
+
+/// sysexits-style statuses.
+enum ExitStatus {
+    static let ok: Int32 = 0
+    static let notPresentOrDamaged: Int32 = 1
+    static let usage: Int32 = 64
+    static let malformedIndex: Int32 = 65
+    static let software: Int32 = 70
+    static let ioError: Int32 = 74
+    static let locked: Int32 = 75
+
+    static func of(_ error: SparseCacheError) -> Int32 {
+        switch error.code {
+        case .notPresent, .corruptData: notPresentOrDamaged
+        case .invalidArgument, .notFound: usage
+        case .corruptIndex, .unsupportedVersion: malformedIndex
+        case .io, .needsReopen, .closed: ioError
+        case .locked: locked
+        }
+    }
+}
+
+func exitProcess(_ status: Int32) -> Never {
+    exit(status)
+}

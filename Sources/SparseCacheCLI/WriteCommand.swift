@@ -1,0 +1,173 @@
+import SparseCache
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `sparsecache write <file> --offset N [--size TOTAL] [--segment-size S] [--input PATH]`
+enum WriteCommand: Command {
+    static let name = "write"
+    static let spec = ArgumentSpec(
+        positionals: ["file"], options: ["--offset", "--size", "--segment-size", "--input"])
+    static let help = """
+        OVERVIEW: Write bytes into a resource at an offset, commit, and report what became present.
+
+        Creates the resource (data file plus '<file>.scidx') when it does not exist. Bytes of
+        segments that the input does not complete are not kept: they are listed so they can be
+        written again together with their neighbours.
+
+        USAGE: sparsecache write <file> --offset N [--size TOTAL] [--segment-size S] [--input PATH]
+
+        ARGUMENTS:
+          <file>                The resource's data file
+
+        OPTIONS:
+          --offset N            Where the input's first byte goes (required)
+          --size TOTAL          The resource length, when known (required once for the last
+                                segment to complete; must match if already set)
+          --segment-size S      Segment size for a new resource: a power of two from 4K to 16M
+                                (default 64K); must match an existing resource's
+          --input PATH          Read the bytes from PATH instead of standard input
+          -h, --help            Show this help
+
+        Sizes accept K, M, G and T suffixes (binary: 64K = 65536).
+        """
+
+    static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        let path = arguments.positionals[0]
+        guard let offset = try arguments.size("--offset") else { throw UsageError("--offset is required") }
+        var options = SparseFileOptions()
+        options.length = try arguments.size("--size")
+        options.segmentSize = try arguments.size("--segment-size").map { Int($0) }
+        options.commitPolicy = .manual
+        if let size = options.segmentSize, !(SparseFileOptions.segmentSizes.contains(size) && size.nonzeroBitCount == 1) {
+            throw UsageError("--segment-size must be a power of two from 4K to 16M, got \(size)")
+        }
+        let input = try InputStream(path: arguments.options["--input"])
+        defer { input.close() }
+        let file = try await SparseFile.open(path, mode: .readWrite, options: options)
+        var completed: [Range<Int64>] = []
+        var skipped = 0
+        var dropped: [Range<Int64>] = []
+        var position = offset
+        do {
+            while let chunk = try input.next(maximum: 4 << 20) {
+                let result = try await file.write(chunk, at: position)
+                completed.append(contentsOf: result.completed)
+                skipped += result.alreadyPresentBytes
+                dropped.append(contentsOf: result.dropped)
+                position += Int64(chunk.count)
+            }
+            try await file.commit()
+        } catch {
+            try? await file.close()
+            throw error
+        }
+        let incomplete = await file.incompleteRanges()
+        let present = await file.presentBytes
+        let length = await file.length
+        let segments = await file.segmentCount
+        let presentSegments = await file.presentSegments().reduce(0) { $0 + $1.count }
+        try await file.close()
+
+        Output.print("wrote \(position - offset) bytes at offset \(offset) to '\(path)'")
+        Output.print("present now: " + (completed.isEmpty ? "nothing new" : describe(merged(completed))))
+        if skipped > 0 { Output.print("already present (skipped): \(skipped) bytes") }
+        let notKept = merged(incomplete + dropped)
+        Output.print("not kept (incomplete segments): " + (notKept.isEmpty ? "none" : describe(notKept)))
+        var summary = "resource: \(presentSegments) of \(segments) segments present, \(present) bytes"
+        if let length, length > 0 {
+            summary += " of \(length) (\(percent(present, of: length)))"
+        } else if length == nil {
+            summary += " (length unknown: pass --size to complete the last segment)"
+        }
+        Output.print(summary)
+        return ExitStatus.ok
+    }
+}
+
+func merged(_ ranges: [Range<Int64>]) -> [Range<Int64>] {
+    let sorted = ranges.filter { !$0.isEmpty }.sorted { $0.lowerBound < $1.lowerBound }
+    var result: [Range<Int64>] = []
+    for range in sorted {
+        if let last = result.last, range.lowerBound <= last.upperBound {
+            result[result.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
+        } else {
+            result.append(range)
+        }
+    }
+    return result
+}
+
+func describe(_ ranges: [Range<Int64>]) -> String {
+    ranges.map { "[\($0.lowerBound), \($0.upperBound))" }.joined(separator: ", ")
+}
+
+func percent(_ part: Int64, of whole: Int64) -> String {
+    guard whole > 0 else { return "100%" }
+    let tenths = (part * 1000) / whole
+    return "\(tenths / 10).\(tenths % 10)%"
+}
+
+/// Standard input or a file, read in chunks with plain read(2) (the CLI's own I/O; the
+/// engine's goes through the shim).
+final class InputStream {
+    private let fd: Int32
+    private let ownsDescriptor: Bool
+    let name: String
+
+    init(path: String?) throws {
+        guard let path else {
+            fd = 0
+            ownsDescriptor = false
+            name = "standard input"
+            return
+        }
+        let opened = open(path, O_RDONLY | O_CLOEXEC)
+        guard opened >= 0 else {
+            let code = errno
+            throw SparseCacheError(code == ENOENT ? .notFound : .io, operation: "open input", path: path, errno: code)
+        }
+        fd = opened
+        ownsDescriptor = true
+        name = path
+    }
+
+    /// Up to `maximum` bytes; nil at end of input.
+    func next(maximum: Int) throws -> [UInt8]? {
+        var buffer = [UInt8](repeating: 0, count: maximum)
+        var filled = 0
+        while filled < maximum {
+            let n = buffer.withUnsafeMutableBytes { raw in read(fd, raw.baseAddress! + filled, maximum - filled) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw SparseCacheError(.io, operation: "read input", path: name, errno: errno)
+            }
+            if n == 0 { break }
+            filled += n
+        }
+        if filled == 0 { return nil }
+        buffer.removeLast(maximum - filled)
+        return buffer
+    }
+
+    func close() {
+        if ownsDescriptor { _ = Glibc.close(fd) }
+    }
+}
+
+/// Opens a resource, runs `body`, and closes it on every path.
+func withResource<T>(
+    _ path: String, mode: AccessMode, options: SparseFileOptions = SparseFileOptions(),
+    _ body: (SparseFile) async throws -> T
+) async throws -> T {
+    let file = try await SparseFile.open(path, mode: mode, options: options)
+    do {
+        let result = try await body(file)
+        try await file.close()
+        return result
+    } catch {
+        try? await file.close()
+        throw error
+    }
+}

@@ -1,0 +1,247 @@
+// Shared helpers for the test suite: a seeded generator, temporary directories, raw file
+// surgery (bit flips, truncation) and an error expectation that checks the error code.
+import CShim
+import Foundation
+import Testing
+
+@testable import SparseCache
+
+// MARK: - Seeded randomness
+
+/// SplitMix64: small, fast and fully determined by its seed, so a failure can be replayed by
+/// running with `SPARSECACHE_TEST_SEED=<seed>`.
+struct SeededGenerator: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    mutating func bytes(_ count: Int) -> [UInt8] {
+        var result = [UInt8](repeating: 0, count: count)
+        var index = 0
+        while index < count {
+            var word = next()
+            for _ in 0..<8 where index < count {
+                result[index] = UInt8(truncatingIfNeeded: word)
+                word >>= 8
+                index += 1
+            }
+        }
+        return result
+    }
+}
+
+/// The seed for a test: `SPARSECACHE_TEST_SEED` when set, else the test's own default.
+func testSeed(_ defaultSeed: UInt64) -> UInt64 {
+    if let text = ProcessInfo.processInfo.environment["SPARSECACHE_TEST_SEED"], let seed = UInt64(text) {
+        return seed
+    }
+    return defaultSeed
+}
+
+// MARK: - Deterministic resource content
+
+/// The byte every writer puts at `offset`: a pure function of the offset (and a salt per
+/// resource), so any read that succeeds can be checked without remembering what was written.
+@inline(__always)
+func sourceByte(at offset: Int64, salt: UInt64 = 0) -> UInt8 {
+    var z = UInt64(bitPattern: offset) &+ salt &* 0x9E37_79B9_7F4A_7C15
+    z = (z ^ (z >> 33)) &* 0xFF51_AFD7_ED55_8CCD
+    z = (z ^ (z >> 33)) &* 0xC4CE_B9FE_1A85_EC53
+    return UInt8(truncatingIfNeeded: z ^ (z >> 33))
+}
+
+func sourceBytes(_ range: Range<Int64>, salt: UInt64 = 0) -> [UInt8] {
+    var bytes = [UInt8](repeating: 0, count: Int(range.count))
+    for index in bytes.indices { bytes[index] = sourceByte(at: range.lowerBound + Int64(index), salt: salt) }
+    return bytes
+}
+
+// MARK: - Temporary directories
+
+/// A unique directory under the system temporary directory, removed by `remove()` (or when
+/// the value is released).
+final class TemporaryDirectory: Sendable {
+    let path: String
+
+    init(_ label: String = "test") throws {
+        let base = FileManager.default.temporaryDirectory.path
+        let name = "sparsecache-\(label)-\(getpid())-\(UUID().uuidString)"
+        path = (base.hasSuffix("/") ? base : base + "/") + name
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+    }
+
+    /// A path inside the directory.
+    func file(_ name: String) -> String { path + "/" + name }
+
+    func remove() { try? FileManager.default.removeItem(atPath: path) }
+
+    deinit { remove() }
+}
+
+/// Runs `body` with a fresh temporary directory and removes it afterwards.
+func withTemporaryDirectory<T>(
+    _ label: String = "test", _ body: (TemporaryDirectory) async throws -> T
+) async throws -> T {
+    let directory = try TemporaryDirectory(label)
+    defer { directory.remove() }
+    return try await body(directory)
+}
+
+// MARK: - Raw file surgery
+
+enum RawFile {
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    static func withDescriptor<T>(_ path: String, writable: Bool, _ body: (Int32) throws -> T) throws -> T {
+        let fd = sc_open(path, writable ? Int32(SC_O_RDWR) : Int32(SC_O_RDONLY), 0)
+        guard fd >= 0 else { throw Failure(description: "open '\(path)': errno \(errno)") }
+        defer { _ = sc_close(fd) }
+        return try body(fd)
+    }
+
+    static func size(_ path: String) throws -> Int64 {
+        var status = sc_stat()
+        guard sc_stat_path(path, &status) == 0 else { throw Failure(description: "stat '\(path)': errno \(errno)") }
+        return status.size
+    }
+
+    static func read(_ path: String) throws -> [UInt8] {
+        let count = Int(try size(path))
+        return try withDescriptor(path, writable: false) { fd in
+            var bytes = [UInt8](repeating: 0, count: count)
+            let got = bytes.withUnsafeMutableBytes { sc_pread(fd, $0.baseAddress, count, 0) }
+            guard got == count else { throw Failure(description: "short read of '\(path)'") }
+            return bytes
+        }
+    }
+
+    static func read(_ path: String, offset: Int64, count: Int) throws -> [UInt8] {
+        try withDescriptor(path, writable: false) { fd in
+            var bytes = [UInt8](repeating: 0, count: count)
+            let got = bytes.withUnsafeMutableBytes { sc_pread(fd, $0.baseAddress, count, offset) }
+            guard got >= 0 else { throw Failure(description: "pread '\(path)': errno \(errno)") }
+            return Array(bytes.prefix(got))
+        }
+    }
+
+    static func write(_ path: String, offset: Int64, _ bytes: [UInt8]) throws {
+        try withDescriptor(path, writable: true) { fd in
+            let done = bytes.withUnsafeBytes { sc_pwrite(fd, $0.baseAddress, bytes.count, offset) }
+            guard done == bytes.count else { throw Failure(description: "short write to '\(path)'") }
+        }
+    }
+
+    /// Replaces the whole file's contents.
+    static func replace(_ path: String, with bytes: [UInt8]) throws {
+        try truncate(path, to: 0)
+        if !bytes.isEmpty { try write(path, offset: 0, bytes) }
+    }
+
+    static func truncate(_ path: String, to length: Int64) throws {
+        try withDescriptor(path, writable: true) { fd in
+            guard sc_ftruncate(fd, length) == 0 else { throw Failure(description: "ftruncate '\(path)': errno \(errno)") }
+        }
+    }
+
+    /// XORs `mask` into the byte at `offset`.
+    static func flip(_ path: String, at offset: Int64, mask: UInt8 = 0x01) throws {
+        let old = try read(path, offset: offset, count: 1)
+        guard old.count == 1 else { throw Failure(description: "no byte at \(offset) in '\(path)'") }
+        try write(path, offset: offset, [old[0] ^ mask])
+    }
+}
+
+// MARK: - Error expectations
+
+/// Runs `body`, expecting it to throw a ``SparseCacheError`` with `code`. Records an issue
+/// (with `comment`) otherwise and returns the error when it matched.
+@discardableResult
+func expectError<T>(
+    _ code: SparseCacheError.Code, _ comment: @autoclosure () -> String = "",
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () async throws -> T
+) async -> SparseCacheError? {
+    do {
+        let value = try await body()
+        Issue.record("expected .\(code), got a result: \(value). \(comment())", sourceLocation: sourceLocation)
+        return nil
+    } catch let error as SparseCacheError {
+        if error.code != code {
+            Issue.record("expected .\(code), got .\(error.code): \(error). \(comment())", sourceLocation: sourceLocation)
+            return nil
+        }
+        return error
+    } catch {
+        Issue.record("expected .\(code), got \(type(of: error)): \(error). \(comment())", sourceLocation: sourceLocation)
+        return nil
+    }
+}
+
+/// Synchronous variant of ``expectError(_:_:sourceLocation:_:)``.
+@discardableResult
+func expectErrorSync<T>(
+    _ code: SparseCacheError.Code, _ comment: @autoclosure () -> String = "",
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () throws -> T
+) -> SparseCacheError? {
+    do {
+        let value = try body()
+        Issue.record("expected .\(code), got a result: \(value). \(comment())", sourceLocation: sourceLocation)
+        return nil
+    } catch let error as SparseCacheError {
+        if error.code != code {
+            Issue.record("expected .\(code), got .\(error.code): \(error). \(comment())", sourceLocation: sourceLocation)
+            return nil
+        }
+        return error
+    } catch {
+        Issue.record("expected .\(code), got \(type(of: error)): \(error). \(comment())", sourceLocation: sourceLocation)
+        return nil
+    }
+}
+
+// MARK: - Logical state comparison
+
+extension IndexState {
+    /// Equality of what the index means: segment size, length, metadata, the present set and
+    /// the checksum of every present segment. (The derived `==` also compares how checksum
+    /// pages happen to be allocated, which differs between equal states built differently.)
+    func sameContent(as other: IndexState) -> Bool {
+        guard segmentShift == other.segmentShift, length == other.length, metadata == other.metadata,
+            present == other.present
+        else { return false }
+        for run in present.setRuns {
+            for segment in run where checksums[segment] != other.checksums[segment] { return false }
+        }
+        return true
+    }
+
+    /// A one-line summary for failure messages.
+    var summary: String {
+        "shift \(segmentShift), length \(length.map(String.init) ?? "nil"), \(present.setCount)/\(present.count) present, runs \(present.setRuns), metadata \(metadata)"
+    }
+}
+
+// MARK: - Opening resources
+
+extension SparseFileOptions {
+    /// Small segments, manual commits: the usual test configuration.
+    static func testing(segmentSize: Int = 4096, length: Int64? = nil, create: Bool = true) -> SparseFileOptions {
+        var options = SparseFileOptions()
+        options.segmentSize = segmentSize
+        options.length = length
+        options.create = create
+        options.commitPolicy = .manual
+        return options
+    }
+}
