@@ -5,8 +5,8 @@ import Testing
 
 /// The three CRC32C entry points of the shim, with a name for messages. The hardware path is
 /// only listed when the CPU has it.
-private let implementations: [(name: String, crc: (UInt32, UnsafeRawBufferPointer) -> UInt32)] = {
-    var list: [(name: String, crc: (UInt32, UnsafeRawBufferPointer) -> UInt32)] = [
+private let implementations: [(name: String, crc: @Sendable (UInt32, UnsafeRawBufferPointer) -> UInt32)] = {
+    var list: [(name: String, crc: @Sendable (UInt32, UnsafeRawBufferPointer) -> UInt32)] = [
         ("sc_crc32c", { sc_crc32c($0, $1.baseAddress, $1.count) }),
         ("sc_crc32c_software", { sc_crc32c_software($0, $1.baseAddress, $1.count) }),
     ]
