@@ -19,7 +19,7 @@ enum Output {
 
     static func write(_ text: String, to fd: Int32) {
         var text = text
-        text.withUTF8 { writeAll(UnsafeRawBufferPointer($0), to: fd) }
+        _ = text.withUTF8 { writeAll(UnsafeRawBufferPointer($0), to: fd) }
     }
 
     /// Writes every byte, retrying short writes and EINTR. Returns false on error (EPIPE...).

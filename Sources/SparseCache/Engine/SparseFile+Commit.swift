@@ -83,7 +83,7 @@ extension SparseFile {
 
     /// Folds the journal into a new checkpoint. A failure other than a sync error leaves the
     /// journal in charge and is retried after a later commit.
-    private func checkpoint() async throws {
+    func checkpoint(reportingErrors: Bool = false) async throws {
         let state = committed
         let index = self.index
         do {
@@ -93,6 +93,7 @@ extension SparseFile {
                 poison(after: error)
                 throw failure!
             }
+            if reportingErrors { throw error }
         }
     }
 

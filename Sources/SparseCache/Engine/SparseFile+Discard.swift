@@ -52,17 +52,20 @@ extension SparseFile {
     }
 
     /// Writes a fresh checkpoint now: folds the journal and rewrites the other superblock slot.
-    /// Repair uses it to restore both copies.
+    /// Repair uses it to restore both copies. Runs in the commit line, never beside a commit.
     func forceCheckpoint() async throws {
         try checkWritable("checkpoint")
         try await commitPending()
-        let state = committed
-        let index = self.index
-        do {
-            try await io.run { try index.checkpoint(state) }
-        } catch let error as SparseCacheError where error.operation == "fdatasync" {
-            poison(after: error)
-            throw failure!
+        while let running = commitTask {
+            try await running.value
         }
+        let task = Task { try await self.checkpointInCommitLine() }
+        commitTask = task
+        try await task.value
+    }
+
+    private func checkpointInCommitLine() async throws {
+        defer { commitTask = nil }
+        try await checkpoint(reportingErrors: true)
     }
 }
