@@ -141,9 +141,11 @@ enum RawFile {
         }
     }
 
-    /// Replaces the whole file's contents.
+    /// Replaces the whole file's contents, creating the file when needed.
     static func replace(_ path: String, with bytes: [UInt8]) throws {
-        try truncate(path, to: 0)
+        let fd = sc_open(path, Int32(SC_O_RDWR) | Int32(SC_O_CREAT) | Int32(SC_O_TRUNC), 0o644)
+        guard fd >= 0 else { throw Failure(description: "create '\(path)': errno \(errno)") }
+        _ = sc_close(fd)
         if !bytes.isEmpty { try write(path, offset: 0, bytes) }
     }
 
@@ -173,16 +175,16 @@ func expectError<T>(
 ) async -> SparseCacheError? {
     do {
         let value = try await body()
-        Issue.record("expected .\(code), got a result: \(value). \(comment())", sourceLocation: sourceLocation)
+        Issue.record("expected \(code), got a result: \(value). \(comment())", sourceLocation: sourceLocation)
         return nil
     } catch let error as SparseCacheError {
         if error.code != code {
-            Issue.record("expected .\(code), got .\(error.code): \(error). \(comment())", sourceLocation: sourceLocation)
+            Issue.record("expected \(code), got \(error.code): \(error). \(comment())", sourceLocation: sourceLocation)
             return nil
         }
         return error
     } catch {
-        Issue.record("expected .\(code), got \(type(of: error)): \(error). \(comment())", sourceLocation: sourceLocation)
+        Issue.record("expected \(code), got \(type(of: error)): \(error). \(comment())", sourceLocation: sourceLocation)
         return nil
     }
 }
@@ -196,18 +198,32 @@ func expectErrorSync<T>(
 ) -> SparseCacheError? {
     do {
         let value = try body()
-        Issue.record("expected .\(code), got a result: \(value). \(comment())", sourceLocation: sourceLocation)
+        Issue.record("expected \(code), got a result: \(value). \(comment())", sourceLocation: sourceLocation)
         return nil
     } catch let error as SparseCacheError {
         if error.code != code {
-            Issue.record("expected .\(code), got .\(error.code): \(error). \(comment())", sourceLocation: sourceLocation)
+            Issue.record("expected \(code), got \(error.code): \(error). \(comment())", sourceLocation: sourceLocation)
             return nil
         }
         return error
     } catch {
-        Issue.record("expected .\(code), got \(type(of: error)): \(error). \(comment())", sourceLocation: sourceLocation)
+        Issue.record("expected \(code), got \(type(of: error)): \(error). \(comment())", sourceLocation: sourceLocation)
         return nil
     }
+}
+
+/// Expects two byte arrays to be equal; on failure reports the sizes and the first differing
+/// offset instead of dumping both arrays.
+func expectBytes(
+    _ actual: [UInt8], equal expected: [UInt8], _ comment: @autoclosure () -> String = "",
+    sourceLocation: SourceLocation = #_sourceLocation
+) {
+    guard actual != expected else { return }
+    let firstDifference = zip(actual, expected).enumerated().first { $0.element.0 != $0.element.1 }?.offset
+        ?? min(actual.count, expected.count)
+    Issue.record(
+        "bytes differ: got \(actual.count), expected \(expected.count), first difference at \(firstDifference). \(comment())",
+        sourceLocation: sourceLocation)
 }
 
 // MARK: - Logical state comparison

@@ -29,26 +29,19 @@ extension SegmentBitmap {
     }
 
     /// The maximal runs of set segments that intersect `range`, clipped to it.
-    func setRuns(in range: Range<Int>) -> [Range<Int>] {
-        var runs: [Range<Int>] = []
-        var position = range.lowerBound
-        while let start = firstSet(in: position..<range.upperBound) {
-            let end = firstClear(in: start..<range.upperBound) ?? range.upperBound
-            runs.append(start..<end)
-            position = end
-        }
-        return runs
-    }
+    func setRuns(in range: Range<Int>) -> [Range<Int>] { runs(in: range, set: true) }
 
     /// All maximal runs of set segments.
     var setRuns: [Range<Int>] { setRuns(in: 0..<count) }
 
     /// The maximal runs of clear segments within `range` (segments past `count` are clear).
-    func clearRuns(in range: Range<Int>) -> [Range<Int>] {
+    func clearRuns(in range: Range<Int>) -> [Range<Int>] { runs(in: range, set: false) }
+
+    private func runs(in range: Range<Int>, set: Bool) -> [Range<Int>] {
         var runs: [Range<Int>] = []
         var position = range.lowerBound
-        while let start = firstClear(in: position..<range.upperBound) {
-            let end = firstSet(in: start..<range.upperBound) ?? range.upperBound
+        while let start = firstMatching(in: position..<range.upperBound, set: set) {
+            let end = firstMatching(in: start..<range.upperBound, set: !set) ?? range.upperBound
             runs.append(start..<end)
             position = end
         }

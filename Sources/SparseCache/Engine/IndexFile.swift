@@ -18,6 +18,10 @@ final class IndexFile: @unchecked Sendable {
     /// which keeps the cost of commits proportional to what they change.
     var wantsCheckpoint: Bool { journalBytes >= max(1 << 20, superblock.checkpointLength) }
 
+    /// The live checkpoint is the first region of the file (nothing but dead space can follow
+    /// the journal, and the next checkpoint will be written after it).
+    var checkpointIsAtFront: Bool { superblock.checkpointOffset == IndexFormat.firstRegionOffset }
+
     private init(fd: FileDescriptor, superblock: Superblock, journalEnd: Int64, nextSequence: UInt64) {
         self.fd = fd
         self.superblock = superblock
@@ -96,6 +100,27 @@ final class IndexFile: @unchecked Sendable {
     }
 
     private static func recover(_ fd: FileDescriptor) throws -> (IndexFile, IndexState, RecoveryReport) {
+        let found = try recoverState(from: fd)
+        let index = IndexFile(fd: fd, superblock: found.superblock, journalEnd: found.journalEnd, nextSequence: found.nextSequence)
+        return (index, found.state, found.report)
+    }
+
+    /// Recovery from index bytes held in memory: the same code path as ``open(path:access:)``,
+    /// without a file (the index fuzz tests feed it mutated indexes).
+    static func recover(bytes: [UInt8]) throws -> (IndexState, RecoveryReport) {
+        let found = try recoverState(from: MemoryIndexSource(bytes: bytes))
+        return (found.state, found.report)
+    }
+
+    private struct Recovered {
+        var superblock: Superblock
+        var journalEnd: Int64
+        var nextSequence: UInt64
+        var state: IndexState
+        var report: RecoveryReport
+    }
+
+    private static func recoverState(from fd: some IndexByteSource) throws -> Recovered {
         let fileSize = try fd.status().size
         if fileSize == 0 { throw IndexFormat.corrupt("index is empty (0 bytes)", path: fd.path) }
         let head = try fd.read(fromAbsoluteOffset: 0, count: Int(IndexFormat.firstRegionOffset))
@@ -141,8 +166,7 @@ final class IndexFile: @unchecked Sendable {
             if rank > 0 { report.damage.append(contentsOf: checkpointProblems) }
             var recovered = state
             let (end, sequence) = try replayJournal(fd, block: block, fileSize: fileSize, state: &recovered, report: &report)
-            let index = IndexFile(fd: fd, superblock: block, journalEnd: end, nextSequence: sequence)
-            return (index, recovered, report)
+            return Recovered(superblock: block, journalEnd: end, nextSequence: sequence, state: recovered, report: report)
         }
         if candidates.isEmpty, let futureVersion {
             throw SparseCacheError(
@@ -157,7 +181,7 @@ final class IndexFile: @unchecked Sendable {
 
     /// Applies every record that validates, in sequence, and returns where the next one goes.
     private static func replayJournal(
-        _ fd: FileDescriptor, block: Superblock, fileSize: Int64, state: inout IndexState,
+        _ fd: some IndexByteSource, block: Superblock, fileSize: Int64, state: inout IndexState,
         report: inout RecoveryReport
     ) throws -> (end: Int64, sequence: UInt64) {
         var position = block.journalOffset
@@ -250,8 +274,23 @@ extension IndexState {
     /// Why `change` cannot apply to this state, or nil when it can.
     func problem(applying change: IndexChange) -> String? {
         var length = self.length
+        // `dropped` is sorted: a binary search tells whether the change drops a segment.
+        func drops(_ segment: Int) -> Bool {
+            let index = change.dropped.partitioningIndex { $0 >= segment }
+            return index < change.dropped.count && change.dropped[index] == segment
+        }
         if let newLength = change.length {
             if let length, length != newLength { return "sets length \(newLength) but it is already \(length)" }
+            let largest = Self.maximumLength(shift: segmentShift)
+            guard newLength >= 0, newLength <= largest else { return "length \(newLength) is outside 0...\(largest)" }
+            // A segment made present while the length was unknown was stored at full size: a
+            // length ending inside it would leave some of its bytes, and its CRC, outside.
+            if self.length == nil, newLength % Int64(segmentSize) != 0 {
+                let last = Int(newLength >> Int64(segmentShift))
+                if present[last], !drops(last) {
+                    return "length \(newLength) ends inside present segment \(last), which was stored at full size"
+                }
+            }
             length = newLength
         }
         if let length {
@@ -259,10 +298,38 @@ extension IndexState {
             if let last = change.added.last?.segment, last >= count {
                 return "adds segment \(last) past the end (\(count) segments)"
             }
-            if let beyond = present.firstSet(in: count..<Swift.max(count, present.count)) {
-                return "length \(length) leaves present segment \(beyond) outside the resource"
+            // Present segments past the end are allowed only when this change drops them.
+            var position = count
+            while let beyond = present.firstSet(in: position..<Swift.max(count, present.count)) {
+                if !drops(beyond) { return "length \(length) leaves present segment \(beyond) outside the resource" }
+                position = beyond + 1
             }
         }
         return nil
+    }
+}
+
+/// Where recovery reads an index from: its file, or bytes in memory.
+protocol IndexByteSource {
+    var path: String { get }
+    func status() throws -> FileDescriptor.Status
+    func read(fromAbsoluteOffset offset: Int64, count: Int) throws -> [UInt8]
+}
+
+extension FileDescriptor: IndexByteSource {}
+
+/// An index held in memory, read the way recovery reads a file (short at the end).
+struct MemoryIndexSource: IndexByteSource {
+    var bytes: [UInt8]
+    var path: String { "<memory>" }
+
+    func status() throws -> FileDescriptor.Status {
+        FileDescriptor.Status(size: Int64(bytes.count), allocatedBytes: Int64(bytes.count), isRegular: true, isDirectory: false)
+    }
+
+    func read(fromAbsoluteOffset offset: Int64, count: Int) throws -> [UInt8] {
+        guard offset < bytes.count else { return [] }
+        let start = Int(offset)
+        return Array(bytes[start..<min(bytes.count, start + count)])
     }
 }

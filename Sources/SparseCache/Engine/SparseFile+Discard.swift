@@ -68,4 +68,31 @@ extension SparseFile {
         defer { commitTask = nil }
         try await checkpoint(reportingErrors: true)
     }
+
+    /// Shrinks the index when its journal holds more than `threshold` bytes: folds the journal
+    /// into a checkpoint at the front of the file and truncates the dead space after it. The
+    /// store calls it so that a resource's index does not eat the budget meant for its data.
+    ///
+    /// Durability: as ``forceCheckpoint()``; the committed state is unchanged.
+    /// - Throws: `.io`, `.needsReopen`, `.closed`, or `.invalidArgument` when opened read-only.
+    public func compactIndex(ifJournalExceeds threshold: Int64) async throws {
+        try checkWritable("compact index")
+        try await commitPending()
+        while let running = commitTask {
+            try await running.value
+        }
+        let task = Task { try await self.compactInCommitLine(threshold: threshold) }
+        commitTask = task
+        try await task.value
+    }
+
+    private func compactInCommitLine(threshold: Int64) async throws {
+        defer { commitTask = nil }
+        // Safe to read here: the commit line is the only code touching the index.
+        guard index.journalBytes > threshold else { return }
+        try await checkpoint(reportingErrors: true)
+        // A checkpoint goes to the front only when the live one sits elsewhere; the second
+        // one lands there and the file is truncated behind it.
+        if !index.checkpointIsAtFront { try await checkpoint(reportingErrors: true) }
+    }
 }

@@ -117,11 +117,22 @@ extension SparseFile {
         var probe = committed
         probe.apply(pendingChange)
         let inFlight = Set(unsynced.keys).union(committing.keys).union(busy)
-        let count = IndexState.segmentCount(length: length, shift: segmentShift)
-        let problem = length < 0 ? "negative length"
-            : probe.problem(applying: IndexChange(length: length))
-            ?? (inFlight.contains { $0 >= count } ? "data was written past length \(length)" : nil)
-            ?? (partials.keys.contains { $0 >= count } ? "buffered bytes lie past length \(length)" : nil)
+        // The probe checks the range first, so the segment count below cannot overflow.
+        var problem = probe.problem(applying: IndexChange(length: length))
+        if problem == nil {
+            let count = IndexState.segmentCount(length: length, shift: segmentShift)
+            // No length was set before, so segments in flight were written at full size: an
+            // unaligned length must not end inside one. Buffered bytes must end by the length.
+            let firstCut = length % Int64(segmentSize) == 0 ? count : count - 1
+            let lastBytes = length - (Int64(count - 1) << Int64(segmentShift))
+            if inFlight.contains(where: { $0 >= firstCut }) {
+                problem = "data was written past length \(length)"
+            } else if partials.contains(where: { segment, partial in
+                segment >= count || (segment == count - 1 && (partial.covered.ranges.last?.upperBound ?? 0) > lastBytes)
+            }) {
+                problem = "buffered bytes lie past length \(length)"
+            }
+        }
         if let problem {
             throw SparseCacheError(.invalidArgument, operation: "set length", path: path, length: length, detail: problem)
         }
@@ -132,7 +143,7 @@ extension SparseFile {
             if try dataFile.status().size < length { try dataFile.truncate(to: length) }
         }
         // The last segment may have been waiting only for its length.
-        let last = count - 1
+        let last = IndexState.segmentCount(length: length, shift: segmentShift) - 1
         if last >= 0, let partial = partials[last], partial.isComplete(length: segmentLength(last)) {
             let bytes = Array(partial.buffer.prefix(segmentLength(last)))
             partials[last] = nil

@@ -154,6 +154,14 @@ public actor SparseFile {
         let indexPath = Self.indexPath(for: path)
         let indexExists = try FileSystem.exists(indexPath)
         let create = mode == .readWrite && options.create && !indexExists
+        if create, let length = options.length {
+            let shift = (options.segmentSize ?? SparseFileOptions.defaultSegmentSize).trailingZeroBitCount
+            guard length <= IndexState.maximumLength(shift: shift) else {
+                throw SparseCacheError(
+                    .invalidArgument, operation: "open", path: path,
+                    detail: "length \(length) is over the largest supported length \(IndexState.maximumLength(shift: shift))")
+            }
+        }
         if !indexExists, !create {
             let dataExists = try FileSystem.exists(path)
             throw SparseCacheError(
@@ -164,7 +172,7 @@ public actor SparseFile {
         let dataFile = try FileDescriptor.open(
             path, access: mode == .readWrite ? .readWrite : .readOnly, create: create)
         do {
-            if mode == .readWrite, try !dataFile.tryLock(exclusive: true) {
+            if mode == .readWrite, try !dataFile.tryLock(exclusive: true, patience: FileDescriptor.lockPatience) {
                 throw SparseCacheError(
                     .locked, operation: "open", path: path, detail: "locked by another process (open for writing)")
             }

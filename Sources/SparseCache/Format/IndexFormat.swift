@@ -191,6 +191,7 @@ enum Checkpoint {
         let presentCount = try reader.read(UInt64.self, "present count")
         let length: Int64? = rawLength == IndexFormat.unknownLength ? nil : Int64(exactly: rawLength)
         if rawLength != IndexFormat.unknownLength, length == nil { throw fail("length \(rawLength) out of range") }
+        if let length, length > IndexState.maximumLength(shift: segmentShift) { throw fail("length \(length) out of range") }
         guard covered <= UInt64(IndexFormat.maximumSegmentCount), presentCount <= covered else { throw fail("segment counts out of range") }
         if let length, IndexState.segmentCount(length: length, shift: segmentShift) != Int(covered) {
             throw fail("bitmap size \(covered) does not match length \(length)")
@@ -342,7 +343,9 @@ enum JournalRecord {
             switch Operation(rawValue: rawOperation) {
             case .setLength:
                 let length = try body.read(UInt64.self, "length")
-                guard let value = Int64(exactly: length) else { throw body.failure("length \(length) out of range") }
+                guard let value = Int64(exactly: length), value <= IndexState.maximumLength(shift: segmentShift) else {
+                    throw body.failure("length \(length) out of range")
+                }
                 change.length = value
             case .setMetadata:
                 let count = Int(try body.read(UInt32.self, "metadata size"))

@@ -23,11 +23,29 @@ struct IndexState: Sendable, Equatable {
         Int((length + (Int64(1) << shift) - 1) >> Int64(shift))
     }
 
+    /// The largest length the format supports at a segment shift: `maximumSegmentCount`
+    /// segments. Larger lengths would overflow `segmentCount` or the bitmap.
+    static func maximumLength(shift: Int) -> Int64 {
+        Int64(IndexFormat.maximumSegmentCount) << Int64(shift)
+    }
+
     /// Applies one commit's change in the order the format defines: length, metadata, drops, adds.
     mutating func apply(_ change: IndexChange) {
         if let newLength = change.length {
             length = newLength
-            present.grow(to: Self.segmentCount(length: newLength, shift: segmentShift))
+            let count = Self.segmentCount(length: newLength, shift: segmentShift)
+            if present.count > count {
+                // Segments past the new end were dropped before the length was learned (or are
+                // dropped by this change): the bitmap must cover exactly the resource, or a
+                // checkpoint of this state would not decode.
+                var trimmed = SegmentBitmap(count: count)
+                for run in present.setRuns(in: 0..<count) {
+                    for segment in run { trimmed.insert(segment) }
+                }
+                present = trimmed
+            } else {
+                present.grow(to: count)
+            }
         }
         if let newMetadata = change.metadata { metadata = newMetadata }
         for segment in change.dropped { present.remove(segment) }

@@ -25,7 +25,14 @@ struct FileDescriptor: Sendable, Hashable {
         var flags: Int32 = access == .readOnly ? Int32(SC_O_RDONLY) : Int32(SC_O_RDWR)
         if create { flags |= Int32(SC_O_CREAT) }
         if exclusive { flags |= Int32(SC_O_EXCL) }
-        let fd = try retryingSyscall("open", path: path) { Int(sc_open(path, flags, permissions)) }
+        let fd: Int
+        do {
+            fd = try retryingSyscall("open", path: path) { Int(sc_open(path, flags, permissions)) }
+        } catch let error as SparseCacheError where error.errno == EISDIR {
+            // open(2) refuses a directory for writing before the status check below can run.
+            throw SparseCacheError(
+                .invalidArgument, operation: "open", path: path, errno: EISDIR, detail: "is a directory, expected a file")
+        }
         let descriptor = FileDescriptor(rawValue: Int32(fd), path: path)
         let status = try descriptor.status()
         guard status.isRegular else {
@@ -147,6 +154,33 @@ struct FileDescriptor: Sendable, Hashable {
             case let code: throw SparseCacheError(.io, operation: "flock", path: path, errno: code)
             }
         }
+    }
+
+    /// Like ``tryLock(exclusive:)``, but tries again for up to `patience` before giving up.
+    ///
+    /// A lock this process just released can still be held for an instant by a child being
+    /// spawned on another thread: between fork and exec the child shares every open file
+    /// description, close-on-exec ones included. Giving up at once would report "locked by
+    /// another process" for a file nobody else has open.
+    func tryLock(exclusive: Bool, patience: Duration) throws -> Bool {
+        var waited = Duration.zero
+        var pause = Duration.microseconds(200)
+        while true {
+            if try tryLock(exclusive: exclusive) { return true }
+            if waited >= patience { return false }
+            let (seconds, attoseconds) = pause.components
+            usleep(UInt32(seconds * 1_000_000 + attoseconds / 1_000_000_000_000))
+            waited += pause
+            pause = min(pause * 2, .milliseconds(20))
+        }
+    }
+
+    /// How long an open waits for a lock that may be held only by a spawning child.
+    static let lockPatience = Duration.milliseconds(100)
+
+    /// Releases an advisory lock taken with ``tryLock(exclusive:)``.
+    func unlock() {
+        _ = sc_flock(rawValue, Int32(SC_LOCK_UNLOCK))
     }
 
     struct Status: Sendable {

@@ -42,3 +42,45 @@ enum FileSystem {
         return String(path[path.index(after: slash)...])
     }
 }
+
+extension FileSystem {
+    /// The names in a directory, without "." and "..".
+    static func listDirectory(_ path: String) throws -> [String] {
+        guard let directory = opendir(path) else {
+            throw SparseCacheError(errno == ENOENT ? .notFound : .io, operation: "opendir", path: path, errno: errno)
+        }
+        defer { closedir(directory) }
+        var names: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+
+    /// Creates a directory (and its parents) when missing; fails when the path is a file.
+    static func createDirectory(_ path: String) throws {
+        if let status = try status(ofPath: path) {
+            guard status.isDirectory else {
+                throw SparseCacheError(.invalidArgument, operation: "create directory", path: path, detail: "exists and is not a directory")
+            }
+            return
+        }
+        let parent = parentDirectory(of: path)
+        if parent != path, parent != ".", parent != "/" { try createDirectory(parent) }
+        if mkdir(path, 0o755) != 0, errno != EEXIST {
+            throw SparseCacheError(errno == ENOENT ? .notFound : .io, operation: "mkdir", path: path, errno: errno)
+        }
+    }
+
+    /// Bytes available to an unprivileged writer on the file system holding `path`.
+    static func availableBytes(at path: String) throws -> Int64 {
+        var info = statvfs()
+        guard statvfs(path, &info) == 0 else {
+            throw SparseCacheError(.io, operation: "statvfs", path: path, errno: errno)
+        }
+        return Int64(info.f_bavail) * Int64(info.f_frsize)
+    }
+}
