@@ -7,6 +7,7 @@ let package = Package(
         .library(name: "SparseCache", targets: ["SparseCache"]),
         .executable(name: "sparsecache", targets: ["SparseCacheCLI"]),
         .executable(name: "sparsecache-bench", targets: ["SparseCacheBench"]),
+        .executable(name: "sparsecache-stress", targets: ["SparseCacheStress"]),
     ],
     targets: [
         // The only C in the project: syscalls Swift cannot call directly (_GNU_SOURCE functions,
@@ -15,6 +16,9 @@ let package = Package(
         .target(name: "SparseCache", dependencies: ["CShim"], path: "Sources/SparseCache"),
         .executableTarget(name: "SparseCacheCLI", dependencies: ["SparseCache"], path: "Sources/SparseCacheCLI"),
         .executableTarget(name: "SparseCacheBench", dependencies: ["SparseCache", "CShim"], path: "Benchmarks/sparsecache-bench"),
+        // Writes and commits forever, printing an acknowledgement per commit: the crash tests
+        // SIGKILL it at random moments (Tests/SparseCacheTests/CrashKillTests.swift).
+        .executableTarget(name: "SparseCacheStress", dependencies: ["SparseCache"], path: "Sources/sparsecache-stress"),
         .testTarget(name: "SparseCacheTests", dependencies: ["SparseCache", "CShim"], path: "Tests/SparseCacheTests"),
     ],
     swiftLanguageModes: [.v6]

@@ -1,6 +1,14 @@
 // Thin wrappers over the syscalls the engine uses. No retry, no policy: see cshim.h.
+//
+// Each wrapper that fault injection can reach starts with SC_FAULT_HOOK: one relaxed atomic
+// load and a branch predicted not taken; only when a rule, counting or power-loss recording
+// is on does the call go to the slow path in faults.c (which then makes the syscall itself).
 #define _GNU_SOURCE
 #include "cshim.h"
+#include "faults_internal.h"
+
+#define SC_FAULT_HOOK(slow_call) \
+    do { if (SC_FAULTS_ARMED()) return slow_call; } while (0)
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,28 +25,44 @@ _Static_assert(SC_LOCK_SHARED == LOCK_SH && SC_LOCK_EXCLUSIVE == LOCK_EX &&
                "flock values differ from this libc");
 
 int sc_open(const char *path, int flags, unsigned int mode) {
+    SC_FAULT_HOOK(sc_fault_open(path, flags, mode));
     return open(path, flags | O_CLOEXEC, (mode_t)mode);
 }
 
 int sc_close(int fd) { return close(fd); }
 
 ssize_t sc_pread(int fd, void *buffer, size_t count, int64_t offset) {
+    SC_FAULT_HOOK(sc_fault_pread(fd, buffer, count, offset));
     return pread(fd, buffer, count, (off_t)offset);
 }
 
 ssize_t sc_pwrite(int fd, const void *buffer, size_t count, int64_t offset) {
+    SC_FAULT_HOOK(sc_fault_pwrite(fd, buffer, count, offset));
     return pwrite(fd, buffer, count, (off_t)offset);
 }
 
-int sc_fsync(int fd) { return fsync(fd); }
-int sc_fdatasync(int fd) { return fdatasync(fd); }
-int sc_ftruncate(int fd, int64_t length) { return ftruncate(fd, (off_t)length); }
+int sc_fsync(int fd) {
+    SC_FAULT_HOOK(sc_fault_fsync(fd, 0));
+    return fsync(fd);
+}
+
+int sc_fdatasync(int fd) {
+    SC_FAULT_HOOK(sc_fault_fsync(fd, 1));
+    return fdatasync(fd);
+}
+
+int sc_ftruncate(int fd, int64_t length) {
+    SC_FAULT_HOOK(sc_fault_ftruncate(fd, length));
+    return ftruncate(fd, (off_t)length);
+}
 
 int sc_fallocate(int fd, int64_t offset, int64_t length) {
+    SC_FAULT_HOOK(sc_fault_fallocate(fd, offset, length, 0));
     return fallocate(fd, 0, (off_t)offset, (off_t)length);
 }
 
 int sc_punch_hole(int fd, int64_t offset, int64_t length) {
+    SC_FAULT_HOOK(sc_fault_fallocate(fd, offset, length, 1));
     return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset, (off_t)length);
 }
 
@@ -70,5 +94,12 @@ int sc_stat_path(const char *path, sc_stat *out) {
     return 0;
 }
 
-int sc_rename(const char *from, const char *to) { return rename(from, to); }
-int sc_unlink(const char *path) { return unlink(path); }
+int sc_rename(const char *from, const char *to) {
+    SC_FAULT_HOOK(sc_fault_rename(from, to));
+    return rename(from, to);
+}
+
+int sc_unlink(const char *path) {
+    SC_FAULT_HOOK(sc_fault_unlink(path));
+    return unlink(path);
+}

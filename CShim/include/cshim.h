@@ -81,6 +81,101 @@ uint32_t sc_crc32c_software(uint32_t crc, const void *buffer, size_t count);
 uint32_t sc_crc32c_hardware(uint32_t crc, const void *buffer, size_t count);
 int sc_crc32c_hardware_available(void);
 
+// MARK: - Fault injection (CShim/faults.c)
+//
+// A table of rules the wrappers above consult before each call. With no rule set, no counting
+// and no power-loss recording, every wrapper pays one relaxed atomic load and a predicted
+// branch. Rules come from the Swift API (Sources/SparseCache/Faults) or, at process start,
+// from the SPARSECACHE_FAULTS environment variable (syntax in README.md, "Fault injection").
+
+/// Operations a rule can match (bit n of sc_fault_rule.ops is operation n).
+enum {
+    SC_OP_OPEN = 0,
+    SC_OP_PREAD = 1,
+    SC_OP_PWRITE = 2,
+    SC_OP_FSYNC = 3,
+    SC_OP_FDATASYNC = 4,
+    SC_OP_FTRUNCATE = 5,
+    SC_OP_FALLOCATE = 6,
+    SC_OP_PUNCH_HOLE = 7,
+    SC_OP_RENAME = 8,
+    SC_OP_UNLINK = 9,
+    SC_OP_COUNT = 10,
+};
+
+/// When a rule fires, counted over the calls it matches (operation and path), from 1.
+enum {
+    SC_TRIGGER_NTH = 0,         ///< only the n-th matching call
+    SC_TRIGGER_AFTER = 1,       ///< every matching call after the n-th (n = 0: every call)
+    SC_TRIGGER_PROBABILITY = 2, ///< each matching call with `probability`, seeded by `seed`
+};
+
+/// The exit status of the `crash` effect, unless the rule sets its own.
+enum { SC_FAULT_CRASH_STATUS = 86 };
+
+/// One rule. Effects combine: e.g. torn_bytes + crash writes the first bytes, then exits.
+typedef struct sc_fault_rule {
+    uint32_t ops;               ///< bit mask of 1 << SC_OP_*
+    int32_t trigger;            ///< SC_TRIGGER_*
+    int64_t n;                  ///< for NTH and AFTER
+    double probability;         ///< for PROBABILITY, 0...1
+    uint64_t seed;              ///< for PROBABILITY and snapshot variants
+    int64_t max_fires;          ///< stop after this many fires; 0 = no limit
+    int32_t error;              ///< fail with this errno (0: do not fail)
+    int32_t crash;              ///< 1: _exit(exit_status) after the other effects
+    int32_t exit_status;        ///< 0 means SC_FAULT_CRASH_STATUS
+    int32_t snapshot_variants;  ///< > 0: take power-loss snapshots before the call
+    int64_t short_bytes;        ///< >= 0: pread/pwrite transfer at most this many bytes
+    int64_t torn_bytes;         ///< >= 0: pwrite puts only this many bytes in the file, then
+                                ///<       reports `error` if set, else full success
+    int64_t delay_us;           ///< > 0: sleep this long before the call
+} sc_fault_rule;
+
+/// A rule with no effect and trigger AFTER 0 (fires on every call).
+sc_fault_rule sc_fault_rule_default(void);
+/// Adds a rule; `path_substring` (may be NULL) restricts it to files whose path contains it
+/// (descriptor calls resolve the path through /proc/self/fd); `snapshot_dir` is where
+/// snapshot variants go. Returns the rule id (> 0), or -1 with errno EINVAL.
+int64_t sc_faults_add(const sc_fault_rule *rule, const char *path_substring, const char *snapshot_dir);
+/// Parses SPARSECACHE_FAULTS syntax and adds its rules. Returns how many were added and
+/// writes their ids (up to max_ids); on a syntax error adds nothing, writes a message to
+/// `error` and returns -1.
+int sc_faults_parse(const char *spec, int64_t *ids, int max_ids, char *error, size_t error_size);
+/// Removes one rule; returns 0, or -1 when no such rule exists.
+int sc_faults_remove(int64_t id);
+/// Removes every rule (counters are kept; see sc_faults_reset_counters).
+void sc_faults_clear(void);
+/// How many times the rule fired (also after it was removed, until counters are reset).
+int64_t sc_faults_fired(int64_t id);
+/// Calls the rule matched (operation and path), whether it fired or not. A snapshot rule
+/// names its snapshots by this count: "<dir>/<k>-<v>" is taken before its k-th match (from 0).
+int64_t sc_faults_matches(int64_t id);
+/// Calls of one operation seen while armed (counting on, a rule set, or power loss on).
+int64_t sc_faults_calls(int op);
+/// All calls seen while armed: the index of the next call.
+int64_t sc_faults_operation_count(void);
+/// Counting alone arms the slow path without any rule.
+void sc_faults_set_counting(int on);
+void sc_faults_reset_counters(void);
+/// 1 when the slow path is armed.
+int sc_faults_is_armed(void);
+
+// MARK: - Power-loss simulation (CShim/powerloss.c)
+
+/// Starts recording: files in directory `root` (not its subdirectories) are tracked from
+/// their current contents, which count as durable. Every unsynced pwrite, ftruncate,
+/// fallocate and punch-hole is kept with its pre-image until fsync/fdatasync of the file;
+/// creates, renames and unlinks in `root` until fsync of the directory. Returns 0 or -1.
+int sc_powerloss_begin(const char *root);
+/// Stops recording and forgets everything.
+void sc_powerloss_end(void);
+/// Writes into `dest` (an existing empty directory) the files of `root` as they could look
+/// after a power cut now. `keep_all` = 1 models a process crash instead (every completed
+/// call persists). The live files are not touched. Returns 0 or -1 with errno.
+int sc_powerloss_snapshot(const char *dest, uint64_t seed, int keep_all);
+/// Unsynced operations currently remembered (file and directory).
+int64_t sc_powerloss_pending(void);
+
 #ifdef __cplusplus
 }
 #endif

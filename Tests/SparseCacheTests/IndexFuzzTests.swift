@@ -1,0 +1,215 @@
+// Index robustness (bbolt's way, and then some): every single-bit flip of a small committed
+// index, every 512 B and 4 KiB sector zeroed or set to 0xFF, and truncation at every length
+// must be detected: recovery yields exactly one of the states the index really held (the
+// latest, or an older one) or a corruptIndex / unsupportedVersion error, never anything else.
+// A seeded mutation fuzz loop then feeds the decoder mangled indexes, half of them with every
+// checksum recomputed so the mutations reach the field checks; zero crashes allowed.
+import CShim
+import Foundation
+import Testing
+
+@testable import SparseCache
+
+@Suite("Index robustness and fuzzing")
+struct IndexFuzzTests {
+    /// A small index with history: creation, commits, a discard, metadata, a checkpoint, and
+    /// every committed state it went through.
+    static func history() async throws -> (index: [UInt8], states: [IndexState]) {
+        let directory = try TemporaryDirectory("index-fuzz")
+        defer { directory.remove() }
+        let path = directory.file("r.bin")
+        let model = ContentModel(segmentSize: 4096, length: 16 * 4096 - 10, salt: 5)
+        let versions = [Int](repeating: 0, count: model.segments)
+        var states: [IndexState] = []
+        func snapshot() throws {
+            states.append(try IndexFile.recover(bytes: RawFile.read(SparseFile.indexPath(for: path))).0)
+        }
+        let file = try await SparseFile.open(path, options: .testing(length: model.length))
+        try snapshot()
+        try await file.write(model.bytes(0..<16384, versions: versions), at: 0)
+        try await file.commit()
+        try snapshot()
+        try await file.forceCheckpoint()
+        try snapshot()
+        try await file.write(model.bytes(16384..<40000, versions: versions), at: 16384)
+        try await file.setMetadata(ResourceMetadata(key: "fuzz", contentType: "video/mp4", user: ["a": "b"]))
+        try await file.commit()
+        try snapshot()
+        try await file.discard(segments: [2, 5])
+        try snapshot()
+        try await file.write(model.bytes(40000..<model.length, versions: versions), at: 40000)
+        try await file.commit()
+        try snapshot()
+        try await file.close()
+        return (try RawFile.read(SparseFile.indexPath(for: path)), states)
+    }
+
+    enum Outcome: Equatable { case latest, older, detected }
+
+    enum Classification: Equatable {
+        case success(Outcome)
+        case failure(String)
+    }
+
+    static func classify(_ bytes: [UInt8], states: [IndexState]) -> Classification {
+        do {
+            let (state, _) = try IndexFile.recover(bytes: bytes)
+            if state.sameContent(as: states.last!) { return .success(.latest) }
+            if states.contains(where: { $0.sameContent(as: state) }) { return .success(.older) }
+            return .failure("recovered a state the index never held: \(state.summary)")
+        } catch let error as SparseCacheError where error.code == .corruptIndex || error.code == .unsupportedVersion {
+            return .success(.detected)
+        } catch {
+            return .failure("unexpected error \(error)")
+        }
+    }
+
+    @Test("every bit flip, every sector zeroed or 0xFF'd, every truncation: detected or an earlier state")
+    func exhaustiveDamage() async throws {
+        let (index, states) = try await Self.history()
+        #expect(Self.classify(index, states: states) == .success(.latest))
+        var counts: [String: Int] = [:]
+        var violations = 0
+        func run(_ kind: String, _ bytes: [UInt8]) {
+            switch Self.classify(bytes, states: states) {
+            case .success(let outcome): counts["\(kind) \(outcome)", default: 0] += 1
+            case .failure(let problem):
+                violations += 1
+                if violations < 20 { Issue.record("\(kind): \(problem)") }
+            }
+        }
+        var bytes = index
+        for bit in 0..<(index.count * 8) {
+            bytes[bit / 8] ^= 1 << UInt8(bit % 8)
+            run("bit flip", bytes)
+            bytes[bit / 8] = index[bit / 8]
+        }
+        for sector in [512, 4096] {
+            for start in stride(from: 0, to: index.count, by: sector) {
+                for fill: UInt8 in [0x00, 0xFF] {
+                    var damaged = index
+                    for i in start..<min(start + sector, index.count) { damaged[i] = fill }
+                    run("\(sector) B sector \(fill == 0 ? "zeroed" : "0xFF")", damaged)
+                }
+            }
+        }
+        for length in 0..<index.count { run("truncation", Array(index.prefix(length))) }
+        let total = counts.values.reduce(0, +) + violations
+        print("[crash-counts] index damage (\(index.count)-byte index, \(states.count) states): \(counts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")) inputs=\(total) violations=\(violations)")
+        #expect(violations == 0)
+        #expect(counts["bit flip detected", default: 0] > 0)
+    }
+
+    @Test("a damaged superblock or torn record on disk: the resource opens at an earlier state and verify says so")
+    func onDiskFallback() async throws {
+        let directory = try TemporaryDirectory("index-disk")
+        defer { directory.remove() }
+        let path = directory.file("r.bin")
+        let model = ContentModel(segmentSize: 4096, length: 4 * 4096, salt: 6)
+        let versions = [Int](repeating: 0, count: 4)
+        let file = try await SparseFile.open(path, options: .testing(length: model.length))
+        try await file.write(model.bytes(0..<8192, versions: versions), at: 0)
+        try await file.commit()
+        try await file.write(model.bytes(8192..<16384, versions: versions), at: 8192)
+        try await file.commit()
+        try await file.close()
+        let indexPath = SparseFile.indexPath(for: path)
+        let size = try RawFile.size(indexPath)
+        // Tear the last record: the resource opens with the first commit only.
+        try RawFile.flip(indexPath, at: size - 4096 + 30)
+        let reopened = try await SparseFile.open(path, options: .testing())
+        #expect(await reopened.presentSegments() == [0..<2])
+        #expect(reopened.recovery.journalTail != nil)
+        try await reopened.close()
+        let report = try await Verifier.verify(path: path)
+        #expect(report.isClean)
+        #expect(!report.notes.isEmpty)
+    }
+
+    /// Recomputes every checksum the format has, so mutated fields get past them.
+    static func reseal(_ bytes: inout [UInt8]) {
+        func u32(_ at: Int) -> UInt32 { bytes[at..<(at + 4)].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) }.littleEndian }
+        func u64(_ at: Int) -> UInt64 { bytes[at..<(at + 8)].withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }.littleEndian }
+        func put(_ value: UInt32, _ at: Int) { withUnsafeBytes(of: value.littleEndian) { for i in 0..<4 { bytes[at + i] = $0[i] } } }
+        for slot in 0..<2 where bytes.count >= (slot + 1) * 4096 {
+            let base = slot * 4096
+            let generation = u64(base + 16)
+            let offset = u64(base + 24)
+            let length = u64(base + 32)
+            let salt = u32(base + 44)
+            if length > 0, length <= 1 << 22, offset <= UInt64(bytes.count), offset + length <= UInt64(bytes.count) {
+                put(crc32c(bytes[Int(offset)..<Int(offset + length)]), base + 40)
+                var position = Int(offset + length)
+                for _ in 0..<64 {
+                    guard position + 24 <= bytes.count else { break }
+                    let padded = Int(u32(position + 20))
+                    guard padded >= 4096, padded <= 1 << 22, position + padded <= bytes.count else { break }
+                    put(JournalRecord.checksum(bytes[position..<(position + padded)], salt: salt, generation: generation), position + 4)
+                    position += padded
+                }
+            }
+            put(crc32c(bytes[base..<(base + 4092)]), base + 4092)
+        }
+    }
+
+    @Test("seeded mutation fuzzing of the index decoder: no crash, no invented state")
+    func fuzz() async throws {
+        let (index, states) = try await Self.history()
+        let seed = testSeed(0xF022)
+        let iterations = Int(ProcessInfo.processInfo.environment["SPARSECACHE_FUZZ_ITERATIONS"] ?? "") ?? 30_000
+        var random = SeededGenerator(seed: seed)
+        let interesting: [UInt64] = [0, 1, 0xFF, 4095, 4096, 8192, 0x7FFF_FFFF, 0xFFFF_FFFF, 1 << 32, UInt64(Int64.max), .max, 1 << 63, 24, 12]
+        var decoded = 0
+        var sealed = 0
+        var violations = 0
+        let start = ContinuousClock.now
+        for iteration in 0..<iterations {
+            var bytes = index
+            for _ in 0..<(1 + Int(random.next() % 4)) {
+                guard !bytes.isEmpty else { break }
+                let at = Int(random.next() % UInt64(bytes.count))
+                switch random.next() % 7 {
+                case 0: bytes[at] ^= 1 << UInt8(random.next() % 8)
+                case 1: bytes[at] = UInt8(truncatingIfNeeded: random.next())
+                case 2, 3:
+                    // An interesting value over a field-aligned spot.
+                    let aligned = at & ~3
+                    let value = interesting[Int(random.next() % UInt64(interesting.count))]
+                    let width = random.next() % 2 == 0 ? 4 : 8
+                    for i in 0..<width where aligned + i < bytes.count { bytes[aligned + i] = UInt8(truncatingIfNeeded: value >> UInt64(8 * i)) }
+                case 4: bytes.removeLast(Int(random.next() % UInt64(min(bytes.count, 9000))))
+                case 5:
+                    let from = Int(random.next() % UInt64(bytes.count))
+                    let count = min(Int(random.next() % 600), bytes.count - max(at, from))
+                    if count > 0 { bytes.replaceSubrange(at..<(at + count), with: bytes[from..<(from + count)]) }
+                default: bytes.append(contentsOf: (0..<Int(random.next() % 5000)).map { _ in UInt8(truncatingIfNeeded: random.next()) })
+                }
+            }
+            let resealed = random.next() % 2 == 0
+            if resealed {
+                Self.reseal(&bytes)
+                sealed += 1
+            }
+            do {
+                let (state, _) = try IndexFile.recover(bytes: bytes)
+                decoded += 1
+                // Whatever decodes must be self-consistent; unsealed inputs must also be history.
+                if let length = state.length, state.present.count != IndexState.segmentCount(length: length, shift: state.segmentShift) {
+                    violations += 1
+                    Issue.record("iteration \(iteration) (seed \(seed)): bitmap of \(state.present.count) for length \(length)")
+                }
+                if !resealed, !states.contains(where: { $0.sameContent(as: state) }) {
+                    violations += 1
+                    Issue.record("iteration \(iteration) (seed \(seed)): unsealed mutation decoded to a new state \(state.summary)")
+                }
+            } catch let error as SparseCacheError where error.code == .corruptIndex || error.code == .unsupportedVersion {
+            } catch {
+                violations += 1
+                Issue.record("iteration \(iteration) (seed \(seed)): unexpected error \(error)")
+            }
+        }
+        let elapsed = ContinuousClock.now - start
+        print("[crash-counts] index fuzz seed \(seed): inputs=\(iterations) resealed=\(sealed) decoded=\(decoded) violations=\(violations) crashes=0 time=\(elapsed)")
+        #expect(violations == 0)
+    }
+}
