@@ -8,7 +8,8 @@ import Glibc
 enum SparseCacheTool {
     static let commands: [CommandEntry] = [
         CommandEntry(WriteCommand.self), CommandEntry(ReadCommand.self), CommandEntry(VerifyCommand.self),
-        CommandEntry(InfoCommand.self), CommandEntry(DemoCommand.self),
+        CommandEntry(InfoCommand.self), CommandEntry(DemoCommand.self), CommandEntry(ListCommand.self),
+        CommandEntry(EvictCommand.self), CommandEntry(ClearCommand.self),
     ]
 
     static let help = """
@@ -25,6 +26,9 @@ enum SparseCacheTool {
           verify    Check every checksum and the data file after a crash; --repair fixes
           info      Show length, segment size, present ranges and metadata
           demo      Fill a synthetic resource the way a player would (no network needed)
+          ls        List the resources of a cache directory
+          evict     Evict resources from a cache directory (by key or down to a size)
+          clear     Remove every resource from a cache directory
 
         OPTIONS:
           -h, --help    Show help; 'sparsecache <command> --help' for a command

@@ -1,0 +1,147 @@
+import Foundation
+import SparseCache
+
+/// The default cache directory: `$XDG_CACHE_HOME/sparsecache`, else `~/.cache/sparsecache`.
+func defaultCacheDirectory() -> String {
+    let environment = ProcessInfo.processInfo.environment
+    if let xdg = environment["XDG_CACHE_HOME"], !xdg.isEmpty { return xdg + "/sparsecache" }
+    return (environment["HOME"] ?? NSHomeDirectory()) + "/.cache/sparsecache"
+}
+
+/// Opens a store for a maintenance command: no budget enforcement on open.
+func withStore<T>(_ directory: String, _ body: (SparseStore) async throws -> T) async throws -> T {
+    let store = try await SparseStore.open(directory: directory, options: StoreOptions(budget: .max))
+    do {
+        let result = try await body(store)
+        try await store.close()
+        return result
+    } catch {
+        try? await store.close()
+        throw error
+    }
+}
+
+/// `sparsecache ls [--cache-dir DIR] [--json]`
+enum ListCommand: Command {
+    static let name = "ls"
+    static let spec = ArgumentSpec(options: ["--cache-dir"], flags: ["--json"])
+    static let help = """
+        OVERVIEW: List the resources in a cache directory, least recently used first.
+
+        Reads the directory without taking its lock, so it works while a cache or proxy runs.
+
+        USAGE: sparsecache ls [--cache-dir DIR] [--json]
+
+        OPTIONS:
+          --cache-dir DIR   The cache directory (default: $XDG_CACHE_HOME/sparsecache, or
+                            ~/.cache/sparsecache)
+          --json            Print JSON: directory, allocatedBytes, presentBytes, entries (key,
+                            name, length, presentBytes, allocatedBytes, lastAccess in ns since
+                            1970, pinnedPrefix)
+          -h, --help        Show this help
+        """
+
+    static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
+        let summary = try await SparseStore.inspect(directory: directory)
+        if arguments.has("--json") {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            Output.print(String(decoding: try encoder.encode(summary), as: UTF8.self))
+            return ExitStatus.ok
+        }
+        Output.print("cache directory: \(directory)")
+        if summary.entries.isEmpty {
+            Output.print("no resources")
+            return ExitStatus.ok
+        }
+        Output.print(pad("PRESENT", 12) + pad("LENGTH", 12) + pad("%", 8) + pad("ON DISK", 12) + pad("LAST ACCESS", 22) + "KEY")
+        for entry in summary.entries {
+            let share = entry.percentPresent.map { String(format: "%.1f", $0) } ?? "?"
+            Output.print(
+                pad(SizeParser.describe(entry.presentBytes), 12) + pad(entry.length.map(SizeParser.describe) ?? "unknown", 12)
+                    + pad(share, 8) + pad(SizeParser.describe(entry.allocatedBytes), 12) + pad(timestamp(entry.lastAccess), 22)
+                    + entry.key)
+        }
+        Output.print("\(summary.entries.count) resources, \(SizeParser.describe(summary.presentBytes)) present, \(SizeParser.describe(summary.allocatedBytes)) on disk")
+        return ExitStatus.ok
+    }
+
+    private static func pad(_ text: String, _ width: Int) -> String {
+        text.count >= width ? text + " " : text + String(repeating: " ", count: width - text.count)
+    }
+
+    private static func timestamp(_ nanoseconds: Int64) -> String {
+        guard nanoseconds > 0 else { return "never" }
+        let formatter = DateFormatter()
+        formatter.dateFormat = "yyyy-MM-dd HH:mm:ss"
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        return formatter.string(from: Date(timeIntervalSince1970: Double(nanoseconds) / 1e9)) + "Z"
+    }
+}
+
+/// `sparsecache evict [--cache-dir DIR] (--key K | --to-size SIZE)`
+enum EvictCommand: Command {
+    static let name = "evict"
+    static let spec = ArgumentSpec(options: ["--cache-dir", "--key", "--to-size"])
+    static let help = """
+        OVERVIEW: Evict resources from a cache directory.
+
+        With --key, removes that resource. With --to-size, removes least-recently-used
+        resources (keeping pinned prefixes first) until the directory takes at most SIZE on
+        disk. Takes the directory's lock: fails with exit 75 while a cache or proxy owns it.
+
+        USAGE: sparsecache evict [--cache-dir DIR] (--key K | --to-size SIZE)
+
+        OPTIONS:
+          --cache-dir DIR   The cache directory (default: $XDG_CACHE_HOME/sparsecache, or
+                            ~/.cache/sparsecache)
+          --key K           Remove the resource with this key
+          --to-size SIZE    Evict down to SIZE bytes on disk (K, M, G, T suffixes)
+          -h, --help        Show this help
+        """
+
+    static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
+        let key = arguments.options["--key"]
+        let size = try arguments.size("--to-size")
+        guard (key == nil) != (size == nil) else { throw UsageError("give exactly one of --key and --to-size") }
+        let evicted: [String] = try await withStore(directory) { store in
+            if let key {
+                try await store.remove(key: key)
+                return [key]
+            }
+            return try await store.evict(toSize: size!)
+        }
+        let remaining = try await SparseStore.inspect(directory: directory)
+        for key in evicted { Output.print("evicted: \(key)") }
+        Output.print("\(evicted.count) evicted; \(remaining.entries.count) resources remain, \(SizeParser.describe(remaining.allocatedBytes)) on disk")
+        return ExitStatus.ok
+    }
+}
+
+/// `sparsecache clear [--cache-dir DIR]`
+enum ClearCommand: Command {
+    static let name = "clear"
+    static let spec = ArgumentSpec(options: ["--cache-dir"])
+    static let help = """
+        OVERVIEW: Remove every resource from a cache directory.
+
+        Takes the directory's lock: fails with exit 75 while a cache or proxy owns it. Files in
+        the directory that sparsecache did not make are left alone.
+
+        USAGE: sparsecache clear [--cache-dir DIR]
+
+        OPTIONS:
+          --cache-dir DIR   The cache directory (default: $XDG_CACHE_HOME/sparsecache, or
+                            ~/.cache/sparsecache)
+          -h, --help        Show this help
+        """
+
+    static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
+        let removed = try await withStore(directory) { try await $0.clear() }
+        Output.print("removed \(removed.count) resources from \(directory)")
+        return ExitStatus.ok
+    }
+}

@@ -1,0 +1,308 @@
+// The cache directory: LRU eviction against a model, pinning, the larger-than-budget window,
+// restart, concurrency, crash leftovers, two processes, and bad input.
+import Foundation
+import Testing
+
+@testable import SparseCache
+
+/// Each key's bytes are a pure function of the key and the offset.
+func keyedBytes(_ key: String, _ range: Range<Int64>) -> [UInt8] {
+    sourceBytes(range, salt: UInt64(truncatingIfNeeded: key.utf8.reduce(5381) { ($0 << 5) &+ $0 &+ Int($1) }))
+}
+
+extension StoreOptions {
+    static func testing(budget: Int64, segmentSize: Int = 16384) -> StoreOptions {
+        var options = StoreOptions(budget: budget)
+        options.segmentSize = segmentSize
+        options.commitPolicy = .manual
+        options.catalogSaveDelay = .milliseconds(50)
+        return options
+    }
+}
+
+/// Writes the whole resource for `key` through the store and releases it.
+func fill(_ store: SparseStore, key: String, length: Int64) async throws {
+    let handle = try await store.open(key: key, length: length)
+    try await handle.write(keyedBytes(key, 0..<length), at: 0)
+    try await handle.file.commit()
+    try await handle.release()
+}
+
+/// Opens, reads a little (checking the bytes) and releases: one access.
+func access(_ store: SparseStore, key: String, length: Int64) async throws {
+    let handle = try await store.open(key: key, length: length)
+    let bytes = try await handle.read(offset: 0, length: 100)
+    try await handle.release()
+    #expect(bytes == keyedBytes(key, 0..<100), "wrong bytes for \(key)")
+}
+
+@Suite("Cache directory")
+struct StoreTests {
+    @Test("eviction follows least-recent use, checked against a model")
+    func lruOrderMatchesModel() async throws {
+        let seed = testSeed(51)
+        var random = SeededGenerator(seed: seed)
+        try await withTemporaryDirectory("store-lru") { directory in
+            let length: Int64 = 64 << 10
+            let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            var model: [String] = []  // least recent first
+            func used(_ key: String) {
+                model.removeAll { $0 == key }
+                model.append(key)
+            }
+            for index in 0..<12 {
+                try await fill(store, key: "video-\(index)", length: length)
+                used("video-\(index)")
+            }
+            for _ in 0..<40 {
+                let key = model[Int(random.next() % UInt64(model.count))]
+                try await access(store, key: key, length: length)
+                used(key)
+            }
+            let perResource = await store.entry(for: "video-0")!.allocatedBytes
+            // Room for exactly five resources: the seven least recently used must go.
+            let evicted = try await store.evict(toSize: perResource * 5 + perResource / 2)
+            #expect(evicted == Array(model.prefix(7)), "seed \(seed)")
+            let remaining = await store.summary().entries.map(\.key)
+            #expect(remaining == Array(model.suffix(5)), "seed \(seed)")
+            for key in remaining { try await access(store, key: key, length: length) }
+            try await store.close()
+        }
+    }
+
+    @Test("an open resource is never evicted, however cold")
+    func pinnedSurvivesPressure() async throws {
+        try await withTemporaryDirectory("store-pin") { directory in
+            let length: Int64 = 128 << 10
+            let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            try await fill(store, key: "watching", length: length)
+            let held = try await store.open(key: "watching", length: length)
+            for index in 0..<6 { try await fill(store, key: "other-\(index)", length: length) }
+            let evicted = try await store.evict(toSize: 0)
+            #expect(!evicted.contains("watching"))
+            #expect(Set(evicted) == Set((0..<6).map { "other-\($0)" }))
+            #expect(try await held.read(offset: 0, length: Int(length)) == keyedBytes("watching", 0..<length))
+            await expectError(.locked) { try await store.remove(key: "watching") }
+            try await held.release()
+            #expect(try await store.evict(toSize: 0) == ["watching"])
+            try await store.close()
+        }
+    }
+
+    @Test("a resource larger than the budget keeps a window of recent segments")
+    func largerThanBudgetWindow() async throws {
+        try await withTemporaryDirectory("store-window") { directory in
+            let segment: Int64 = 16384
+            let budget: Int64 = 512 << 10
+            let length: Int64 = 4 << 20
+            let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: budget, segmentSize: Int(segment)))
+            let handle = try await store.open(key: "huge", length: length)
+            var position: Int64 = 0
+            var peak: Int64 = 0
+            while position < length {
+                let end = min(length, position + 4 * segment)
+                try await handle.write(keyedBytes("huge", position..<end), at: position)
+                try await handle.file.commit()
+                position = end
+                peak = max(peak, await store.allocatedBytes)
+            }
+            // Within the budget plus what one write adds before eviction runs.
+            #expect(peak <= budget + 4 * segment + 64 << 10, "peak \(peak)")
+            let present = await handle.file.presentRanges()
+            let last = try #require(present.last)
+            #expect(last.upperBound == length, "the newest bytes are kept: \(present)")
+            #expect(await handle.file.presentBytes < length / 2, "old segments were dropped")
+            #expect(try await handle.read(offset: last.lowerBound, length: Int(last.count)) == keyedBytes("huge", last))
+            try await handle.release()
+            try await store.close()
+            let report = try await Verifier.verify(path: directory.path + "/resources/" + ResourceNaming.baseName(for: "huge"))
+            #expect(report.isClean, "\(report)")
+        }
+    }
+
+    @Test("a pinned prefix survives eviction; the rest goes first")
+    func pinnedPrefix() async throws {
+        try await withTemporaryDirectory("store-prefix") { directory in
+            let length: Int64 = 256 << 10
+            let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            try await fill(store, key: "next-video", length: length)
+            try await store.pinPrefix(key: "next-video", bytes: 32 << 10)
+            try await fill(store, key: "other", length: length)
+            let entry = try #require(await store.entry(for: "next-video"))
+            _ = try await store.evict(toSize: await store.allocatedBytes - entry.allocatedBytes / 2)
+            let handle = try await store.open(key: "next-video", length: length)
+            #expect(await handle.file.presentRanges() == [0..<(32 << 10)])
+            #expect(try await handle.read(offset: 0, length: 32 << 10) == keyedBytes("next-video", 0..<(32 << 10)))
+            try await handle.release()
+            #expect(await store.entry(for: "other") != nil, "the other resource was not needed to go")
+            try await store.close()
+        }
+    }
+
+    @Test("LRU order and sizes survive a restart; start-up reads no index when the catalog is current")
+    func restartKeepsOrder() async throws {
+        try await withTemporaryDirectory("store-restart") { directory in
+            let length: Int64 = 32 << 10
+            var store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            for key in ["a", "b", "c", "d"] { try await fill(store, key: key, length: length) }
+            for key in ["c", "a", "d", "b"] { try await access(store, key: key, length: length) }
+            let before = await store.summary()
+            try await store.close()
+
+            store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            #expect(store.startup.indexesRead == 0)
+            #expect(store.startup.catalogFound)
+            let after = await store.summary()
+            #expect(after.entries.map(\.key) == ["c", "a", "d", "b"])
+            #expect(after.entries.map(\.presentBytes) == before.entries.map(\.presentBytes))
+            #expect(try await store.evict(toSize: after.allocatedBytes - 1) == ["c"])
+            try await store.close()
+
+            // Without a catalog every index is read once and nothing is lost.
+            try FileManager.default.removeItem(atPath: directory.path + "/catalog")
+            store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            #expect(store.startup.indexesRead == 3)
+            #expect(Set(await store.summary().entries.map(\.key)) == ["a", "d", "b"])
+            for key in ["a", "d", "b"] { try await access(store, key: key, length: length) }
+            try await store.close()
+        }
+    }
+
+    @Test("concurrent open, read, write and evict of the same and different keys never read wrong bytes")
+    func concurrentUse() async throws {
+        let seed = testSeed(77)
+        try await withTemporaryDirectory("store-concurrent") { directory in
+            let length: Int64 = 96 << 10
+            let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 256 << 10))
+            let keys = (0..<6).map { "k\($0)" }
+            try await withThrowingTaskGroup(of: Int.self) { group in
+                for worker in 0..<12 {
+                    group.addTask {
+                        var random = SeededGenerator(seed: seed &+ UInt64(worker))
+                        var checkedReads = 0
+                        for _ in 0..<25 {
+                            let key = keys[Int(random.next() % UInt64(keys.count))]
+                            switch random.next() % 4 {
+                            case 0:
+                                _ = try await store.evict(toSize: Int64(random.next() % UInt64(256 << 10)))
+                            default:
+                                let handle = try await store.open(key: key, length: length)
+                                let start = Int64(random.next() % UInt64(length - 20000))
+                                let range = start..<(start + 20000)
+                                try await handle.write(keyedBytes(key, range), at: start)
+                                try await handle.file.commit()
+                                let got = try await handle.readAvailable(from: start, maxLength: 20000)
+                                #expect(got == keyedBytes(key, start..<(start + Int64(got.count))), "seed \(seed) key \(key)")
+                                checkedReads += got.isEmpty ? 0 : 1
+                                try await handle.release()
+                            }
+                        }
+                        return checkedReads
+                    }
+                }
+                var total = 0
+                for try await count in group { total += count }
+                #expect(total > 0, "no read returned data (seed \(seed))")
+            }
+            #expect(await store.allocatedBytes <= 256 << 10 + 64 << 10)
+            try await store.close()
+            let summary = try await SparseStore.inspect(directory: directory.path)
+            for entry in summary.entries {
+                let report = try await Verifier.verify(path: directory.path + "/resources/" + entry.name)
+                #expect(report.isClean, "\(entry.key): \(report)")
+            }
+        }
+    }
+
+    @Test("a crash mid-eviction leaves no resource claiming data; leftovers are cleaned at start-up")
+    func crashLeftovers() async throws {
+        try await withTemporaryDirectory("store-crash") { directory in
+            let length: Int64 = 32 << 10
+            var store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            for key in ["keep", "half-evicted", "fresh"] { try await fill(store, key: key, length: length) }
+            let halfName = try #require(await store.entry(for: "half-evicted")).name
+            try await store.close()
+            let resources = directory.path + "/resources/"
+            // Eviction deletes the index first; a crash right after leaves the data file alone.
+            try FileManager.default.removeItem(atPath: resources + halfName + ".scidx")
+            // A crash during creation leaves a temporary index; a foreign file is not ours.
+            try Data([1, 2, 3]).write(to: URL(fileURLWithPath: resources + "0123456789abcdef.scidx.tmp"))
+            try Data([9]).write(to: URL(fileURLWithPath: resources + "README.txt"))
+
+            store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            #expect(store.startup.orphansRemoved == 1)
+            #expect(store.startup.foreignFiles == 1)
+            #expect(!FileManager.default.fileExists(atPath: resources + halfName))
+            #expect(!FileManager.default.fileExists(atPath: resources + "0123456789abcdef.scidx.tmp"))
+            #expect(FileManager.default.fileExists(atPath: resources + "README.txt"), "foreign files are left alone")
+            #expect(Set(await store.summary().entries.map(\.key)) == ["keep", "fresh"])
+            try await access(store, key: "keep", length: length)
+            _ = try await store.clear()
+            #expect(FileManager.default.fileExists(atPath: resources + "README.txt"))
+            try await store.close()
+        }
+    }
+
+    @Test("a damaged index drops that resource only")
+    func damagedIndexDropsOneResource() async throws {
+        try await withTemporaryDirectory("store-damaged") { directory in
+            let length: Int64 = 32 << 10
+            var store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            try await fill(store, key: "good", length: length)
+            try await fill(store, key: "bad", length: length)
+            let badName = try #require(await store.entry(for: "bad")).name
+            try await store.close()
+            let index = directory.path + "/resources/" + badName + ".scidx"
+            try RawFile.write(index, offset: 0, [UInt8](repeating: 0xEE, count: 8192))
+
+            store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            let handle = try await store.open(key: "bad", length: length)
+            #expect(await handle.file.presentBytes == 0, "the damaged resource starts over")
+            try await handle.release()
+            try await access(store, key: "good", length: length)
+            try await store.close()
+        }
+    }
+
+    @Test("a second process gets a clear 'in use' error; ls works without the lock")
+    func twoProcesses() async throws {
+        try await withTemporaryDirectory("store-two") { directory in
+            let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            try await fill(store, key: "shared", length: 32 << 10)
+            try await store.saveCatalog()
+            let evict = try await CLI.run(["evict", "--cache-dir", directory.path, "--to-size", "0"])
+            #expect(evict.status == 75, "\(evict)")
+            #expect(evict.err.contains("in use by another process"), "\(evict)")
+            let list = try await CLI.run(["ls", "--cache-dir", directory.path, "--json"])
+            #expect(list.status == 0, "\(list)")
+            #expect(list.out.contains("\"shared\""), "\(list)")
+            await expectError(.locked) { try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20)) }
+            try await store.close()
+            let after = try await CLI.run(["evict", "--cache-dir", directory.path, "--to-size", "0"])
+            #expect(after.status == 0, "\(after)")
+            #expect(after.out.contains("evicted: shared"), "\(after)")
+        }
+    }
+
+    @Test("bad input gets a clear error")
+    func badInput() async throws {
+        try await withTemporaryDirectory("store-bad") { directory in
+            await expectError(.invalidArgument) {
+                try await SparseStore.open(directory: directory.path + "/s", options: .testing(budget: 1000))
+            }
+            let file = directory.file("plain-file")
+            try Data([1]).write(to: URL(fileURLWithPath: file))
+            await expectError(.invalidArgument) { try await SparseStore.open(directory: file, options: .testing(budget: 1 << 20)) }
+            let store = try await SparseStore.open(directory: directory.path + "/new/nested", options: .testing(budget: 1 << 20))
+            await expectError(.invalidArgument) { try await store.open(key: "") }
+            await expectError(.invalidArgument) { try await store.open(key: String(repeating: "k", count: 9000)) }
+            await expectError(.notFound) { try await store.remove(key: "missing") }
+            let long = String(repeating: "é", count: 4000)
+            let handle = try await store.open(key: long, length: 100)
+            try await handle.release()
+            #expect(await store.entry(for: long) != nil)
+            try await store.close()
+            await expectError(.closed) { try await store.open(key: "late") }
+        }
+    }
+}
