@@ -1,0 +1,153 @@
+/// Command-line options of `sparsecache-bench` and the sizes each mode uses.
+struct BenchOptions: Sendable {
+    enum Mode: String, Sendable, Codable {
+        case full, quick, smoke
+    }
+
+    var mode = Mode.full
+    var jsonPath: String?
+    /// Parent directory for the scratch directory (default: /var/tmp, or ./.bench-tmp when
+    /// /var/tmp is a tmpfs).
+    var directory: String?
+    /// Scenario numbers to run (default: all).
+    var only: Set<Int>?
+    var repetitionsOverride: Int?
+    var keep = false
+
+    static let usage = """
+        OVERVIEW: sparsecache side by side with raw syscalls and the designs it replaces.
+
+        Every scenario runs sparsecache and its baselines in one process, interleaved, and
+        reports min / median / max over the repetitions and the ratio to the raw baseline.
+
+        USAGE: sparsecache-bench [--quick | --smoke] [--json PATH] [--dir PATH] [--only N,...]
+
+        OPTIONS:
+          --quick         Smaller sizes, 7 repetitions (about 2 minutes)
+          --smoke         Tiny sizes, 1 repetition: checks every scenario runs (seconds)
+          (default)       1 GiB fills and reads, 9 repetitions
+          --json PATH     Write every result as JSON to PATH
+          --dir PATH      Parent of the scratch directory (default /var/tmp; never a tmpfs
+                          unless you ask for one). The scratch directory is removed at the end.
+          --only N,...    Run only these scenarios (1-6)
+          --reps N        Override the repetition count (at least 1)
+          --keep          Keep the scratch directory
+          -h, --help      Show this help
+
+        SCENARIOS:
+          1  durable sequential fill       4  verify and CRC32C throughput
+          2  seek-heavy (random) fill      5  scale: open time, memory, index bytes per commit
+          3  cached reads                  6  cooperative pool: worst ticker gap under slow I/O
+        """
+
+    struct UsageError: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// Parses the arguments; nil means help was asked for.
+    static func parse(_ arguments: [String]) throws -> BenchOptions? {
+        var options = BenchOptions()
+        var index = 0
+        func value(_ name: String) throws -> String {
+            index += 1
+            guard index < arguments.count else { throw UsageError(description: "\(name) needs a value") }
+            return arguments[index]
+        }
+        while index < arguments.count {
+            let argument = arguments[index]
+            switch argument {
+            case "-h", "--help": return nil
+            case "--quick": options.mode = .quick
+            case "--smoke": options.mode = .smoke
+            case "--full": options.mode = .full
+            case "--json": options.jsonPath = try value(argument)
+            case "--dir": options.directory = try value(argument)
+            case "--keep": options.keep = true
+            case "--reps":
+                guard let count = Int(try value(argument)), count >= 1 else {
+                    throw UsageError(description: "--reps needs a positive integer")
+                }
+                options.repetitionsOverride = count
+            case "--only":
+                let numbers = try value(argument).split(separator: ",").map { Int($0) }
+                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...6).contains($0) } ?? false }) else {
+                    throw UsageError(description: "--only takes scenario numbers from 1 to 6, e.g. --only 1,3")
+                }
+                options.only = Set(numbers.compactMap { $0 })
+            default:
+                throw UsageError(description: "unknown argument '\(argument)'")
+            }
+            index += 1
+        }
+        return options
+    }
+
+    func runs(_ scenario: Int) -> Bool { only?.contains(scenario) ?? true }
+
+    var repetitions: Int {
+        if let repetitionsOverride { return repetitionsOverride }
+        switch mode {
+        case .full: return 9
+        case .quick: return 7
+        case .smoke: return 1
+        }
+    }
+
+    var sizes: Sizes { Sizes(mode) }
+}
+
+/// Workload sizes per mode.
+struct Sizes: Sendable {
+    /// Scenario 1: bytes filled sequentially.
+    var sequentialFill: Int64
+    /// Scenario 2: bytes filled in random order.
+    var randomFill: Int64
+    /// Both fills: bytes written between commits.
+    var commitEvery: Int64
+    /// Scenarios 3, 4 and 6: the resource read back.
+    var readResource: Int64
+    /// Scenario 3: random 64 KiB reads per cell.
+    var randomReads: Int
+    /// Scenario 4: bytes checksummed per CRC32C sample, hardware and software path.
+    var crcHardwareBytes: Int
+    var crcSoftwareBytes: Int
+    /// Scenario 5: one-segment commits per resource size.
+    var scaleCommits: Int
+    /// Scenario 6: the length of each of the 64 slow reads.
+    var slowReadLength: Int
+
+    init(_ mode: BenchOptions.Mode) {
+        switch mode {
+        case .full:
+            sequentialFill = 1 << 30
+            randomFill = 256 << 20
+            commitEvery = 8 << 20
+            readResource = 1 << 30
+            randomReads = 8192
+            crcHardwareBytes = 2 << 30
+            crcSoftwareBytes = 512 << 20
+            scaleCommits = 300
+            slowReadLength = 4 << 20
+        case .quick:
+            sequentialFill = 256 << 20
+            randomFill = 64 << 20
+            commitEvery = 8 << 20
+            readResource = 128 << 20
+            randomReads = 2048
+            crcHardwareBytes = 1 << 30
+            crcSoftwareBytes = 256 << 20
+            scaleCommits = 300
+            slowReadLength = 2 << 20
+        case .smoke:
+            sequentialFill = 8 << 20
+            randomFill = 2 << 20
+            commitEvery = 1 << 20
+            readResource = 8 << 20
+            randomReads = 64
+            crcHardwareBytes = 16 << 20
+            crcSoftwareBytes = 4 << 20
+            scaleCommits = 3
+            slowReadLength = 128 << 10
+        }
+    }
+}

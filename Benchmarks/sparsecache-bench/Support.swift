@@ -1,0 +1,173 @@
+import CShim
+import Dispatch
+import Foundation
+
+/// Monotonic time in nanoseconds (CLOCK_MONOTONIC): cheap enough to stamp every read.
+enum Monotonic {
+    @inline(__always)
+    static func now() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+    }
+
+    static func seconds(since start: UInt64) -> Double { Double(now() - start) / 1e9 }
+}
+
+/// Runs blocking baseline work off the cooperative pool, the way the engine does: a dispatch
+/// queue plus a continuation. The closure is `@Sendable` and created in a nonisolated
+/// function, so libdispatch never sees an actor-isolated handler.
+struct BlockingBridge: Sendable {
+    let queue: DispatchQueue
+
+    init(label: String) { queue = DispatchQueue(label: label) }
+
+    static let shared = BlockingBridge(label: "sparsecache-bench.blocking")
+
+    func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
+            queue.async { @Sendable in continuation.resume(with: Result { try work() }) }
+        }
+    }
+}
+
+/// A failed syscall in a baseline.
+struct SyscallError: Error, CustomStringConvertible {
+    var operation: String
+    var path: String
+    var code: Int32
+
+    var description: String { "\(operation) failed for '\(path)': \(String(cString: strerror(code))) (errno \(code))" }
+}
+
+/// Raw syscalls through the same shim the engine uses, with the loops every caller needs.
+enum Raw {
+    static func open(_ path: String, flags: Int32, mode: UInt32 = 0o644) throws -> Int32 {
+        let fd = sc_open(path, flags, mode)
+        if fd < 0 { throw SyscallError(operation: "open", path: path, code: errno) }
+        return fd
+    }
+
+    static func check(_ result: Int32, _ operation: String, _ path: String) throws {
+        if result < 0 { throw SyscallError(operation: operation, path: path, code: errno) }
+    }
+
+    /// pwrite until every byte is written.
+    static func writeAll(_ fd: Int32, _ buffer: UnsafeRawBufferPointer, at offset: Int64, path: String) throws {
+        var done = 0
+        while done < buffer.count {
+            let n = sc_pwrite(fd, buffer.baseAddress! + done, buffer.count - done, offset + Int64(done))
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw SyscallError(operation: "pwrite", path: path, code: errno)
+            }
+            done += n
+        }
+    }
+
+    static func writeAll(_ fd: Int32, _ bytes: [UInt8], at offset: Int64, path: String) throws {
+        try bytes.withUnsafeBytes { try writeAll(fd, $0, at: offset, path: path) }
+    }
+
+    /// pread until the buffer is full or the file ends; returns the bytes read.
+    @discardableResult
+    static func readAll(_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer, at offset: Int64, path: String) throws -> Int {
+        var done = 0
+        while done < buffer.count {
+            let n = sc_pread(fd, buffer.baseAddress! + done, buffer.count - done, offset + Int64(done))
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw SyscallError(operation: "pread", path: path, code: errno)
+            }
+            if n == 0 { break }
+            done += n
+        }
+        return done
+    }
+
+    static func fdatasync(_ fd: Int32, path: String) throws { try check(sc_fdatasync(fd), "fdatasync", path) }
+
+    /// fsync of a directory: makes creates and renames in it durable.
+    static func syncDirectory(_ path: String) throws {
+        let fd = try open(path, flags: Int32(SC_O_RDONLY) | Int32(SC_O_DIRECTORY))
+        defer { _ = sc_close(fd) }
+        try check(sc_fsync(fd), "fsync", path)
+    }
+
+    /// Drops the file's clean pages from the page cache, so the next read goes to the disk.
+    static func dropCache(_ path: String) throws {
+        let fd = try open(path, flags: Int32(SC_O_RDONLY))
+        defer { _ = sc_close(fd) }
+        try check(sc_fdatasync(fd), "fdatasync", path)
+        let result = posix_fadvise(fd, 0, 0, Int32(POSIX_FADV_DONTNEED))
+        if result != 0 { throw SyscallError(operation: "posix_fadvise", path: path, code: result) }
+    }
+
+    static func fileSize(_ path: String) -> Int64 {
+        var status = sc_stat()
+        return sc_stat_path(path, &status) == 0 ? status.size : -1
+    }
+}
+
+/// Process facts from /proc.
+enum Probe {
+    static var crc32cHardwareAvailable: Bool { sc_crc32c_hardware_available() == 1 }
+
+    /// VmRSS of this process in bytes.
+    static func residentBytes() -> Int64 {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
+        else { return -1 }
+        let kilobytes = line.split(separator: " ").compactMap { Int64($0) }.first ?? -1
+        return kilobytes * 1024
+    }
+
+    /// Bytes this process has passed to write-family syscalls (`wchar` of /proc/self/io).
+    static func bytesWritten() -> Int64 {
+        guard let io = try? String(contentsOfFile: "/proc/self/io", encoding: .utf8),
+            let line = io.split(separator: "\n").first(where: { $0.hasPrefix("wchar:") })
+        else { return -1 }
+        return Int64(line.split(separator: " ").last ?? "") ?? -1
+    }
+}
+
+/// SplitMix64: a small seeded generator, so every run replays the same workload.
+struct SplitMix: RandomNumberGenerator, Sendable {
+    private var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    /// `count` pseudo-random bytes (incompressible, so no layer can shortcut them).
+    mutating func bytes(_ count: Int) -> [UInt8] {
+        [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            var index = 0
+            while index < count {
+                var word = next()
+                for _ in 0..<Swift.min(8, count - index) {
+                    buffer[index] = UInt8(truncatingIfNeeded: word)
+                    word >>= 8
+                    index += 1
+                }
+            }
+            initialized = count
+        }
+    }
+}
+
+/// Human-readable byte counts: 1 GiB, 64 KiB, 1 TiB.
+func describeBytes(_ bytes: Int64) -> String {
+    let units: [(Int64, String)] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")]
+    for (size, name) in units where bytes >= size {
+        let value = Double(bytes) / Double(size)
+        return (value == value.rounded() ? String(Int64(value)) : Table.format(value, decimals: 1)) + " " + name
+    }
+    return "\(bytes) B"
+}
