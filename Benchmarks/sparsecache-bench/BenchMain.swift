@@ -12,6 +12,7 @@ enum BenchMain {
         (VerifyScenario.number, VerifyScenario.name, VerifyScenario.run),
         (ScaleScenario.number, ScaleScenario.name, ScaleScenario.run),
         (CooperativePoolScenario.number, CooperativePoolScenario.name, CooperativePoolScenario.run),
+        (StoreScenario.number, StoreScenario.name, StoreScenario.run),
     ]
 
     static func run(_ arguments: [String]) async -> Int32 {

@@ -29,7 +29,7 @@ struct BenchOptions: Sendable {
           --json PATH     Write every result as JSON to PATH
           --dir PATH      Parent of the scratch directory (default /var/tmp; never a tmpfs
                           unless you ask for one). The scratch directory is removed at the end.
-          --only N,...    Run only these scenarios (1-6)
+          --only N,...    Run only these scenarios (1-7)
           --reps N        Override the repetition count (at least 1)
           --keep          Keep the scratch directory
           -h, --help      Show this help
@@ -38,6 +38,7 @@ struct BenchOptions: Sendable {
           1  durable sequential fill       4  verify and CRC32C throughput
           2  seek-heavy (random) fill      5  scale: open time, memory, index bytes per commit
           3  cached reads                  6  cooperative pool: worst ticker gap under slow I/O
+                                           7  cache directory: start-up with 10,000 resources, eviction
         """
 
     struct UsageError: Error, CustomStringConvertible {
@@ -70,8 +71,8 @@ struct BenchOptions: Sendable {
                 options.repetitionsOverride = count
             case "--only":
                 let numbers = try value(argument).split(separator: ",").map { Int($0) }
-                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...6).contains($0) } ?? false }) else {
-                    throw UsageError(description: "--only takes scenario numbers from 1 to 6, e.g. --only 1,3")
+                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...7).contains($0) } ?? false }) else {
+                    throw UsageError(description: "--only takes scenario numbers from 1 to 7, e.g. --only 1,3")
                 }
                 options.only = Set(numbers.compactMap { $0 })
             default:
@@ -115,6 +116,9 @@ struct Sizes: Sendable {
     var scaleCommits: Int
     /// Scenario 6: the length of each of the 64 slow reads.
     var slowReadLength: Int
+    /// Scenario 7: resources in the cache directory, and how many each eviction sample evicts.
+    var storeResources: Int
+    var storeEvictions: Int
 
     init(_ mode: BenchOptions.Mode) {
         switch mode {
@@ -128,6 +132,8 @@ struct Sizes: Sendable {
             crcSoftwareBytes = 512 << 20
             scaleCommits = 300
             slowReadLength = 4 << 20
+            storeResources = 10_000
+            storeEvictions = 500
         case .quick:
             sequentialFill = 256 << 20
             randomFill = 64 << 20
@@ -138,6 +144,8 @@ struct Sizes: Sendable {
             crcSoftwareBytes = 256 << 20
             scaleCommits = 300
             slowReadLength = 2 << 20
+            storeResources = 10_000
+            storeEvictions = 500
         case .smoke:
             sequentialFill = 8 << 20
             randomFill = 2 << 20
@@ -148,6 +156,8 @@ struct Sizes: Sendable {
             crcSoftwareBytes = 4 << 20
             scaleCommits = 3
             slowReadLength = 128 << 10
+            storeResources = 200
+            storeEvictions = 20
         }
     }
 }

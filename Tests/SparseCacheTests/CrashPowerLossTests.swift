@@ -25,14 +25,14 @@ struct CrashPowerLossTests {
     }
 
     static let shapes: [Shape] = [
-        Shape(name: "aligned fill and commits", segmentSize: 4096, segments: 24, steps: 40, variants: 8, seed: 11),
-        Shape(name: "unaligned fill, 8 KiB segments", segmentSize: 8192, segments: 16, steps: 40, variants: 8, seed: 12),
+        Shape(name: "aligned fill and commits", segmentSize: 4096, segments: 24, steps: 40, variants: 28, seed: 11),
+        Shape(name: "unaligned fill, 8 KiB segments", segmentSize: 8192, segments: 16, steps: 40, variants: 28, seed: 12),
         Shape(
-            name: "discard, rewrite and checkpoints", segmentSize: 4096, segments: 16, steps: 50, variants: 8, seed: 13,
+            name: "discard, rewrite and checkpoints", segmentSize: 4096, segments: 16, steps: 50, variants: 28, seed: 13,
             mix: (write: 35, commit: 20, discard: 20, checkpoint: 17, metadata: 5)),
-        Shape(name: "unknown length, then set", segmentSize: 4096, segments: 20, steps: 40, variants: 8, seed: 14, lengthKnown: false),
+        Shape(name: "unknown length, then set", segmentSize: 4096, segments: 20, steps: 40, variants: 28, seed: 14, lengthKnown: false),
         Shape(
-            name: "checkpoint-heavy", segmentSize: 4096, segments: 12, steps: 50, variants: 8, seed: 15,
+            name: "checkpoint-heavy", segmentSize: 4096, segments: 12, steps: 50, variants: 28, seed: 15,
             mix: (write: 30, commit: 25, discard: 10, checkpoint: 30, metadata: 2)),
     ]
 

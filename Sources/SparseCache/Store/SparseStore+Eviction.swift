@@ -136,6 +136,9 @@ extension SparseStore {
         var freed: Int64 = 0
         let byAllocation = live.keys.sorted { (entries[$0]?.allocatedBytes ?? 0) > (entries[$1]?.allocatedBytes ?? 0) }
         for key in byAllocation where freed < bytes {
+            // Held so the last handle cannot close the file under the discard.
+            await lockKey(key)
+            defer { unlockKey(key) }
             guard let resource = live[key], let entry = entries[key] else { continue }
             let size = Int64(resource.file.segmentSize)
             // The index counts against the budget too: fold a long journal before dropping data.

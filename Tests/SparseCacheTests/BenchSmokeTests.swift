@@ -1,0 +1,76 @@
+// The benchmark suite cannot rot: every scenario runs once with tiny sizes on every test run.
+// Nothing here judges the numbers (the machines are shared and noisy); it checks that each
+// scenario ran, measured every contender, and wrote a report that parses.
+import Foundation
+import Testing
+
+@Suite("Benchmark smoke run")
+struct BenchSmokeTests {
+    @Test("sparsecache-bench --smoke runs every scenario and writes its JSON report")
+    func smoke() async throws {
+        let cli = try #require(CLI.binary, "sparsecache not found next to the test bundle")
+        let binary = URL(fileURLWithPath: cli).deletingLastPathComponent().appendingPathComponent("sparsecache-bench").path
+        #expect(FileManager.default.isExecutableFile(atPath: binary), "no sparsecache-bench at \(binary)")
+        let scratch = try CLIScratch("bench-smoke")
+        defer { scratch.remove() }
+        let json = scratch.file("report.json")
+        let run = try await ProcessRun.run(binary, ["--smoke", "--json", json, "--dir", scratch.path])
+        #expect(run.status == 0, "stderr: \(run.err)")
+        for scenario in 1...7 {
+            #expect(run.stdout.contains("\n## \(scenario). "), "scenario \(scenario) missing from the table")
+        }
+        #expect(run.stdout.contains("## targets"), "no target summary")
+
+        let report = try #require(
+            try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: json))) as? [String: Any])
+        #expect(report["mode"] as? String == "smoke")
+        let measurements = try #require(report["measurements"] as? [[String: Any]])
+        let scenarios = Set(measurements.compactMap { $0["scenario"] as? Int })
+        #expect(scenarios == Set(1...7), "scenarios measured: \(scenarios.sorted())")
+        for measurement in measurements {
+            let samples = measurement["samples"] as? [Double] ?? []
+            #expect(!samples.isEmpty && samples.allSatisfy { $0.isFinite && $0 >= 0 }, "\(measurement)")
+        }
+        // The scratch directory is removed at the end of the run.
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: scratch.path).filter { $0 != "report.json" }
+        #expect(leftovers.isEmpty, "left behind: \(leftovers)")
+
+        let usage = try await ProcessRun.run(binary, ["--only", "9"])
+        #expect(usage.status == 64 && usage.err.contains("1 to 7"), "\(usage)")
+    }
+}
+
+/// Runs any binary to completion with its output in files.
+enum ProcessRun {
+    struct Result: CustomStringConvertible {
+        var status: Int32
+        var stdout: String
+        var err: String
+        var description: String { "exit \(status)\nstdout: \(stdout)\nstderr: \(err)" }
+    }
+
+    static func run(_ binary: String, _ arguments: [String]) async throws -> Result {
+        let scratch = NSTemporaryDirectory() + "sparsecache-run-\(getpid())-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let outPath = scratch + "/stdout"
+        let errPath = scratch + "/stderr"
+        for path in [outPath, errPath] where !FileManager.default.createFile(atPath: path, contents: nil) {
+            throw CLIFailure("cannot create '\(path)'")
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = arguments
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: outPath))
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errPath))
+        let (stream, continuation) = AsyncStream<Void>.makeStream()
+        process.terminationHandler = { _ in continuation.finish() }
+        try process.run()
+        for await _ in stream {}
+        return Result(
+            status: process.terminationStatus,
+            stdout: (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "",
+            err: (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "")
+    }
+}
