@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -302,6 +303,23 @@ ssize_t sc_fault_pread(int fd, void *buffer, size_t count, int64_t offset) {
     if (injected_failure(&d)) return -1;
     if (d.short_bytes >= 0 && (size_t)d.short_bytes < count) count = (size_t)d.short_bytes;
     return pread(fd, buffer, count, (off_t)offset);
+}
+
+ssize_t sc_fault_pread_nowait(int fd, void *buffer, size_t count, int64_t offset) {
+    decision d;
+    decide(SC_OP_PREAD, NULL, fd, &d);
+    // A read that may not wait does not sleep on a slow device: it finds the data uncached.
+    int slow = d.delay_us > 0;
+    d.delay_us = 0;
+    before_call(&d);
+    if (injected_failure(&d)) return -1;
+    if (slow) {
+        errno = EAGAIN;
+        return -1;
+    }
+    if (d.short_bytes >= 0 && (size_t)d.short_bytes < count) count = (size_t)d.short_bytes;
+    struct iovec vector = {.iov_base = buffer, .iov_len = count};
+    return preadv2(fd, &vector, 1, (off_t)offset, RWF_NOWAIT);
 }
 
 ssize_t sc_fault_pwrite(int fd, const void *buffer, size_t count, int64_t offset) {

@@ -18,6 +18,7 @@ extern atomic_int sc_faults_armed;
 // Slow paths: count, match rules, apply effects, record for power loss, run the syscall.
 int sc_fault_open(const char *path, int flags, unsigned int mode);
 ssize_t sc_fault_pread(int fd, void *buffer, size_t count, int64_t offset);
+ssize_t sc_fault_pread_nowait(int fd, void *buffer, size_t count, int64_t offset);
 ssize_t sc_fault_pwrite(int fd, const void *buffer, size_t count, int64_t offset);
 int sc_fault_fsync(int fd, int data_only);
 int sc_fault_ftruncate(int fd, int64_t length);

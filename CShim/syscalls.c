@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 _Static_assert(SC_O_WRONLY == O_WRONLY && SC_O_RDWR == O_RDWR && SC_O_CREAT == O_CREAT &&
@@ -34,6 +35,12 @@ int sc_close(int fd) { return close(fd); }
 ssize_t sc_pread(int fd, void *buffer, size_t count, int64_t offset) {
     SC_FAULT_HOOK(sc_fault_pread(fd, buffer, count, offset));
     return pread(fd, buffer, count, (off_t)offset);
+}
+
+ssize_t sc_pread_nowait(int fd, void *buffer, size_t count, int64_t offset) {
+    SC_FAULT_HOOK(sc_fault_pread_nowait(fd, buffer, count, offset));
+    struct iovec vector = {.iov_base = buffer, .iov_len = count};
+    return preadv2(fd, &vector, 1, (off_t)offset, RWF_NOWAIT);
 }
 
 ssize_t sc_pwrite(int fd, const void *buffer, size_t count, int64_t offset) {

@@ -13,6 +13,7 @@ enum BenchMain {
         (ScaleScenario.number, ScaleScenario.name, ScaleScenario.run),
         (CooperativePoolScenario.number, CooperativePoolScenario.name, CooperativePoolScenario.run),
         (StoreScenario.number, StoreScenario.name, StoreScenario.run),
+        (FaultHookScenario.number, FaultHookScenario.name, FaultHookScenario.run),
     ]
 
     static func run(_ arguments: [String]) async -> Int32 {

@@ -29,7 +29,7 @@ struct BenchOptions: Sendable {
           --json PATH     Write every result as JSON to PATH
           --dir PATH      Parent of the scratch directory (default /var/tmp; never a tmpfs
                           unless you ask for one). The scratch directory is removed at the end.
-          --only N,...    Run only these scenarios (1-7)
+          --only N,...    Run only these scenarios (1-8)
           --reps N        Override the repetition count (at least 1)
           --keep          Keep the scratch directory
           -h, --help      Show this help
@@ -39,6 +39,7 @@ struct BenchOptions: Sendable {
           2  seek-heavy (random) fill      5  scale: open time, memory, index bytes per commit
           3  cached reads                  6  cooperative pool: worst ticker gap under slow I/O
                                            7  cache directory: start-up with 10,000 resources, eviction
+                                           8  fault-injection hooks: cost when off
         """
 
     struct UsageError: Error, CustomStringConvertible {
@@ -71,8 +72,8 @@ struct BenchOptions: Sendable {
                 options.repetitionsOverride = count
             case "--only":
                 let numbers = try value(argument).split(separator: ",").map { Int($0) }
-                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...7).contains($0) } ?? false }) else {
-                    throw UsageError(description: "--only takes scenario numbers from 1 to 7, e.g. --only 1,3")
+                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...8).contains($0) } ?? false }) else {
+                    throw UsageError(description: "--only takes scenario numbers from 1 to 8, e.g. --only 1,3")
                 }
                 options.only = Set(numbers.compactMap { $0 })
             default:
@@ -119,6 +120,8 @@ struct Sizes: Sendable {
     /// Scenario 7: resources in the cache directory, and how many each eviction sample evicts.
     var storeResources: Int
     var storeEvictions: Int
+    /// Scenario 8: 4 KiB calls per sample.
+    var hookCalls: Int
 
     init(_ mode: BenchOptions.Mode) {
         switch mode {
@@ -134,6 +137,7 @@ struct Sizes: Sendable {
             slowReadLength = 4 << 20
             storeResources = 10_000
             storeEvictions = 500
+            hookCalls = 1_000_000
         case .quick:
             sequentialFill = 256 << 20
             randomFill = 64 << 20
@@ -146,6 +150,7 @@ struct Sizes: Sendable {
             slowReadLength = 2 << 20
             storeResources = 10_000
             storeEvictions = 500
+            hookCalls = 1_000_000
         case .smoke:
             sequentialFill = 8 << 20
             randomFill = 2 << 20
@@ -158,6 +163,7 @@ struct Sizes: Sendable {
             slowReadLength = 128 << 10
             storeResources = 200
             storeEvictions = 20
+            hookCalls = 10_000
         }
     }
 }

@@ -31,6 +31,11 @@ int sc_open(const char *path, int flags, unsigned int mode);
 int sc_close(int fd);
 
 ssize_t sc_pread(int fd, void *buffer, size_t count, int64_t offset);
+/// pread that copies only from the page cache and never waits for the device: preadv2(2) with
+/// RWF_NOWAIT. Returns a short count or -1 with EAGAIN where the data is not cached; -1 with
+/// EOPNOTSUPP (or EINVAL on old kernels) where the file system does not support it. Fault
+/// rules for pread apply; a `delay` rule makes it report EAGAIN (a slow device, not a wait).
+ssize_t sc_pread_nowait(int fd, void *buffer, size_t count, int64_t offset);
 ssize_t sc_pwrite(int fd, const void *buffer, size_t count, int64_t offset);
 
 int sc_fsync(int fd);

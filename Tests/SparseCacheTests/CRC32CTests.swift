@@ -72,9 +72,14 @@ struct CRC32CTests {
     func pathsAgree() {
         let seed = testSeed(0xC4C3_2C01)
         var generator = SeededGenerator(seed: seed)
-        // Every length up to 300 covers the head/tail byte loops and the 8- and 32-byte loops;
-        // a few large ones cover long runs.
-        let lengths = Array(0...300) + [511, 512, 513, 4095, 4096, 4097, 65_536 + 7, 1 << 20]
+        // Every length up to 300 covers the head/tail byte loops and the 8-byte loop; lengths
+        // around the three-stream block sizes (3 x 256 and 3 x 8192 bytes) cover each block
+        // loop entered zero, one and more times; a few large ones cover long runs.
+        let offsets: [Int] = [-9, -8, -1, 0, 1, 8, 13]
+        let blockSizes: [Int] = [768, 1536, 24_576, 49_152]
+        let blocks: [Int] = blockSizes.flatMap { size in offsets.map { size + $0 } }
+        let large: [Int] = [511, 512, 513, 4095, 4096, 4097, 65_536, 65_536 + 7, 1 << 20]
+        let lengths: [Int] = Array(0...300) + blocks + large
         let pool = generator.bytes((1 << 20) + 64)
         pool.withUnsafeBytes { raw in
             for length in lengths {

@@ -45,28 +45,28 @@ extension SparseFile {
         return min(end, committed.length ?? end)
     }
 
-    /// Reads a range whose segments are all present, through the DispatchIO channel.
+    /// Reads a range whose segments are all present: from the page cache on this task when
+    /// it holds the bytes, the rest through the DispatchIO channel.
     private func readPresent(_ range: Range<Int64>) async throws -> [UInt8] {
         beginOperation()
         defer { endOperation() }
-        guard options.verifyReads else {
-            let bytes = try await reader.read(offset: range.lowerBound, length: Int(range.count))
-            guard bytes.count == range.count else { throw shortRead(range, got: bytes.count) }
-            return bytes
-        }
-        // Whole segments are read so each can be checked against its CRC32C.
+        // Whole segments are read when verifying, so each can be checked against its CRC32C.
+        let verify = options.verifyReads
         let segments = segmentRange(range)
-        let start = Int64(segments.lowerBound) << Int64(segmentShift)
-        let end = min(Int64(segments.upperBound) << Int64(segmentShift), committed.length ?? .max)
-        let expected = segments.map { committed.checksums[$0] }
-        let generation = expected
-        let bytes = try await reader.read(offset: start, length: Int(end - start))
-        guard bytes.count == end - start else { throw shortRead(start..<end, got: bytes.count) }
-        let damaged = await Self.damagedSegments(in: bytes, first: segments.lowerBound, shift: segmentShift, expected: generation)
-        if !damaged.isEmpty {
-            // Segments dropped while the read was in flight are missing, not damaged.
-            let stillPresent = damaged.filter { committed.present[$0] }
-            if stillPresent.count < damaged.count, stillPresent.isEmpty {
+        let start = verify ? Int64(segments.lowerBound) << Int64(segmentShift) : range.lowerBound
+        let end = verify ? min(Int64(segments.upperBound) << Int64(segmentShift), committed.length ?? .max) : range.upperBound
+        let fetched = try await Self.fetch(
+            start..<end, dataFile: dataFile, reader: reader, pageCacheFirst: options.readsFromPageCacheFirst,
+            firstSegment: segments.lowerBound, shift: segmentShift,
+            expected: verify ? segments.map { committed.checksums[$0] } : [])
+        readStatistics.fromPageCache += Int64(fetched.fromPageCache)
+        readStatistics.throughChannel += Int64(fetched.bytes.count - fetched.fromPageCache)
+        guard fetched.bytes.count == end - start else { throw shortRead(start..<end, got: fetched.bytes.count) }
+        if !fetched.damaged.isEmpty {
+            // Re-check after the await: segments dropped while the read was in flight are
+            // missing, not damaged.
+            let stillPresent = fetched.damaged.filter { committed.present[$0] }
+            if stillPresent.isEmpty {
                 throw SparseCacheError(
                     .notPresent, operation: "read", path: path, offset: range.lowerBound, length: Int64(range.count),
                     missing: missingRanges(in: range))
@@ -76,25 +76,49 @@ extension SparseFile {
                 .corruptData, operation: "read", path: path, offset: range.lowerBound, length: Int64(range.count),
                 detail: "stored bytes do not match their CRC32C; the segments were dropped", segments: stillPresent)
         }
-        if start == range.lowerBound, bytes.count == range.count { return bytes }
+        if start == range.lowerBound, fetched.bytes.count == range.count { return fetched.bytes }
         let from = Int(range.lowerBound - start)
-        return Array(bytes[from..<(from + Int(range.count))])
+        return Array(fetched.bytes[from..<(from + Int(range.count))])
     }
 
-    /// The segments whose bytes do not match their checksum. Runs off the actor.
-    private nonisolated static func damagedSegments(
-        in bytes: [UInt8], first: Int, shift: Int, expected: [UInt32]
-    ) async -> [Int] {
+    private struct Fetched: Sendable {
+        var bytes: [UInt8]
+        var fromPageCache: Int
+        var damaged: [Int]
+    }
+
+    /// Reads `range` and checks it against `expected` (one CRC32C per segment from
+    /// `firstSegment`; empty means no check). Runs off the actor, so other calls proceed while
+    /// it copies and checksums.
+    ///
+    /// The page-cache read cannot block (RWF_NOWAIT): whatever it cannot serve without waiting
+    /// for the device goes through the DispatchIO channel.
+    private nonisolated static func fetch(
+        _ range: Range<Int64>, dataFile: FileDescriptor, reader: DispatchReadChannel, pageCacheFirst: Bool,
+        firstSegment: Int, shift: Int, expected: [UInt32]
+    ) async throws -> Fetched {
+        let count = Int(range.count)
+        var cached = 0
+        var bytes = try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            if pageCacheFirst {
+                cached = try dataFile.readCached(fromAbsoluteOffset: range.lowerBound, into: UnsafeMutableRawBufferPointer(buffer))
+            }
+            initialized = cached
+        }
+        if cached < count {
+            bytes += try await reader.read(offset: range.lowerBound + Int64(cached), length: count - cached)
+        }
         var damaged: [Int] = []
         let size = 1 << shift
         bytes.withUnsafeBytes { raw in
             for (index, checksum) in expected.enumerated() {
                 let lower = index * size
+                guard lower < raw.count else { break }
                 let upper = min(lower + size, raw.count)
-                if crc32c(UnsafeRawBufferPointer(rebasing: raw[lower..<upper])) != checksum { damaged.append(first + index) }
+                if crc32c(UnsafeRawBufferPointer(rebasing: raw[lower..<upper])) != checksum { damaged.append(firstSegment + index) }
             }
         }
-        return damaged
+        return Fetched(bytes: bytes, fromPageCache: cached, damaged: damaged)
     }
 
     /// Stops serving segments found damaged; in a writable resource the drop is committed with

@@ -50,6 +50,15 @@ public actor SparseFile {
     var commitTask: Task<Void, Error>?
     var autoCommitTask: Task<Void, Never>?
 
+    /// Bytes served from the page cache on the caller's task, and through the DispatchIO
+    /// channel (for tests and benchmarks).
+    var readStatistics = ReadStatistics()
+
+    struct ReadStatistics: Sendable, Equatable {
+        var fromPageCache: Int64 = 0
+        var throughChannel: Int64 = 0
+    }
+
     /// Set by a failed sync: every later call throws it.
     var failure: SparseCacheError?
     var lifecycle = Lifecycle.open

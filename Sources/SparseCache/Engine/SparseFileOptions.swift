@@ -44,6 +44,10 @@ public struct SparseFileOptions: Sendable {
     /// Check every segment read against its CRC32C (default true). A mismatch throws
     /// `.corruptData` and the segment stops being present.
     public var verifyReads = true
+    /// Serve reads from the page cache on the calling task first (preadv2 with RWF_NOWAIT,
+    /// which never waits for the device) and send only what is not cached through the
+    /// DispatchIO channel. Default true; off, every read goes through the channel.
+    public var readsFromPageCacheFirst = true
     /// Reserve disk blocks (fallocate) before writing each segment, so a full disk is reported
     /// before data is written. Default false.
     public var preallocate = false

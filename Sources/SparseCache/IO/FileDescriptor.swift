@@ -69,6 +69,32 @@ struct FileDescriptor: Sendable, Hashable {
         return done
     }
 
+    /// Reads what the page cache holds, from `offset` until `buffer` is full, end of file, or
+    /// the first byte that would have to come from the device; returns the bytes read.
+    ///
+    /// Never waits for the disk (preadv2 with RWF_NOWAIT), so unlike every other method here it
+    /// may run on the cooperative pool. Returns 0 where the file system does not support it.
+    func readCached(fromAbsoluteOffset offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        var done = 0
+        while done < buffer.count {
+            let n = sc_pread_nowait(rawValue, buffer.baseAddress! + done, buffer.count - done, offset + Int64(done))
+            if n > 0 {
+                done += n
+                continue
+            }
+            if n == 0 { break }
+            switch errno {
+            case EINTR: continue
+            case EAGAIN, EOPNOTSUPP, EINVAL, ENOSYS: return done
+            case let code:
+                throw SparseCacheError(
+                    .io, operation: "pread", path: path, offset: offset + Int64(done), length: Int64(buffer.count - done),
+                    errno: code)
+            }
+        }
+        return done
+    }
+
     /// Reads `count` bytes at `offset`, fewer only at end of file.
     func read(fromAbsoluteOffset offset: Int64, count: Int) throws -> [UInt8] {
         var got = 0

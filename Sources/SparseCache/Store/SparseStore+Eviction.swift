@@ -74,31 +74,58 @@ extension SparseStore {
     @discardableResult
     private func evictPass(target: Int64, useWindow: Bool = true) async throws -> [String] {
         var evicted: [String] = []
-        var skipped = Set<String>()
-        while await excess(target: target) > 0 {
-            let candidates = entries.values
-                .filter { live[$0.key] == nil && !lockedKeys.contains($0.key) && !skipped.contains($0.key) }
+        var progress = true
+        while progress, await excess(target: target) > 0 {
+            progress = false
+            // Least recently used first, sorted once per round: every candidate is re-checked
+            // after each await below, so a resource opened meanwhile is never touched.
+            let order = entries.values
+                .filter { live[$0.key] == nil && !lockedKeys.contains($0.key) }
                 .sorted { ($0.lastAccess, $0.key) < ($1.lastAccess, $1.key) }
-            if let trim = candidates.first(where: { $0.pinnedPrefix > 0 && $0.presentBytes > $0.pinnedPrefix }) {
-                if try await trimToPrefix(key: trim.key) { evicted.append(trim.key) } else { skipped.insert(trim.key) }
-                continue
+            for candidate in order where candidate.pinnedPrefix > 0 && candidate.presentBytes > candidate.pinnedPrefix {
+                guard await excess(target: target) > 0 else { break }
+                if try await trimToPrefix(key: candidate.key) {
+                    evicted.append(candidate.key)
+                    progress = true
+                }
             }
-            if let victim = candidates.first {
-                await lockKey(victim.key)
-                defer { unlockKey(victim.key) }
-                // Re-check after the await: it may have been opened or removed meanwhile.
-                guard live[victim.key] == nil, let entry = entries[victim.key] else { continue }
-                try await deleteFiles(name: entry.name)
-                entries[victim.key] = nil
-                keyByName[entry.name] = nil
-                markCatalogDirty()
-                evicted.append(victim.key)
-                continue
+            var need = await excess(target: target)
+            var victims: [String] = []
+            for candidate in order where need > 0 {
+                guard live[candidate.key] == nil, !lockedKeys.contains(candidate.key), let entry = entries[candidate.key] else { continue }
+                victims.append(candidate.key)
+                need -= entry.allocatedBytes
             }
-            guard useWindow, try await shrinkOpenResources(by: await excess(target: target)) else { break }
+            if !victims.isEmpty {
+                let removed = try await removeClosedResources(victims)
+                evicted += removed
+                progress = progress || !removed.isEmpty
+            }
+            if !progress, useWindow {
+                progress = try await shrinkOpenResources(by: await excess(target: target))
+            }
         }
         if !evicted.isEmpty { try? await saveCatalog() }
         return evicted
+    }
+
+    /// Deletes closed resources in one batch: every index first (then one directory sync),
+    /// then every data file (and one more sync). A crash anywhere leaves data files that claim
+    /// nothing, which the next start-up removes; never a resource claiming missing data.
+    /// Returns the keys removed.
+    private func removeClosedResources(_ keys: [String]) async throws -> [String] {
+        for key in keys { await lockKey(key) }
+        defer { for key in keys { unlockKey(key) } }
+        // Re-check after the awaits: any of them may have been opened or removed meanwhile.
+        let victims = keys.compactMap { key in live[key] == nil ? entries[key] : nil }
+        guard !victims.isEmpty else { return [] }
+        try await deleteFiles(names: victims.map(\.name))
+        for entry in victims {
+            entries[entry.key] = nil
+            keyByName[entry.name] = nil
+        }
+        markCatalogDirty()
+        return victims.map(\.key)
     }
 
     /// Drops everything of a closed resource beyond its pinned prefix. Returns false when

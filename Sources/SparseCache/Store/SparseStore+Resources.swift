@@ -227,13 +227,24 @@ extension SparseStore {
     /// Deletes a resource's files: the index first, so a crash in between leaves a data file
     /// that claims nothing (removed at the next start), never a resource claiming missing data.
     func deleteFiles(name: String) async throws {
-        let path = resourcesDirectory + "/" + name
+        try await deleteFiles(names: [name])
+    }
+
+    /// Deletes the files of several resources with two directory syncs in all: every index,
+    /// a sync, then every data file, and a sync.
+    func deleteFiles(names: [String]) async throws {
+        let paths = names.map { resourcesDirectory + "/" + $0 }
+        guard let anyPath = paths.first else { return }
         try await io.run {
-            let index = SparseFile.indexPath(for: path)
-            if try FileSystem.exists(index) { try FileSystem.unlink(index) }
-            try FileSystem.syncParentDirectory(of: path)
-            if try FileSystem.exists(path) { try FileSystem.unlink(path) }
-            try FileSystem.syncParentDirectory(of: path)
+            for path in paths {
+                let index = SparseFile.indexPath(for: path)
+                if try FileSystem.exists(index) { try FileSystem.unlink(index) }
+            }
+            try FileSystem.syncParentDirectory(of: anyPath)
+            for path in paths where try FileSystem.exists(path) {
+                try FileSystem.unlink(path)
+            }
+            try FileSystem.syncParentDirectory(of: anyPath)
         }
     }
 }

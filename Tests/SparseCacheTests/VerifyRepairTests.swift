@@ -1,0 +1,161 @@
+// verify and repair against injected data damage: for many seeded rounds, damage a random
+// set of present segments in a random way (a flipped bit, a garbage 512 B or 4 KiB sector, a
+// hole punched under the segment) and check that verify names exactly those segments, that
+// repair drops exactly those, that the repaired resource verifies clean, and that every
+// remaining segment still reads back its own bytes.
+import CShim
+import Foundation
+import Testing
+
+@testable import SparseCache
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("verify and repair: injected data damage")
+struct VerifyRepairTests {
+    enum Damage: CaseIterable, CustomStringConvertible {
+        case bitFlip, garbageSector512, garbageSector4K, punchedHole
+
+        var description: String {
+            switch self {
+            case .bitFlip: "bit flip"
+            case .garbageSector512: "garbage 512 B sector"
+            case .garbageSector4K: "garbage 4 KiB sector"
+            case .punchedHole: "hole punched"
+            }
+        }
+    }
+
+    static let segmentSize = 8192
+
+    @Test("verify names exactly the damaged segments; repair drops exactly those; the result verifies clean")
+    func damageSweep() async throws {
+        let seed = testSeed(0xDA3A_6E)
+        var random = SeededGenerator(seed: seed)
+        var counts: [String: Int] = [:]
+        var violations = 0
+        for round in 0..<40 {
+            let label = "seed \(seed) round \(round)"
+            try await withTemporaryDirectory("verify-damage") { directory in
+                let path = directory.file("r.bin")
+                let segments = Int.random(in: 4...24, using: &random)
+                // A short last segment in half of the rounds.
+                let length = Int64(segments * Self.segmentSize) - (round % 2 == 0 ? 0 : Int64.random(in: 1..<4096, using: &random))
+                let salt = seed &+ UInt64(round)
+                let file = try await SparseFile.open(path, options: .testing(segmentSize: Self.segmentSize, length: length))
+                // Some segments stay missing: damage must only ever be reported on present ones.
+                var present = Set<Int>()
+                for segment in 0..<segments where Int.random(in: 0..<4, using: &random) > 0 {
+                    let range = Int64(segment * Self.segmentSize)..<min(length, Int64((segment + 1) * Self.segmentSize))
+                    try await file.write(sourceBytes(range, salt: salt), at: range.lowerBound)
+                    present.insert(segment)
+                }
+                try await file.close()
+                guard !present.isEmpty else { return }
+
+                let victims = Set(present.shuffled(using: &random).prefix(Int.random(in: 1...max(1, present.count / 2), using: &random)))
+                for victim in victims {
+                    let damage = Damage.allCases.randomElement(using: &random)!
+                    try Self.inflict(damage, on: victim, path: path, length: length, random: &random)
+                    counts[damage.description, default: 0] += 1
+                }
+
+                let report = try await Verifier.verify(path: path)
+                let named = Set(report.damaged.map(\.segment))
+                if named != victims {
+                    violations += 1
+                    Issue.record("\(label): verify named \(named.sorted()), damaged \(victims.sorted())")
+                }
+                #expect(report.segmentsChecked == present.count, "\(label)")
+                #expect(!report.repaired)
+
+                let repair = try await Verifier.verify(path: path, repair: true)
+                #expect(repair.repaired, "\(label)")
+                #expect(Set(repair.damaged.map(\.segment)) == victims, "\(label)")
+                let after = try await Verifier.verify(path: path)
+                if !after.isClean {
+                    violations += 1
+                    Issue.record("\(label): not clean after repair: \(after.damaged)")
+                }
+
+                let reopened = try await SparseFile.open(path, mode: .readOnly)
+                let left = Set(await reopened.presentSegments().flatMap { Array($0) })
+                if left != present.subtracting(victims) {
+                    violations += 1
+                    Issue.record("\(label): repair left \(left.sorted()), expected \(present.subtracting(victims).sorted())")
+                }
+                for segment in left {
+                    let range = Int64(segment * Self.segmentSize)..<min(length, Int64((segment + 1) * Self.segmentSize))
+                    let bytes = try await reopened.read(offset: range.lowerBound, length: Int(range.count))
+                    if bytes != sourceBytes(range, salt: salt) {
+                        violations += 1
+                        Issue.record("\(label): segment \(segment) reads wrong bytes after repair")
+                    }
+                }
+                try await reopened.close()
+            }
+        }
+        reportCounts("verify/repair damage sweep", [
+            "rounds": 40, "bit flips": counts["bit flip"] ?? 0, "garbage 512 B sectors": counts["garbage 512 B sector"] ?? 0,
+            "garbage 4 KiB sectors": counts["garbage 4 KiB sector"] ?? 0, "holes": counts["hole punched"] ?? 0,
+            "violations": violations,
+        ])
+        #expect(violations == 0, "replay with SPARSECACHE_TEST_SEED=\(seed)")
+    }
+
+    @Test("verify --json reports what it checked and found")
+    func jsonReport() async throws {
+        let scratch = try CLIScratch("verify-json")
+        defer { scratch.remove() }
+        let path = scratch.file("r.bin")
+        let length = Int64(6 * Self.segmentSize)
+        let file = try await SparseFile.open(path, options: .testing(segmentSize: Self.segmentSize, length: length))
+        try await file.write(sourceBytes(0..<length), at: 0)
+        try await file.close()
+        var random = SeededGenerator(seed: 3)
+        try Self.inflict(.bitFlip, on: 4, path: path, length: length, random: &random)
+
+        let result = try await CLI.run(["verify", path, "--json"])
+        #expect(result.status == 1, "\(result)")
+        let json = try result.json()
+        #expect(json["segmentsChecked"] as? Int == 6)
+        #expect(json["bytesChecked"] as? Int == Int(length))
+        #expect(json["superblocksValid"] as? Int == 2)
+        let damaged = try #require(json["damaged"] as? [[String: Any]])
+        #expect(damaged.count == 1)
+        #expect(damaged.first?["segment"] as? Int == 4)
+        #expect((damaged.first?["reason"] as? String)?.hasPrefix("checksum mismatch") == true)
+        #expect(json["repaired"] as? Bool == false)
+    }
+
+    /// Damages one segment of the data file behind the engine's back.
+    static func inflict(_ damage: Damage, on segment: Int, path: String, length: Int64, random: inout SeededGenerator) throws {
+        let start = Int64(segment * segmentSize)
+        let end = min(length, start + Int64(segmentSize))
+        switch damage {
+        case .bitFlip:
+            let offset = Int64.random(in: start..<end, using: &random)
+            var byte = try RawFile.read(path, offset: offset, count: 1)
+            byte[0] ^= UInt8(1) << UInt8.random(in: 0..<8, using: &random)
+            try RawFile.write(path, offset: offset, byte)
+        case .garbageSector512, .garbageSector4K:
+            let sector = damage == .garbageSector512 ? 512 : 4096
+            let sectors = Int((end - start + Int64(sector) - 1) / Int64(sector))
+            let offset = start + Int64(Int.random(in: 0..<sectors, using: &random) * sector)
+            let count = Int(min(Int64(sector), end - offset))
+            var garbage = random.bytes(count)
+            // Garbage that happens to equal the old bytes would not be damage.
+            let old = try RawFile.read(path, offset: offset, count: count)
+            if garbage == old { garbage[0] ^= 0xFF }
+            try RawFile.write(path, offset: offset, garbage)
+        case .punchedHole:
+            try RawFile.withDescriptor(path, writable: true) { fd in
+                guard sc_punch_hole(fd, start, Int64(segmentSize)) == 0 else {
+                    throw RawFile.Failure(description: "punch hole in '\(path)': errno \(errno)")
+                }
+            }
+        }
+    }
+}
