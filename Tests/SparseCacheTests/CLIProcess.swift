@@ -237,40 +237,18 @@ final class CLIScratch: Sendable {
     deinit { remove() }
 }
 
-/// SplitMix64 for the CLI tests: fully determined by its seed, which every test prints on
-/// failure. `SPARSECACHE_TEST_SEED=<seed>` replays one.
+/// The seeded generator for the CLI tests, remembering its seed so every failure can print
+/// it. `SPARSECACHE_TEST_SEED=<seed>` replays one.
 struct CLIRandom: RandomNumberGenerator {
     let seed: UInt64
-    private var state: UInt64
+    private var generator: SeededGenerator
 
     init(defaultSeed: UInt64) {
-        if let text = ProcessInfo.processInfo.environment["SPARSECACHE_TEST_SEED"], let value = UInt64(text) {
-            seed = value
-        } else {
-            seed = defaultSeed
-        }
-        state = seed
+        seed = testSeed(defaultSeed)
+        generator = SeededGenerator(seed: seed)
     }
 
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
+    mutating func next() -> UInt64 { generator.next() }
 
-    mutating func bytes(_ count: Int) -> [UInt8] {
-        var result = [UInt8](repeating: 0, count: count)
-        var index = 0
-        while index < count {
-            var word = next()
-            for _ in 0..<8 where index < count {
-                result[index] = UInt8(truncatingIfNeeded: word)
-                word >>= 8
-                index += 1
-            }
-        }
-        return result
-    }
+    mutating func bytes(_ count: Int) -> [UInt8] { generator.bytes(count) }
 }
