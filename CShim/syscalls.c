@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -41,6 +42,19 @@ ssize_t sc_pread_nowait(int fd, void *buffer, size_t count, int64_t offset) {
     SC_FAULT_HOOK(sc_fault_pread_nowait(fd, buffer, count, offset));
     struct iovec vector = {.iov_base = buffer, .iov_len = count};
     return preadv2(fd, &vector, 1, (off_t)offset, RWF_NOWAIT);
+}
+
+#ifndef __NR_cachestat
+#define __NR_cachestat 451  // the same number on every architecture that has it
+#endif
+
+int64_t sc_cached_pages(int fd, int64_t offset, int64_t length) {
+    // The kernel's struct cachestat_range and struct cachestat (include/uapi/linux/mman.h),
+    // spelled out because older headers lack them.
+    struct { uint64_t off, len; } range = {(uint64_t)offset, (uint64_t)length};
+    struct { uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted; } stat;
+    if (syscall(__NR_cachestat, fd, &range, &stat, 0) != 0) return -1;
+    return (int64_t)stat.nr_cache;
 }
 
 ssize_t sc_pwrite(int fd, const void *buffer, size_t count, int64_t offset) {

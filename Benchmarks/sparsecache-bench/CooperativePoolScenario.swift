@@ -28,13 +28,14 @@ enum CooperativePoolScenario {
     static let committers = 64
 
     enum Load: Int, CaseIterable {
-        case idle, rawReads, reads, slowCalls, readsAndSlowCalls, commits, control
+        case idle, rawReads, reads, channelReads, slowCalls, readsAndSlowCalls, commits, control
 
         var label: String {
             switch self {
             case .idle: "idle (ticker alone)"
             case .rawReads: "baseline: the same 64 cold reads as raw pread on 64 threads"
             case .reads: "64 cold SparseFile reads"
+            case .channelReads: "64 cold SparseFile reads, page-cache path off"
             case .slowCalls: "64 x 100 ms blocking calls via the bridge"
             case .readsAndSlowCalls: "64 cold SparseFile reads + 64 x 100 ms blocking calls"
             case .commits: "64 resources committing at once (fdatasync via BlockingExecutor)"
@@ -46,6 +47,7 @@ enum CooperativePoolScenario {
     static func run(_ context: BenchContext) async throws -> ScenarioResult {
         guard let resource = context.readResource else { throw BenchError("no read resource") }
         let file = try await resource.open(verifyReads: true)
+        let channelOnly = try await resource.open(verifyReads: true, pageCacheFirst: false)
         let bridges = (0..<slowCalls).map { BlockingBridge(label: "sparsecache-bench.slow.\($0)") }
         let readLength = context.sizes.slowReadLength
         let commitBytes = context.options.mode == .smoke ? 64 << 10 : 1 << 20
@@ -66,12 +68,12 @@ enum CooperativePoolScenario {
                 return try await measureTicker {
                     try await CachedReadScenario.rawReaders(fd: fd, path: resource.path, jobs: jobs, length: readLength)
                 }
-            case .reads, .slowCalls, .readsAndSlowCalls:
+            case .reads, .channelReads, .slowCalls, .readsAndSlowCalls:
                 try Raw.dropCache(resource.path)
                 var latencies: (reads: [UInt64], calls: [UInt64]) = ([], [])
                 let sample = try await measureTicker {
                     latencies = try await readsAndSlowCalls(
-                        file, bridges: load == .reads ? [] : bridges, readLength: readLength, reads: load == .slowCalls ? 0 : slowCalls,
+                        load == .channelReads ? channelOnly : file, bridges: load == .reads ? [] : bridges, readLength: readLength, reads: load == .slowCalls ? 0 : slowCalls,
                         resourceLength: resource.length)
                 }
                 if repetition == 0, load == .readsAndSlowCalls {
@@ -103,6 +105,7 @@ enum CooperativePoolScenario {
             }
         }
         try await file.close()
+        try await channelOnly.close()
         let measurements = Load.allCases.map { load in
             Measurement(
                 scenario: number, scenarioName: name, workload: load.label, contender: "worst gap of a 1 ms ticker",
@@ -111,7 +114,7 @@ enum CooperativePoolScenario {
         }
         // The VM itself stalls now and then (see the idle row's max), so the target is judged
         // on the median repetition of the worst engine load; the absolute worsts are shown too.
-        let loads: [Load] = [.reads, .slowCalls, .readsAndSlowCalls, .commits]
+        let loads: [Load] = [.reads, .channelReads, .slowCalls, .readsAndSlowCalls, .commits]
         let typical = loads.map { measurements[$0.rawValue].median }.max() ?? 0
         let worst = loads.map { measurements[$0.rawValue].max }.max() ?? 0
         let idleWorst = measurements[Load.idle.rawValue].max

@@ -32,10 +32,11 @@ struct ReadResource: Sendable {
     }
 
     /// Opens the resource read-only for reading.
-    func open(verifyReads: Bool) async throws -> SparseFile {
+    func open(verifyReads: Bool, pageCacheFirst: Bool = true) async throws -> SparseFile {
         var options = SparseFileOptions()
         options.create = false
         options.verifyReads = verifyReads
+        options.readsFromPageCacheFirst = pageCacheFirst
         return try await SparseFile.open(path, mode: .readOnly, options: options)
     }
 }

@@ -36,6 +36,9 @@ ssize_t sc_pread(int fd, void *buffer, size_t count, int64_t offset);
 /// EOPNOTSUPP (or EINVAL on old kernels) where the file system does not support it. Fault
 /// rules for pread apply; a `delay` rule makes it report EAGAIN (a slow device, not a wait).
 ssize_t sc_pread_nowait(int fd, void *buffer, size_t count, int64_t offset);
+/// Pages of [offset, offset + length) in the page cache, from cachestat(2) (Linux 6.5): it
+/// looks only at the cache and starts no I/O. -1 with errno (ENOSYS on older kernels).
+int64_t sc_cached_pages(int fd, int64_t offset, int64_t length);
 ssize_t sc_pwrite(int fd, const void *buffer, size_t count, int64_t offset);
 
 int sc_fsync(int fd);

@@ -91,8 +91,9 @@ extension SparseFile {
     /// `firstSegment`; empty means no check). Runs off the actor, so other calls proceed while
     /// it copies and checksums.
     ///
-    /// The page-cache read cannot block (RWF_NOWAIT): whatever it cannot serve without waiting
-    /// for the device goes through the DispatchIO channel.
+    /// The page-cache read runs only when cachestat(2) finds every page of the range cached,
+    /// and cannot wait even then (RWF_NOWAIT): whatever it does not serve goes through the
+    /// DispatchIO channel.
     private nonisolated static func fetch(
         _ range: Range<Int64>, dataFile: FileDescriptor, reader: DispatchReadChannel, pageCacheFirst: Bool,
         firstSegment: Int, shift: Int, expected: [UInt32]
@@ -100,7 +101,9 @@ extension SparseFile {
         let count = Int(range.count)
         var cached = 0
         var bytes = try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
-            if pageCacheFirst {
+            // Only when every page is cached: RWF_NOWAIT on uncached pages still starts
+            // readahead, whose submission can block this thread.
+            if pageCacheFirst, dataFile.isCached(offset: range.lowerBound, length: count) {
                 cached = try dataFile.readCached(fromAbsoluteOffset: range.lowerBound, into: UnsafeMutableRawBufferPointer(buffer))
             }
             initialized = cached

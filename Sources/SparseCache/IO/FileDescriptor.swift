@@ -69,11 +69,23 @@ struct FileDescriptor: Sendable, Hashable {
         return done
     }
 
+    /// Whether every page of the range is in the page cache (cachestat(2), which starts no
+    /// I/O); false where the kernel cannot tell.
+    func isCached(offset: Int64, length: Int) -> Bool {
+        let pageSize = Int64(FileDescriptor.pageSize)
+        let pages = (offset + Int64(length) + pageSize - 1) / pageSize - offset / pageSize
+        return sc_cached_pages(rawValue, offset, Int64(length)) >= pages
+    }
+
+    static let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+
     /// Reads what the page cache holds, from `offset` until `buffer` is full, end of file, or
     /// the first byte that would have to come from the device; returns the bytes read.
     ///
     /// Never waits for the disk (preadv2 with RWF_NOWAIT), so unlike every other method here it
     /// may run on the cooperative pool. Returns 0 where the file system does not support it.
+    /// Call it only after ``isCached(offset:length:)``: on pages that are not cached, the
+    /// kernel may start readahead inside the call, and submitting that I/O can block.
     func readCached(fromAbsoluteOffset offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         var done = 0
         while done < buffer.count {
