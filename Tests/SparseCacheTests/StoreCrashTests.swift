@@ -68,10 +68,12 @@ extension CrashPowerLossTests {
                 Issue.record("\(snapshot): resources that were never evicted are gone: \(missing.sorted())")
             }
             try await reopened.close()
-            for name in try FileManager.default.contentsOfDirectory(atPath: trial.path + "/resources")
-            where !name.hasSuffix(SparseFile.indexSuffix) && !FileManager.default.fileExists(atPath: trial.path + "/resources/" + name + SparseFile.indexSuffix) {
+            // Start-up cleans up after the crash: only the listed resources' files remain.
+            let expected = Set(listed.flatMap { [$0.name, $0.name + SparseFile.indexSuffix] })
+            let found = Set(try FileManager.default.contentsOfDirectory(atPath: trial.path + "/resources"))
+            if found != expected {
                 violations += 1
-                Issue.record("\(snapshot): a data file without its index was left after start-up: \(name)")
+                Issue.record("\(snapshot): leftovers after start-up: \(found.subtracting(expected).sorted()); missing: \(expected.subtracting(found).sorted())")
             }
         }
         reportCounts("store eviction crashes", ["snapshots": points, "violations": violations])
