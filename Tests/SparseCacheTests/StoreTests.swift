@@ -293,6 +293,14 @@ struct StoreTests {
             let file = directory.file("plain-file")
             try Data([1]).write(to: URL(fileURLWithPath: file))
             await expectError(.invalidArgument) { try await SparseStore.open(directory: file, options: .testing(budget: 1 << 20)) }
+            // A directory that cannot be made: below a plain file, and where even root may not
+            // create entries (sysfs). The error names the path and the errno.
+            let below = await expectError(.io) { try await SparseStore.open(directory: file + "/cache", options: .testing(budget: 1 << 20)) }
+            #expect(below?.description.contains(file) == true && below?.errno == ENOTDIR, "\(String(describing: below))")
+            let refused = await expectError(.io) {
+                try await SparseStore.open(directory: "/sys/sparsecache-test-\(getpid())", options: .testing(budget: 1 << 20))
+            }
+            #expect(refused?.description.contains("/sys/sparsecache-test-") == true && refused?.errno == EPERM, "\(String(describing: refused))")
             let store = try await SparseStore.open(directory: directory.path + "/new/nested", options: .testing(budget: 1 << 20))
             await expectError(.invalidArgument) { try await store.open(key: "") }
             await expectError(.invalidArgument) { try await store.open(key: String(repeating: "k", count: 9000)) }
