@@ -29,6 +29,16 @@ public struct SparseCacheError: Error, Sendable, CustomStringConvertible, Equata
         case closed
         /// An earlier durability failure (fsync error) poisoned the resource: reopen it.
         case needsReopen
+        /// The origin answered, but not with the resource: 404, 403, a range past its end, a
+        /// malformed response. Asking again will not help; `detail` names the status.
+        case origin
+        /// The origin could not be reached or failed in a way that may pass (connection
+        /// refused or cut, a timeout, 5xx), and the retries ran out.
+        case originUnavailable
+        /// The resource changed on the origin while it was being read: the cached bytes of the
+        /// old version were dropped, and a reader that had begun on them is stopped here
+        /// rather than handed bytes of two versions.
+        case originChanged
     }
 
     public var code: Code

@@ -108,6 +108,8 @@ enum ExitStatus {
     static let software: Int32 = 70
     static let ioError: Int32 = 74
     static let locked: Int32 = 75
+    static let originUnavailable: Int32 = 69
+    static let originError: Int32 = 76
 
     static func of(_ error: SparseCacheError) -> Int32 {
         switch error.code {
@@ -115,7 +117,9 @@ enum ExitStatus {
         case .invalidArgument, .notFound: usage
         case .corruptIndex, .unsupportedVersion: malformedIndex
         case .io, .needsReopen, .closed: ioError
-        case .locked: locked
+        case .locked, .originChanged: locked
+        case .originUnavailable: originUnavailable
+        case .origin: originError
         }
     }
 }

@@ -1,0 +1,211 @@
+extension ProgressiveCache {
+    /// Walks `range` from its start: present bytes are read (and handed to `deliver`) at once;
+    /// at the first missing byte the reader joins the fetch bringing it, or starts one, and
+    /// waits for the next commit. `deliver` nil only brings the bytes in (prefetch).
+    func serve(
+        _ source: any RangeSource, range: Range<Int64>?, deliver: ((_ bytes: [UInt8]) -> Void)?,
+        progress: (@Sendable (FillProgress) -> Void)? = nil
+    ) async throws {
+        if let range, range.lowerBound < 0 {
+            throw SparseCacheError(.invalidArgument, operation: "read", path: source.key, detail: "negative offset \(range.lowerBound)")
+        }
+        let resource = try await attach(source)
+        var interests = Set<Int>()
+        defer {
+            releaseInterest(resource, interests)
+            detach(resource)
+        }
+        var generation = resource.generation
+        var delivered = false
+        var waited = false
+        var position = range?.lowerBound ?? 0
+        while true {
+            try Task.checkCancellation()
+            if resource.generation != generation {
+                // The origin changed: never hand one reader bytes of two versions.
+                if delivered {
+                    throw SparseCacheError(
+                        .originChanged, operation: "read", path: resource.key, offset: position,
+                        detail: "the resource changed on the origin after \(position - (range?.lowerBound ?? 0)) bytes were read")
+                }
+                generation = resource.generation
+            }
+            guard let handle = resource.handle, let info = resource.info, let length = info.length else {
+                throw SparseCacheError(.originUnavailable, operation: "read", path: resource.key, detail: "the resource is being replaced")
+            }
+            let end = min(range?.upperBound ?? length, length)
+            if let range, range.upperBound > length {
+                throw SparseCacheError(
+                    .invalidArgument, operation: "read", path: resource.key, offset: range.lowerBound,
+                    length: Int64(range.count), detail: "runs past the resource length \(length)")
+            }
+            if position >= end { return }
+            let file = handle.file
+            if let deliver {
+                let bytes = try await handle.readAvailable(from: position, maxLength: Int(min(Int64(options.readChunk), end - position)))
+                // Re-check after the await: bytes read while the resource was replaced are dropped.
+                if resource.generation != generation { continue }
+                if !bytes.isEmpty {
+                    deliver(bytes)
+                    if !waited { count { $0.bytesFromCache += Int64(bytes.count) } }
+                    waited = false
+                    delivered = true
+                    position += Int64(bytes.count)
+                    continue
+                }
+            } else {
+                let missing = await file.missingRanges(in: position..<end)
+                if resource.generation != generation { continue }
+                guard let first = missing.first else { return }
+                position = first.lowerBound
+            }
+            // `position` is missing: join the fetch bringing its segment, or start one.
+            let segment = Int(position >> Int64(file.segmentShift))
+            let fetchID: Int
+            if let owner = resource.owner[segment] {
+                fetchID = owner
+            } else if let failure = interests.compactMap({ resource.outcomes[$0] }).first {
+                throw failure
+            } else {
+                let stop = Int((end + Int64(file.segmentSize) - 1) >> Int64(file.segmentShift))
+                fetchID = await startFetch(resource, from: segment, before: stop)
+                if resource.generation != generation { continue }
+            }
+            if interests.insert(fetchID).inserted { resource.fetches[fetchID]?.interest += 1 }
+            // A failed fetch shows on the next pass: the byte is still missing, nobody brings
+            // it, and this reader waited on the fetch that failed.
+            await waitForChange(resource, segment: segment)
+            waited = true
+            if let progress {
+                progress(await Self.progress(of: file, key: resource.key, from: range?.lowerBound ?? 0))
+            }
+        }
+    }
+
+    // MARK: Attaching readers
+
+    /// Opens the resource in the store (once, shared) and learns what the origin says about
+    /// it, from the stored metadata or by first contact.
+    func attach(_ source: any RangeSource) async throws -> FillResource {
+        let resource = entry(for: source.key)
+        resource.users += 1
+        if resource.source == nil { resource.source = source }
+        do {
+            while resource.handle == nil || resource.info == nil {
+                if let opening = resource.opening {
+                    // The task clears `opening` itself before it finishes: no spin on a done task.
+                    try await opening.value
+                    continue
+                }
+                let task = Task { try await self.open(resource) }
+                resource.opening = task
+                try await task.value
+            }
+        } catch {
+            detach(resource)
+            throw error
+        }
+        return resource
+    }
+
+    func detach(_ resource: FillResource) {
+        resource.users -= 1
+        guard resource.users == 0, resource.fetches.isEmpty, resource.opening == nil, let handle = resource.handle else {
+            forgetIfIdle(resource)
+            return
+        }
+        resource.handle = nil
+        resource.info = nil
+        resource.outcomes.removeAll()
+        Task { try? await handle.release() }
+        forgetIfIdle(resource)
+    }
+
+    private func open(_ resource: FillResource) async throws {
+        defer { resource.opening = nil }
+        guard let source = resource.source else { return }
+        if resource.handle == nil {
+            resource.handle = try await store.open(key: resource.key)
+        }
+        guard let handle = resource.handle else { return }
+        let metadata = await handle.file.metadata
+        if let length = await handle.file.length {
+            // Known from an earlier run: its validators go out with every request.
+            resource.info = ContentInfo(
+                length: length, contentType: metadata.contentType,
+                validator: ContentValidator(etag: metadata.etag, lastModified: metadata.lastModified), acceptsRanges: true)
+            return
+        }
+        // First contact: one byte tells the length, the validators and whether ranges work.
+        let response = try await fetchWithRetries(source, 0..<1, validator: nil, key: resource.key)
+        response.cancel()
+        guard response.info.length != nil else {
+            throw SparseCacheError(
+                .origin, operation: "fetch", path: resource.key, detail: "the origin gave no length (no Content-Range or Content-Length)")
+        }
+        try await adopt(response.info, in: resource)
+    }
+
+    /// Stores what the origin said: the length, the content type and the validators, committed.
+    func adopt(_ info: ContentInfo, in resource: FillResource) async throws {
+        guard let handle = resource.handle, let length = info.length else { return }
+        let file = handle.file
+        if await file.length == nil { try await file.setLength(length) }
+        var metadata = await file.metadata
+        metadata.key = resource.key
+        metadata.contentType = info.contentType
+        metadata.etag = info.validator.etag
+        metadata.lastModified = info.validator.lastModified
+        try await file.setMetadata(metadata)
+        try await file.commit()
+        resource.info = info
+    }
+
+    // MARK: Waiting
+
+    /// Suspends until the resource changes (a commit, a fetch ending, a replacement) or the
+    /// task is cancelled.
+    func waitForChange(_ resource: FillResource, segment: Int) async {
+        let id = takeID()
+        let key = resource.key
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                if Task.isCancelled {
+                    continuation.resume()
+                } else {
+                    resource.waiters[id] = (segment, continuation)
+                }
+            }
+        } onCancel: {
+            Task { await self.wake(key: key, waiter: id) }
+        }
+    }
+
+    private func wake(key: String, waiter id: Int) {
+        resources[key]?.waiters.removeValue(forKey: id)?.continuation.resume()
+    }
+
+    /// Wakes every waiting reader and tells the progress listeners.
+    func changed(_ resource: FillResource) async {
+        let waiters = resource.waiters
+        resource.waiters.removeAll()
+        for (_, waiter) in waiters { waiter.continuation.resume() }
+        guard !resource.listeners.isEmpty, let handle = resource.handle else { return }
+        for (_, listener) in resource.listeners {
+            listener.continuation.yield(await Self.progress(of: handle.file, key: resource.key, from: listener.offset))
+        }
+    }
+
+    private func releaseInterest(_ resource: FillResource, _ interests: Set<Int>) {
+        for id in interests {
+            guard var fetch = resource.fetches[id] else {
+                continue
+            }
+            fetch.interest -= 1
+            resource.fetches[id] = fetch
+            // Nobody waits for it any more: stop it (it commits what it has).
+            if fetch.interest <= 0 { fetch.task?.cancel() }
+        }
+        if resource.waiters.isEmpty, resource.fetches.isEmpty { resource.outcomes.removeAll() }
+    }
+}

@@ -1,0 +1,213 @@
+// Fill-through from real HTTP origins on 127.0.0.1: nginx, a server that ignores Range, and
+// our own origin that cuts connections and slows down. Origin byte counts come from the
+// servers' own logs.
+import Foundation
+import Testing
+
+@testable import SparseCache
+
+/// A store plus a progressive cache over it in a temporary directory.
+struct FillFixture {
+    let directory: TemporaryDirectory
+    let store: SparseStore
+    let cache: ProgressiveCache
+
+    init(_ label: String, options: FillOptions = FillOptions(), segmentSize: Int = 64 << 10) async throws {
+        directory = try TemporaryDirectory(label)
+        var storeOptions = StoreOptions(budget: 1 << 40)
+        storeOptions.segmentSize = segmentSize
+        store = try await SparseStore.open(directory: directory.file("cache"), options: storeOptions)
+        cache = ProgressiveCache(store: store, options: options)
+    }
+
+    func close() async throws {
+        try await store.close()
+    }
+}
+
+/// Drains a read stream into one array.
+func collect(_ stream: AsyncThrowingStream<[UInt8], Error>) async throws -> [UInt8] {
+    var bytes: [UInt8] = []
+    for try await chunk in stream { bytes += chunk }
+    return bytes
+}
+
+/// Writes `count` seeded bytes as `name` under `root` and returns them.
+func originFile(_ root: String, _ name: String, count: Int, seed: UInt64) throws -> [UInt8] {
+    var random = SeededGenerator(seed: seed)
+    let bytes = random.bytes(count)
+    try Data(bytes).write(to: URL(fileURLWithPath: root + "/" + name))
+    return bytes
+}
+
+extension FillOptions {
+    static var testing: FillOptions {
+        var options = FillOptions()
+        options.initialBackoff = .milliseconds(20)
+        options.maximumBackoff = .milliseconds(200)
+        return options
+    }
+}
+
+@Suite("Fill-through from HTTP origins", .serialized)
+struct FillTests {
+    @Test("a whole resource through the cache: every byte, one origin byte per byte, then served from disk")
+    func wholeResource() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let source = try originFile(files.path, "movie.bin", count: 3_000_000 + 17, seed: 1)
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-whole", options: .testing)
+        let http = try HTTPRangeSource(url: origin.url("movie.bin"))
+
+        let first = try await collect(fixture.cache.read(http))
+        #expect(first == source)
+        let sent = await origin.bytesSent("movie.bin")
+        // First contact asks for one byte; everything else exactly once.
+        #expect(sent <= Int64(source.count) + 1, "origin sent \(sent) bytes for a \(source.count)-byte resource")
+
+        let again = try await collect(fixture.cache.read(http))
+        #expect(again == source)
+        #expect(await origin.bytesSent("movie.bin") == sent, "the second read came from the origin")
+        let progress = try await fixture.cache.progress(key: http.key)
+        #expect(progress.presentBytes == Int64(source.count) && progress.length == Int64(source.count))
+        #expect(progress.contiguousBytes == Int64(source.count))
+        try await fixture.close()
+    }
+
+    @Test("ranges anywhere, then the whole: no byte is asked for twice")
+    func rangesThenWhole() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let source = try originFile(files.path, "r.bin", count: 2_500_000, seed: 2)
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-ranges", options: .testing, segmentSize: 16 << 10)
+        let http = try HTTPRangeSource(url: origin.url("r.bin"))
+        var random = SeededGenerator(seed: 22)
+        for _ in 0..<12 {
+            let start = Int64.random(in: 0..<Int64(source.count - 1), using: &random)
+            let end = min(Int64(source.count), start + Int64.random(in: 1...300_000, using: &random))
+            let bytes = try await collect(fixture.cache.read(http, range: start..<end))
+            #expect(bytes == Array(source[Int(start)..<Int(end)]), "range \(start)..<\(end)")
+        }
+        #expect(try await collect(fixture.cache.read(http)) == source)
+        let sent = await origin.bytesSent("r.bin")
+        #expect(sent <= Int64(source.count) + 1, "origin sent \(sent) bytes for \(source.count)")
+        let ranged = origin.requests().filter { $0.path == "/r.bin" }
+        #expect(ranged.allSatisfy { $0.status == 206 }, "\(ranged.map(\.status))")
+        try await fixture.close()
+    }
+
+    @Test("16 concurrent readers of one uncached resource: the origin sends each byte once")
+    func concurrentReadersShareFetches() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let source = try originFile(files.path, "shared.bin", count: 4_000_000 + 123, seed: 3)
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-shared", options: .testing)
+        let http = try HTTPRangeSource(url: origin.url("shared.bin"))
+        let cache = fixture.cache
+        let results = try await withThrowingTaskGroup(of: Bool.self) { group in
+            for reader in 0..<16 {
+                group.addTask {
+                    // Half read everything, half start at a different place.
+                    let start = reader % 2 == 0 ? 0 : Int64(reader) * 200_000
+                    let bytes = try await collect(cache.read(http, range: start..<Int64(source.count)))
+                    return bytes == Array(source[Int(start)...])
+                }
+            }
+            var all: [Bool] = []
+            for try await result in group { all.append(result) }
+            return all
+        }
+        #expect(results.count == 16 && results.allSatisfy { $0 })
+        let sent = await origin.bytesSent("shared.bin")
+        reportCounts("shared fetch", ["readers": 16, "resource bytes": source.count, "origin bytes": Int(sent)])
+        #expect(sent <= Int64(source.count) + 1, "16 readers made the origin send \(sent) bytes for \(source.count)")
+        try await fixture.close()
+    }
+
+    @Test("a server that ignores Range: the 200 body is skipped to the offset")
+    func serverIgnoringRanges() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let source = try originFile(files.path, "plain.bin", count: 700_000, seed: 4)
+        let origin = try await OriginServer.pythonStatic(root: files.path)
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-norange", options: .testing, segmentSize: 16 << 10)
+        let http = try HTTPRangeSource(url: origin.url("plain.bin"))
+        let middle = try await collect(fixture.cache.read(http, range: 300_001..<450_000))
+        #expect(middle == Array(source[300_001..<450_000]))
+        #expect(try await collect(fixture.cache.read(http)) == source)
+        try await fixture.close()
+    }
+
+    @Test("connections cut mid-body: the fetch resumes from the last byte and the bytes are right")
+    func cutConnections() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let source = try originFile(files.path, "cut.bin", count: 1_500_000, seed: 5)
+        // The next four requests are cut after 300,000 body bytes (first contact is one of
+        // them, and asks for one byte only).
+        try "cut=300000 times=4".write(toFile: files.path + "/cut.bin.faults", atomically: true, encoding: .utf8)
+        let origin = try await OriginServer.faulty(root: files.path)
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-cut", options: .testing)
+        let http = try HTTPRangeSource(url: origin.url("cut.bin"))
+        #expect(try await collect(fixture.cache.read(http)) == source)
+        let statistics = await fixture.cache.statistics
+        #expect(statistics.retries >= 3, "\(statistics)")
+        let requests = origin.requests().filter { $0.path == "/cut.bin" }
+        #expect(requests.count >= 4, "\(requests)")
+        // Resumed, not restarted: well under two copies of the resource crossed the wire.
+        #expect(await origin.bytesSent("cut.bin") < Int64(source.count) * 3 / 2)
+        try await fixture.close()
+    }
+
+    @Test("the resource changes on the origin: the cache notices and never serves a mix")
+    func changedOnOrigin() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let old = try originFile(files.path, "v.bin", count: 1_000_000, seed: 6)
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-changed", options: .testing, segmentSize: 16 << 10)
+        let http = try HTTPRangeSource(url: origin.url("v.bin"))
+        #expect(try await collect(fixture.cache.read(http, range: 0..<400_000)) == Array(old[0..<400_000]))
+
+        // A new version, same length, new modification time (nginx's ETag changes with it).
+        try await Task.sleep(for: .milliseconds(1100))
+        let new = try originFile(files.path, "v.bin", count: 1_000_000, seed: 66)
+        // The first 400,000 bytes are cached from the old version. The missing tail reveals
+        // the change: the reader, already holding old bytes, must be stopped, not handed new
+        // ones after them.
+        var got: [UInt8] = []
+        var stopped = false
+        do {
+            for try await chunk in fixture.cache.read(http) { got += chunk }
+        } catch let error as SparseCacheError where error.code == .originChanged {
+            stopped = true
+        }
+        #expect(stopped || got == new, "neither stopped nor the new version")
+        #expect(got == Array(old.prefix(got.count)) || got == Array(new.prefix(got.count)), "a mix of versions was served")
+        let afterwards = try await collect(fixture.cache.read(http))
+        #expect(afterwards == new, "after the change the cache serves the new version")
+        #expect(await fixture.cache.statistics.invalidations >= 1)
+        try await fixture.close()
+    }
+
+    @Test("404 is a clear origin error; nothing listening is 'unavailable' after the retries")
+    func originErrors() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        var options = FillOptions.testing
+        options.retries = 2
+        let fixture = try await FillFixture("fill-errors", options: options)
+        let missing = try HTTPRangeSource(url: origin.url("nope.bin"))
+        let notFound = await expectError(.origin) { _ = try await collect(fixture.cache.read(missing)) }
+        #expect(notFound?.description.contains("404") == true, "\(String(describing: notFound))")
+        let closedPort = try OriginServer.freePort()
+        let nobody = try HTTPRangeSource(url: URL(string: "http://127.0.0.1:\(closedPort)/x.bin")!)
+        await expectError(.originUnavailable) { _ = try await collect(fixture.cache.read(nobody)) }
+        #expect(throws: SparseCacheError.self) { _ = try HTTPRangeSource(url: URL(string: "ftp://127.0.0.1/x")!) }
+        try await fixture.close()
+    }
+}
