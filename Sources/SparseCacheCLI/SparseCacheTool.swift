@@ -9,7 +9,7 @@ enum SparseCacheTool {
     static let commands: [CommandEntry] = [
         CommandEntry(WriteCommand.self), CommandEntry(ReadCommand.self), CommandEntry(VerifyCommand.self),
         CommandEntry(InfoCommand.self), CommandEntry(DemoCommand.self), CommandEntry(ListCommand.self),
-        CommandEntry(EvictCommand.self), CommandEntry(ClearCommand.self),
+        CommandEntry(EvictCommand.self), CommandEntry(ClearCommand.self), CommandEntry(FetchCommand.self),
     ]
 
     static let help = """
@@ -29,12 +29,14 @@ enum SparseCacheTool {
           ls        List the resources of a cache directory
           evict     Evict resources from a cache directory (by key or down to a size)
           clear     Remove every resource from a cache directory
+          fetch     Download a URL into a cache directory by Range requests (resumes)
 
         OPTIONS:
           -h, --help    Show help; 'sparsecache <command> --help' for a command
 
         EXIT STATUS: 0 ok, 1 not present or damage found, 64 usage error, 65 malformed index,
-                     74 I/O error, 75 locked by another process.
+                     69 origin unreachable, 74 I/O error, 75 locked by another process (or the
+                     resource changed on its origin), 76 the origin answered with an error.
         """
 
     static func run(_ arguments: [String]) async -> Int32 {

@@ -33,8 +33,9 @@ extension ProgressiveCache {
             guard let handle = resource.handle, let info = resource.info, let length = info.length else {
                 throw SparseCacheError(.originUnavailable, operation: "read", path: resource.key, detail: "the resource is being replaced")
             }
+            // A range ending at Int64.max runs to the end, whatever the length turns out to be.
             let end = min(range?.upperBound ?? length, length)
-            if let range, range.upperBound > length {
+            if let range, range.lowerBound > length || (range.upperBound > length && range.upperBound != .max) {
                 throw SparseCacheError(
                     .invalidArgument, operation: "read", path: resource.key, offset: range.lowerBound,
                     length: Int64(range.count), detail: "runs past the resource length \(length)")

@@ -30,7 +30,8 @@ public actor ProgressiveCache {
 
     // MARK: Reading
 
-    /// The bytes of `range` (the whole resource when nil) in order, in chunks of at most
+    /// The bytes of `range` (the whole resource when nil; a range ending at `Int64.max` runs
+    /// to the end) in order, in chunks of at most
     /// ``FillOptions/readChunk`` bytes. Cancel by dropping the stream (or cancelling the task
     /// iterating it).
     ///
