@@ -1,0 +1,148 @@
+// The pieces of the fill layer that need no server: Content-Range parsing, validators, the
+// connection limiter; and prefetch, progress and cancellation against a slow origin.
+import Foundation
+import Synchronization
+import Testing
+
+@testable import SparseCache
+
+@Suite("Fill layer pieces")
+struct FillUnitTests {
+    @Test("Content-Range: the three forms parse; malformed ones are refused")
+    func contentRange() {
+        #expect(ContentRange("bytes 0-99/1000")?.range == 0..<100)
+        #expect(ContentRange("bytes 0-99/1000")?.total == 1000)
+        #expect(ContentRange("bytes 5-5/*")?.range == 5..<6)
+        #expect(ContentRange("bytes 5-5/*")?.total == nil)
+        #expect(ContentRange("bytes */1000")?.total == 1000)
+        #expect(ContentRange("bytes */1000")?.range == nil)
+        #expect(ContentRange("BYTES 1-2/3")?.range == 1..<3)
+        for bad in ["", "bytes", "bytes 9-3/10", "bytes 0-10/10", "bytes -1-3/10", "items 0-1/2", "bytes 0-1", "bytes */*", "bytes a-b/c",
+            "bytes 0-9223372036854775807/9223372036854775807"]
+        {
+            #expect(ContentRange(bad) == nil, "'\(bad)' parsed")
+        }
+    }
+
+    @Test("validators: strong and weak ETags, Last-Modified, and what If-Range may carry")
+    func validators() {
+        let strong = ContentValidator(etag: "\"abc\"", lastModified: "Sun, 22 Nov 2026 10:00:00 GMT")
+        #expect(strong.matches(ContentValidator(etag: "\"abc\"")))
+        #expect(strong.matches(ContentValidator(etag: "W/\"abc\"")))
+        #expect(!strong.matches(ContentValidator(etag: "\"abd\"")))
+        #expect(!strong.matches(ContentValidator(lastModified: "Mon, 23 Nov 2026 10:00:00 GMT")))
+        #expect(strong.matches(ContentValidator()))
+        #expect(HTTPRangeSource.ifRange(strong) == "\"abc\"")
+        // A weak ETag may not go in If-Range: the date goes instead, or nothing.
+        #expect(HTTPRangeSource.ifRange(ContentValidator(etag: "W/\"abc\"", lastModified: "x")) == "x")
+        #expect(HTTPRangeSource.ifRange(ContentValidator(etag: "W/\"abc\"")) == nil)
+        let cached = ContentInfo(length: 100, validator: strong, acceptsRanges: true)
+        #expect(ProgressiveCache.isDifferentVersion(ContentInfo(length: 101, validator: strong, acceptsRanges: true), than: cached))
+        #expect(ProgressiveCache.isDifferentVersion(ContentInfo(length: 100, validator: ContentValidator(etag: "\"zzz\""), acceptsRanges: true), than: cached))
+        #expect(!ProgressiveCache.isDifferentVersion(ContentInfo(length: 100, acceptsRanges: false), than: cached))
+    }
+
+    @Test("the connection limiter: never more holders than the limit, waiters suspend, a cancelled waiter leaves")
+    func limiter() async throws {
+        let limiter = ConnectionLimiter(limit: 2)
+        let holders = HolderCounts()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<12 {
+                group.addTask {
+                    try await limiter.acquire()
+                    let now = holders.current.add(1, ordering: .relaxed).newValue
+                    _ = holders.peak.max(now, ordering: .relaxed)
+                    try await Task.sleep(for: .milliseconds(5))
+                    holders.current.subtract(1, ordering: .relaxed)
+                    await limiter.release()
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(holders.peak.load(ordering: .relaxed) == 2)
+        #expect(await limiter.inUse == 0)
+
+        try await limiter.acquire()
+        try await limiter.acquire()
+        let waiter = Task { try await limiter.acquire() }
+        try await Task.sleep(for: .milliseconds(20))
+        waiter.cancel()
+        await #expect(throws: CancellationError.self) { try await waiter.value }
+        await limiter.release()
+        await limiter.release()
+        #expect(await limiter.inUse == 0, "the cancelled waiter took no place")
+    }
+}
+
+private final class HolderCounts: Sendable {
+    let current = Atomic<Int>(0)
+    let peak = Atomic<Int>(0)
+}
+
+@Suite("Fill: prefetch, progress, cancellation", .serialized)
+struct FillBehaviourTests {
+    @Test("prefetch brings a range in and reports progress; progress survives a restart")
+    func prefetchAndProgress() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let source = try originFile(files.path, "feed.mp4", count: 2_000_000, seed: 9)
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        let directory = try TemporaryDirectory("fill-prefetch")
+        var storeOptions = StoreOptions(budget: 1 << 40)
+        storeOptions.segmentSize = 16 << 10
+        var store = try await SparseStore.open(directory: directory.file("cache"), options: storeOptions)
+        var cache = ProgressiveCache(store: store, options: .testing)
+        let http = try HTTPRangeSource(url: origin.url("feed.mp4"))
+        let reports = Mutex<[FillProgress]>([])
+        try await cache.prefetch(http, range: 0..<500_000) { progress in reports.withLock { $0.append(progress) } }
+        let seen = reports.withLock { $0 }
+        #expect(!seen.isEmpty)
+        #expect(seen.map(\.presentBytes) == seen.map(\.presentBytes).sorted(), "progress never goes back")
+        let now = try await cache.progress(key: http.key)
+        #expect(now.contiguousBytes >= 500_000 && now.presentBytes < Int64(source.count), "\(now)")
+        #expect(now.length == Int64(source.count))
+        try await store.close()
+
+        store = try await SparseStore.open(directory: directory.file("cache"), options: storeOptions)
+        cache = ProgressiveCache(store: store, options: .testing)
+        let restarted = try await cache.progress(key: http.key)
+        #expect(restarted == now, "progress after a restart: \(restarted) vs \(now)")
+        let updates = try await cache.progressUpdates(key: http.key)
+        var iterator = updates.makeAsyncIterator()
+        #expect(await iterator.next() == now)
+        #expect(try await collect(cache.read(http, range: 400_000..<900_000)) == Array(source[400_000..<900_000]))
+        let next = await iterator.next()
+        #expect((next?.presentBytes ?? 0) > now.presentBytes, "an update after the fetch committed: \(String(describing: next))")
+        try await store.close()
+    }
+
+    @Test("a reader that goes away stops its fetch; one still needed by another reader goes on")
+    func cancellation() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let source = try originFile(files.path, "long.bin", count: 4_000_000, seed: 10)
+        // About 2.5 s for the whole file.
+        try "delay_ms=10".write(toFile: files.path + "/long.bin.faults", atomically: true, encoding: .utf8)
+        let origin = try await OriginServer.faulty(root: files.path)
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-cancel", options: .testing)
+        let http = try HTTPRangeSource(url: origin.url("long.bin"))
+
+        // One reader alone, cancelled early: the origin stops sending long before the end.
+        let lone = Task { try await collect(fixture.cache.read(http)) }
+        try await Task.sleep(for: .milliseconds(300))
+        lone.cancel()
+        _ = try? await lone.value
+        try await Task.sleep(for: .milliseconds(300))
+        let afterCancel = await origin.bytesSent("long.bin")
+        #expect(afterCancel < Int64(source.count) / 2, "the origin sent \(afterCancel) bytes after the only reader left")
+
+        // Two readers of the same bytes; one leaves, the other still gets everything.
+        let cache = fixture.cache
+        let leaving = Task { try await collect(cache.read(http)) }
+        let staying = Task { try await collect(cache.read(http)) }
+        try await Task.sleep(for: .milliseconds(200))
+        leaving.cancel()
+        #expect(try await staying.value == source)
+        try await fixture.close()
+    }
+}
