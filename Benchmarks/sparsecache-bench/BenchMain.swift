@@ -14,6 +14,7 @@ enum BenchMain {
         (CooperativePoolScenario.number, CooperativePoolScenario.name, CooperativePoolScenario.run),
         (StoreScenario.number, StoreScenario.name, StoreScenario.run),
         (FaultHookScenario.number, FaultHookScenario.name, FaultHookScenario.run),
+        (FillThroughScenario.number, FillThroughScenario.name, FillThroughScenario.run),
     ]
 
     static func run(_ arguments: [String]) async -> Int32 {

@@ -29,7 +29,7 @@ struct BenchOptions: Sendable {
           --json PATH     Write every result as JSON to PATH
           --dir PATH      Parent of the scratch directory (default /var/tmp; never a tmpfs
                           unless you ask for one). The scratch directory is removed at the end.
-          --only N,...    Run only these scenarios (1-8)
+          --only N,...    Run only these scenarios (1-9)
           --reps N        Override the repetition count (at least 1)
           --keep          Keep the scratch directory
           -h, --help      Show this help
@@ -40,6 +40,7 @@ struct BenchOptions: Sendable {
           3  cached reads                  6  cooperative pool: worst ticker gap under slow I/O
                                            7  cache directory: start-up with 10,000 resources, eviction
                                            8  fault-injection hooks: cost when off
+                                           9  fill-through from nginx vs curl; time to first byte
         """
 
     struct UsageError: Error, CustomStringConvertible {
@@ -72,8 +73,8 @@ struct BenchOptions: Sendable {
                 options.repetitionsOverride = count
             case "--only":
                 let numbers = try value(argument).split(separator: ",").map { Int($0) }
-                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...8).contains($0) } ?? false }) else {
-                    throw UsageError(description: "--only takes scenario numbers from 1 to 8, e.g. --only 1,3")
+                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...9).contains($0) } ?? false }) else {
+                    throw UsageError(description: "--only takes scenario numbers from 1 to 9, e.g. --only 1,3")
                 }
                 options.only = Set(numbers.compactMap { $0 })
             default:
@@ -122,6 +123,8 @@ struct Sizes: Sendable {
     var storeEvictions: Int
     /// Scenario 8: 4 KiB calls per sample.
     var hookCalls: Int
+    /// Scenario 9: the resource filled through from nginx.
+    var fillThrough: Int64
 
     init(_ mode: BenchOptions.Mode) {
         switch mode {
@@ -138,6 +141,7 @@ struct Sizes: Sendable {
             storeResources = 10_000
             storeEvictions = 500
             hookCalls = 1_000_000
+            fillThrough = 1 << 30
         case .quick:
             sequentialFill = 256 << 20
             randomFill = 64 << 20
@@ -151,6 +155,7 @@ struct Sizes: Sendable {
             storeResources = 10_000
             storeEvictions = 500
             hookCalls = 1_000_000
+            fillThrough = 256 << 20
         case .smoke:
             sequentialFill = 8 << 20
             randomFill = 2 << 20
@@ -164,6 +169,7 @@ struct Sizes: Sendable {
             storeResources = 200
             storeEvictions = 20
             hookCalls = 10_000
+            fillThrough = 4 << 20
         }
     }
 }

@@ -16,7 +16,7 @@ struct BenchSmokeTests {
         let json = scratch.file("report.json")
         let run = try await ProcessRun.run(binary, ["--smoke", "--json", json, "--dir", scratch.path])
         #expect(run.status == 0, "stderr: \(run.err)")
-        for scenario in 1...8 {
+        for scenario in 1...9 {
             #expect(run.stdout.contains("\n## \(scenario). "), "scenario \(scenario) missing from the table")
         }
         #expect(run.stdout.contains("## targets"), "no target summary")
@@ -26,7 +26,7 @@ struct BenchSmokeTests {
         #expect(report["mode"] as? String == "smoke")
         let measurements = try #require(report["measurements"] as? [[String: Any]])
         let scenarios = Set(measurements.compactMap { $0["scenario"] as? Int })
-        #expect(scenarios == Set(1...8), "scenarios measured: \(scenarios.sorted())")
+        #expect(scenarios == Set(1...9), "scenarios measured: \(scenarios.sorted())")
         for measurement in measurements {
             let samples = measurement["samples"] as? [Double] ?? []
             #expect(!samples.isEmpty && samples.allSatisfy { $0.isFinite && $0 >= 0 }, "\(measurement)")
@@ -35,8 +35,8 @@ struct BenchSmokeTests {
         let leftovers = try FileManager.default.contentsOfDirectory(atPath: scratch.path).filter { $0 != "report.json" }
         #expect(leftovers.isEmpty, "left behind: \(leftovers)")
 
-        let usage = try await ProcessRun.run(binary, ["--only", "9"])
-        #expect(usage.status == 64 && usage.err.contains("1 to 8"), "\(usage)")
+        let usage = try await ProcessRun.run(binary, ["--only", "10"])
+        #expect(usage.status == 64 && usage.err.contains("1 to 9"), "\(usage)")
     }
 }
 

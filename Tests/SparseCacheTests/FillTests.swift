@@ -49,7 +49,7 @@ extension FillOptions {
     }
 }
 
-@Suite("Fill-through from HTTP origins", .serialized)
+@Suite("Fill-through from HTTP origins", .serialized, .timeLimit(.minutes(3)))
 struct FillTests {
     @Test("a whole resource through the cache: every byte, one origin byte per byte, then served from disk")
     func wholeResource() async throws {
@@ -208,6 +208,29 @@ struct FillTests {
         let nobody = try HTTPRangeSource(url: URL(string: "http://127.0.0.1:\(closedPort)/x.bin")!)
         await expectError(.originUnavailable) { _ = try await collect(fixture.cache.read(nobody)) }
         #expect(throws: SparseCacheError.self) { _ = try HTTPRangeSource(url: URL(string: "ftp://127.0.0.1/x")!) }
+        try await fixture.close()
+    }
+
+    @Test("redirects are followed; 503s are retried with backoff until the origin answers")
+    func redirectsAndServerErrors() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let source = try originFile(files.path, "target.bin", count: 300_000, seed: 11)
+        let origin = try await OriginServer.nginx(root: files.path, locations: "location = /moved.bin { return 301 /target.bin; }")
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-redirect", options: .testing)
+        let moved = try HTTPRangeSource(url: origin.url("moved.bin"))
+        #expect(try await collect(fixture.cache.read(moved, range: 1000..<200_000)) == Array(source[1000..<200_000]))
+        #expect(origin.requests().contains { $0.path == "/moved.bin" && $0.status == 301 })
+
+        let faultyFiles = try TemporaryDirectory("origin-files")
+        let flaky = try originFile(faultyFiles.path, "flaky.bin", count: 200_000, seed: 12)
+        try "status=503 times=3".write(toFile: faultyFiles.path + "/flaky.bin.faults", atomically: true, encoding: .utf8)
+        let faulty = try await OriginServer.faulty(root: faultyFiles.path)
+        defer { faulty.stop() }
+        let before = await fixture.cache.statistics.retries
+        #expect(try await collect(fixture.cache.read(try HTTPRangeSource(url: faulty.url("flaky.bin")))) == flaky)
+        #expect(await fixture.cache.statistics.retries - before >= 3)
+        #expect(faulty.requests().filter { $0.status == 503 }.count == 3)
         try await fixture.close()
     }
 }

@@ -37,7 +37,7 @@ final class OriginServer: @unchecked Sendable {
     static let nginxBinary = ["/usr/sbin/nginx", "/usr/bin/nginx"].first { FileManager.default.isExecutableFile(atPath: $0) }
 
     /// nginx serving `root`, logging every request's body bytes.
-    static func nginx(root: String) async throws -> OriginServer {
+    static func nginx(root: String, locations: String = "") async throws -> OriginServer {
         guard let binary = nginxBinary else {
             throw OriginFailure("nginx is not installed (apt-get install nginx-light; .ci/run does this)")
         }
@@ -67,6 +67,7 @@ final class OriginServer: @unchecked Sendable {
                 server {
                     listen 127.0.0.1:\(port);
                     root \(root);
+                    \(locations)
                 }
             }
             """
@@ -89,7 +90,8 @@ final class OriginServer: @unchecked Sendable {
 
     /// Our own origin: Range and ETag support, plus faults set per file by writing
     /// `<root>/<name>.faults` as "cut=BYTES times=N delay_ms=MS" (cut the connection after
-    /// BYTES body bytes for the next N requests; sleep MS between 16 KiB chunks). Logs like nginx.
+    /// BYTES body bytes for the next N requests; sleep MS between 16 KiB chunks) or
+    /// "status=503 times=N" (answer the next N requests with that status). Logs like nginx.
     static func faulty(root: String) async throws -> OriginServer {
         let work = try TemporaryDirectory("faulty")
         let port = try freePort()
@@ -197,7 +199,7 @@ import os, sys, time, threading, email.utils
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 
 root, port, log_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-lock = threading.Lock()
+lock = threading.RLock()
 
 def faults(name):
     path = os.path.join(root, name + ".faults")
@@ -240,6 +242,12 @@ class Handler(BaseHTTPRequestHandler):
         spec, spec_path = faults(name)
         cut, delay = None, 0.0
         with lock:
+            if spec and "status" in spec and int(spec.get("times", "1")) > 0:
+                spec["times"] = str(int(spec.get("times", "1")) - 1)
+                with open(spec_path, "w") as f:
+                    f.write(" ".join("%s=%s" % kv for kv in spec.items()))
+                code = int(spec["status"])
+                self.send_response(code); self.send_header("Content-Length", "0"); self.end_headers(); self.record(code, 0); return
             if spec:
                 times = int(spec.get("times", "1"))
                 if times > 0 and "cut" in spec:

@@ -11,9 +11,10 @@ public struct FillOptions: Sendable {
     /// While a reader waits for a segment the fetch has completed, the fetch commits at most
     /// this long after the previous commit: the wait a reader sees behind the network.
     public var readerCommitDelay: Duration = .milliseconds(10)
-    /// The largest span one fetch asks the origin for; a reader that goes on gets the next
-    /// span, so one that stops early never leaves a huge transfer behind.
-    public var maximumFetch: Int64 = 64 << 20
+    /// The largest span one request asks the origin for; a reader that goes on gets the
+    /// next span. It bounds what a reader that stops early leaves in flight, and the memory
+    /// an origin faster than the disk can fill ahead of the writes. Default 16 MiB.
+    public var maximumFetch: Int64 = 16 << 20
     /// The largest chunk a reader is handed.
     public var readChunk = 1 << 20
 

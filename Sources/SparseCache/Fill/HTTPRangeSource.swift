@@ -13,14 +13,12 @@ import FoundationNetworking
 /// - Follows redirects; times out a request that stalls for ``timeout``.
 /// - Limits connections to one origin (``ConnectionLimiter``): callers over the limit wait.
 /// - Streams the body as it arrives (URLSession's data delegate; `bytes(for:)` does not exist on
-///   Linux) and pauses the transfer while more than ``bufferLimit`` bytes wait to be consumed.
+///   Linux).
 public final class HTTPRangeSource: RangeSource {
     public let url: URL
     public var key: String { url.absoluteString }
     /// Longest wait for any progress on a request before it fails as `.originUnavailable`.
     public let timeout: Duration
-    /// Bytes received but not yet consumed before the transfer is paused.
-    public let bufferLimit: Int
     let limiter: ConnectionLimiter
     private let session: URLSession
     private let delegate: SessionDelegate
@@ -29,14 +27,13 @@ public final class HTTPRangeSource: RangeSource {
     ///   - limiter: shared by every source of one origin; `HTTPRangeSource.limiter(for:)` keeps
     ///     one per host and port.
     public init(
-        url: URL, timeout: Duration = .seconds(30), bufferLimit: Int = 8 << 20, limiter: ConnectionLimiter? = nil
+        url: URL, timeout: Duration = .seconds(30), limiter: ConnectionLimiter? = nil
     ) throws {
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil else {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: url.absoluteString, detail: "not an http(s) URL")
         }
         self.url = url
         self.timeout = timeout
-        self.bufferLimit = bufferLimit
         self.limiter = limiter ?? Self.limiter(for: url)
         let configuration = URLSessionConfiguration.ephemeral
         configuration.timeoutIntervalForRequest = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
@@ -82,7 +79,7 @@ public final class HTTPRangeSource: RangeSource {
             if let validator, let ifRange = Self.ifRange(validator) { request.setValue(ifRange, forHTTPHeaderField: "If-Range") }
         }
         try await limiter.acquire()
-        let stream = ResponseStream(bufferLimit: bufferLimit)
+        let stream = ResponseStream()
         let task = session.dataTask(with: request)
         delegate.register(task, stream: stream)
         let limiter = self.limiter

@@ -38,33 +38,27 @@ final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
     }
 }
 
-/// One request's response: the headers once they arrive, then the body as a ``ByteStream``.
-/// Pauses the transfer (URLSessionTask.suspend) while more than `bufferLimit` bytes wait
-/// unconsumed, and resumes it below half of that.
+/// One request's response: the headers once they arrive, then the body as a stream of chunks.
+///
+/// There is no flow control here: suspending a URLSessionTask mid-transfer traps inside
+/// FoundationNetworking on Linux (NativeProtocol.swift). Callers bound the memory a fast
+/// origin can fill by asking for bounded ranges (``FillOptions/maximumFetch``).
 final class ResponseStream: Sendable {
     private struct State {
         var task: URLSessionTask?
         var response: HTTPURLResponse?
         var failure: Error?
         var responseWaiter: CheckedContinuation<HTTPURLResponse, Error>?
-        var buffered = 0
-        var paused = false
         var finished = false
         var onFinish: [@Sendable () -> Void] = []
     }
 
     private let state = Mutex(State())
-    private let bufferLimit: Int
     private let continuation: AsyncThrowingStream<[UInt8], Error>.Continuation
-    let body: ByteStream
+    let body: AsyncThrowingStream<[UInt8], Error>
 
-    init(bufferLimit: Int) {
-        self.bufferLimit = max(1 << 16, bufferLimit)
-        let (chunks, continuation) = AsyncThrowingStream<[UInt8], Error>.makeStream()
-        self.continuation = continuation
-        let consumedBox = ConsumedHook()
-        body = ByteStream(chunks) { consumedBox.call($0) }
-        consumedBox.target = self
+    init() {
+        (body, continuation) = AsyncThrowingStream<[UInt8], Error>.makeStream()
     }
 
     func attach(_ task: URLSessionTask) {
@@ -105,26 +99,7 @@ final class ResponseStream: Sendable {
     }
 
     func received(data: Data) {
-        let bytes = [UInt8](data)
-        let pause = state.withLock { state -> URLSessionTask? in
-            state.buffered += bytes.count
-            guard !state.paused, state.buffered > bufferLimit else { return nil }
-            state.paused = true
-            return state.task
-        }
-        continuation.yield(bytes)
-        pause?.suspend()
-    }
-
-    /// The consumer took `count` bytes.
-    func consumed(_ count: Int) {
-        let resume = state.withLock { state -> URLSessionTask? in
-            state.buffered -= count
-            guard state.paused, state.buffered <= bufferLimit / 2 else { return nil }
-            state.paused = false
-            return state.task
-        }
-        resume?.resume()
+        continuation.yield([UInt8](data))
     }
 
     func finished(error: Error?, key: String) {
@@ -164,13 +139,4 @@ final class ResponseStream: Sendable {
         }
         return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: nsError.localizedDescription)
     }
-}
-
-/// Lets the body's consumption hook reach the stream that owns the body without a cycle at
-/// init time.
-private final class ConsumedHook: @unchecked Sendable {
-    // @unchecked: `target` is set once, in ResponseStream.init, before the body is shared.
-    weak var target: ResponseStream?
-
-    func call(_ count: Int) { target?.consumed(count) }
 }

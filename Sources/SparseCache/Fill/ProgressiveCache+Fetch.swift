@@ -1,6 +1,7 @@
 extension ProgressiveCache {
     /// Starts a fetch of the missing segments from `segment` on, up to the first segment that
-    /// is present or already being fetched, `before`, or the span limit. Returns its id.
+    /// is present or already being fetched, `before`, or the span limit. Returns its id, or -1
+    /// when the resource is being replaced (the caller looks again).
     func startFetch(_ resource: FillResource, from segment: Int, before stop: Int) async -> Int {
         guard let handle = resource.handle else { return -1 }
         let file = handle.file
@@ -8,8 +9,10 @@ extension ProgressiveCache {
         let limit = min(stop, segment + span)
         let start = Int64(segment) << Int64(file.segmentShift)
         let missing = await file.missingRanges(in: start..<(Int64(limit) << Int64(file.segmentShift)))
-        // Re-check after the await: another reader may have started a fetch for it meanwhile.
+        // Re-check after the await: another reader may have started a fetch for it meanwhile,
+        // or the resource may be being replaced.
         if let owner = resource.owner[segment] { return owner }
+        guard resource.handle === handle else { return -1 }
         var end = segment + 1
         if let first = missing.first, first.lowerBound <= start {
             end = max(end, min(limit, Int((first.upperBound + Int64(file.segmentSize) - 1) >> Int64(file.segmentShift))))
@@ -76,6 +79,7 @@ extension ProgressiveCache {
             }
             // An origin that ignores ranges sends the whole resource: skip to the position.
             var skip = position - response.offset
+            var pending = PendingWrite(offset: position)
             do {
                 for try await chunk in response.body {
                     count { $0.bytesReceived += Int64(chunk.count) }
@@ -89,27 +93,40 @@ extension ProgressiveCache {
                         if bytes.isEmpty { continue }
                     }
                     let take = Int(min(Int64(bytes.count), end - position))
-                    _ = try await handle.write(Array(bytes.prefix(take)), at: position)
+                    pending.bytes.append(contentsOf: bytes.prefix(take))
                     position += Int64(take)
                     sinceCommit += Int64(take)
                     attempt = 0
-                    if try await commitIfDue(resource, file: file, position: position, sinceCommit: sinceCommit) { sinceCommit = 0 }
+                    let completed = Int(position >> Int64(file.segmentShift))
+                    if pending.bytes.count >= Self.writeBatch || position >= end || resource.waiters.values.contains(where: { $0.segment < completed }) {
+                        try await pending.flush(to: handle)
+                        if try await commitIfDue(resource, file: file, position: position, sinceCommit: sinceCommit) { sinceCommit = 0 }
+                    }
                     if position >= end { break }
                 }
+                try await pending.flush(to: handle)
                 if position < end {
                     throw SparseCacheError(
                         .originUnavailable, operation: "fetch", path: resource.key, offset: position,
                         detail: "the body ended before byte \(end)")
                 }
             } catch let error as SparseCacheError where error.code == .originUnavailable && attempt < options.retries {
-                // A cut connection: resume from the last byte received, after a pause.
+                // A cut connection: keep what arrived, resume from the last byte after a pause.
+                try await pending.flush(to: handle)
                 try Task.checkCancellation()
                 attempt += 1
                 count { $0.retries += 1 }
                 try await Task.sleep(for: options.backoff(attempt: attempt))
+            } catch {
+                if resource.generation == generation { try? await pending.flush(to: handle) }
+                throw error
             }
         }
     }
+
+    /// Network chunks are gathered up to this many bytes per write: one hop to the resource
+    /// per batch instead of per chunk. A reader waiting for a completed segment flushes early.
+    static let writeBatch = 1 << 20
 
     /// Commits when enough has arrived, or when a waiting reader's segment is complete and the
     /// last commit is long enough ago. Returns whether it committed.
@@ -154,23 +171,47 @@ extension ProgressiveCache {
     /// that had bytes of the old version get `.originChanged`.
     private func replace(_ resource: FillResource, with info: ContentInfo, by fetchID: Int) async throws {
         count { $0.invalidations += 1 }
+        guard info.length != nil else {
+            throw SparseCacheError(.origin, operation: "fetch", path: resource.key, detail: "the changed resource came without a length")
+        }
+        // From here on nobody reads the old bytes: readers that had some get .originChanged,
+        // the others wait for the replacement (it stands in `opening`, as first contact does).
+        let old = resource.handle
+        resource.handle = nil
+        resource.info = nil
         resource.generation += 1
         resource.outcomes.removeAll()
         let others = resource.fetches.filter { $0.key != fetchID }.compactMap(\.value.task)
         for task in others { task.cancel() }
+        let task = Task { try await self.finishReplacing(resource, old: old, with: info, after: others) }
+        resource.opening = task
         await changed(resource)
+        try await task.value
+    }
+
+    private func finishReplacing(
+        _ resource: FillResource, old: ResourceHandle?, with info: ContentInfo, after fetches: [Task<Void, Never>]
+    ) async throws {
+        defer { resource.opening = nil }
         // They stop at their next step and write nothing more once the generation moved on.
-        for task in others { await task.value }
-        guard let handle = resource.handle else { return }
-        resource.handle = nil
-        resource.info = nil
-        try await handle.release()
+        for fetch in fetches { await fetch.value }
+        try await old?.release()
         try await store.remove(key: resource.key)
-        guard info.length != nil else {
-            throw SparseCacheError(.origin, operation: "fetch", path: resource.key, detail: "the changed resource came without a length")
-        }
         resource.handle = try await store.open(key: resource.key)
         try await adopt(info, in: resource)
         await changed(resource)
+    }
+}
+
+/// Bytes received but not yet written, with the offset of the first.
+struct PendingWrite {
+    var offset: Int64
+    var bytes: [UInt8] = []
+
+    mutating func flush(to handle: ResourceHandle) async throws {
+        guard !bytes.isEmpty else { return }
+        _ = try await handle.write(bytes, at: offset)
+        offset += Int64(bytes.count)
+        bytes.removeAll(keepingCapacity: true)
     }
 }

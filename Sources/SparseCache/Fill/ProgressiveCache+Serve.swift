@@ -31,7 +31,13 @@ extension ProgressiveCache {
                 generation = resource.generation
             }
             guard let handle = resource.handle, let info = resource.info, let length = info.length else {
-                throw SparseCacheError(.originUnavailable, operation: "read", path: resource.key, detail: "the resource is being replaced")
+                // Being replaced (the origin changed): wait for the new version. The task
+                // clears `opening` itself before it finishes, so this never spins.
+                if let opening = resource.opening {
+                    try await opening.value
+                    continue
+                }
+                throw SparseCacheError(.originUnavailable, operation: "read", path: resource.key, detail: "the resource is not open")
             }
             // A range ending at Int64.max runs to the end, whatever the length turns out to be.
             let end = min(range?.upperBound ?? length, length)
@@ -69,8 +75,9 @@ extension ProgressiveCache {
                 throw failure
             } else {
                 let stop = Int((end + Int64(file.segmentSize) - 1) >> Int64(file.segmentShift))
+                // Re-check after the await: the resource may be being replaced (no fetch started).
                 fetchID = await startFetch(resource, from: segment, before: stop)
-                if resource.generation != generation { continue }
+                if fetchID < 0 || resource.generation != generation { continue }
             }
             if interests.insert(fetchID).inserted { resource.fetches[fetchID]?.interest += 1 }
             // A failed fetch shows on the next pass: the byte is still missing, nobody brings
@@ -147,7 +154,7 @@ extension ProgressiveCache {
         try await adopt(response.info, in: resource)
     }
 
-    /// Stores what the origin said: the length, the content type and the validators, committed.
+    /// Stores what the origin said: the length, the content type and the validators.
     func adopt(_ info: ContentInfo, in resource: FillResource) async throws {
         guard let handle = resource.handle, let length = info.length else { return }
         let file = handle.file
@@ -157,8 +164,9 @@ extension ProgressiveCache {
         metadata.contentType = info.contentType
         metadata.etag = info.validator.etag
         metadata.lastModified = info.validator.lastModified
+        // Committed with the first bytes: a crash before then leaves a resource with nothing
+        // present, which first contact simply repeats.
         try await file.setMetadata(metadata)
-        try await file.commit()
         resource.info = info
     }
 

@@ -68,42 +68,14 @@ public struct RangeResponse: Sendable {
     public var offset: Int64
     /// The body in chunks as they arrive. Ends early with `.originUnavailable` when the
     /// connection is cut.
-    public var body: ByteStream
+    public var body: AsyncThrowingStream<[UInt8], Error>
     /// Stops the transfer (the body then ends).
     public var cancel: @Sendable () -> Void
 
-    public init(info: ContentInfo, offset: Int64, body: ByteStream, cancel: @escaping @Sendable () -> Void) {
+    public init(info: ContentInfo, offset: Int64, body: AsyncThrowingStream<[UInt8], Error>, cancel: @escaping @Sendable () -> Void) {
         self.info = info
         self.offset = offset
         self.body = body
         self.cancel = cancel
-    }
-}
-
-/// Chunks of bytes, with an optional hook told how many bytes each step consumed (a source
-/// uses it to pause a transfer that runs ahead of its consumer).
-public struct ByteStream: AsyncSequence, Sendable {
-    public typealias Element = [UInt8]
-    let chunks: AsyncThrowingStream<[UInt8], Error>
-    let consumed: (@Sendable (Int) -> Void)?
-
-    public init(_ chunks: AsyncThrowingStream<[UInt8], Error>, consumed: (@Sendable (Int) -> Void)? = nil) {
-        self.chunks = chunks
-        self.consumed = consumed
-    }
-
-    public struct AsyncIterator: AsyncIteratorProtocol {
-        var base: AsyncThrowingStream<[UInt8], Error>.AsyncIterator
-        let consumed: (@Sendable (Int) -> Void)?
-
-        public mutating func next() async throws -> [UInt8]? {
-            let chunk = try await base.next()
-            if let chunk { consumed?(chunk.count) }
-            return chunk
-        }
-    }
-
-    public func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(base: chunks.makeAsyncIterator(), consumed: consumed)
     }
 }
