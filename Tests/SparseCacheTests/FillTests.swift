@@ -20,6 +20,13 @@ struct FillFixture {
         cache = ProgressiveCache(store: store, options: options)
     }
 
+    /// A new store and cache on the directory of a closed fixture (a restart).
+    init(reopening earlier: FillFixture, options: FillOptions) async throws {
+        directory = earlier.directory
+        store = try await SparseStore.open(directory: directory.file("cache"), options: StoreOptions(budget: 1 << 40))
+        cache = ProgressiveCache(store: store, options: options)
+    }
+
     func close() async throws {
         try await store.close()
     }
@@ -162,19 +169,23 @@ struct FillTests {
         try await fixture.close()
     }
 
-    @Test("the resource changes on the origin: the cache notices and never serves a mix")
+    @Test("the resource changes on the origin between two runs: the cache notices and never serves a mix")
     func changedOnOrigin() async throws {
         let files = try TemporaryDirectory("origin-files")
         let old = try originFile(files.path, "v.bin", count: 1_000_000, seed: 6)
         let origin = try await OriginServer.nginx(root: files.path)
         defer { origin.stop() }
-        let fixture = try await FillFixture("fill-changed", options: .testing, segmentSize: 16 << 10)
+        let first = try await FillFixture("fill-changed", options: .testing, segmentSize: 16 << 10)
         let http = try HTTPRangeSource(url: origin.url("v.bin"))
-        #expect(try await collect(fixture.cache.read(http, range: 0..<400_000)) == Array(old[0..<400_000]))
+        #expect(try await collect(first.cache.read(http, range: 0..<400_000)) == Array(old[0..<400_000]))
+        try await first.close()
 
-        // A new version, same length, new modification time (nginx's ETag changes with it).
+        // A new version, same length, new modification time (nginx's ETag changes with it),
+        // and a new run of the cache on the same directory: it knows the old validators only
+        // from the stored metadata.
         try await Task.sleep(for: .milliseconds(1100))
         let new = try originFile(files.path, "v.bin", count: 1_000_000, seed: 66)
+        let fixture = try await FillFixture(reopening: first, options: .testing)
         // The first 400,000 bytes are cached from the old version. The missing tail reveals
         // the change: the reader, already holding old bytes, must be stopped, not handed new
         // ones after them.
@@ -208,6 +219,20 @@ struct FillTests {
         let nobody = try HTTPRangeSource(url: URL(string: "http://127.0.0.1:\(closedPort)/x.bin")!)
         await expectError(.originUnavailable) { _ = try await collect(fixture.cache.read(nobody)) }
         #expect(throws: SparseCacheError.self) { _ = try HTTPRangeSource(url: URL(string: "ftp://127.0.0.1/x")!) }
+
+        // An origin that answers nothing for longer than the timeout: 'unavailable' once the
+        // retries run out. (One that trickles bytes slower than that still completes: every
+        // byte received resets the retries, since the fetch resumes from it.)
+        let stalled = try TemporaryDirectory("origin-files")
+        _ = try originFile(stalled.path, "stall.bin", count: 100_000, seed: 13)
+        try "stall_ms=3000".write(toFile: stalled.path + "/stall.bin.faults", atomically: true, encoding: .utf8)
+        let slow = try await OriginServer.faulty(root: stalled.path)
+        defer { slow.stop() }
+        let impatient = try HTTPRangeSource(url: slow.url("stall.bin"), timeout: .seconds(1))
+        let timedOut = await expectError(.originUnavailable) {
+            _ = try await collect(fixture.cache.read(impatient, range: 0..<100_000))
+        }
+        #expect(timedOut?.description.lowercased().contains("timed out") == true, "\(String(describing: timedOut))")
         try await fixture.close()
     }
 

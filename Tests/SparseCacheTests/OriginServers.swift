@@ -91,7 +91,8 @@ final class OriginServer: @unchecked Sendable {
     /// Our own origin: Range and ETag support, plus faults set per file by writing
     /// `<root>/<name>.faults` as "cut=BYTES times=N delay_ms=MS" (cut the connection after
     /// BYTES body bytes for the next N requests; sleep MS between 16 KiB chunks) or
-    /// "status=503 times=N" (answer the next N requests with that status). Logs like nginx.
+    /// "status=503 times=N" (answer the next N requests with that status) or "stall_ms=MS"
+    /// (wait before answering at all). Logs like nginx.
     static func faulty(root: String) async throws -> OriginServer {
         let work = try TemporaryDirectory("faulty")
         let port = try freePort()
@@ -241,6 +242,8 @@ class Handler(BaseHTTPRequestHandler):
             status = 206
         spec, spec_path = faults(name)
         cut, delay = None, 0.0
+        if spec and "stall_ms" in spec:
+            time.sleep(int(spec["stall_ms"]) / 1000.0)
         with lock:
             if spec and "status" in spec and int(spec.get("times", "1")) > 0:
                 spec["times"] = str(int(spec.get("times", "1")) - 1)

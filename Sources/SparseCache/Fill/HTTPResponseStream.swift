@@ -133,6 +133,14 @@ final class ResponseStream: Sendable {
             case NSURLErrorBadURL, NSURLErrorUnsupportedURL, NSURLErrorHTTPTooManyRedirects, NSURLErrorRedirectToNonExistentLocation,
                 NSURLErrorCannotDecodeContentData, NSURLErrorCannotParseResponse, NSURLErrorBadServerResponse:
                 return SparseCacheError(.origin, operation: "fetch", path: key, detail: nsError.localizedDescription)
+            case NSURLErrorTimedOut:
+                return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "timed out waiting for the origin")
+            case NSURLErrorCannotConnectToHost:
+                return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "connection refused")
+            case NSURLErrorNetworkConnectionLost:
+                return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "the connection was cut")
+            case NSURLErrorCannotFindHost, NSURLErrorDNSLookupFailed:
+                return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "host not found")
             default:
                 break
             }
