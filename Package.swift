@@ -15,11 +15,13 @@ let package = Package(
         .target(name: "CShim", path: "CShim"),
         .target(name: "SparseCache", dependencies: ["CShim"], path: "Sources/SparseCache"),
         .executableTarget(name: "SparseCacheCLI", dependencies: ["SparseCache"], path: "Sources/SparseCacheCLI"),
-        .executableTarget(name: "SparseCacheBench", dependencies: ["SparseCache", "CShim"], path: "Benchmarks/sparsecache-bench"),
+        .executableTarget(name: "SparseCacheBench", dependencies: ["SparseCache", "CShim", "LoopbackOrigins"], path: "Benchmarks/sparsecache-bench"),
         // Writes and commits forever, printing an acknowledgement per commit: the crash tests
         // SIGKILL it at random moments (Tests/SparseCacheTests/CrashKillTests.swift).
         .executableTarget(name: "SparseCacheStress", dependencies: ["SparseCache"], path: "Sources/sparsecache-stress"),
-        .testTarget(name: "SparseCacheTests", dependencies: ["SparseCache", "CShim"], path: "Tests/SparseCacheTests"),
+        // Local origins on 127.0.0.1 (ports, an nginx of our own), shared by tests and benchmarks.
+        .target(name: "LoopbackOrigins", path: "Tests/LoopbackOrigins"),
+        .testTarget(name: "SparseCacheTests", dependencies: ["SparseCache", "CShim", "LoopbackOrigins"], path: "Tests/SparseCacheTests"),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,4 +1,5 @@
 import Foundation
+import LoopbackOrigins
 import SparseCache
 
 #if canImport(Glibc)
@@ -21,7 +22,7 @@ enum FillThroughScenario {
 
     static func run(_ context: BenchContext) async throws -> ScenarioResult {
         var result = ScenarioResult()
-        guard let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }),
+        guard NginxServer.binary != nil,
             let curl = ["/usr/bin/curl", "/bin/curl"].first(where: { FileManager.default.isExecutableFile(atPath: $0) })
         else {
             result.notes.append("scenario 9 skipped: nginx or curl is not installed (apt-get install nginx-light curl)")
@@ -47,9 +48,15 @@ enum FillThroughScenario {
         }
         try handle.close()
 
-        let server = try await Nginx.start(binary: nginx, root: root, work: work)
-        defer { server.stop() }
-        let url = URL(string: "http://127.0.0.1:\(server.port)/movie.bin")!
+        let port = try Loopback.freePort()
+        let server = try NginxServer.process(root: root, work: work, port: port, accessLog: nil)
+        server.standardInput = FileHandle.nullDevice
+        server.standardOutput = FileHandle.nullDevice
+        server.standardError = FileHandle.nullDevice
+        try server.run()
+        defer { Loopback.kill(server) }
+        try await Loopback.waitUntilListening(port: port, process: server)
+        let url = URL(string: "http://127.0.0.1:\(port)/movie.bin")!
         let contenders = [
             "curl -o file", "HTTPRangeSource alone (URLSession, bytes dropped)", "ProgressiveCache.read (fill + read back)",
             "ProgressiveCache.prefetch (fill only)",
@@ -132,90 +139,5 @@ enum FillThroughScenario {
         try process.run()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else { throw BenchError("curl exited with \(process.terminationStatus)") }
-    }
-}
-
-/// An nginx serving one directory on a loopback port, one process (master_process off).
-struct Nginx {
-    let port: Int
-    let process: Process
-
-    static func start(binary: String, root: String, work: String) async throws -> Nginx {
-        for folder in ["tmp", "logs"] { try FileManager.default.createDirectory(atPath: work + "/" + folder, withIntermediateDirectories: true) }
-        let port = try freePort()
-        let config = """
-            worker_processes 1;
-            daemon off;
-            master_process off;
-            pid \(work)/nginx.pid;
-            error_log \(work)/logs/error.log warn;
-            events { worker_connections 512; }
-            http {
-                access_log off;
-                client_body_temp_path \(work)/tmp/body;
-                proxy_temp_path \(work)/tmp/proxy;
-                fastcgi_temp_path \(work)/tmp/fastcgi;
-                uwsgi_temp_path \(work)/tmp/uwsgi;
-                scgi_temp_path \(work)/tmp/scgi;
-                default_type application/octet-stream;
-                sendfile on;
-                keepalive_requests 100000;
-                server { listen 127.0.0.1:\(port); root \(root); }
-            }
-            """
-        try config.write(toFile: work + "/nginx.conf", atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["-c", work + "/nginx.conf", "-p", work, "-e", work + "/logs/error.log"]
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let server = Nginx(port: port, process: process)
-        for _ in 0..<400 {
-            if canConnect(port: port) { return server }
-            try await Task.sleep(for: .milliseconds(25))
-        }
-        server.stop()
-        throw BenchError("nginx did not start on port \(port)")
-    }
-
-    /// SIGKILL: a child spawned from a dispatch thread may have SIGTERM blocked.
-    func stop() {
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
-    }
-
-    static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw BenchError("socket: errno \(errno)") }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0 else { throw BenchError("bind: errno \(errno)") }
-        var size = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &size) }
-        }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
-    static func canConnect(port: Int) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = UInt16(port).bigEndian
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        } == 0
     }
 }

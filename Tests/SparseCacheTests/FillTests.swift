@@ -2,6 +2,7 @@
 // our own origin that cuts connections and slows down. Origin byte counts come from the
 // servers' own logs.
 import Foundation
+import LoopbackOrigins
 import Testing
 
 @testable import SparseCache
@@ -215,7 +216,7 @@ struct FillTests {
         let missing = try HTTPRangeSource(url: origin.url("nope.bin"))
         let notFound = await expectError(.origin) { _ = try await collect(fixture.cache.read(missing)) }
         #expect(notFound?.description.contains("404") == true, "\(String(describing: notFound))")
-        let closedPort = try OriginServer.freePort()
+        let closedPort = try Loopback.freePort()
         let nobody = try HTTPRangeSource(url: URL(string: "http://127.0.0.1:\(closedPort)/x.bin")!)
         await expectError(.originUnavailable) { _ = try await collect(fixture.cache.read(nobody)) }
         #expect(throws: SparseCacheError.self) { _ = try HTTPRangeSource(url: URL(string: "ftp://127.0.0.1/x")!) }

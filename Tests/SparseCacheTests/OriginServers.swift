@@ -2,6 +2,7 @@
 // installed by .ci/run), Python's http.server (which ignores Range), and a small origin of our
 // own, in Python, that can cut connections and slow down.
 import Foundation
+import LoopbackOrigins
 
 #if canImport(Glibc)
 import Glibc
@@ -34,54 +35,19 @@ final class OriginServer: @unchecked Sendable {
 
     deinit { stop() }
 
-    static let nginxBinary = ["/usr/sbin/nginx", "/usr/bin/nginx"].first { FileManager.default.isExecutableFile(atPath: $0) }
-
     /// nginx serving `root`, logging every request's body bytes.
     static func nginx(root: String, locations: String = "") async throws -> OriginServer {
-        guard let binary = nginxBinary else {
-            throw OriginFailure("nginx is not installed (apt-get install nginx-light; .ci/run does this)")
-        }
         let work = try TemporaryDirectory("nginx")
-        let port = try freePort()
-        for folder in ["tmp", "logs"] { try FileManager.default.createDirectory(atPath: work.file(folder), withIntermediateDirectories: true) }
+        let port = try Loopback.freePort()
         let log = work.file("logs/access.log")
-        let config = """
-            worker_processes 1;
-            daemon off;
-            master_process off;
-            pid \(work.file("nginx.pid"));
-            error_log \(work.file("logs/error.log")) warn;
-            events { worker_connections 512; }
-            http {
-                log_format bytes '$request_method $uri $status $body_bytes_sent "$http_range"';
-                access_log \(log) bytes;
-                client_body_temp_path \(work.file("tmp/body"));
-                proxy_temp_path \(work.file("tmp/proxy"));
-                fastcgi_temp_path \(work.file("tmp/fastcgi"));
-                uwsgi_temp_path \(work.file("tmp/uwsgi"));
-                scgi_temp_path \(work.file("tmp/scgi"));
-                types { video/mp4 mp4; application/octet-stream bin; }
-                default_type application/octet-stream;
-                sendfile on;
-                keepalive_requests 10000;
-                server {
-                    listen 127.0.0.1:\(port);
-                    root \(root);
-                    \(locations)
-                }
-            }
-            """
-        try config.write(toFile: work.file("nginx.conf"), atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["-c", work.file("nginx.conf"), "-p", work.path, "-e", work.file("logs/error.log")]
+        let process = try NginxServer.process(root: root, work: work.path, port: port, accessLog: log, locations: locations)
         return try await launch(process, root: root, port: port, work: work, log: log)
     }
 
     /// Python's http.server: answers every GET with 200 and the whole file, whatever the Range.
     static func pythonStatic(root: String) async throws -> OriginServer {
         let work = try TemporaryDirectory("pyhttp")
-        let port = try freePort()
+        let port = try Loopback.freePort()
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", "-m", "http.server", "--bind", "127.0.0.1", "--directory", root, String(port)]
@@ -95,7 +61,7 @@ final class OriginServer: @unchecked Sendable {
     /// (wait before answering at all). Logs like nginx.
     static func faulty(root: String) async throws -> OriginServer {
         let work = try TemporaryDirectory("faulty")
-        let port = try freePort()
+        let port = try Loopback.freePort()
         try faultyOriginScript.write(toFile: work.file("origin.py"), atomically: true, encoding: .utf8)
         let log = work.file("access.log")
         let process = Process()
@@ -110,15 +76,14 @@ final class OriginServer: @unchecked Sendable {
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: try touch(work.file("stderr"))))
         try process.run()
         let server = OriginServer(root: root, port: port, work: work, process: process, logPath: log)
-        // Up when it accepts a connection; give up after 10 s.
-        for _ in 0..<400 {
-            if canConnect(port: port) { return server }
-            if !process.isRunning { break }
-            try await Task.sleep(for: .milliseconds(25))
+        do {
+            try await Loopback.waitUntilListening(port: port, process: process)
+        } catch {
+            let errors = (try? String(contentsOfFile: work.file("stderr"), encoding: .utf8)) ?? ""
+            server.stop()
+            throw OriginFailure("\(error): \(errors)")
         }
-        let errors = (try? String(contentsOfFile: work.file("stderr"), encoding: .utf8)) ?? ""
-        server.stop()
-        throw OriginFailure("\(process.executableURL?.path ?? "server") did not start on port \(port): \(errors)")
+        return server
     }
 
     private static func touch(_ path: String) throws -> String {
@@ -126,15 +91,8 @@ final class OriginServer: @unchecked Sendable {
         return path
     }
 
-    /// Kills the server. SIGKILL, because a child spawned from a dispatch thread inherits
-    /// that thread's blocked signals, so SIGTERM may never reach a server that does not reset
-    /// its signal mask (Python does not); nginx runs as one process here (master_process off),
-    /// so nothing is left behind.
     func stop() {
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
+        Loopback.kill(process)
     }
 
     /// Requests logged so far: method, path, status, body bytes sent, Range header.
@@ -158,39 +116,6 @@ final class OriginServer: @unchecked Sendable {
             try? await Task.sleep(for: .milliseconds(50))
         }
         return last
-    }
-
-    /// A port nobody listens on now (the kernel's pick for port 0).
-    static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw OriginFailure("socket: errno \(errno)") }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0 else { throw OriginFailure("bind: errno \(errno)") }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
-    static func canConnect(port: Int) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = UInt16(port).bigEndian
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        } == 0
     }
 }
 

@@ -1,0 +1,116 @@
+// Shared by the test suite and the benchmark suite: ports on 127.0.0.1 and an nginx that
+// serves one directory as a single process the caller starts and kills.
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Loopback sockets, the least a local origin needs.
+public enum Loopback {
+    /// A port nobody listens on now: the kernel's pick for port 0.
+    public static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw LoopbackError("socket: errno \(errno)") }
+        defer { close(fd) }
+        var address = loopback(port: 0)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0 else { throw LoopbackError("bind: errno \(errno)") }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// Whether something accepts connections on `port`.
+    public static func canConnect(port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = loopback(port: port)
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        } == 0
+    }
+
+    /// Waits up to `timeout` for `port` to accept connections while `process` runs.
+    public static func waitUntilListening(port: Int, process: Process, timeout: Duration = .seconds(10)) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline, process.isRunning {
+            if canConnect(port: port) { return }
+            try await Task.sleep(for: .milliseconds(25))
+        }
+        throw LoopbackError("\(process.executableURL?.lastPathComponent ?? "server") did not listen on port \(port)")
+    }
+
+    /// SIGKILL and wait. A child spawned from a dispatch thread inherits that thread's blocked
+    /// signals, so SIGTERM may never reach a server that does not reset its mask (Python's
+    /// does not).
+    public static func kill(_ process: Process) {
+        if process.isRunning {
+            Glibc.kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+
+    private static func loopback(port: Int) -> sockaddr_in {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = UInt16(port).bigEndian
+        return address
+    }
+}
+
+/// nginx (Debian's nginx-light) as a one-process server of a directory.
+public enum NginxServer {
+    /// The binary, when installed.
+    public static let binary = ["/usr/sbin/nginx", "/usr/bin/nginx"].first { FileManager.default.isExecutableFile(atPath: $0) }
+
+    /// Writes a configuration under `work` and returns the process, not yet started. With
+    /// `accessLog`, every request is logged as `METHOD URI STATUS BODY_BYTES "RANGE"`.
+    public static func process(root: String, work: String, port: Int, accessLog: String?, locations: String = "") throws -> Process {
+        guard let binary else { throw LoopbackError("nginx is not installed (apt-get install nginx-light; .ci/run does this)") }
+        for folder in ["tmp", "logs"] { try FileManager.default.createDirectory(atPath: work + "/" + folder, withIntermediateDirectories: true) }
+        let logging = accessLog.map { "log_format bytes '$request_method $uri $status $body_bytes_sent \"$http_range\"';\n    access_log \($0) bytes;" }
+            ?? "access_log off;"
+        let config = """
+            worker_processes 1;
+            daemon off;
+            master_process off;
+            pid \(work)/nginx.pid;
+            error_log \(work)/logs/error.log warn;
+            events { worker_connections 512; }
+            http {
+                \(logging)
+                client_body_temp_path \(work)/tmp/body;
+                proxy_temp_path \(work)/tmp/proxy;
+                fastcgi_temp_path \(work)/tmp/fastcgi;
+                uwsgi_temp_path \(work)/tmp/uwsgi;
+                scgi_temp_path \(work)/tmp/scgi;
+                types { video/mp4 mp4; application/octet-stream bin; }
+                default_type application/octet-stream;
+                sendfile on;
+                keepalive_requests 100000;
+                server {
+                    listen 127.0.0.1:\(port);
+                    root \(root);
+                    \(locations)
+                }
+            }
+            """
+        try config.write(toFile: work + "/nginx.conf", atomically: true, encoding: .utf8)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = ["-c", work + "/nginx.conf", "-p", work, "-e", work + "/logs/error.log"]
+        return process
+    }
+}
+
+public struct LoopbackError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
