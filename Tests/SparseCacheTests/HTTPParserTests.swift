@@ -1,0 +1,149 @@
+// The proxy's request parser and Range interpretation: pure functions of bytes, checked case by
+// case and then fuzzed (SPARSECACHE_PARSER_FUZZ sets the input count; CI runs 100,000).
+import Foundation
+import Testing
+
+@testable import SparseCache
+
+@Suite("HTTP request parser and Range")
+struct HTTPParserTests {
+    static func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
+
+    @Test("well-formed requests: fields, keep-alive, pipelining, incomplete heads")
+    func wellFormed() throws {
+        let text = "GET /v/movie.mp4?url=http%3A%2F%2Fo%2Fm.mp4 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nRange:  bytes=0-99 \r\nX-Empty:\r\n\r\n"
+        guard case .request(let head, let consumed) = HTTPRequestParser.parse(Self.bytes(text)) else {
+            Issue.record("not parsed")
+            return
+        }
+        #expect(consumed == text.utf8.count)
+        #expect(head.method == "GET" && head.target == "/v/movie.mp4?url=http%3A%2F%2Fo%2Fm.mp4" && head.minorVersion == 1)
+        #expect(head.header("range") == "bytes=0-99" && head.header("X-EMPTY") == "" && head.keepAlive)
+        // Two pipelined requests: the first is consumed exactly.
+        let two = Self.bytes("HEAD / HTTP/1.0\r\n\r\nGET /x HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        guard case .request(let first, let used) = HTTPRequestParser.parse(two) else { Issue.record("first not parsed"); return }
+        #expect(first.method == "HEAD" && !first.keepAlive && used == 19)
+        guard case .request(let second, _) = HTTPRequestParser.parse(two[used...]) else { Issue.record("second not parsed"); return }
+        #expect(second.target == "/x" && !second.keepAlive)
+        #expect(HTTPRequestParser.parse(Self.bytes("GET / HTTP/1.1\r\nHost: h\r\n")) == .incomplete)
+        #expect(HTTPRequestParser.parse(Self.bytes("")) == .incomplete)
+        #expect(HTTPRequestParser.parse(Self.bytes("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")).isRequest(keepAlive: true))
+    }
+
+    @Test("malformed requests are refused with the right status", arguments: [
+        ("GET  / HTTP/1.1\r\nHost: h\r\n\r\n", 400), ("GET / HTTP/1.1 \r\nHost: h\r\n\r\n", 400), ("G@T / HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+        ("GET / HTTP/2.0\r\nHost: h\r\n\r\n", 505), ("GET / HTTQ/1.1\r\nHost: h\r\n\r\n", 400), ("GET / HTTP/1.1\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\nHost : h\r\n\r\n", 400), ("GET / HTTP/1.1\r\nHost: h\r\n folded\r\n\r\n", 400),
+        ("GET / HTTP/1.1\nHost: h\r\n\r\n", 400), ("GET / HTTP/1.1\rHost: h\r\n\r\n", 400), ("GET http://x/ HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello", 400),
+        ("GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", 400), ("GET / HTTP/1.1\r\nHost: h\u{1}\r\n\r\n", 400),
+        ("GET /\u{7F} HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+    ])
+    func malformed(text: String, status: Int) {
+        guard case .invalid(let got, let reason) = HTTPRequestParser.parse(Self.bytes(text)) else {
+            Issue.record("accepted: \(text.debugDescription)")
+            return
+        }
+        #expect(got == status, "\(text.debugDescription): \(reason)")
+    }
+
+    @Test("limits: a long request line is 414, a long head or too many fields 431, even before the head ends")
+    func limits() {
+        var limits = HTTPRequestParser.Limits()
+        limits.requestLine = 100
+        limits.head = 1000
+        limits.fields = 5
+        let longTarget = "GET /" + String(repeating: "a", count: 200)
+        #expect(HTTPRequestParser.parse(Self.bytes(longTarget), limits: limits).status == 414)
+        #expect(HTTPRequestParser.parse(Self.bytes(longTarget + " HTTP/1.1\r\nHost: h\r\n\r\n"), limits: limits).status == 414)
+        let manyFields = "GET / HTTP/1.1\r\nHost: h\r\n" + (0..<6).map { "X-\($0): v\r\n" }.joined() + "\r\n"
+        #expect(HTTPRequestParser.parse(Self.bytes(manyFields), limits: limits).status == 431)
+        let bigHead = "GET / HTTP/1.1\r\nHost: h\r\nX: " + String(repeating: "v", count: 2000)
+        #expect(HTTPRequestParser.parse(Self.bytes(bigHead), limits: limits).status == 431)
+    }
+
+    @Test("Range: all three forms, clamping, unsatisfiable, ignored, several")
+    func ranges() {
+        #expect(RangeRequest.parse(nil, length: 1000) == .whole)
+        #expect(RangeRequest.parse("bytes=0-99", length: 1000) == .single(0..<100))
+        #expect(RangeRequest.parse("bytes=900-", length: 1000) == .single(900..<1000))
+        #expect(RangeRequest.parse("bytes=-100", length: 1000) == .single(900..<1000))
+        #expect(RangeRequest.parse("bytes=-5000", length: 1000) == .single(0..<1000))
+        #expect(RangeRequest.parse("bytes=990-5000", length: 1000) == .single(990..<1000))
+        #expect(RangeRequest.parse("BYTES= 10-19 ", length: 1000) == .single(10..<20))
+        #expect(RangeRequest.parse("bytes=1000-", length: 1000) == .unsatisfiable)
+        #expect(RangeRequest.parse("bytes=-0", length: 1000) == .unsatisfiable)
+        #expect(RangeRequest.parse("bytes=0-0", length: 0) == .unsatisfiable)
+        #expect(RangeRequest.parse("bytes=0-9,20-29", length: 1000) == .multiple([0..<10, 20..<30]))
+        #expect(RangeRequest.parse("bytes=0-9,5000-", length: 1000) == .single(0..<10))
+        for ignored in ["items=0-9", "bytes=9-0", "bytes=a-b", "bytes=-", "bytes=", "bytes=1-2-3", "bytes=99999999999999999999-"] {
+            #expect(RangeRequest.parse(ignored, length: 1000) == .whole, "\(ignored)")
+        }
+    }
+
+    @Test("fuzz: mutated and random heads never trap; every acceptance is a well-formed head")
+    func fuzz() {
+        let seed = testSeed(0x4854_5450)
+        let count = Int(ProcessInfo.processInfo.environment["SPARSECACHE_PARSER_FUZZ"] ?? "") ?? 100_000
+        var random = SeededGenerator(seed: seed)
+        let corpus = [
+            "GET /movie.mp4 HTTP/1.1\r\nHost: 127.0.0.1\r\nRange: bytes=0-\r\n\r\n",
+            "HEAD /a?url=http%3A%2F%2Fx HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: h\r\nUser-Agent: Lavf/59\r\nAccept: */*\r\nRange: bytes=100-200,300-\r\n\r\nGET /next HTTP/1.1\r\n",
+        ].map(Self.bytes)
+        var accepted = 0, refused = 0, incomplete = 0, violations = 0
+        for iteration in 0..<count {
+            var input: [UInt8]
+            if iteration % 10 == 0 {
+                input = random.bytes(Int(random.next() % 300))
+            } else {
+                input = corpus[Int(random.next() % UInt64(corpus.count))]
+                for _ in 0..<(1 + Int(random.next() % 4)) where !input.isEmpty {
+                    let at = Int(random.next() % UInt64(input.count))
+                    switch random.next() % 5 {
+                    case 0: input[at] ^= 1 << UInt8(random.next() % 8)
+                    case 1: input[at] = [0, 9, 10, 13, 32, 58, 127, 255][Int(random.next() % 8)]
+                    case 2: input.remove(at: at)
+                    case 3: input.insert(UInt8(truncatingIfNeeded: random.next()), at: at)
+                    default: input = Array(input.prefix(at))
+                    }
+                }
+            }
+            switch HTTPRequestParser.parse(input) {
+            case .incomplete:
+                incomplete += 1
+            case .invalid(let status, _):
+                refused += 1
+                if ![400, 414, 431, 505].contains(status) {
+                    violations += 1
+                    Issue.record("iteration \(iteration) (seed \(seed)): status \(status)")
+                }
+            case .request(let head, let consumed):
+                accepted += 1
+                let used = Array(input.prefix(consumed))
+                let wellFormed = consumed <= input.count && used.suffix(4) == [13, 10, 13, 10]
+                    && !head.method.isEmpty && head.method.utf8.allSatisfy(HTTPRequestParser.isTokenByte)
+                    && (head.target.hasPrefix("/") || head.target == "*")
+                let stable = HTTPRequestParser.parse(used) == .request(head, consumed: consumed)
+                if !wellFormed || !stable {
+                    violations += 1
+                    Issue.record("iteration \(iteration) (seed \(seed)): accepted a malformed head \(String(decoding: used, as: UTF8.self).debugDescription)")
+                }
+            }
+        }
+        reportCounts("HTTP parser fuzz", ["inputs": count, "accepted": accepted, "refused": refused, "incomplete": incomplete, "violations": violations])
+        #expect(violations == 0, "replay with SPARSECACHE_TEST_SEED=\(seed)")
+    }
+}
+
+extension HTTPRequestParser.Result {
+    var status: Int? {
+        if case .invalid(let status, _) = self { return status }
+        return nil
+    }
+
+    func isRequest(keepAlive: Bool) -> Bool {
+        if case .request(let head, _) = self { return head.keepAlive == keepAlive }
+        return false
+    }
+}
