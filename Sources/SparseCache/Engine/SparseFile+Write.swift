@@ -42,7 +42,9 @@ extension SparseFile {
                 pieces.append(WritePiece(segment: segment, fileOffset: start, source: .caller(sourceStart..<(sourceStart + segmentLength)), checksum: checksum))
                 continue
             }
-            var partial = partials[segment] ?? PartialSegment(size: segmentLength, clock: partialClock)
+            // Taken out of the dictionary so its buffer is uniquely referenced: mutating a copy
+            // that the dictionary still shares would copy the whole segment on every write.
+            var partial = partials.removeValue(forKey: segment) ?? PartialSegment(size: segmentLength, clock: partialClock)
             let relative = Int(overlap.lowerBound - start)
             partial.buffer.withUnsafeMutableBytes { target in
                 bytes.withUnsafeBytes { source in
@@ -53,8 +55,7 @@ extension SparseFile {
             partial.covered.insert(Int64(relative)..<(Int64(relative) + Int64(overlap.count)))
             partial.lastTouch = partialClock
             if segmentLength > 0, partial.isComplete(length: segmentLength) {
-                partials[segment] = nil
-                let buffer = Array(partial.buffer.prefix(segmentLength))
+                let buffer = partial.buffer.count == segmentLength ? partial.buffer : Array(partial.buffer.prefix(segmentLength))
                 pieces.append(WritePiece(segment: segment, fileOffset: start, source: .buffer(buffer), checksum: crc32c(buffer)))
             } else {
                 partials[segment] = partial
