@@ -62,7 +62,7 @@ enum FetchCommand: Command {
                 meter.update(done: position - start, total: total)
             }
             try output?.close()
-            meter.finish(done: position - start)
+            meter.finish()
             let statistics = await cache.statistics
             let cached = try await cache.progress(key: source.key)
             try await store.close()
@@ -72,7 +72,7 @@ enum FetchCommand: Command {
                     + "cache holds \(SizeParser.describe(cached.presentBytes)) of \(cached.length.map(SizeParser.describe) ?? "?") in \(directory)")
             return ExitStatus.ok
         } catch {
-            meter.finish(done: nil)
+            meter.finish()
             try? output?.close()
             try? await store.close()
             throw error
@@ -164,7 +164,8 @@ final class ProgressMeter {
         }
     }
 
-    func finish(done: Int64?) {
+    /// Ends the bar's line on a terminal.
+    func finish() {
         if terminal { Output.write("\n", to: 2) }
     }
 

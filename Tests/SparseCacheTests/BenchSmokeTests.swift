@@ -14,12 +14,12 @@ struct BenchSmokeTests {
         let scratch = try CLIScratch("bench-smoke")
         defer { scratch.remove() }
         let json = scratch.file("report.json")
-        let run = try await ProcessRun.run(binary, ["--smoke", "--json", json, "--dir", scratch.path])
+        let run = try await CLI.run(binary: binary, ["--smoke", "--json", json, "--dir", scratch.path])
         #expect(run.status == 0, "stderr: \(run.err)")
         for scenario in 1...9 {
-            #expect(run.stdout.contains("\n## \(scenario). "), "scenario \(scenario) missing from the table")
+            #expect(run.out.contains("\n## \(scenario). "), "scenario \(scenario) missing from the table")
         }
-        #expect(run.stdout.contains("## targets"), "no target summary")
+        #expect(run.out.contains("## targets"), "no target summary")
 
         let report = try #require(
             try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: json))) as? [String: Any])
@@ -35,42 +35,7 @@ struct BenchSmokeTests {
         let leftovers = try FileManager.default.contentsOfDirectory(atPath: scratch.path).filter { $0 != "report.json" }
         #expect(leftovers.isEmpty, "left behind: \(leftovers)")
 
-        let usage = try await ProcessRun.run(binary, ["--only", "10"])
+        let usage = try await CLI.run(binary: binary, ["--only", "10"])
         #expect(usage.status == 64 && usage.err.contains("1 to 9"), "\(usage)")
-    }
-}
-
-/// Runs any binary to completion with its output in files.
-enum ProcessRun {
-    struct Result: CustomStringConvertible {
-        var status: Int32
-        var stdout: String
-        var err: String
-        var description: String { "exit \(status)\nstdout: \(stdout)\nstderr: \(err)" }
-    }
-
-    static func run(_ binary: String, _ arguments: [String]) async throws -> Result {
-        let scratch = NSTemporaryDirectory() + "sparsecache-run-\(getpid())-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: scratch) }
-        let outPath = scratch + "/stdout"
-        let errPath = scratch + "/stderr"
-        for path in [outPath, errPath] where !FileManager.default.createFile(atPath: path, contents: nil) {
-            throw CLIFailure("cannot create '\(path)'")
-        }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = arguments
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: outPath))
-        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errPath))
-        let (stream, continuation) = AsyncStream<Void>.makeStream()
-        process.terminationHandler = { _ in continuation.finish() }
-        try process.run()
-        for await _ in stream {}
-        return Result(
-            status: process.terminationStatus,
-            stdout: (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "",
-            err: (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "")
     }
 }

@@ -100,6 +100,11 @@ enum CLI {
         }
     }
 
+    /// Runs another binary of the package (e.g. `sparsecache-bench`) the same way.
+    static func run(binary: String, _ arguments: [String]) async throws -> CLIResult {
+        try await RunningCLI(arguments: arguments, input: .nullDevice, directory: nil, binary: binary).finish()
+    }
+
     /// Starts the binary with standard input connected to a pipe the caller keeps open.
     static func startWithOpenInput(_ arguments: [String], in directory: String? = nil) throws -> RunningCLI {
         try RunningCLI(arguments: arguments, input: .pipe, directory: directory)
@@ -123,8 +128,8 @@ final class RunningCLI: @unchecked Sendable {
     private(set) var inputPipe: Pipe?
     private let exited: Task<Void, Never>
 
-    fileprivate init(arguments: [String], input: Source, directory: String?) throws {
-        guard let binary = CLI.binary else {
+    fileprivate init(arguments: [String], input: Source, directory: String?, binary: String? = CLI.binary) throws {
+        guard let binary else {
             throw CLIFailure("cannot find the sparsecache binary next to the test bundle; run 'swift build' first or set SPARSECACHE_BIN")
         }
         self.arguments = arguments

@@ -31,14 +31,7 @@ extension SparseFile {
     }
 
     /// Present bytes in total.
-    public var presentBytes: Int64 {
-        var total = Int64(committed.present.setCount) << Int64(segmentShift)
-        if let length = committed.length, length > 0 {
-            let last = Int((length - 1) >> Int64(segmentShift))
-            if committed.present[last] { total -= (Int64(last + 1) << Int64(segmentShift)) - length }
-        }
-        return total
-    }
+    public var presentBytes: Int64 { committed.presentBytes }
 
     /// Present bytes as a fraction of the length (0 while the length is unknown; 1 when empty).
     public var fractionPresent: Double {

@@ -222,6 +222,23 @@ public actor SparseFile {
         }
     }
 
+    /// What a resource's committed index says, read without opening the resource: no lock,
+    /// no data file, no channel. Blocking: for callers on a blocking queue (the store's
+    /// start-up scan).
+    ///
+    /// - Throws: `.corruptIndex` / `.unsupportedVersion` when the index cannot be used; `.io`.
+    static func storedSummary(path: String) throws -> StoredSummary {
+        let (index, state, _) = try IndexFile.open(path: indexPath(for: path), access: .readOnly)
+        index.close()
+        return StoredSummary(metadata: state.metadata, length: state.length, presentBytes: state.presentBytes)
+    }
+
+    struct StoredSummary: Sendable {
+        var metadata: ResourceMetadata
+        var length: Int64?
+        var presentBytes: Int64
+    }
+
     private static func checkReopen(state: IndexState, options: SparseFileOptions, path: String, pending: inout IndexChange) throws {
         if let size = options.segmentSize, size != state.segmentSize {
             throw SparseCacheError(

@@ -104,19 +104,19 @@ final class ResponseStream: Sendable {
 
     func finished(error: Error?, key: String) {
         let mapped = error.map { Self.map($0, key: key) }
-        let (waiter, actions) = state.withLock { state -> (CheckedContinuation<HTTPURLResponse, Error>?, [@Sendable () -> Void]) in
+        let (waiter, failure, actions) = state.withLock { state in
             state.finished = true
+            // Ended before any headers, without an error of its own: still a failure to report.
             state.failure = mapped ?? (state.response == nil ? SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "no response") : nil)
-            let waiter = state.responseWaiter
-            state.responseWaiter = nil
-            let actions = state.onFinish
-            state.onFinish = []
-            state.task = nil
-            return (waiter, actions)
+            defer {
+                state.responseWaiter = nil
+                state.onFinish = []
+                state.task = nil
+            }
+            return (state.responseWaiter, state.failure, state.onFinish)
         }
-        if let waiter {
-            waiter.resume(throwing: mapped ?? SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "no response"))
-        }
+        // A waiter exists only while no response has come, so `failure` is set then.
+        if let waiter, let failure { waiter.resume(throwing: failure) }
         if let mapped { continuation.finish(throwing: mapped) } else { continuation.finish() }
         for action in actions { action() }
     }

@@ -19,6 +19,16 @@ struct IndexState: Sendable, Equatable {
 
     var segmentSize: Int { 1 << segmentShift }
 
+    /// Bytes in present segments; a present short last segment counts only up to the length.
+    var presentBytes: Int64 {
+        var total = Int64(present.setCount) << Int64(segmentShift)
+        if let length, length > 0 {
+            let last = Int((length - 1) >> Int64(segmentShift))
+            if present[last] { total -= (Int64(last + 1) << Int64(segmentShift)) - length }
+        }
+        return total
+    }
+
     static func segmentCount(length: Int64, shift: Int) -> Int {
         Int((length + (Int64(1) << shift) - 1) >> Int64(shift))
     }

@@ -62,10 +62,8 @@ public enum HTTPRequestParser {
     public static func parse(_ bytes: some Collection<UInt8>, limits: Limits = Limits()) -> Result {
         let buffer = Array(bytes.prefix(limits.head + 4))
         guard let headEnd = find(crlfcrlf, in: buffer) else {
-            if let lineEnd = find(crlf, in: buffer), lineEnd > limits.requestLine {
-                return .invalid(status: 414, reason: "request line longer than \(limits.requestLine) bytes")
-            }
-            if find(crlf, in: buffer) == nil, buffer.count > limits.requestLine {
+            // The request line is too long once it ends past the limit, or has not ended by then.
+            if (find(crlf, in: buffer) ?? buffer.count) > limits.requestLine {
                 return .invalid(status: 414, reason: "request line longer than \(limits.requestLine) bytes")
             }
             if buffer.count > limits.head {
@@ -147,7 +145,7 @@ public enum HTTPRequestParser {
         guard haystack.count >= needle.count else { return nil }
         var index = 0
         while index <= haystack.count - needle.count {
-            if haystack[index] == needle[0], Array(haystack[index..<(index + needle.count)]) == needle { return index }
+            if haystack[index..<(index + needle.count)].elementsEqual(needle) { return index }
             index += 1
         }
         return nil

@@ -164,13 +164,12 @@ public actor SparseStore {
                 continue
             }
             do {
-                let (index, state, _) = try IndexFile.open(path: SparseFile.indexPath(for: path), access: .readOnly)
-                index.close()
-                guard let key = state.metadata.key else { throw IndexFormat.corrupt("no key in the metadata") }
-                var present = Int64(state.present.setCount) << Int64(state.segmentShift)
-                if let length = state.length { present = min(present, length) }
+                let stored = try SparseFile.storedSummary(path: path)
+                guard let key = stored.metadata.key else {
+                    throw SparseCacheError(.corruptIndex, operation: "open", path: path, detail: "no key in the metadata")
+                }
                 entries.append(StoreEntry(
-                    key: key, name: name, length: state.length, presentBytes: present,
+                    key: key, name: name, length: stored.length, presentBytes: stored.presentBytes,
                     allocatedBytes: try allocatedBytes(path), lastAccess: 0, pinnedPrefix: 0, isOpen: false))
                 known.insert(name)
                 report.indexesRead += 1

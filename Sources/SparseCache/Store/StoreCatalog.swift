@@ -18,6 +18,8 @@ enum StoreCatalog {
     static let magic: [UInt8] = Array("SPCCATLG".utf8)
     static let version: UInt32 = 1
     static let fileName = "catalog"
+    /// The length field of a resource whose length is not known yet.
+    static let unknownLength = UInt64.max
 
     static func encode(_ entries: [StoreEntry]) -> [UInt8] {
         var writer = ByteWriter(capacity: 16 + entries.count * 96)
@@ -27,7 +29,7 @@ enum StoreCatalog {
         for entry in entries {
             writer.append(string: entry.key)
             writer.append(string: entry.name)
-            writer.append(entry.length.map { UInt64($0) } ?? IndexFormat.unknownLength)
+            writer.append(entry.length.map { UInt64($0) } ?? Self.unknownLength)
             writer.append(UInt64(entry.presentBytes))
             writer.append(UInt64(entry.allocatedBytes))
             writer.append(entry.lastAccess)
@@ -57,7 +59,7 @@ enum StoreCatalog {
             let name = try reader.readString("name", limit: 256)
             let length = try reader.read(UInt64.self, "length")
             entries.append(StoreEntry(
-                key: key, name: name, length: length == IndexFormat.unknownLength ? nil : Int64(clamping: length),
+                key: key, name: name, length: length == Self.unknownLength ? nil : Int64(clamping: length),
                 presentBytes: Int64(clamping: try reader.read(UInt64.self, "present bytes")),
                 allocatedBytes: Int64(clamping: try reader.read(UInt64.self, "allocated bytes")),
                 lastAccess: try reader.read(Int64.self, "last access"),
