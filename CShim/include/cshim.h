@@ -89,6 +89,23 @@ uint32_t sc_crc32c_software(uint32_t crc, const void *buffer, size_t count);
 uint32_t sc_crc32c_hardware(uint32_t crc, const void *buffer, size_t count);
 int sc_crc32c_hardware_available(void);
 
+// MARK: - TCP sockets (CShim/sockets.c)
+//
+// For the local proxy. Every socket is non-blocking and close-on-exec; calls never wait.
+
+/// A listening socket on a numeric address ("127.0.0.1", "::1", "0.0.0.0"); port 0 picks one.
+/// Returns the descriptor or -1 with errno (EINVAL for an address that is not numeric).
+int sc_tcp_listen(const char *host, int port, int backlog);
+/// The port a socket is bound to, or -1.
+int sc_tcp_local_port(int fd);
+/// accept4(2): a non-blocking, close-on-exec client with TCP_NODELAY; writes "host:port" to
+/// `peer`. -1 with EAGAIN when no client is waiting.
+int sc_tcp_accept(int fd, char *peer, size_t peer_size);
+/// send(2) without SIGPIPE and recv(2), both non-blocking.
+ssize_t sc_send(int fd, const void *buffer, size_t count);
+ssize_t sc_recv(int fd, void *buffer, size_t count);
+int sc_shutdown_write(int fd);
+
 // MARK: - Fault injection (CShim/faults.c)
 //
 // A table of rules the wrappers above consult before each call. With no rule set, no counting

@@ -56,11 +56,14 @@ public struct SparseCacheError: Error, Sendable, CustomStringConvertible, Equata
     public var missing: [Range<Int64>]
     /// For `.corruptData`: the damaged segment numbers.
     public var segments: [Int]
+    /// For `.origin` and `.originUnavailable`: the HTTP status the origin answered, when it
+    /// answered one (a proxy passes a 404 on as a 404).
+    public var httpStatus: Int?
 
     public init(
         _ code: Code, operation: String, path: String? = nil, offset: Int64? = nil,
         length: Int64? = nil, errno: Int32? = nil, detail: String? = nil,
-        missing: [Range<Int64>] = [], segments: [Int] = []
+        missing: [Range<Int64>] = [], segments: [Int] = [], httpStatus: Int? = nil
     ) {
         self.code = code
         self.operation = operation
@@ -71,6 +74,7 @@ public struct SparseCacheError: Error, Sendable, CustomStringConvertible, Equata
         self.detail = detail
         self.missing = missing
         self.segments = segments
+        self.httpStatus = httpStatus
     }
 
     public var description: String {

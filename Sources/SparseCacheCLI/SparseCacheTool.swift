@@ -9,7 +9,7 @@ enum SparseCacheTool {
     static let commands: [CommandEntry] = [
         CommandEntry(WriteCommand.self), CommandEntry(ReadCommand.self), CommandEntry(VerifyCommand.self),
         CommandEntry(InfoCommand.self), CommandEntry(DemoCommand.self), CommandEntry(ListCommand.self),
-        CommandEntry(EvictCommand.self), CommandEntry(ClearCommand.self), CommandEntry(FetchCommand.self),
+        CommandEntry(EvictCommand.self), CommandEntry(ClearCommand.self), CommandEntry(FetchCommand.self), CommandEntry(ServeCommand.self),
     ]
 
     static let help = """
@@ -30,6 +30,7 @@ enum SparseCacheTool {
           evict     Evict resources from a cache directory (by key or down to a size)
           clear     Remove every resource from a cache directory
           fetch     Download a URL into a cache directory by Range requests (resumes)
+          serve     Serve a cache directory over HTTP to players, filling it from origins
 
         OPTIONS:
           -h, --help    Show help; 'sparsecache <command> --help' for a command

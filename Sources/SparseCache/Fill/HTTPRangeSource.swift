@@ -138,13 +138,16 @@ public final class HTTPRangeSource: RangeSource {
             let total = headers["content-range"].flatMap(ContentRange.init)?.total
             throw SparseCacheError(
                 .origin, operation: "fetch", path: key,
-                detail: "416 range not satisfiable" + (total.map { " (the resource is \($0) bytes)" } ?? ""))
+                detail: "416 range not satisfiable" + (total.map { " (the resource is \($0) bytes)" } ?? ""), httpStatus: 416)
         case 500...599:
-            throw SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "HTTP \(response.statusCode) from the origin")
+            throw SparseCacheError(
+                .originUnavailable, operation: "fetch", path: key, detail: "HTTP \(response.statusCode) from the origin",
+                httpStatus: response.statusCode)
         default:
             throw SparseCacheError(
                 .origin, operation: "fetch", path: key,
-                detail: "HTTP \(response.statusCode) \(HTTPURLResponse.localizedString(forStatusCode: response.statusCode))")
+                detail: "HTTP \(response.statusCode) \(HTTPURLResponse.localizedString(forStatusCode: response.statusCode))",
+                httpStatus: response.statusCode)
         }
     }
 }

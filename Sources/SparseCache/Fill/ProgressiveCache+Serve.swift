@@ -1,10 +1,14 @@
 extension ProgressiveCache {
     /// Walks `range` from its start: present bytes are read (and handed to `deliver`) at once;
     /// at the first missing byte the reader joins the fetch bringing it, or starts one, and
-    /// waits for the next commit. `deliver` nil only brings the bytes in (prefetch).
+    /// waits for the next commit. `deliver` nil only brings the bytes in (prefetch); the walk
+    /// goes on only when it returns (a slow reader holds back its own reads).
+    /// `generation`, when given, is the version the reader was promised (``CacheReader``): a
+    /// resource replaced since then fails with `.originChanged` before any byte.
     func serve(
-        _ source: any RangeSource, range: Range<Int64>?, deliver: ((_ bytes: [UInt8]) -> Void)?,
-        progress: (@Sendable (FillProgress) -> Void)? = nil
+        _ source: any RangeSource, range: Range<Int64>?,
+        deliver: (@Sendable (_ bytes: [UInt8]) async throws -> Void)?,
+        generation expected: Int? = nil, progress: (@Sendable (FillProgress) -> Void)? = nil
     ) async throws {
         if let range, range.lowerBound < 0 {
             throw SparseCacheError(.invalidArgument, operation: "read", path: source.key, detail: "negative offset \(range.lowerBound)")
@@ -16,7 +20,11 @@ extension ProgressiveCache {
             detach(resource)
         }
         var generation = resource.generation
-        var delivered = false
+        var delivered = expected != nil
+        if let expected, expected != generation {
+            throw SparseCacheError(
+                .originChanged, operation: "read", path: resource.key, detail: "the resource changed on the origin after it was opened")
+        }
         var waited = false
         var position = range?.lowerBound ?? 0
         while true {
@@ -53,11 +61,13 @@ extension ProgressiveCache {
                 // Re-check after the await: bytes read while the resource was replaced are dropped.
                 if resource.generation != generation { continue }
                 if !bytes.isEmpty {
-                    deliver(bytes)
                     if !waited { count { $0.bytesFromCache += Int64(bytes.count) } }
                     waited = false
                     delivered = true
                     position += Int64(bytes.count)
+                    // The resource's state may change while the reader takes the bytes: the
+                    // next pass looks again.
+                    try await deliver(bytes)
                     continue
                 }
             } else {
@@ -145,7 +155,19 @@ extension ProgressiveCache {
             return
         }
         // First contact: one byte tells the length, the validators and whether ranges work.
-        let response = try await fetchWithRetries(source, 0..<1, validator: nil, key: resource.key)
+        let response: RangeResponse
+        do {
+            response = try await fetchWithRetries(source, 0..<1, validator: nil, key: resource.key)
+        } catch {
+            // Nothing was learned: leave no empty resource behind (a client asking for missing
+            // URLs must not fill the store with them).
+            if resource.handle === handle, await handle.file.length == nil, await handle.file.presentBytes == 0 {
+                resource.handle = nil
+                try? await handle.release()
+                try? await store.remove(key: resource.key)
+            }
+            throw error
+        }
         response.cancel()
         guard response.info.length != nil else {
             throw SparseCacheError(

@@ -1,0 +1,85 @@
+// TCP sockets for the local proxy (Sources/SparseCache/Proxy/Socket.swift). Every socket is
+// non-blocking and close-on-exec: the Swift side waits for readiness with dispatch sources, so
+// no call here ever blocks a thread.
+#define _GNU_SOURCE
+#include "cshim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+int sc_tcp_listen(const char *host, int port, int backlog) {
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo *found = NULL;
+    int status = getaddrinfo(host, service, &hints, &found);
+    if (status != 0) {
+        errno = status == EAI_SYSTEM ? errno : EINVAL;
+        return -1;
+    }
+    int fd = -1;
+    int saved = EADDRNOTAVAIL;
+    for (struct addrinfo *address = found; address != NULL; address = address->ai_next) {
+        fd = socket(address->ai_family, address->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, address->ai_protocol);
+        if (fd < 0) { saved = errno; continue; }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, address->ai_addr, address->ai_addrlen) == 0 && listen(fd, backlog) == 0) break;
+        saved = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(found);
+    if (fd < 0) errno = saved;
+    return fd;
+}
+
+int sc_tcp_local_port(int fd) {
+    struct sockaddr_storage address;
+    socklen_t length = sizeof address;
+    if (getsockname(fd, (struct sockaddr *)&address, &length) != 0) return -1;
+    if (address.ss_family == AF_INET) return ntohs(((struct sockaddr_in *)&address)->sin_port);
+    if (address.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&address)->sin6_port);
+    errno = EAFNOSUPPORT;
+    return -1;
+}
+
+int sc_tcp_accept(int fd, char *peer, size_t peer_size) {
+    struct sockaddr_storage address;
+    socklen_t length = sizeof address;
+    int client = accept4(fd, (struct sockaddr *)&address, &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (client < 0) return -1;
+    int one = 1;
+    setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (peer != NULL && peer_size > 0) {
+        char host[NI_MAXHOST], service[NI_MAXSERV];
+        if (getnameinfo((struct sockaddr *)&address, length, host, sizeof host, service, sizeof service,
+                        NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+            snprintf(peer, peer_size, address.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, service);
+        } else {
+            snprintf(peer, peer_size, "?");
+        }
+    }
+    return client;
+}
+
+ssize_t sc_send(int fd, const void *buffer, size_t count) {
+    return send(fd, buffer, count, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+ssize_t sc_recv(int fd, void *buffer, size_t count) {
+    return recv(fd, buffer, count, MSG_DONTWAIT);
+}
+
+int sc_shutdown_write(int fd) { return shutdown(fd, SHUT_WR); }

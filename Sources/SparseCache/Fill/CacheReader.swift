@@ -1,0 +1,95 @@
+import Synchronization
+
+extension ProgressiveCache {
+    /// Opens a resource for reading and tells what its origin said about it (length, type,
+    /// validators) before any byte is read: what an HTTP server needs to write a response head.
+    /// A new resource costs one first contact with the origin; a known one none.
+    ///
+    /// The resource stays open (and pinned in the store) until ``CacheReader/close()``.
+    public func open(_ source: any RangeSource) async throws -> CacheReader {
+        let resource = try await attach(source)
+        guard let info = resource.info, info.length != nil else {
+            detach(resource)
+            throw SparseCacheError(.origin, operation: "open", path: source.key, detail: "the origin gave no length")
+        }
+        return CacheReader(cache: self, source: source, info: info, generation: resource.generation)
+    }
+
+    func missingRanges(key: String, in range: Range<Int64>) async throws -> [Range<Int64>] {
+        guard let file = resources[key]?.handle?.file else {
+            throw SparseCacheError(.closed, operation: "read", path: key, detail: "the resource is not open")
+        }
+        return await file.missingRanges(in: range)
+    }
+
+    func closeReader(key: String) {
+        if let resource = resources[key] { detach(resource) }
+    }
+
+    /// Stops every fetch in flight and waits until each has committed what it received: the
+    /// step before closing the store on shutdown. Readers waiting on those fetches get
+    /// `.originUnavailable` or see the bytes that arrived.
+    public func cancelFetches() async {
+        let tasks = resources.values.flatMap { $0.fetches.values.compactMap(\.task) }
+        for task in tasks { task.cancel() }
+        for task in tasks { await task.value }
+    }
+}
+
+/// A reader's hold on one resource of a ``ProgressiveCache``: the version it was opened at, and
+/// reads of any of its ranges. Every byte comes from that version; a resource that changes on
+/// the origin meanwhile fails the read with `.originChanged` rather than mixing versions.
+public final class CacheReader: Sendable {
+    /// What the origin said when the resource was opened; `length` is always set.
+    public let info: ContentInfo
+    public let cache: ProgressiveCache
+    public let source: any RangeSource
+    private let generation: Int
+    private let closed = Atomic<Bool>(false)
+
+    init(cache: ProgressiveCache, source: any RangeSource, info: ContentInfo, generation: Int) {
+        self.cache = cache
+        self.source = source
+        self.info = info
+        self.generation = generation
+    }
+
+    deinit {
+        if !closed.load(ordering: .acquiring) {
+            let cache = self.cache, key = source.key
+            Task { await cache.closeReader(key: key) }
+        }
+    }
+
+    /// The resource length.
+    public var length: Int64 { info.length ?? 0 }
+
+    /// Hands the bytes of `range` to `deliver` in order, in chunks of at most
+    /// ``FillOptions/readChunk`` bytes, each as soon as it is durable. The next chunk is read
+    /// only after `deliver` returns, so a slow consumer holds no more than one chunk; fetches
+    /// run ahead of it by at most ``FillOptions/maximumFetch``.
+    ///
+    /// Throws `.invalidArgument` for a range past the end, `.originChanged`, `.origin` /
+    /// `.originUnavailable` when the origin cannot supply missing bytes, and whatever `deliver`
+    /// throws (which stops the fetches nobody else waits on).
+    public func read(
+        _ range: Range<Int64>, deliver: @escaping @Sendable (_ bytes: [UInt8]) async throws -> Void
+    ) async throws {
+        guard !closed.load(ordering: .acquiring) else {
+            throw SparseCacheError(.closed, operation: "read", path: source.key, detail: "the reader is closed")
+        }
+        if range.isEmpty { return }
+        try await cache.serve(source, range: range, deliver: deliver, generation: generation)
+    }
+
+    /// The parts of `range` not in the cache now (committed or not yet).
+    public func missingRanges(in range: Range<Int64>) async throws -> [Range<Int64>] {
+        try await cache.missingRanges(key: source.key, in: range)
+    }
+
+    /// Lets the resource go (the store may evict it once nobody holds it).
+    public func close() async {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        await cache.closeReader(key: source.key)
+    }
+}

@@ -1,0 +1,150 @@
+import Foundation
+import Synchronization
+
+/// Writes one response on a connection: a head, then a body of exactly the length the head
+/// announced. For a HEAD request the body is counted but not sent.
+///
+/// `Sendable` so a body can be written from the closure a ``CacheReader`` calls; the writes of
+/// one response are sequential, and the lock only keeps the bookkeeping consistent.
+public final class HTTPResponseWriter: Sendable {
+    public let request: HTTPRequestHead
+    let connection: TCPConnection
+    private let activity: @Sendable (_ sending: Bool) -> Void
+
+    private struct State {
+        var status = 0
+        var headSent = false
+        var announced: Int64 = 0
+        var bodyBytes: Int64 = 0
+        var closes: Bool
+        var cacheHitBytes: Int64 = 0
+        var cacheMissBytes: Int64 = 0
+        var note: String?
+    }
+
+    private let state: Mutex<State>
+
+    init(request: HTTPRequestHead, connection: TCPConnection, closes: Bool, activity: @escaping @Sendable (_ sending: Bool) -> Void) {
+        self.request = request
+        self.connection = connection
+        self.activity = activity
+        state = Mutex(State(closes: closes || !request.keepAlive))
+    }
+
+    /// The status sent (0 before the head).
+    public var status: Int { state.withLock { $0.status } }
+    public var headSent: Bool { state.withLock { $0.headSent } }
+    /// Body bytes written so far.
+    public var bodyBytes: Int64 { state.withLock { $0.bodyBytes } }
+    /// The connection closes after this response.
+    public var closesConnection: Bool { state.withLock { $0.closes } }
+    /// Whether the body is complete: a connection whose response fell short must close, since
+    /// the client can no longer tell where the next response starts.
+    var isComplete: Bool {
+        let isHead = request.method == "HEAD"
+        return state.withLock { $0.headSent && (isHead || $0.bodyBytes == $0.announced) }
+    }
+    var cacheBytes: (hit: Int64, miss: Int64) { state.withLock { ($0.cacheHitBytes, $0.cacheMissBytes) } }
+    var note: String? { state.withLock { $0.note } }
+
+    /// Counts body bytes by where they came from, for the request log.
+    public func countCacheBytes(hit: Int64 = 0, miss: Int64 = 0) {
+        state.withLock {
+            $0.cacheHitBytes += hit
+            $0.cacheMissBytes += miss
+        }
+    }
+
+    /// A short text for the request log (an error's reason, say).
+    public func setNote(_ note: String) {
+        state.withLock { $0.note = note }
+    }
+
+    /// Sends the status line and headers. `Content-Length`, `Connection`, `Date` and `Server`
+    /// are added here; `headers` holds the rest.
+    public func writeHead(status: Int, headers: [(String, String)] = [], contentLength: Int64) async throws {
+        let head = state.withLock { state -> [UInt8]? in
+            guard !state.headSent else { return nil }
+            state.headSent = true
+            state.status = status
+            state.announced = contentLength
+            var text = "HTTP/1.1 \(status) \(Self.reason(status))\r\nServer: sparsecache\r\nDate: \(Self.httpDate())\r\n"
+            for (name, value) in headers { text += "\(name): \(value)\r\n" }
+            text += "Content-Length: \(contentLength)\r\nConnection: \(state.closes ? "close" : "keep-alive")\r\n\r\n"
+            return Array(text.utf8)
+        }
+        guard let head else {
+            throw SparseCacheError(.invalidArgument, operation: "respond", path: request.target, detail: "the response head was already sent")
+        }
+        try await send(head)
+    }
+
+    /// Sends part of the body (nothing for a HEAD request, whose handler need not call this).
+    /// Throws when it would run past the announced length.
+    public func writeBody(_ bytes: [UInt8]) async throws {
+        let isHead = request.method == "HEAD"
+        try state.withLock { state in
+            guard state.headSent, state.bodyBytes + Int64(bytes.count) <= state.announced else {
+                throw SparseCacheError(
+                    .invalidArgument, operation: "respond", path: request.target,
+                    detail: "body bytes past the announced Content-Length \(state.announced)")
+            }
+            state.bodyBytes += Int64(bytes.count)
+        }
+        if !isHead { try await send(bytes) }
+    }
+
+    /// A complete response with a one-line text body (errors, mostly).
+    public func respond(status: Int, message: String, headers: [(String, String)] = []) async throws {
+        setNote(message)
+        let body = Array((message + "\n").utf8)
+        try await writeHead(status: status, headers: [("Content-Type", "text/plain; charset=utf-8")] + headers, contentLength: Int64(body.count))
+        try await writeBody(body)
+    }
+
+    /// Marks the connection to close after this response.
+    func closeAfterResponse() {
+        state.withLock { $0.closes = true }
+    }
+
+    private func send(_ bytes: [UInt8]) async throws {
+        activity(true)
+        defer { activity(false) }
+        try await connection.send(bytes) { self.activity(true) }
+    }
+
+    static func reason(_ status: Int) -> String {
+        switch status {
+        case 200: "OK"
+        case 206: "Partial Content"
+        case 304: "Not Modified"
+        case 400: "Bad Request"
+        case 403: "Forbidden"
+        case 404: "Not Found"
+        case 405: "Method Not Allowed"
+        case 408: "Request Timeout"
+        case 410: "Gone"
+        case 414: "URI Too Long"
+        case 416: "Range Not Satisfiable"
+        case 431: "Request Header Fields Too Large"
+        case 500: "Internal Server Error"
+        case 502: "Bad Gateway"
+        case 503: "Service Unavailable"
+        case 504: "Gateway Timeout"
+        case 505: "HTTP Version Not Supported"
+        default: status < 300 ? "OK" : status < 400 ? "Redirect" : status < 500 ? "Client Error" : "Server Error"
+        }
+    }
+
+    /// The current time as an IMF-fixdate (RFC 9110, section 5.6.7).
+    static func httpDate(_ date: Date = Date()) -> String {
+        var seconds = time_t(date.timeIntervalSince1970)
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
+        let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        return "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) \(parts.tm_year + 1900) "
+            + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
+    }
+}

@@ -1,0 +1,178 @@
+import Dispatch
+import Foundation
+import SparseCache
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE] [--origin URL] ...`
+enum ServeCommand: Command {
+    static let name = "serve"
+    static let spec = ArgumentSpec(options: ["--cache-dir", "--listen", "--max-size", "--origin", "--max-connections"], flags: ["--quiet"])
+    static let help = """
+        OVERVIEW: Serve cached resources over HTTP, filling the cache from their origin.
+
+        A local HTTP/1.1 proxy for players (ffmpeg, mpv, VLC, browsers): what is cached comes
+        from disk; what is missing is fetched from the origin by Range requests, once for every
+        client that wants it, written, committed, and sent the moment it is durable. A second
+        play of the same bytes needs no origin.
+
+        USAGE: sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE]
+                                 [--origin URL] [--max-connections N] [--quiet]
+
+        Requests:
+          with --origin http://host:port   GET /path is the origin's /path (reverse proxy)
+          without --origin                 GET /name.mp4?url=<percent-encoded URL> (URL mode;
+                                           the name only helps players guess the type)
+        GET and HEAD, keep-alive, Range in all forms (a-b, a-, -n): 206 with Content-Range,
+        200 without a Range, 416 when no range overlaps, and the whole resource (200) for a
+        request of several ranges. Content-Type, ETag and Last-Modified are the origin's; an
+        origin 404 is a 404, an unreachable origin 502.
+
+        OPTIONS:
+          --cache-dir DIR        The cache directory (default: $XDG_CACHE_HOME/sparsecache, or
+                                 ~/.cache/sparsecache)
+          --listen ADDR:PORT     Where to listen (default 127.0.0.1:8080; a bare port means
+                                 127.0.0.1; IPv6 as [::1]:8080). Anything but loopback lets
+                                 other machines use this proxy and, in URL mode, fetch any URL
+                                 through it.
+          --max-size SIZE        The cache directory's budget; least recently used resources
+                                 are evicted beyond it (default: no limit)
+          --origin URL           Reverse-proxy mode: the http(s) origin every path is fetched from
+          --max-connections N    Connections served at once; more are answered 503 (default 256)
+          --quiet                No request log
+          -h, --help             Show this help
+
+        One line per request goes to stdout: client, method, target, range, status, body bytes,
+        bytes from the cache (hit) and from the origin (miss), duration. SIGINT or SIGTERM
+        stops accepting, lets responses in progress finish for 2 seconds, stops the fetches,
+        commits what they received and exits 0; a second signal exits at once.
+
+        EXIT STATUS: 0 after a signal, 64 usage error, 74 cannot listen or I/O error,
+                     75 the cache directory is used by another process.
+        """
+
+    static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        var options = HTTPServer.Options()
+        (options.host, options.port) = try parseListen(arguments.options["--listen"] ?? "127.0.0.1:8080")
+        if let text = arguments.options["--max-connections"] {
+            guard let count = Int(text), count > 0 else { throw UsageError("invalid --max-connections '\(text)': use a positive number") }
+            options.maximumConnections = count
+        }
+        let origin = try arguments.options["--origin"].map(parseOrigin)
+        let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
+        let budget = try arguments.size("--max-size") ?? .max
+        let quiet = arguments.has("--quiet")
+
+        let store = try await SparseStore.open(directory: directory, options: StoreOptions(budget: budget))
+        let cache = ProgressiveCache(store: store)
+        let proxy = CachingProxy(cache: cache, origin: origin)
+        let log: @Sendable (HTTPLogEntry) -> Void = { entry in
+            if !quiet { RequestLog.write(entry) }
+        }
+        let server: HTTPServer
+        do {
+            server = try HTTPServer.start(options: options, log: log) { request, response in
+                try await proxy.handle(request, response)
+            }
+        } catch {
+            try? await store.close()
+            throw error
+        }
+        let shown = options.host.contains(":") ? "[\(options.host)]" : options.host
+        Output.error(
+            "sparsecache serve: listening on http://\(shown):\(server.port)/ "
+                + (origin.map { "as a reverse proxy for \($0.absoluteString)" } ?? "in URL mode (/<name>?url=<percent-encoded URL>)")
+                + "; cache \(directory)" + (budget == .max ? "" : ", budget \(SizeParser.describe(budget))"))
+
+        let signal = await ShutdownSignal.next()
+        Output.error("sparsecache serve: \(signal == SIGINT ? "SIGINT" : "SIGTERM"): shutting down (a second signal stops at once)")
+        ShutdownSignal.exitOnNext()
+        await server.shutdown(grace: .seconds(2))
+        await cache.cancelFetches()
+        let statistics = await cache.statistics
+        try await store.close()
+        Output.error(
+            "sparsecache serve: stopped; \(SizeParser.describe(statistics.bytesReceived)) from origins in \(statistics.requests) "
+                + "request\(statistics.requests == 1 ? "" : "s"), \(SizeParser.describe(statistics.bytesFromCache)) served from the cache")
+        return ExitStatus.ok
+    }
+
+    /// "host:port", "[v6]:port" or a bare port.
+    static func parseListen(_ text: String) throws -> (String, Int) {
+        var host = "127.0.0.1"
+        var portText = text
+        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
+            host = String(text[text.index(after: text.startIndex)..<close])
+            portText = String(text[text.index(after: close)...].drop { $0 == ":" })
+        } else if let colon = text.lastIndex(of: ":") {
+            host = String(text[..<colon])
+            portText = String(text[text.index(after: colon)...])
+        }
+        guard let port = Int(portText), (0...65535).contains(port), !host.isEmpty else {
+            throw UsageError("invalid --listen '\(text)': use ADDR:PORT, e.g. 127.0.0.1:8080 or [::1]:8080")
+        }
+        return (host, port)
+    }
+
+    static func parseOrigin(_ text: String) throws -> URL {
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), ["http", "https"].contains(scheme), url.host != nil,
+            url.query == nil
+        else {
+            throw UsageError("invalid --origin '\(text)': use an http:// or https:// URL without a query, e.g. http://127.0.0.1:8000")
+        }
+        return url
+    }
+}
+
+/// Request log lines go out on a serial queue: a full stdout pipe must not stall a connection
+/// (nor block the cooperative pool).
+enum RequestLog {
+    private static let queue = DispatchQueue(label: "sparsecache.serve.log")
+
+    static func write(_ entry: HTTPLogEntry) {
+        let line = entry.description
+        queue.async(execute: { @Sendable in Output.print(line) })
+    }
+}
+
+/// SIGINT and SIGTERM as events (dispatch signal sources, made in a nonisolated helper).
+enum ShutdownSignal {
+    private static let queue = DispatchQueue(label: "sparsecache.serve.signals")
+    /// The sources must outlive the wait.
+    private static let sources = Mutex<[any DispatchSourceSignal]>([])
+
+    /// Returns the first SIGINT or SIGTERM after the call.
+    static func next() async -> Int32 {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
+            let pending = Mutex<CheckedContinuation<Int32, Never>?>(continuation)
+            install { number in
+                pending.withLock { waiting in
+                    defer { waiting = nil }
+                    return waiting
+                }?.resume(returning: number)
+            }
+        }
+    }
+
+    /// From now on a signal exits at once (the committed index is crash-safe either way).
+    static func exitOnNext() {
+        install { number in exit(128 + number) }
+    }
+
+    private static func install(_ handler: @escaping @Sendable (Int32) -> Void) {
+        sources.withLock { sources in
+            for source in sources { source.cancel() }
+            sources = [SIGINT, SIGTERM].map { number in
+                // The default action would end the process before the source sees the signal.
+                Glibc.signal(number, SIG_IGN)
+                let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
+                source.setEventHandler(handler: { @Sendable in handler(number) })
+                source.resume()
+                return source
+            }
+        }
+    }
+}
