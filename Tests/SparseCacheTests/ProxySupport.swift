@@ -1,0 +1,203 @@
+// Helpers for the proxy tests: an in-process proxy in front of a real origin, curl as the
+// client, and raw sockets for what curl will not send. Helpers, not tests: no assertions here.
+import Foundation
+import LoopbackOrigins
+import Synchronization
+
+@testable import SparseCache
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A store, a cache, the proxy handler and an HTTPServer on a free loopback port.
+final class ProxyFixture: Sendable {
+    let directory: TemporaryDirectory
+    let store: SparseStore
+    let cache: ProgressiveCache
+    let server: HTTPServer
+    let log = LogCollector()
+
+    init(origin: URL?, options: HTTPServer.Options = ProxyFixture.defaultOptions, budget: Int64 = .max) async throws {
+        directory = try TemporaryDirectory("proxy")
+        store = try await SparseStore.open(directory: directory.file("cache"), options: StoreOptions(budget: budget))
+        cache = ProgressiveCache(store: store, options: .testing)
+        let proxy = CachingProxy(cache: cache, origin: origin)
+        let log = self.log
+        server = try HTTPServer.start(options: options, log: { log.append($0) }) { request, response in
+            try await proxy.handle(request, response)
+        }
+    }
+
+    static var defaultOptions: HTTPServer.Options {
+        var options = HTTPServer.Options()
+        options.port = 0
+        return options
+    }
+
+    var baseURL: String { "http://127.0.0.1:\(server.port)" }
+
+    func stop() async {
+        await server.shutdown(grace: .seconds(1))
+        await cache.cancelFetches()
+        try? await store.close()
+        directory.remove()
+    }
+}
+
+/// The request log entries an HTTPServer wrote.
+final class LogCollector: Sendable {
+    private let entries = Mutex<[HTTPLogEntry]>([])
+
+    func append(_ entry: HTTPLogEntry) {
+        entries.withLock { $0.append(entry) }
+    }
+
+    var all: [HTTPLogEntry] { entries.withLock { $0 } }
+}
+
+/// What curl received.
+struct CurlResult: Sendable, CustomStringConvertible {
+    var status: Int
+    /// Header names lowercased; the last value of each.
+    var headers: [String: String]
+    var body: [UInt8]
+    var exitCode: Int32
+    var stderr: String
+
+    var description: String {
+        "curl exit \(exitCode), HTTP \(status), \(body.count) body bytes, headers \(headers.sorted { $0.key < $1.key }), stderr: \(stderr)"
+    }
+}
+
+enum Curl {
+    static let binary = ["/usr/bin/curl", "/usr/local/bin/curl"].first { FileManager.default.isExecutableFile(atPath: $0) }
+
+    /// Runs curl on `url` with `arguments` (e.g. ["-r", "0-99"]) and collects status, headers
+    /// and body.
+    static func run(_ url: String, _ arguments: [String] = [], timeout: Int = 30) async throws -> CurlResult {
+        guard let binary else { throw OriginFailure("curl is not installed (apt-get install curl; .ci/run does this)") }
+        let work = try TemporaryDirectory("curl")
+        defer { work.remove() }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = ["-s", "-S", "--max-time", String(timeout), "-D", work.file("headers"), "-o", work.file("body"), "-w", "%{http_code}"] + arguments + [url]
+        let result = try await ChildProcess.run(process)
+        let headerText = (try? String(contentsOfFile: work.file("headers"), encoding: .utf8)) ?? ""
+        // With redirects or 100-continue there can be several heads: keep the last.
+        let lastHead = headerText.components(separatedBy: "\r\n\r\n").filter { !$0.isEmpty }.last ?? ""
+        var headers: [String: String] = [:]
+        for line in lastHead.components(separatedBy: "\r\n").dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+        let body = (try? [UInt8](Data(contentsOf: URL(fileURLWithPath: work.file("body"))))) ?? []
+        return CurlResult(
+            status: Int(String(decoding: result.stdout, as: UTF8.self)) ?? 0, headers: headers, body: body, exitCode: result.status,
+            stderr: String(decoding: result.stderr, as: UTF8.self))
+    }
+}
+
+/// A child process run to its end with its output collected, waiting without blocking a thread.
+enum ChildProcess {
+    struct Result: Sendable {
+        var status: Int32
+        var stdout: [UInt8]
+        var stderr: [UInt8]
+        var text: String { String(decoding: stdout, as: UTF8.self) }
+        var errorText: String { String(decoding: stderr, as: UTF8.self) }
+    }
+
+    static func run(_ process: Process) async throws -> Result {
+        let work = try TemporaryDirectory("child")
+        defer { work.remove() }
+        for name in ["out", "err"] where !FileManager.default.createFile(atPath: work.file(name), contents: nil) {
+            throw OriginFailure("cannot create \(work.file(name))")
+        }
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: work.file("out")))
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: work.file("err")))
+        let (stream, continuation) = AsyncStream<Void>.makeStream()
+        process.terminationHandler = { _ in
+            continuation.yield()
+            continuation.finish()
+        }
+        try process.run()
+        for await _ in stream {}
+        let out = (try? [UInt8](Data(contentsOf: URL(fileURLWithPath: work.file("out"))))) ?? []
+        let err = (try? [UInt8](Data(contentsOf: URL(fileURLWithPath: work.file("err"))))) ?? []
+        return Result(status: process.terminationStatus, stdout: out, stderr: err)
+    }
+
+    /// Runs a program from PATH.
+    static func run(_ program: String, _ arguments: [String]) async throws -> Result {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [program] + arguments
+        return try await run(process)
+    }
+}
+
+/// A client that speaks raw bytes, for requests curl will not make (malformed, trickled,
+/// pipelined). Blocking socket calls on a thread of their own, never on the test's task.
+enum RawHTTP {
+    struct Exchange: Sendable {
+        var received: [UInt8]
+        /// The server closed the connection (EOF) before `timeout`.
+        var closedByServer: Bool
+        var text: String { String(decoding: received, as: UTF8.self) }
+        /// Status codes of every response head received, in order.
+        var statuses: [Int] {
+            text.components(separatedBy: "HTTP/1.1 ").dropFirst().compactMap { Int($0.prefix(3)) }
+        }
+    }
+
+    /// Connects, sends `parts` with `pause` between them, then reads until the server closes
+    /// or `timeout` passes.
+    static func exchange(port: Int, _ parts: [[UInt8]], pause: Duration = .zero, timeout: Duration = .seconds(5)) async -> Exchange {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Exchange, Never>) in
+            // A thread of its own: the global dispatch queues run about one blocking job per
+            // core, which would serialize clients that hold connections open.
+            let thread = Thread(block: { @Sendable in
+                continuation.resume(returning: blockingExchange(port: port, parts, pause: pause, timeout: timeout))
+            })
+            thread.start()
+        }
+    }
+
+    static func exchange(port: Int, _ text: String, timeout: Duration = .seconds(5)) async -> Exchange {
+        await exchange(port: port, [Array(text.utf8)], timeout: timeout)
+    }
+
+    private static func blockingExchange(port: Int, _ parts: [[UInt8]], pause: Duration, timeout: Duration) -> Exchange {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return Exchange(received: [], closedByServer: false) }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = UInt16(port).bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { return Exchange(received: [], closedByServer: true) }
+        for (index, part) in parts.enumerated() {
+            if index > 0, pause > .zero { usleep(UInt32(pause.components.seconds * 1_000_000 + pause.components.attoseconds / 1_000_000_000_000)) }
+            let sent = part.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if sent < 0 { break }
+        }
+        let deadline = ContinuousClock.now + timeout
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while ContinuousClock.now < deadline {
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let left = deadline - ContinuousClock.now
+            let milliseconds = Int32(max(1, left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000))
+            guard poll(&poller, 1, milliseconds) > 0 else { continue }
+            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count <= 0 { return Exchange(received: received, closedByServer: true) }
+            received += buffer[0..<count]
+        }
+        return Exchange(received: received, closedByServer: false)
+    }
+}
