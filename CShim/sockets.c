@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <pthread.h>
 #include <unistd.h>
 
 int sc_tcp_listen(const char *host, int port, int backlog) {
@@ -83,3 +84,40 @@ ssize_t sc_recv(int fd, void *buffer, size_t count) {
 }
 
 int sc_shutdown_write(int fd) { return shutdown(fd, SHUT_WR); }
+
+// MARK: - Signals as bytes on a pipe
+
+#include <signal.h>
+
+static int sc_signal_write_end = -1;
+
+static void sc_signal_handler(int number) {
+    int saved = errno;
+    unsigned char byte = (unsigned char)number;
+    ssize_t ignored = write(sc_signal_write_end, &byte, 1);
+    (void)ignored;
+    errno = saved;
+}
+
+int sc_signal_pipe(const int *signals, int count) {
+    static int read_end = -1;
+    if (read_end < 0) {
+        int ends[2];
+        if (pipe2(ends, O_NONBLOCK | O_CLOEXEC) != 0) return -1;
+        read_end = ends[0];
+        sc_signal_write_end = ends[1];
+    }
+    sigset_t mask;
+    sigemptyset(&mask);
+    for (int index = 0; index < count; index++) {
+        struct sigaction action;
+        memset(&action, 0, sizeof action);
+        action.sa_handler = sc_signal_handler;
+        action.sa_flags = SA_RESTART;
+        sigemptyset(&action.sa_mask);
+        if (sigaction(signals[index], &action, NULL) != 0) return -1;
+        sigaddset(&mask, signals[index]);
+    }
+    pthread_sigmask(SIG_UNBLOCK, &mask, NULL);
+    return read_end;
+}

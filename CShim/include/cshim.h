@@ -106,6 +106,12 @@ ssize_t sc_send(int fd, const void *buffer, size_t count);
 ssize_t sc_recv(int fd, void *buffer, size_t count);
 int sc_shutdown_write(int fd);
 
+/// Delivers `signals` as bytes (the signal number) on a pipe and returns its non-blocking read
+/// end (the same one on every call). The handler only writes one byte, which is
+/// async-signal-safe. Also unblocks the signals in the calling thread: a process started
+/// from a thread that blocked them (dispatch threads do) would otherwise never see them.
+int sc_signal_pipe(const int *signals, int count);
+
 // MARK: - Fault injection (CShim/faults.c)
 //
 // A table of rules the wrappers above consult before each call. With no rule set, no counting

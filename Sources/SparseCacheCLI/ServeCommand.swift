@@ -1,7 +1,6 @@
 import Dispatch
 import Foundation
 import SparseCache
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -66,6 +65,8 @@ enum ServeCommand: Command {
         let budget = try arguments.size("--max-size") ?? .max
         let quiet = arguments.has("--quiet")
 
+        // Before anything is in flight: a signal from here on shuts down gracefully.
+        try ShutdownSignals.install()
         let store = try await SparseStore.open(directory: directory, options: StoreOptions(budget: budget))
         let cache = ProgressiveCache(store: store)
         let proxy = CachingProxy(cache: cache, origin: origin)
@@ -87,9 +88,12 @@ enum ServeCommand: Command {
                 + (origin.map { "as a reverse proxy for \($0.absoluteString)" } ?? "in URL mode (/<name>?url=<percent-encoded URL>)")
                 + "; cache \(directory)" + (budget == .max ? "" : ", budget \(SizeParser.describe(budget))"))
 
-        let signal = await ShutdownSignal.next()
+        let signal = try await ShutdownSignals.next()
         Output.error("sparsecache serve: \(signal == SIGINT ? "SIGINT" : "SIGTERM"): shutting down (a second signal stops at once)")
-        ShutdownSignal.exitOnNext()
+        Task {
+            // The committed index is crash-safe: stopping at once loses only uncommitted bytes.
+            if let second = try? await ShutdownSignals.next() { exit(128 + second) }
+        }
         await server.shutdown(grace: .seconds(2))
         await cache.cancelFetches()
         let statistics = await cache.statistics
@@ -135,44 +139,5 @@ enum RequestLog {
     static func write(_ entry: HTTPLogEntry) {
         let line = entry.description
         queue.async(execute: { @Sendable in Output.print(line) })
-    }
-}
-
-/// SIGINT and SIGTERM as events (dispatch signal sources, made in a nonisolated helper).
-enum ShutdownSignal {
-    private static let queue = DispatchQueue(label: "sparsecache.serve.signals")
-    /// The sources must outlive the wait.
-    private static let sources = Mutex<[any DispatchSourceSignal]>([])
-
-    /// Returns the first SIGINT or SIGTERM after the call.
-    static func next() async -> Int32 {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
-            let pending = Mutex<CheckedContinuation<Int32, Never>?>(continuation)
-            install { number in
-                pending.withLock { waiting in
-                    defer { waiting = nil }
-                    return waiting
-                }?.resume(returning: number)
-            }
-        }
-    }
-
-    /// From now on a signal exits at once (the committed index is crash-safe either way).
-    static func exitOnNext() {
-        install { number in exit(128 + number) }
-    }
-
-    private static func install(_ handler: @escaping @Sendable (Int32) -> Void) {
-        sources.withLock { sources in
-            for source in sources { source.cancel() }
-            sources = [SIGINT, SIGTERM].map { number in
-                // The default action would end the process before the source sees the signal.
-                Glibc.signal(number, SIG_IGN)
-                let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-                source.setEventHandler(handler: { @Sendable in handler(number) })
-                source.resume()
-                return source
-            }
-        }
     }
 }

@@ -201,3 +201,9 @@ enum RawHTTP {
         return Exchange(received: received, closedByServer: false)
     }
 }
+
+/// Byte equality by memcmp: comparing megabytes element by element is slow in debug builds.
+func sameBytes(_ bytes: [UInt8], _ expected: ArraySlice<UInt8>) -> Bool {
+    guard bytes.count == expected.count else { return false }
+    return bytes.withUnsafeBytes { a in expected.withUnsafeBytes { b in a.count == 0 || memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0 } }
+}

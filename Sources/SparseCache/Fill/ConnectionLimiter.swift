@@ -19,12 +19,22 @@ public actor ConnectionLimiter {
         }
         let id = nextID
         nextID += 1
+        // The waiter is added in an actor method: the operation closure does not keep the
+        // actor's isolation (swiftlang/swift#85518).
         try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
-                waiters.append((id, continuation))
-            }
+            try await self.wait(id)
         } onCancel: {
             Task { await self.cancelWaiter(id) }
+        }
+    }
+
+    private func wait(_ id: UInt64) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+            if Task.isCancelled {
+                continuation.resume(throwing: CancellationError())
+            } else {
+                waiters.append((id, continuation))
+            }
         }
     }
 

@@ -196,19 +196,30 @@ extension ProgressiveCache {
 
     /// Suspends until the resource changes (a commit, a fetch ending, a replacement) or the
     /// task is cancelled.
+    ///
+    /// The waiter is registered in `park`, an actor method: the operation closure of
+    /// `withTaskCancellationHandler` does not keep the actor's isolation (a long-standing Swift
+    /// bug, swiftlang/swift#85518), so touching actor state inside it races. Seen as a crash
+    /// with 32 concurrent proxy clients, and by ThreadSanitizer.
     func waitForChange(_ resource: FillResource, segment: Int) async {
         let id = takeID()
         let key = resource.key
         await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                if Task.isCancelled {
-                    continuation.resume()
-                } else {
-                    resource.waiters[id] = (segment, continuation)
-                }
-            }
+            await self.park(key: key, waiter: id, segment: segment)
         } onCancel: {
             Task { await self.wake(key: key, waiter: id) }
+        }
+    }
+
+    private func park(key: String, waiter id: Int, segment: Int) async {
+        guard let resource = resources[key] else { return }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            // A cancel that came before this registration finds nothing to wake: look here.
+            if Task.isCancelled {
+                continuation.resume()
+            } else {
+                resource.waiters[id] = (segment, continuation)
+            }
         }
     }
 
