@@ -15,6 +15,7 @@ enum BenchMain {
         (StoreScenario.number, StoreScenario.name, StoreScenario.run),
         (FaultHookScenario.number, FaultHookScenario.name, FaultHookScenario.run),
         (FillThroughScenario.number, FillThroughScenario.name, FillThroughScenario.run),
+        (ProxyScenario.number, ProxyScenario.name, ProxyScenario.run),
     ]
 
     static func run(_ arguments: [String]) async -> Int32 {

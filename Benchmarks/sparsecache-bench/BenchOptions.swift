@@ -29,7 +29,7 @@ struct BenchOptions: Sendable {
           --json PATH     Write every result as JSON to PATH
           --dir PATH      Parent of the scratch directory (default /var/tmp; never a tmpfs
                           unless you ask for one). The scratch directory is removed at the end.
-          --only N,...    Run only these scenarios (1-9)
+          --only N,...    Run only these scenarios (1-10)
           --reps N        Override the repetition count (at least 1)
           --keep          Keep the scratch directory
           -h, --help      Show this help
@@ -41,6 +41,7 @@ struct BenchOptions: Sendable {
                                            7  cache directory: start-up with 10,000 resources, eviction
                                            8  fault-injection hooks: cost when off
                                            9  fill-through from nginx vs curl; time to first byte
+                                          10  local proxy vs nginx: cached throughput, request rate, first byte
         """
 
     struct UsageError: Error, CustomStringConvertible {
@@ -73,8 +74,8 @@ struct BenchOptions: Sendable {
                 options.repetitionsOverride = count
             case "--only":
                 let numbers = try value(argument).split(separator: ",").map { Int($0) }
-                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...9).contains($0) } ?? false }) else {
-                    throw UsageError(description: "--only takes scenario numbers from 1 to 9, e.g. --only 1,3")
+                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...10).contains($0) } ?? false }) else {
+                    throw UsageError(description: "--only takes scenario numbers from 1 to 10, e.g. --only 1,3")
                 }
                 options.only = Set(numbers.compactMap { $0 })
             default:
@@ -123,7 +124,7 @@ struct Sizes: Sendable {
     var storeEvictions: Int
     /// Scenario 8: 4 KiB calls per sample.
     var hookCalls: Int
-    /// Scenario 9: the resource filled through from nginx.
+    /// Scenarios 9 and 10: the resource filled through from nginx, and served by the proxy.
     var fillThrough: Int64
 
     init(_ mode: BenchOptions.Mode) {

@@ -34,7 +34,7 @@ struct FillFixture {
 }
 
 /// Drains a read stream into one array.
-func collect(_ stream: AsyncThrowingStream<[UInt8], Error>) async throws -> [UInt8] {
+func collect(_ stream: CacheReadStream) async throws -> [UInt8] {
     var bytes: [UInt8] = []
     for try await chunk in stream { bytes += chunk }
     return bytes

@@ -180,4 +180,41 @@ struct FillBehaviourTests {
         #expect(try await staying.value == source)
         try await fixture.close()
     }
+
+    @Test("read hands over a chunk only when asked: a slow consumer holds back the reads; leaving early releases the resource")
+    func backPressure() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let source = try originFile(files.path, "whole.bin", count: 6 << 20, seed: 11)
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-pressure", options: .testing)
+        let http = try HTTPRangeSource(url: origin.url("whole.bin"))
+        try await fixture.cache.prefetch(http)
+        let before = await fixture.cache.statistics.bytesFromCache
+
+        // Take one chunk, then dawdle: at most one more chunk may be read meanwhile (the one
+        // waiting to be handed over), not the other 5 MiB.
+        var iterator = fixture.cache.read(http).makeAsyncIterator()
+        let first = try await iterator.next()
+        #expect(first.map { Array(source.prefix($0.count)) == $0 } == true)
+        try await Task.sleep(for: .milliseconds(300))
+        let read = await fixture.cache.statistics.bytesFromCache - before
+        #expect(read <= 2 * Int64(FillOptions.testing.readChunk), "read \(read) bytes ahead of a consumer that took one chunk")
+        var rest: [UInt8] = first ?? []
+        while let chunk = try await iterator.next() { rest += chunk }
+        #expect(rest == source)
+
+        // Leaving after one chunk: the reader lets the resource go (the store may evict it).
+        do {
+            var partial = fixture.cache.read(http).makeAsyncIterator()
+            _ = try await partial.next()
+        }
+        var open = true
+        for _ in 0..<100 where open {
+            open = await fixture.store.entry(for: http.key)?.isOpen ?? false
+            if open { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(!open, "the resource is released once the iterator is gone")
+        try await fixture.close()
+    }
 }

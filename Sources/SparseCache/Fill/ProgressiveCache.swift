@@ -31,25 +31,16 @@ public actor ProgressiveCache {
     // MARK: Reading
 
     /// The bytes of `range` (the whole resource when nil; a range ending at `Int64.max` runs
-    /// to the end) in order, in chunks of at most
-    /// ``FillOptions/readChunk`` bytes. Cancel by dropping the stream (or cancelling the task
-    /// iterating it).
+    /// to the end) in order, in chunks of at most ``FillOptions/readChunk`` bytes, each read
+    /// when the consumer asks for it. Stop by ending the iteration (or cancelling its task).
     ///
-    /// The stream throws `.invalidArgument` for a range past the end of the resource,
+    /// The iteration throws `.invalidArgument` for a range past the end of the resource,
     /// `.origin` / `.originUnavailable` when the origin cannot supply missing bytes, and
     /// `.originChanged` when the resource changed on the origin after the reader had bytes of
     /// the old version.
-    public nonisolated func read(_ source: any RangeSource, range: Range<Int64>? = nil) -> AsyncThrowingStream<[UInt8], Error> {
-        AsyncThrowingStream { continuation in
-            let task = Task {
-                do {
-                    try await self.serve(source, range: range) { continuation.yield($0) }
-                    continuation.finish()
-                } catch {
-                    continuation.finish(throwing: error)
-                }
-            }
-            continuation.onTermination = { _ in task.cancel() }
+    public nonisolated func read(_ source: any RangeSource, range: Range<Int64>? = nil) -> CacheReadStream {
+        CacheReadStream { send in
+            try await self.serve(source, range: range, deliver: send)
         }
     }
 
