@@ -99,7 +99,7 @@ enum ProxyScenario {
 
     private static func shutdown(_ server: HTTPServer, _ cache: ProgressiveCache, _ store: SparseStore) async {
         await server.shutdown(grace: .seconds(1))
-        await cache.cancelFetches()
+        await cache.shutdown()
         try? await store.close()
     }
 

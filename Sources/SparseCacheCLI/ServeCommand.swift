@@ -95,7 +95,7 @@ enum ServeCommand: Command {
             if let second = try? await ShutdownSignals.next() { exit(128 + second) }
         }
         await server.shutdown(grace: .seconds(2))
-        await cache.cancelFetches()
+        await cache.shutdown()
         let statistics = await cache.statistics
         try await store.close()
         Output.error(

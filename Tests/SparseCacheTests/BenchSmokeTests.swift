@@ -35,7 +35,7 @@ struct BenchSmokeTests {
         let leftovers = try FileManager.default.contentsOfDirectory(atPath: scratch.path).filter { $0 != "report.json" }
         #expect(leftovers.isEmpty, "left behind: \(leftovers)")
 
-        let usage = try await CLI.run(binary: binary, ["--only", "10"])
+        let usage = try await CLI.run(binary: binary, ["--only", "11"])
         #expect(usage.status == 64 && usage.err.contains("1 to 10"), "\(usage)")
     }
 }

@@ -187,7 +187,9 @@ struct FillBehaviourTests {
         let source = try originFile(files.path, "whole.bin", count: 6 << 20, seed: 11)
         let origin = try await OriginServer.nginx(root: files.path)
         defer { origin.stop() }
-        let fixture = try await FillFixture("fill-pressure", options: .testing)
+        var options = FillOptions.testing
+        options.keepOpen = .milliseconds(200)
+        let fixture = try await FillFixture("fill-pressure", options: options)
         let http = try HTTPRangeSource(url: origin.url("whole.bin"))
         try await fixture.cache.prefetch(http)
         let before = await fixture.cache.statistics.bytesFromCache
@@ -204,13 +206,14 @@ struct FillBehaviourTests {
         while let chunk = try await iterator.next() { rest += chunk }
         #expect(rest == source)
 
-        // Leaving after one chunk: the reader lets the resource go (the store may evict it).
+        // Leaving after one chunk: the reader lets the resource go (the store may evict it
+        // once `keepOpen` has passed).
         do {
             var partial = fixture.cache.read(http).makeAsyncIterator()
             _ = try await partial.next()
         }
         var open = true
-        for _ in 0..<100 where open {
+        for _ in 0..<200 where open {
             open = await fixture.store.entry(for: http.key)?.isOpen ?? false
             if open { try await Task.sleep(for: .milliseconds(10)) }
         }

@@ -39,7 +39,7 @@ final class ProxyFixture: Sendable {
 
     func stop() async {
         await server.shutdown(grace: .seconds(1))
-        await cache.cancelFetches()
+        await cache.shutdown()
         try? await store.close()
         directory.remove()
     }

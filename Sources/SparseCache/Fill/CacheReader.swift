@@ -26,13 +26,14 @@ extension ProgressiveCache {
         if let resource = resources[key] { detach(resource) }
     }
 
-    /// Stops every fetch in flight and waits until each has committed what it received: the
-    /// step before closing the store on shutdown. Readers waiting on those fetches get
-    /// `.originUnavailable` or see the bytes that arrived.
-    public func cancelFetches() async {
+    /// The step before closing the store: stops every fetch in flight, waits until each has
+    /// committed what it received, and closes the resources kept open for reuse. Readers
+    /// waiting on those fetches get `.originUnavailable` or see the bytes that arrived.
+    public func shutdown() async {
         let tasks = resources.values.flatMap { $0.fetches.values.compactMap(\.task) }
         for task in tasks { task.cancel() }
         for task in tasks { await task.value }
+        for key in Array(resources.keys) { closeIfIdle(key: key, force: true) }
     }
 }
 

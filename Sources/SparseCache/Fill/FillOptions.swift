@@ -17,6 +17,9 @@ public struct FillOptions: Sendable {
     public var maximumFetch: Int64 = 16 << 20
     /// The largest chunk a reader is handed.
     public var readChunk = 1 << 20
+    /// How long a resource stays open after its last reader left, for the next one (a
+    /// player's next range request) to skip reopening it. The store does not evict it meanwhile.
+    public var keepOpen: Duration = .seconds(2)
 
     public init() {}
 

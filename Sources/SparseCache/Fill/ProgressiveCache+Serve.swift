@@ -126,12 +126,32 @@ extension ProgressiveCache {
         return resource
     }
 
+    /// One user fewer. The last one leaves the resource open for ``FillOptions/keepOpen``:
+    /// the next request for it (a player's next range) then skips reopening it.
     func detach(_ resource: FillResource) {
         resource.users -= 1
-        guard resource.users == 0, resource.fetches.isEmpty, resource.opening == nil, let handle = resource.handle else {
+        guard resource.users == 0, resource.fetches.isEmpty, resource.opening == nil, resource.handle != nil else {
             forgetIfIdle(resource)
             return
         }
+        resource.idleSince = .now
+        resource.closing?.cancel()
+        let key = resource.key
+        let delay = options.keepOpen
+        resource.closing = Task {
+            try? await Task.sleep(for: delay)
+            self.closeIfIdle(key: key)
+        }
+    }
+
+    /// Lets go of a resource nobody used for ``FillOptions/keepOpen`` (or at once with
+    /// `force`, on shutdown).
+    func closeIfIdle(key: String, force: Bool = false) {
+        guard let resource = resources[key], resource.users == 0, resource.fetches.isEmpty, resource.opening == nil,
+            let handle = resource.handle, force || ContinuousClock.now - resource.idleSince >= options.keepOpen
+        else { return }
+        resource.closing?.cancel()
+        resource.closing = nil
         resource.handle = nil
         resource.info = nil
         resource.outcomes.removeAll()

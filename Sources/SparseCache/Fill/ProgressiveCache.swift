@@ -102,7 +102,7 @@ public actor ProgressiveCache {
     }
 
     func forgetIfIdle(_ resource: FillResource) {
-        if resource.users == 0, resource.listeners.isEmpty, resource.fetches.isEmpty, resources[resource.key] === resource {
+        if resource.users == 0, resource.handle == nil, resource.listeners.isEmpty, resource.fetches.isEmpty, resources[resource.key] === resource {
             resources[resource.key] = nil
         }
     }
@@ -134,6 +134,9 @@ final class FillResource {
     var waiters: [Int: (segment: Int, continuation: CheckedContinuation<Void, Never>)] = [:]
     var listeners: [Int: (offset: Int64, continuation: AsyncStream<FillProgress>.Continuation)] = [:]
     var lastCommit = ContinuousClock.now
+    /// When the last user left, and the task that closes the resource if nobody comes back.
+    var idleSince = ContinuousClock.now
+    var closing: Task<Void, Never>?
 
     struct Fetch {
         var segments: Range<Int>

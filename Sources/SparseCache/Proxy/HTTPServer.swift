@@ -193,6 +193,7 @@ public final class HTTPServer: Sendable {
                 let writer = makeWriter(request, client: client, closes: closing)
                 do {
                     try await handler(request, writer)
+                    if !writer.headSent { try? await writer.respond(status: 500, message: "internal error: the handler sent no response") }
                 } catch {
                     if !writer.headSent {
                         try? await writer.respond(status: 500, message: "internal error: \(error)")

@@ -59,6 +59,7 @@ final class Readiness: Sendable {
     }
 
     /// Returns when the descriptor is ready; throws when it is closed or the task cancelled.
+    /// One waiter at a time per direction (each connection has one task).
     func wait() async throws {
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
