@@ -63,21 +63,25 @@ enum ProxyScenario {
                 guard times.bytes == length else { throw BenchError("\(contenders[contender]) sent \(times.bytes) of \(length) bytes") }
                 return Sample(value: Double(length) / times.total / 1e6)
             }
-            result.measurements += compared(throughput, contenders: contenders, workload: "curl, \(describeBytes(length)) cached, one client", unit: "MB/s")
+            result.measurements += compared(
+                throughput, contenders: contenders, workload: "curl, \(describeBytes(length)) cached, one client", unit: "MB/s")
 
             if let wrk = installed("wrk") {
                 let seconds = context.options.mode == .full ? 5 : context.options.mode == .quick ? 3 : 1
                 let rates = try await interleaved(contenders: 2, repetitions: context.repetitions) { contender, _ in
-                    let output = try await runProcess(wrk, [
-                        "-t", "2", "-c", "16", "-d", "\(seconds)s", "-H", "Range: bytes=65536-131071", bases[contender] + "/movie.bin",
-                    ])
+                    let output = try await runProcess(
+                        wrk,
+                        [
+                            "-t", "2", "-c", "16", "-d", "\(seconds)s", "-H", "Range: bytes=65536-131071", bases[contender] + "/movie.bin",
+                        ])
                     guard !output.contains("Non-2xx"), !output.contains("Socket errors"),
                         let line = output.split(separator: "\n").first(where: { $0.hasPrefix("Requests/sec:") }),
                         let rate = Double(line.split(separator: " ").last ?? "")
                     else { throw BenchError("wrk against \(contenders[contender]) failed: \(output)") }
                     return Sample(value: rate)
                 }
-                result.measurements += compared(rates, contenders: contenders, workload: "wrk -t2 -c16, 64 KiB cached ranges", unit: "req/s")
+                result.measurements += compared(
+                    rates, contenders: contenders, workload: "wrk -t2 -c16, 64 KiB cached ranges", unit: "req/s")
             } else {
                 result.notes.append("scenario 10: request rate skipped, wrk is not installed (apt-get install wrk)")
             }
@@ -134,7 +138,9 @@ enum ProxyScenario {
     }
 
     /// Bytes, total seconds and seconds to the first byte of one curl download to /dev/null.
-    private static func curlTimes(_ curl: String, _ url: String, range: String? = nil) async throws -> (bytes: Int64, total: Double, firstByte: Double) {
+    private static func curlTimes(_ curl: String, _ url: String, range: String? = nil) async throws -> (
+        bytes: Int64, total: Double, firstByte: Double
+    ) {
         var arguments = ["-s", "-f", "-o", "/dev/null", "-w", "%{size_download} %{time_total} %{time_starttransfer}"]
         if let range { arguments += ["-r", range] }
         let output = try await runProcess(curl, arguments + [url])

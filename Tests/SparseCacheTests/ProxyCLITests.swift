@@ -23,7 +23,8 @@ struct ProxyCLITests {
     }
 
     static func requireFFmpeg() throws {
-        for tool in ["ffmpeg", "ffprobe"] where !["/usr/bin/", "/usr/local/bin/"].contains(where: { FileManager.default.isExecutableFile(atPath: $0 + tool) }) {
+        for tool in ["ffmpeg", "ffprobe"]
+        where !["/usr/bin/", "/usr/local/bin/"].contains(where: { FileManager.default.isExecutableFile(atPath: $0 + tool) }) {
             throw OriginFailure("\(tool) is not installed (apt-get install ffmpeg; .ci/run does this)")
         }
     }
@@ -43,10 +44,12 @@ struct ProxyCLITests {
         let files = try TemporaryDirectory("serve-origin")
         // The index (moov) at the end, as cameras write it: the player must seek to the end
         // before the first frame, then back.
-        let made = try await ChildProcess.run("ffmpeg", [
-            "-v", "error", "-nostdin", "-f", "lavfi", "-i", "testsrc=duration=10:size=640x360:rate=25", "-f", "lavfi",
-            "-i", "sine=frequency=440:duration=10", "-c:v", "mpeg4", "-q:v", "2", "-c:a", "aac", "-shortest", files.file("movie.mp4"),
-        ])
+        let made = try await ChildProcess.run(
+            "ffmpeg",
+            [
+                "-v", "error", "-nostdin", "-f", "lavfi", "-i", "testsrc=duration=10:size=640x360:rate=25", "-f", "lavfi",
+                "-i", "sine=frequency=440:duration=10", "-c:v", "mpeg4", "-q:v", "2", "-c:a", "aac", "-shortest", files.file("movie.mp4"),
+            ])
         #expect(made.status == 0, "\(made.errorText)")
         let size = try RawFile.size(files.file("movie.mp4"))
         let origin = try await OriginServer.nginx(root: files.path)
@@ -58,7 +61,9 @@ struct ProxyCLITests {
         let proxied = base + "/movie.mp4"
 
         // The origin's log counts the direct plays too: the proxy's share is what comes after.
-        let probeArguments = ["-v", "error", "-show_entries", "format=duration,size:stream=codec_name,nb_frames,width,height", "-of", "json"]
+        let probeArguments = [
+            "-v", "error", "-show_entries", "format=duration,size:stream=codec_name,nb_frames,width,height", "-of", "json",
+        ]
         let probeDirect = try await ChildProcess.run("ffprobe", probeArguments + [direct])
         let decodeDirect = try await Self.frameHashes(direct)
         let seekDirect = try await Self.frameHashes(direct, seek: "6.5", frames: 30)
@@ -66,7 +71,9 @@ struct ProxyCLITests {
 
         let probeProxied = try await ChildProcess.run("ffprobe", probeArguments + [proxied])
         #expect(probeDirect.status == 0 && probeProxied.status == 0, "\(probeProxied.errorText)")
-        #expect(probeProxied.text == probeDirect.text && probeDirect.text.contains("\"nb_frames\": \"250\""), "\(probeProxied.text) vs \(probeDirect.text)")
+        #expect(
+            probeProxied.text == probeDirect.text && probeDirect.text.contains("\"nb_frames\": \"250\""),
+            "\(probeProxied.text) vs \(probeDirect.text)")
         let decodeProxied = try await Self.frameHashes(proxied)
         let seekProxied = try await Self.frameHashes(proxied, seek: "6.5", frames: 30)
         #expect(decodeDirect.status == 0 && decodeProxied.status == 0, "\(decodeProxied.errorText)")
@@ -130,7 +137,9 @@ struct ProxyCLITests {
         second.kill()
         _ = try await second.finish()
         let total = await origin.bytesSent("slow.bin")
-        #expect(total - firstRun < Int64(length) - Int64(cut.body.count) / 2, "the second run fetched only what was missing: \(total - firstRun) after \(firstRun)")
+        #expect(
+            total - firstRun < Int64(length) - Int64(cut.body.count) / 2,
+            "the second run fetched only what was missing: \(total - firstRun) after \(firstRun)")
     }
 
     @Test("32 readers at once and 8 slow ones: correct bytes, one fetch per byte, memory stays bounded")

@@ -81,7 +81,9 @@ enum Curl {
         defer { work.remove() }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["-s", "-S", "--max-time", String(timeout), "-D", work.file("headers"), "-o", work.file("body"), "-w", "%{http_code}"] + arguments + [url]
+        process.arguments =
+            ["-s", "-S", "--max-time", String(timeout), "-D", work.file("headers"), "-o", work.file("body"), "-w", "%{http_code}"]
+            + arguments + [url]
         let result = try await ChildProcess.run(process)
         let headerText = (try? String(contentsOfFile: work.file("headers"), encoding: .utf8)) ?? ""
         // With redirects or 100-continue there can be several heads: keep the last.
@@ -182,7 +184,9 @@ enum RawHTTP {
         }
         guard connected == 0 else { return Exchange(received: [], closedByServer: true) }
         for (index, part) in parts.enumerated() {
-            if index > 0, pause > .zero { usleep(UInt32(pause.components.seconds * 1_000_000 + pause.components.attoseconds / 1_000_000_000_000)) }
+            if index > 0, pause > .zero {
+                usleep(UInt32(pause.components.seconds * 1_000_000 + pause.components.attoseconds / 1_000_000_000_000))
+            }
             let sent = part.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             if sent < 0 { break }
         }
@@ -205,5 +209,7 @@ enum RawHTTP {
 /// Byte equality by memcmp: comparing megabytes element by element is slow in debug builds.
 func sameBytes(_ bytes: [UInt8], _ expected: ArraySlice<UInt8>) -> Bool {
     guard bytes.count == expected.count else { return false }
-    return bytes.withUnsafeBytes { a in expected.withUnsafeBytes { b in a.count == 0 || memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0 } }
+    return bytes.withUnsafeBytes { a in
+        expected.withUnsafeBytes { b in a.count == 0 || memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0 }
+    }
 }

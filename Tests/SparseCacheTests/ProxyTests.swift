@@ -36,13 +36,18 @@ struct ProxyTests {
                 #expect(direct.exitCode == 0 && proxied.exitCode == 0, "\(round) \(arguments): \(proxied) / \(direct)")
                 #expect(proxied.status == direct.status, "\(round) \(arguments): proxy \(proxied.status), nginx \(direct.status)")
                 // nginx leaves Accept-Ranges out of 206 answers; we send it on every answer.
-                let compared = direct.status == 416 ? ["content-range"] : Self.comparedHeaders.filter { $0 != "accept-ranges" || direct.status == 200 }
+                let compared =
+                    direct.status == 416 ? ["content-range"] : Self.comparedHeaders.filter { $0 != "accept-ranges" || direct.status == 200 }
                 for name in compared {
-                    #expect(proxied.headers[name] == direct.headers[name], "\(round) \(arguments) \(name): proxy \(proxied.headers[name] ?? "-"), nginx \(direct.headers[name] ?? "-")")
+                    #expect(
+                        proxied.headers[name] == direct.headers[name],
+                        "\(round) \(arguments) \(name): proxy \(proxied.headers[name] ?? "-"), nginx \(direct.headers[name] ?? "-")")
                 }
                 // (curl -I writes the head where the body would go.)
                 if direct.status != 416, !arguments.contains("-I") {
-                    #expect(proxied.body == direct.body, "\(round) \(arguments): bodies differ (\(proxied.body.count) vs \(direct.body.count) bytes)")
+                    #expect(
+                        proxied.body == direct.body,
+                        "\(round) \(arguments): bodies differ (\(proxied.body.count) vs \(direct.body.count) bytes)")
                 }
             }
         }
@@ -117,7 +122,8 @@ struct ProxyTests {
 
         // curl reuses one connection for several URLs.
         let url = proxy.baseURL + "/a.bin"
-        let reuse = try await ChildProcess.run("curl", ["-s", "-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null", "-w", "%{num_connects}\n", url, url, url])
+        let reuse = try await ChildProcess.run(
+            "curl", ["-s", "-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null", "-w", "%{num_connects}\n", url, url, url])
         #expect(reuse.text.split(separator: "\n") == ["1", "0", "0"], "one connection for three requests: \(reuse.text)")
         await proxy.stop()
     }
@@ -141,7 +147,8 @@ struct ProxyTests {
         #expect(smuggle.statuses == [400] && smuggle.closedByServer, "\(smuggle.text)")
         let longLine = await RawHTTP.exchange(port: port, "GET /" + String(repeating: "a", count: 10_000) + " HTTP/1.1\r\nHost: x\r\n\r\n")
         #expect(longLine.statuses == [414] && longLine.closedByServer, "\(longLine.text.prefix(200))")
-        let manyFields = await RawHTTP.exchange(port: port, "GET /a.bin HTTP/1.1\r\nHost: x\r\n" + String(repeating: "X-A: b\r\n", count: 200) + "\r\n")
+        let manyFields = await RawHTTP.exchange(
+            port: port, "GET /a.bin HTTP/1.1\r\nHost: x\r\n" + String(repeating: "X-A: b\r\n", count: 200) + "\r\n")
         #expect(manyFields.statuses == [431] && manyFields.closedByServer, "\(manyFields.text.prefix(200))")
         let version = await RawHTTP.exchange(port: port, "GET /a.bin HTTP/2.0\r\nHost: x\r\n\r\n")
         #expect(version.statuses == [505], "\(version.text)")
@@ -149,7 +156,8 @@ struct ProxyTests {
         // A head trickled a byte at a time is cut off at the head timeout.
         let started = ContinuousClock.now
         let trickle = await RawHTTP.exchange(
-            port: port, Array("GET /a.bin HTTP/1.1\r\nHost: x\r\nX-Slow: ".utf8).map { [$0] } + Array(repeating: [UInt8(ascii: "z")], count: 40),
+            port: port,
+            Array("GET /a.bin HTTP/1.1\r\nHost: x\r\nX-Slow: ".utf8).map { [$0] } + Array(repeating: [UInt8(ascii: "z")], count: 40),
             pause: .milliseconds(50), timeout: .seconds(5))
         #expect(trickle.closedByServer && trickle.statuses.isEmpty, "\(trickle.text)")
         #expect(ContinuousClock.now - started < .seconds(4), "closed at the head timeout, not when the client gave up")
@@ -165,7 +173,9 @@ struct ProxyTests {
         let small = try await ProxyFixture(origin: origin.baseURL, options: limited)
         let holders = (0..<4).map { _ in Task { await RawHTTP.exchange(port: small.server.port, [], timeout: .seconds(3)) } }
         let waitStart = ContinuousClock.now
-        while small.server.connectionCount < 4, ContinuousClock.now - waitStart < .seconds(2) { try await Task.sleep(for: .milliseconds(10)) }
+        while small.server.connectionCount < 4, ContinuousClock.now - waitStart < .seconds(2) {
+            try await Task.sleep(for: .milliseconds(10))
+        }
         let refused = await RawHTTP.exchange(port: small.server.port, "GET /a.bin HTTP/1.1\r\nHost: x\r\n\r\n")
         #expect(refused.statuses == [503] && refused.closedByServer, "\(refused.text)")
         for holder in holders { _ = await holder.value }

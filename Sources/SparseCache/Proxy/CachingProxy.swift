@@ -31,7 +31,8 @@ public final class CachingProxy: Sendable {
     /// The ``HTTPServer`` handler.
     public func handle(_ request: HTTPRequestHead, _ response: HTTPResponseWriter) async throws {
         guard request.method == "GET" || request.method == "HEAD" else {
-            try await response.respond(status: 405, message: "method \(request.method) not allowed: GET and HEAD only", headers: [("Allow", "GET, HEAD")])
+            try await response.respond(
+                status: 405, message: "method \(request.method) not allowed: GET and HEAD only", headers: [("Allow", "GET, HEAD")])
             return
         }
         let url: URL
@@ -90,7 +91,9 @@ public final class CachingProxy: Sendable {
         try await reader.read(range) { bytes in
             let offset = start + response.bodyBytes
             let chunk = offset..<(offset + Int64(bytes.count))
-            let fetched = missing.reduce(Int64(0)) { $0 + max(0, min($1.upperBound, chunk.upperBound) - max($1.lowerBound, chunk.lowerBound)) }
+            let fetched = missing.reduce(Int64(0)) {
+                $0 + max(0, min($1.upperBound, chunk.upperBound) - max($1.lowerBound, chunk.lowerBound))
+            }
             response.countCacheBytes(hit: Int64(bytes.count) - fetched, miss: fetched)
             try await response.writeBody(bytes)
         }
@@ -115,7 +118,8 @@ public final class CachingProxy: Sendable {
         let query = target.split(separator: "?", maxSplits: 1).dropFirst().first ?? ""
         let parameter = query.split(separator: "&").first { $0.hasPrefix("url=") }
         guard let parameter else {
-            return .failure(TargetProblem(message: "no origin: ask for /<name>?url=<percent-encoded http(s) URL>, or start the proxy with --origin"))
+            return .failure(
+                TargetProblem(message: "no origin: ask for /<name>?url=<percent-encoded http(s) URL>, or start the proxy with --origin"))
         }
         guard let text = String(parameter.dropFirst(4)).removingPercentEncoding, let url = URL(string: text),
             let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil

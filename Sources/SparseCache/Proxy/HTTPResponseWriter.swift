@@ -74,7 +74,8 @@ public final class HTTPResponseWriter: Sendable {
             return Array(text.utf8)
         }
         guard let head else {
-            throw SparseCacheError(.invalidArgument, operation: "respond", path: request.target, detail: "the response head was already sent")
+            throw SparseCacheError(
+                .invalidArgument, operation: "respond", path: request.target, detail: "the response head was already sent")
         }
         try await send(head)
     }
@@ -98,7 +99,8 @@ public final class HTTPResponseWriter: Sendable {
     public func respond(status: Int, message: String, headers: [(String, String)] = []) async throws {
         setNote(message)
         let body = Array((message + "\n").utf8)
-        try await writeHead(status: status, headers: [("Content-Type", "text/plain; charset=utf-8")] + headers, contentLength: Int64(body.count))
+        try await writeHead(
+            status: status, headers: [("Content-Type", "text/plain; charset=utf-8")] + headers, contentLength: Int64(body.count))
         try await writeBody(body)
     }
 

@@ -133,7 +133,8 @@ public final class HTTPServer: Sendable {
     /// Answers 503 to a connection over the limit, without reading its request.
     private static func refuse(_ connection: TCPConnection) async {
         let body = "too many connections; try again later\n"
-        let text = "HTTP/1.1 503 Service Unavailable\r\nServer: sparsecache\r\nRetry-After: 1\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        let text =
+            "HTTP/1.1 503 Service Unavailable\r\nServer: sparsecache\r\nRetry-After: 1\r\nContent-Type: text/plain; charset=utf-8\r\n"
             + "Content-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n" + body
         // A fresh socket's send buffer is empty: this never waits.
         try? await connection.send(Array(text.utf8))
@@ -153,7 +154,8 @@ public final class HTTPServer: Sendable {
         var buffer: [UInt8] = []
         while !Task.isCancelled {
             // Between requests the connection is idle: shutdown closes it at once.
-            client.setDeadline(buffer.isEmpty ? options.idleTimeout : options.headTimeout, reason: buffer.isEmpty ? "idle" : "request head timeout")
+            client.setDeadline(
+                buffer.isEmpty ? options.idleTimeout : options.headTimeout, reason: buffer.isEmpty ? "idle" : "request head timeout")
             client.isIdle = buffer.isEmpty
             var result = HTTPRequestParser.parse(buffer, limits: options.parserLimits)
             while result == .incomplete {
