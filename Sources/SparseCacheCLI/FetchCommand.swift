@@ -54,7 +54,7 @@ enum FetchCommand: Command {
             var position = start
             var total: Int64?
             for try await chunk in cache.read(source, range: range) {
-                if let output { try output.write(chunk, at: position - start) }
+                if let output { try await output.write(chunk, at: position - start) }
                 position += Int64(chunk.count)
                 if total == nil, let length = try await cache.progress(key: source.key).length {
                     total = min(range?.upperBound ?? length, length) - start
@@ -110,7 +110,13 @@ final class OutputFile {
         }
     }
 
-    func write(_ bytes: [UInt8], at offset: Int64) throws {
+    /// Writes on ``BlockingIO``'s queue.
+    func write(_ bytes: [UInt8], at offset: Int64) async throws {
+        let fd = self.fd, path = self.path
+        try await BlockingIO.run { try Self.write(bytes, at: offset, fd: fd, path: path) }
+    }
+
+    private static func write(_ bytes: [UInt8], at offset: Int64, fd: Int32, path: String) throws {
         let ok = bytes.withUnsafeBytes { buffer -> Bool in
             if fd == 1 { return Output.writeAll(buffer, to: 1) }
             var done = 0

@@ -62,10 +62,10 @@ enum ReadCommand: Command {
         var position = offset
         while position < end {
             let chunk = try await file.read(offset: position, length: Int(min(8 << 20, end - position)))
-            try sink.write(chunk)
+            try await sink.write(chunk)
             position += Int64(chunk.count)
         }
-        try sink.finish()
+        try await sink.finish()
         return ExitStatus.ok
     }
 }
@@ -88,14 +88,20 @@ final class OutputSink {
         fd = opened
     }
 
-    func write(_ bytes: [UInt8]) throws {
-        let ok = bytes.withUnsafeBytes { Output.writeAll($0, to: fd) }
-        if !ok { throw SparseCacheError(.io, operation: "write output", path: path ?? "standard output", errno: errno) }
+    /// Writes on ``BlockingIO``'s queue.
+    func write(_ bytes: [UInt8]) async throws {
+        let fd = self.fd, path = self.path
+        try await BlockingIO.run {
+            let ok = bytes.withUnsafeBytes { Output.writeAll($0, to: fd) }
+            if !ok { throw SparseCacheError(.io, operation: "write output", path: path ?? "standard output", errno: errno) }
+        }
     }
 
-    func finish() throws {
-        if path != nil, fsync(fd) != 0 {
-            throw SparseCacheError(.io, operation: "fsync output", path: path, errno: errno)
+    func finish() async throws {
+        guard let path else { return }
+        let fd = self.fd
+        try await BlockingIO.run {
+            if fsync(fd) != 0 { throw SparseCacheError(.io, operation: "fsync output", path: path, errno: errno) }
         }
     }
 

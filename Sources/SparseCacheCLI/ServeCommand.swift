@@ -118,6 +118,10 @@ enum ServeCommand: Command {
         guard let port = Int(portText), (0...65535).contains(port), !host.isEmpty else {
             throw UsageError("invalid --listen '\(text)': use ADDR:PORT, e.g. 127.0.0.1:8080 or [::1]:8080")
         }
+        var address = in6_addr()
+        guard inet_pton(AF_INET, host, &address) == 1 || inet_pton(AF_INET6, host, &address) == 1 else {
+            throw UsageError("invalid --listen '\(text)': the address must be numeric, e.g. 127.0.0.1, ::1 or 0.0.0.0")
+        }
         return (host, port)
     }
 

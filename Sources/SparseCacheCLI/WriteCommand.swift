@@ -51,7 +51,7 @@ enum WriteCommand: Command {
         var dropped: [Range<Int64>] = []
         var position = offset
         do {
-            while let chunk = try input.next(maximum: 4 << 20) {
+            while let chunk = try await input.next(maximum: 4 << 20) {
                 let result = try await file.write(chunk, at: position)
                 completed.append(contentsOf: result.completed)
                 skipped += result.alreadyPresentBytes
@@ -133,12 +133,17 @@ final class InputStream {
         name = path
     }
 
-    /// Up to `maximum` bytes; nil at end of input.
-    func next(maximum: Int) throws -> [UInt8]? {
+    /// Up to `maximum` bytes; nil at end of input. Read on ``BlockingIO``'s queue.
+    func next(maximum: Int) async throws -> [UInt8]? {
+        let fd = self.fd, name = self.name
+        return try await BlockingIO.run { try Self.read(fd, maximum: maximum, name: name) }
+    }
+
+    private static func read(_ fd: Int32, maximum: Int, name: String) throws -> [UInt8]? {
         var buffer = [UInt8](repeating: 0, count: maximum)
         var filled = 0
         while filled < maximum {
-            let n = buffer.withUnsafeMutableBytes { raw in read(fd, raw.baseAddress! + filled, maximum - filled) }
+            let n = buffer.withUnsafeMutableBytes { raw in Glibc.read(fd, raw.baseAddress! + filled, maximum - filled) }
             if n < 0 {
                 if errno == EINTR { continue }
                 throw SparseCacheError(.io, operation: "read input", path: name, errno: errno)

@@ -178,4 +178,28 @@ struct ProxyCLITests {
         server.kill()
         _ = try await server.finish()
     }
+
+    @Test("serve: usage errors name the problem (exit 64); a port in use is an I/O error (74), a cache directory in use 75; --help")
+    func serveErrors() async throws {
+        let scratch = try CLIScratch("serve-errors")
+        let cacheDir = scratch.file("cache")
+        for (arguments, words) in [
+            (["--listen", "localhost:80"], "must be numeric"), (["--listen", "127.0.0.1:99999"], "--listen"),
+            (["--origin", "ftp://example.com"], "--origin"), (["--origin", "http://x/?q=1"], "without a query"),
+            (["--max-connections", "0"], "--max-connections"), (["--bogus"], "--bogus"),
+        ] {
+            let result = try await CLI.run(["serve", "--cache-dir", cacheDir] + arguments)
+            #expect(result.status == 64 && result.err.contains(words), "\(arguments): \(result)")
+        }
+        let (first, _) = try await Self.serve(cacheDir: cacheDir, origin: nil)
+        let port = first.arguments[first.arguments.firstIndex(of: "--listen")! + 1]
+        let taken = try await CLI.run(["serve", "--cache-dir", scratch.file("other"), "--listen", port])
+        #expect(taken.status == 74 && taken.err.contains("Address already in use"), "\(taken)")
+        let locked = try await CLI.run(["serve", "--cache-dir", cacheDir, "--listen", "127.0.0.1:0"])
+        #expect(locked.status == 75, "a second server on the same cache directory: \(locked)")
+        first.kill()
+        _ = try await first.finish()
+        let help = try await CLI.run(["serve", "--help"])
+        #expect(help.status == 0 && help.out.contains("USAGE: sparsecache serve") && help.out.contains("--origin"), "\(help)")
+    }
 }
