@@ -151,3 +151,13 @@ extension HTTPRequestParser.Result {
         return false
     }
 }
+
+@Suite("HTTP response writer")
+struct HTTPResponseWriterTests {
+    @Test("response header values lose control characters: an origin's value cannot start another header")
+    func headerValues() {
+        #expect(HTTPResponseWriter.fieldValue("\"abc-123\"") == "\"abc-123\"")
+        #expect(HTTPResponseWriter.fieldValue("video/mp4\r\nSet-Cookie: x=1") == "video/mp4Set-Cookie: x=1")
+        #expect(HTTPResponseWriter.fieldValue("a\tb\u{7F}\u{0}c") == "a\tbc")
+    }
+}

@@ -69,7 +69,7 @@ public final class HTTPResponseWriter: Sendable {
             state.status = status
             state.announced = contentLength
             var text = "HTTP/1.1 \(status) \(Self.reason(status))\r\nServer: sparsecache\r\nDate: \(Self.httpDate())\r\n"
-            for (name, value) in headers { text += "\(name): \(value)\r\n" }
+            for (name, value) in headers { text += "\(name): \(Self.fieldValue(value))\r\n" }
             text += "Content-Length: \(contentLength)\r\nConnection: \(state.closes ? "close" : "keep-alive")\r\n\r\n"
             return Array(text.utf8)
         }
@@ -113,6 +113,13 @@ public final class HTTPResponseWriter: Sendable {
         activity(true)
         defer { activity(false) }
         try await connection.send(bytes) { self.activity(true) }
+    }
+
+    /// A header value with control characters dropped: values that come from an origin or a
+    /// stored index must never be able to end the line and start another header.
+    static func fieldValue(_ value: String) -> String {
+        guard value.utf8.contains(where: { $0 < 0x20 && $0 != 0x09 || $0 == 0x7F }) else { return value }
+        return String(decoding: value.utf8.filter { !($0 < 0x20 && $0 != 0x09 || $0 == 0x7F) }, as: UTF8.self)
     }
 
     static func reason(_ status: Int) -> String {

@@ -136,11 +136,15 @@ public final class HTTPServer: Sendable {
         let text =
             "HTTP/1.1 503 Service Unavailable\r\nServer: sparsecache\r\nRetry-After: 1\r\nContent-Type: text/plain; charset=utf-8\r\n"
             + "Content-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n" + body
-        // A fresh socket's send buffer is empty: this never waits.
+        // A fresh socket's send buffer is empty: this never waits. Then a short lingering
+        // close (see lingeringClose), bounded by the sleep rather than the watchdog: this
+        // connection is not registered.
         try? await connection.send(Array(text.utf8))
         connection.shutdownWrite()
-        try? await Task.sleep(for: .milliseconds(100))
+        let drain = Task { while let bytes = try? await connection.receive(maximum: 16 * 1024), !bytes.isEmpty {} }
+        try? await Task.sleep(for: .milliseconds(200))
         connection.close()
+        await drain.value
     }
 
     private func serve(_ client: Client) async {
@@ -188,6 +192,7 @@ public final class HTTPServer: Sendable {
                 let writer = makeWriter(request, client: client, closes: true)
                 try? await writer.respond(status: status, message: reason)
                 logRequest(writer, client: client, started: started)
+                await lingeringClose(client)
                 return
             case .request(let request, let consumed):
                 buffer.removeFirst(consumed)
@@ -204,8 +209,26 @@ public final class HTTPServer: Sendable {
                     }
                 }
                 logRequest(writer, client: client, started: started)
-                if !writer.isComplete || writer.closesConnection || registry.withLock({ $0.shuttingDown }) { return }
+                // A response cut short ends the connection at once: the client must not take
+                // what follows for a complete body.
+                if !writer.isComplete { return }
+                if writer.closesConnection || registry.withLock({ $0.shuttingDown }) {
+                    await lingeringClose(client)
+                    return
+                }
             }
+        }
+    }
+
+    /// Ends our side and reads (and drops) what the client still sends until it closes, for at
+    /// most a second: closing with unread bytes in the socket makes the kernel send a reset,
+    /// which can destroy the response still in flight to the client.
+    private func lingeringClose(_ client: Client) async {
+        client.connection.shutdownWrite()
+        client.setDeadline(.seconds(1), reason: "closing")
+        var drained = 0
+        while drained < 1 << 20, let bytes = try? await client.connection.receive(maximum: 16 * 1024), !bytes.isEmpty {
+            drained += bytes.count
         }
     }
 
