@@ -19,7 +19,8 @@ let package = Package(
         // Writes and commits forever, printing an acknowledgement per commit: the crash tests
         // SIGKILL it at random moments (Tests/SparseCacheTests/CrashKillTests.swift).
         .executableTarget(name: "SparseCacheStress", dependencies: ["SparseCache"], path: "Sources/sparsecache-stress"),
-        // Local origins on 127.0.0.1 (ports, an nginx of our own), shared by tests and benchmarks.
+        // Local origins on 127.0.0.1 (ports, an nginx of our own) and a runner for client
+        // processes (curl, wrk, ffmpeg), shared by tests and benchmarks.
         .target(name: "LoopbackOrigins", path: "Tests/LoopbackOrigins"),
         .testTarget(name: "SparseCacheTests", dependencies: ["SparseCache", "CShim", "LoopbackOrigins"], path: "Tests/SparseCacheTests"),
     ],

@@ -22,9 +22,7 @@ enum FillThroughScenario {
 
     static func run(_ context: BenchContext) async throws -> ScenarioResult {
         var result = ScenarioResult()
-        guard NginxServer.binary != nil,
-            let curl = ["/usr/bin/curl", "/bin/curl"].first(where: { FileManager.default.isExecutableFile(atPath: $0) })
-        else {
+        guard NginxServer.binary != nil, let curl = Clients.installed("curl") else {
             result.notes.append("scenario 9 skipped: nginx or curl is not installed (apt-get install nginx-light curl)")
             return result
         }
@@ -35,28 +33,9 @@ enum FillThroughScenario {
             context.scratch.remove(work)
         }
         let length = context.sizes.fillThrough
-        var random = SplitMix(seed: 9)
-        let chunk = random.bytes(1 << 20)
-        let file = root + "/movie.bin"
-        guard FileManager.default.createFile(atPath: file, contents: nil) else { throw BenchError("cannot create '\(file)'") }
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: file))
-        var written: Int64 = 0
-        while written < length {
-            let count = Int(min(Int64(chunk.count), length - written))
-            try handle.write(contentsOf: chunk.prefix(count))
-            written += Int64(count)
-        }
-        try handle.close()
-
-        let port = try Loopback.freePort()
-        let server = try NginxServer.process(root: root, work: work, port: port, accessLog: nil)
-        server.standardInput = FileHandle.nullDevice
-        server.standardOutput = FileHandle.nullDevice
-        server.standardError = FileHandle.nullDevice
-        try server.run()
-        defer { Loopback.kill(server) }
-        try await Loopback.waitUntilListening(port: port, process: server)
-        let url = URL(string: "http://127.0.0.1:\(port)/movie.bin")!
+        let origin = try await BenchOrigin.start(root: root, work: work, resource: "movie.bin", length: length, seed: 9)
+        defer { origin.stop() }
+        let url = URL(string: origin.baseURL + "/movie.bin")!
         let contenders = [
             "curl -o file", "HTTPRangeSource alone (URLSession, bytes dropped)", "ProgressiveCache.read (fill + read back)",
             "ProgressiveCache.prefetch (fill only)",
@@ -67,7 +46,7 @@ enum FillThroughScenario {
             let start = Monotonic.now()
             switch contender {
             case 0:
-                try runCurl(curl, ["-s", "-f", "-o", target, url.absoluteString])
+                _ = try await Clients.run(curl, ["-s", "-f", "-o", target, url.absoluteString])
                 guard Raw.fileSize(target) == length else { throw BenchError("curl wrote \(Raw.fileSize(target)) of \(length) bytes") }
             case 1:
                 let response = try await HTTPRangeSource(url: url).fetch(0..<length, validator: nil)
@@ -130,14 +109,5 @@ enum FillThroughScenario {
         latency[1].compare(to: latency[0])
         result.measurements += latency
         return result
-    }
-
-    private static func runCurl(_ curl: String, _ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: curl)
-        process.arguments = arguments
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw BenchError("curl exited with \(process.terminationStatus)") }
     }
 }

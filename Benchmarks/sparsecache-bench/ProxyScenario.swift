@@ -17,7 +17,7 @@ enum ProxyScenario {
 
     static func run(_ context: BenchContext) async throws -> ScenarioResult {
         var result = ScenarioResult()
-        guard NginxServer.binary != nil, let curl = installed("curl") else {
+        guard NginxServer.binary != nil, let curl = Clients.installed("curl") else {
             result.notes.append("scenario 10 skipped: nginx or curl is not installed (apt-get install nginx-light curl)")
             return result
         }
@@ -28,21 +28,13 @@ enum ProxyScenario {
             context.scratch.remove(work)
         }
         let length = context.sizes.fillThrough
-        try writeResource(root + "/movie.bin", length: length)
+        let nginx = try await BenchOrigin.start(root: root, work: work + "/nginx", resource: "movie.bin", length: length, seed: 10)
+        defer { nginx.stop() }
+        let origin = nginx.baseURL
         // Names the proxy has never seen, for the uncached first byte (hard links: no copies).
         for repetition in 0..<context.repetitions {
             try FileManager.default.linkItem(atPath: root + "/movie.bin", toPath: root + "/fresh-\(repetition).bin")
         }
-
-        let port = try Loopback.freePort()
-        let nginx = try NginxServer.process(root: root, work: work + "/nginx", port: port, accessLog: nil)
-        nginx.standardInput = FileHandle.nullDevice
-        nginx.standardOutput = FileHandle.nullDevice
-        nginx.standardError = FileHandle.nullDevice
-        try nginx.run()
-        defer { Loopback.kill(nginx) }
-        try await Loopback.waitUntilListening(port: port, process: nginx)
-        let origin = "http://127.0.0.1:\(port)"
 
         let store = try await SparseStore.open(directory: work + "/cache", options: StoreOptions(budget: .max))
         let cache = ProgressiveCache(store: store)
@@ -66,10 +58,10 @@ enum ProxyScenario {
             result.measurements += compared(
                 throughput, contenders: contenders, workload: "curl, \(describeBytes(length)) cached, one client", unit: "MB/s")
 
-            if let wrk = installed("wrk") {
+            if let wrk = Clients.installed("wrk") {
                 let seconds = context.options.mode == .full ? 5 : context.options.mode == .quick ? 3 : 1
                 let rates = try await interleaved(contenders: 2, repetitions: context.repetitions) { contender, _ in
-                    let output = try await runProcess(
+                    let output = try await Clients.run(
                         wrk,
                         [
                             "-t", "2", "-c", "16", "-d", "\(seconds)s", "-H", "Range: bytes=65536-131071", bases[contender] + "/movie.bin",
@@ -119,60 +111,17 @@ enum ProxyScenario {
         return rows
     }
 
-    private static func writeResource(_ path: String, length: Int64) throws {
-        var random = SplitMix(seed: 10)
-        let chunk = random.bytes(1 << 20)
-        guard FileManager.default.createFile(atPath: path, contents: nil) else { throw BenchError("cannot create '\(path)'") }
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
-        var written: Int64 = 0
-        while written < length {
-            let count = Int(min(Int64(chunk.count), length - written))
-            try handle.write(contentsOf: chunk.prefix(count))
-            written += Int64(count)
-        }
-        try handle.close()
-    }
-
-    private static func installed(_ tool: String) -> String? {
-        ["/usr/bin/", "/usr/local/bin/", "/bin/"].map { $0 + tool }.first { FileManager.default.isExecutableFile(atPath: $0) }
-    }
-
     /// Bytes, total seconds and seconds to the first byte of one curl download to /dev/null.
     private static func curlTimes(_ curl: String, _ url: String, range: String? = nil) async throws -> (
         bytes: Int64, total: Double, firstByte: Double
     ) {
         var arguments = ["-s", "-f", "-o", "/dev/null", "-w", "%{size_download} %{time_total} %{time_starttransfer}"]
         if let range { arguments += ["-r", range] }
-        let output = try await runProcess(curl, arguments + [url])
+        let output = try await Clients.run(curl, arguments + [url])
         let fields = output.split(separator: " ")
         guard fields.count == 3, let bytes = Int64(fields[0]), let total = Double(fields[1]), let first = Double(fields[2]) else {
             throw BenchError("curl \(url): unexpected output '\(output)'")
         }
         return (bytes, total, first)
-    }
-
-    /// Runs a client to its end without blocking a thread of the cooperative pool (which the
-    /// in-process server needs) and returns its stdout.
-    private static func runProcess(_ path: String, _ arguments: [String]) async throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        process.standardInput = FileHandle.nullDevice
-        let (exited, continuation) = AsyncStream<Void>.makeStream()
-        process.terminationHandler = { _ in
-            continuation.yield()
-            continuation.finish()
-        }
-        try process.run()
-        // The outputs are small (one line, or wrk's summary): the pipe never fills.
-        for await _ in exited {}
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        guard process.terminationStatus == 0 else {
-            throw BenchError("\(path) exited with \(process.terminationStatus): \(String(decoding: data, as: UTF8.self))")
-        }
-        return String(decoding: data, as: UTF8.self)
     }
 }

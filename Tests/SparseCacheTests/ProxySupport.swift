@@ -100,46 +100,6 @@ enum Curl {
     }
 }
 
-/// A child process run to its end with its output collected, waiting without blocking a thread.
-enum ChildProcess {
-    struct Result: Sendable {
-        var status: Int32
-        var stdout: [UInt8]
-        var stderr: [UInt8]
-        var text: String { String(decoding: stdout, as: UTF8.self) }
-        var errorText: String { String(decoding: stderr, as: UTF8.self) }
-    }
-
-    static func run(_ process: Process) async throws -> Result {
-        let work = try TemporaryDirectory("child")
-        defer { work.remove() }
-        for name in ["out", "err"] where !FileManager.default.createFile(atPath: work.file(name), contents: nil) {
-            throw OriginFailure("cannot create \(work.file(name))")
-        }
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: work.file("out")))
-        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: work.file("err")))
-        let (stream, continuation) = AsyncStream<Void>.makeStream()
-        process.terminationHandler = { _ in
-            continuation.yield()
-            continuation.finish()
-        }
-        try process.run()
-        for await _ in stream {}
-        let out = (try? [UInt8](Data(contentsOf: URL(fileURLWithPath: work.file("out"))))) ?? []
-        let err = (try? [UInt8](Data(contentsOf: URL(fileURLWithPath: work.file("err"))))) ?? []
-        return Result(status: process.terminationStatus, stdout: out, stderr: err)
-    }
-
-    /// Runs a program from PATH.
-    static func run(_ program: String, _ arguments: [String]) async throws -> Result {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [program] + arguments
-        return try await run(process)
-    }
-}
-
 /// A client that speaks raw bytes, for requests curl will not make (malformed, trickled,
 /// pipelined). Blocking socket calls on a thread of their own, never on the test's task.
 enum RawHTTP {

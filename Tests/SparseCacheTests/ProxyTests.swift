@@ -1,6 +1,7 @@
 // The caching proxy in process (HTTPServer + CachingProxy) in front of a real nginx on
 // 127.0.0.1, with curl as the client and raw sockets for what curl will not send.
 import Foundation
+import LoopbackOrigins
 import Testing
 
 @testable import SparseCache

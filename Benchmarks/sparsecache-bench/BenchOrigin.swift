@@ -1,0 +1,65 @@
+import Foundation
+import LoopbackOrigins
+
+/// The nginx origin of the HTTP scenarios (9 and 10): a directory with one generated resource,
+/// served on a free loopback port until ``stop()``.
+struct BenchOrigin {
+    let root: String
+    let port: Int
+    private let process: Process
+
+    var baseURL: String { "http://127.0.0.1:\(port)" }
+
+    /// Writes `length` bytes of seeded data to `root/name` and starts nginx on it (its
+    /// configuration and logs under `work`).
+    static func start(root: String, work: String, resource name: String, length: Int64, seed: UInt64) async throws -> BenchOrigin {
+        try writeResource(root + "/" + name, length: length, seed: seed)
+        let port = try Loopback.freePort()
+        let process = try NginxServer.process(root: root, work: work, port: port, accessLog: nil)
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        do {
+            try await Loopback.waitUntilListening(port: port, process: process)
+        } catch {
+            Loopback.kill(process)
+            throw error
+        }
+        return BenchOrigin(root: root, port: port, process: process)
+    }
+
+    func stop() {
+        Loopback.kill(process)
+    }
+
+    private static func writeResource(_ path: String, length: Int64, seed: UInt64) throws {
+        var random = SplitMix(seed: seed)
+        let chunk = random.bytes(1 << 20)
+        guard FileManager.default.createFile(atPath: path, contents: nil) else { throw BenchError("cannot create '\(path)'") }
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        var written: Int64 = 0
+        while written < length {
+            let count = Int(min(Int64(chunk.count), length - written))
+            try handle.write(contentsOf: chunk.prefix(count))
+            written += Int64(count)
+        }
+        try handle.close()
+    }
+}
+
+/// Client programs of the HTTP scenarios.
+enum Clients {
+    /// The path of an installed tool, or nil.
+    static func installed(_ tool: String) -> String? {
+        ["/usr/bin/", "/usr/local/bin/", "/bin/"].map { $0 + tool }.first { FileManager.default.isExecutableFile(atPath: $0) }
+    }
+
+    /// Runs a client to its end (without blocking a thread of the cooperative pool, which the
+    /// engine under test needs) and returns its stdout.
+    static func run(_ path: String, _ arguments: [String]) async throws -> String {
+        let result = try await ChildProcess.run(path, arguments)
+        guard result.status == 0 else { throw BenchError("\(path) exited with \(result.status): \(result.errorText)\(result.text)") }
+        return result.text
+    }
+}
