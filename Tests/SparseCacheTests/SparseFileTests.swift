@@ -752,6 +752,13 @@ struct SparseFileTests {
             try await put(file, (seg(1) + 10)..<(seg(1) + 20))
             result = try await put(file, seg(3)..<(seg(3) + 5))
             #expect(result.dropped == [seg(2)..<(seg(2) + 10)])
+            // Completing segment 1 frees its buffer: two incomplete segments fit again (the
+            // budget is kept as a running total, which must go down here).
+            result = try await put(file, (seg(1) + 20)..<seg(2))
+            #expect(result.dropped.isEmpty && result.completed == [seg(1)..<seg(2)])
+            result = try await put(file, seg(4)..<(seg(4) + 5))
+            #expect(result.dropped.isEmpty, "segments 3 and 4 are within the budget of two")
+            #expect(await file.incompleteRanges() == [seg(3)..<(seg(3) + 5), seg(4)..<(seg(4) + 5)])
             try await file.close()
         }
     }

@@ -192,12 +192,9 @@ extension SparseFile {
     }
 
     private func enforcePartialBudget() {
-        var held = partials.values.reduce(0) { $0 + $1.buffer.count }
-        guard held > options.partialSegmentBudget else { return }
-        let coldest = partials.sorted { $0.value.lastTouch < $1.value.lastTouch }
-        for (segment, partial) in coldest where held > options.partialSegmentBudget {
-            partials[segment] = nil
-            held -= partial.buffer.count
+        guard partials.bytes > options.partialSegmentBudget else { return }
+        for segment in partials.coldestFirst() where partials.bytes > options.partialSegmentBudget {
+            guard let partial = partials.removeValue(forKey: segment) else { continue }
             let start = Int64(segment) << Int64(segmentShift)
             for range in partial.covered.ranges {
                 droppedSinceLastReport.append((start + range.lowerBound)..<(start + range.upperBound))

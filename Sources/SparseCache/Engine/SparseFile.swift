@@ -39,7 +39,7 @@ public actor SparseFile {
     /// Segments with a pwrite (or hole punch) in flight.
     var busy: Set<Int> = []
     /// Incomplete segments held in memory.
-    var partials: [Int: PartialSegment] = [:]
+    var partials = PartialSegments()
     var partialClock: UInt64 = 0
     var droppedSinceLastReport: [Range<Int64>] = []
 
