@@ -220,4 +220,23 @@ struct FillBehaviourTests {
         #expect(!open, "the resource is released once the iterator is gone")
         try await fixture.close()
     }
+
+    @Test("shutdown closes the resources kept open for reuse before it returns, so the store can close after it")
+    func shutdownReleases() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        _ = try originFile(files.path, "kept.bin", count: 300_000, seed: 12)
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-shutdown", options: .testing)
+        let http = try HTTPRangeSource(url: origin.url("kept.bin"))
+        try await fixture.cache.prefetch(http)
+        #expect(await fixture.store.entry(for: http.key)?.isOpen == true, "kept open for the next reader")
+        await fixture.cache.shutdown()
+        #expect(await fixture.store.entry(for: http.key)?.isOpen == false, "closed by the time shutdown returns")
+        try await fixture.close()
+        let reopened = try await FillFixture(reopening: fixture, options: .testing)
+        let entry = await reopened.store.entry(for: http.key)
+        #expect(entry?.length == 300_000 && entry?.presentBytes == 300_000, "\(String(describing: entry))")
+        try await reopened.close()
+    }
 }

@@ -34,6 +34,7 @@ extension ProgressiveCache {
         for task in tasks { task.cancel() }
         for task in tasks { await task.value }
         for key in Array(resources.keys) { closeIfIdle(key: key, force: true) }
+        for release in Array(releases.values) { await release.value }
     }
 }
 

@@ -155,7 +155,11 @@ extension ProgressiveCache {
         resource.handle = nil
         resource.info = nil
         resource.outcomes.removeAll()
-        Task { try? await handle.release() }
+        let id = takeID()
+        releases[id] = Task {
+            try? await handle.release()
+            self.releases[id] = nil
+        }
         forgetIfIdle(resource)
     }
 

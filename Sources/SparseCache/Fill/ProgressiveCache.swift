@@ -19,6 +19,9 @@ public actor ProgressiveCache {
     public nonisolated let options: FillOptions
 
     var resources: [String: FillResource] = [:]
+    /// Handles being released (the store commits and closes their files), awaited by
+    /// ``shutdown()`` so the store is closed only after them.
+    var releases: [Int: Task<Void, Never>] = [:]
     var nextID = 0
     /// Totals over every resource.
     public private(set) var statistics = FillStatistics()

@@ -226,7 +226,9 @@ public actor SparseStore {
         isClosed = true
         await evictionQueue?.value
         var firstError: Error?
-        for key in Array(live.keys) {
+        // Keys under their lock too: a release that took its resource out of `live` may still
+        // be closing it and refreshing its entry, which must reach the catalog saved below.
+        for key in Set(live.keys).union(lockedKeys) {
             await lockKey(key)
             if let resource = live.removeValue(forKey: key) {
                 do { try await resource.file.close() } catch { firstError = firstError ?? error }
