@@ -5,9 +5,26 @@ extension SparseFile {
     /// against its CRC32C (unless `verifyReads` is off); a mismatch drops the segment so it can
     /// be written again.
     ///
+    /// The actor only plans the read (which segments, which checksums); the copy and the check
+    /// run on the caller's task, so concurrent readers of one resource copy in parallel and a
+    /// read passes through the actor once.
+    ///
     /// - Throws: `.notPresent` naming the missing ranges; `.invalidArgument` for a negative
     ///   offset or a range past the known length; `.corruptData` naming damaged segments; `.io`.
-    public func read(offset: Int64, length: Int) async throws -> [UInt8] {
+    public nonisolated func read(offset: Int64, length: Int) async throws -> [UInt8] {
+        guard let plan = try await planRead(offset: offset, length: length) else { return [] }
+        return try await perform(plan)
+    }
+
+    /// Returns the present bytes from `offset` up to the first missing byte, at most
+    /// `maxLength` of them; empty when the byte at `offset` is missing or past the end. A
+    /// player can start on this while the rest arrives.
+    public nonisolated func readAvailable(from offset: Int64, maxLength: Int) async throws -> [UInt8] {
+        guard let plan = try await planAvailable(from: offset, maxLength: maxLength) else { return [] }
+        return try await perform(plan)
+    }
+
+    private func planRead(offset: Int64, length: Int) throws -> ReadPlan? {
         try checkUsable("read")
         let end = try checkedEnd(offset: offset, count: length, operation: "read")
         if let resourceLength = committed.length, end > resourceLength {
@@ -15,25 +32,21 @@ extension SparseFile {
                 .invalidArgument, operation: "read", path: path, offset: offset, length: Int64(length),
                 detail: "runs past the resource length \(resourceLength)")
         }
-        if length == 0 { return [] }
+        if length == 0 { return nil }
         let missing = missingRanges(in: offset..<end)
         if !missing.isEmpty {
             throw SparseCacheError(
                 .notPresent, operation: "read", path: path, offset: offset, length: Int64(length), missing: missing)
         }
-        return try await readPresent(offset..<end)
+        return plan(offset..<end)
     }
 
-    /// Returns the present bytes from `offset` up to the first missing byte, at most
-    /// `maxLength` of them; empty when the byte at `offset` is missing or past the end. A
-    /// player can start on this while the rest arrives.
-    public func readAvailable(from offset: Int64, maxLength: Int) async throws -> [UInt8] {
+    private func planAvailable(from offset: Int64, maxLength: Int) throws -> ReadPlan? {
         try checkUsable("read")
         let end = try checkedEnd(offset: offset, count: maxLength, operation: "read")
-        let available = contiguousPresentEnd(from: offset)
-        let upper = min(end, available)
-        if upper <= offset { return [] }
-        return try await readPresent(offset..<upper)
+        let upper = min(end, contiguousPresentEnd(from: offset))
+        if upper <= offset { return nil }
+        return plan(offset..<upper)
     }
 
     /// Where the run of present bytes starting at `offset` ends (`offset` when none).
@@ -45,40 +58,67 @@ extension SparseFile {
         return min(end, committed.length ?? end)
     }
 
-    /// Reads a range whose segments are all present: from the page cache on this task when
-    /// it holds the bytes, the rest through the DispatchIO channel.
-    private func readPresent(_ range: Range<Int64>) async throws -> [UInt8] {
-        beginOperation()
-        defer { endOperation() }
+    /// A read of present segments, planned on the actor: the bytes to fetch (whole segments
+    /// when verifying) and their checksums. Counted in flight until ``perform(_:)`` ends it.
+    struct ReadPlan: Sendable {
+        var range: Range<Int64>
+        var fetch: Range<Int64>
+        var firstSegment: Int
+        var expected: [UInt32]
+    }
+
+    private func plan(_ range: Range<Int64>) -> ReadPlan {
         // Whole segments are read when verifying, so each can be checked against its CRC32C.
         let verify = options.verifyReads
         let segments = segmentRange(range)
         let start = verify ? Int64(segments.lowerBound) << Int64(segmentShift) : range.lowerBound
         let end = verify ? min(Int64(segments.upperBound) << Int64(segmentShift), committed.length ?? .max) : range.upperBound
-        let fetched = try await Self.fetch(
-            start..<end, dataFile: dataFile, reader: reader, pageCacheFirst: options.readsFromPageCacheFirst,
-            firstSegment: segments.lowerBound, shift: segmentShift,
+        readCounters.inFlight.add(1, ordering: .sequentiallyConsistent)
+        return ReadPlan(
+            range: range, fetch: start..<end, firstSegment: segments.lowerBound,
             expected: verify ? segments.map { committed.checksums[$0] } : [])
-        readStatistics.fromPageCache += Int64(fetched.fromPageCache)
-        readStatistics.throughChannel += Int64(fetched.bytes.count - fetched.fromPageCache)
-        guard fetched.bytes.count == end - start else { throw shortRead(start..<end, got: fetched.bytes.count) }
-        if !fetched.damaged.isEmpty {
-            // Re-check after the await: segments dropped while the read was in flight are
-            // missing, not damaged.
-            let stillPresent = fetched.damaged.filter { committed.present[$0] }
-            if stillPresent.isEmpty {
-                throw SparseCacheError(
-                    .notPresent, operation: "read", path: path, offset: range.lowerBound, length: Int64(range.count),
-                    missing: missingRanges(in: range))
-            }
-            unserve(stillPresent)
-            throw SparseCacheError(
-                .corruptData, operation: "read", path: path, offset: range.lowerBound, length: Int64(range.count),
-                detail: "stored bytes do not match their CRC32C; the segments were dropped", segments: stillPresent)
-        }
-        if start == range.lowerBound, fetched.bytes.count == range.count { return fetched.bytes }
-        let from = Int(range.lowerBound - start)
+    }
+
+    /// Fetches and checks a planned read on the caller's task; back on the actor only for
+    /// damaged segments.
+    private nonisolated func perform(_ plan: ReadPlan) async throws -> [UInt8] {
+        defer { endRead() }
+        let fetched = try await Self.fetch(
+            plan.fetch, dataFile: dataFile, reader: reader, pageCacheFirst: options.readsFromPageCacheFirst,
+            firstSegment: plan.firstSegment, shift: segmentShift, expected: plan.expected)
+        readCounters.fromPageCache.add(Int64(fetched.fromPageCache), ordering: .relaxed)
+        readCounters.throughChannel.add(Int64(fetched.bytes.count - fetched.fromPageCache), ordering: .relaxed)
+        guard fetched.bytes.count == plan.fetch.count else { throw shortRead(plan.fetch, got: fetched.bytes.count) }
+        if !fetched.damaged.isEmpty { try await failDamaged(fetched.damaged, in: plan.range) }
+        let range = plan.range
+        if plan.fetch.lowerBound == range.lowerBound, fetched.bytes.count == range.count { return fetched.bytes }
+        let from = Int(range.lowerBound - plan.fetch.lowerBound)
         return Array(fetched.bytes[from..<(from + Int(range.count))])
+    }
+
+    /// The end of a planned read; the last one to end while close() waits wakes it.
+    private nonisolated func endRead() {
+        let left = readCounters.inFlight.subtract(1, ordering: .sequentiallyConsistent).newValue
+        if left == 0, readCounters.closing.load(ordering: .sequentiallyConsistent) {
+            Task { await self.wakeDrain() }
+        }
+    }
+
+    /// Throws for segments whose bytes did not match their CRC32C, dropping those still
+    /// present so they can be written again.
+    private func failDamaged(_ damaged: [Int], in range: Range<Int64>) throws {
+        // Re-check after the fetch: segments dropped while the read was in flight are
+        // missing, not damaged.
+        let stillPresent = damaged.filter { committed.present[$0] }
+        if stillPresent.isEmpty {
+            throw SparseCacheError(
+                .notPresent, operation: "read", path: path, offset: range.lowerBound, length: Int64(range.count),
+                missing: missingRanges(in: range))
+        }
+        unserve(stillPresent)
+        throw SparseCacheError(
+            .corruptData, operation: "read", path: path, offset: range.lowerBound, length: Int64(range.count),
+            detail: "stored bytes do not match their CRC32C; the segments were dropped", segments: stillPresent)
     }
 
     private struct Fetched: Sendable {
@@ -134,7 +174,7 @@ extension SparseFile {
         }
     }
 
-    private func shortRead(_ range: Range<Int64>, got: Int) -> SparseCacheError {
+    private nonisolated func shortRead(_ range: Range<Int64>, got: Int) -> SparseCacheError {
         let endOfFile = range.lowerBound + Int64(got)
         let segment = Int(endOfFile >> Int64(segmentShift))
         return SparseCacheError(

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// One cached resource: a sparse data file plus its segment index, owned by an actor.
 ///
 /// Bytes arrive by ``write(_:at:)`` at any offset and size. A segment becomes *present* when all
@@ -52,12 +54,27 @@ public actor SparseFile {
 
     /// Bytes served from the page cache on the caller's task, and through the DispatchIO
     /// channel (for tests and benchmarks).
-    var readStatistics = ReadStatistics()
+    var readStatistics: ReadStatistics {
+        ReadStatistics(fromPageCache: readCounters.fromPageCache.load(ordering: .relaxed), throughChannel: readCounters.throughChannel.load(ordering: .relaxed))
+    }
 
     struct ReadStatistics: Sendable, Equatable {
         var fromPageCache: Int64 = 0
         var throughChannel: Int64 = 0
     }
+
+    /// What reads touch off the actor: they copy and check bytes on the caller's task and
+    /// come back to the actor only when something is wrong, so their bookkeeping is atomic.
+    final class ReadCounters: Sendable {
+        let fromPageCache = Atomic<Int64>(0)
+        let throughChannel = Atomic<Int64>(0)
+        /// Reads between their plan (on the actor) and their end; close() waits for them.
+        let inFlight = Atomic<Int>(0)
+        /// Set when close() starts: the last read to end then wakes it.
+        let closing = Atomic<Bool>(false)
+    }
+
+    nonisolated let readCounters = ReadCounters()
 
     /// Set by a failed sync: every later call throws it.
     var failure: SparseCacheError?
@@ -290,6 +307,7 @@ public actor SparseFile {
 
     private func closeNow() async throws {
         lifecycle = .closing
+        readCounters.closing.store(true, ordering: .sequentiallyConsistent)
         autoCommitTask?.cancel()
         autoCommitTask = nil
         await drain()
@@ -311,9 +329,16 @@ public actor SparseFile {
     }
 
     private func drain() async {
-        while activeOperations > 0 {
+        while activeOperations > 0 || readCounters.inFlight.load(ordering: .sequentiallyConsistent) > 0 {
             await withCheckedContinuation { drainWaiters.append($0) }
         }
+    }
+
+    /// Wakes close() to look again (the last read in flight ended).
+    func wakeDrain() {
+        let waiters = drainWaiters
+        drainWaiters.removeAll()
+        for waiter in waiters { waiter.resume() }
     }
 
     /// Marks an operation in flight; close() waits for it.
