@@ -55,7 +55,9 @@ public actor SparseFile {
     /// Bytes served from the page cache on the caller's task, and through the DispatchIO
     /// channel (for tests and benchmarks).
     var readStatistics: ReadStatistics {
-        ReadStatistics(fromPageCache: readCounters.fromPageCache.load(ordering: .relaxed), throughChannel: readCounters.throughChannel.load(ordering: .relaxed))
+        ReadStatistics(
+            fromPageCache: readCounters.fromPageCache.load(ordering: .relaxed),
+            throughChannel: readCounters.throughChannel.load(ordering: .relaxed))
     }
 
     struct ReadStatistics: Sendable, Equatable {
