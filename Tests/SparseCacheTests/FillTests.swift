@@ -71,8 +71,8 @@ struct FillTests {
         let first = try await collect(fixture.cache.read(http))
         #expect(first == source)
         let sent = await origin.bytesSent("movie.bin")
-        // First contact asks for one byte; everything else exactly once.
-        #expect(sent <= Int64(source.count) + 1, "origin sent \(sent) bytes for a \(source.count)-byte resource")
+        // Every byte exactly once (first contact's segment is kept).
+        #expect(sent == Int64(source.count), "origin sent \(sent) bytes for a \(source.count)-byte resource")
 
         let again = try await collect(fixture.cache.read(http))
         #expect(again == source)
@@ -80,6 +80,31 @@ struct FillTests {
         let progress = try await fixture.cache.progress(key: http.key)
         #expect(progress.presentBytes == Int64(source.count) && progress.length == Int64(source.count))
         #expect(progress.contiguousBytes == Int64(source.count))
+        try await fixture.close()
+    }
+
+    @Test("a player's first read of a new resource takes one request: first contact brings the first segment")
+    func firstContact() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let source = try originFile(files.path, "start.bin", count: 1_000_000, seed: 5)
+        let tiny = try originFile(files.path, "tiny.bin", count: 1_000, seed: 6)
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-contact", options: .testing)
+        let http = try HTTPRangeSource(url: origin.url("start.bin"))
+        #expect(try await collect(fixture.cache.read(http, range: 0..<4096)) == Array(source[0..<4096]))
+        #expect(await origin.bytesSent("start.bin") == 65_536, "first contact asks for the first segment and keeps it")
+        #expect(origin.requests().filter { $0.path == "/start.bin" }.count == 1, "\(origin.requests())")
+        // Elsewhere in the resource: first contact, then the range (the first segment is kept).
+        #expect(try await collect(fixture.cache.read(http, range: 500_000..<501_000)) == Array(source[500_000..<501_000]))
+        _ = await origin.bytesSent("start.bin")  // waits for the access log to settle
+        #expect(origin.requests().filter { $0.path == "/start.bin" }.count == 2)
+        #expect(try await fixture.cache.progress(key: http.key).presentBytes >= 65_536 * 2)
+        // Shorter than a segment: first contact is the whole resource.
+        let small = try HTTPRangeSource(url: origin.url("tiny.bin"))
+        #expect(try await collect(fixture.cache.read(small)) == tiny)
+        #expect(await origin.bytesSent("tiny.bin") == 1_000)
+        #expect(origin.requests().filter { $0.path == "/tiny.bin" }.count == 1)
         try await fixture.close()
     }
 
@@ -131,7 +156,7 @@ struct FillTests {
         #expect(results.count == 16 && results.allSatisfy { $0 })
         let sent = await origin.bytesSent("shared.bin")
         reportCounts("shared fetch", ["readers": 16, "resource bytes": source.count, "origin bytes": Int(sent)])
-        #expect(sent <= Int64(source.count) + 1, "16 readers made the origin send \(sent) bytes for \(source.count)")
+        #expect(sent == Int64(source.count), "16 readers made the origin send \(sent) bytes for \(source.count)")
         try await fixture.close()
     }
 

@@ -3,7 +3,8 @@ import Synchronization
 extension ProgressiveCache {
     /// Opens a resource for reading and tells what its origin said about it (length, type,
     /// validators) before any byte is read: what an HTTP server needs to write a response head.
-    /// A new resource costs one first contact with the origin; a known one none.
+    /// A new resource costs one request to the origin (for its first segment, which is kept);
+    /// a known one none.
     ///
     /// The resource stays open (and pinned in the store) until ``CacheReader/close()``.
     public func open(_ source: any RangeSource) async throws -> CacheReader {

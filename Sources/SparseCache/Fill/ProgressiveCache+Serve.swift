@@ -178,10 +178,12 @@ extension ProgressiveCache {
                 validator: ContentValidator(etag: metadata.etag, lastModified: metadata.lastModified), acceptsRanges: true)
             return
         }
-        // First contact: one byte tells the length, the validators and whether ranges work.
+        // First contact asks for the first segment: the answer tells the length, the
+        // validators and whether ranges work, and its bytes are kept (players read the start
+        // first), so a reader at 0 needs no second request.
         let response: RangeResponse
         do {
-            response = try await fetchWithRetries(source, 0..<1, validator: nil, key: resource.key)
+            response = try await fetchWithRetries(source, 0..<Int64(handle.file.segmentSize), validator: nil, key: resource.key)
         } catch {
             // Nothing was learned: leave no empty resource behind (a client asking for missing
             // URLs must not fill the store with them).
@@ -192,12 +194,34 @@ extension ProgressiveCache {
             }
             throw error
         }
-        response.cancel()
-        guard response.info.length != nil else {
+        defer { response.cancel() }
+        guard let length = response.info.length else {
             throw SparseCacheError(
                 .origin, operation: "fetch", path: resource.key, detail: "the origin gave no length (no Content-Range or Content-Length)")
         }
         try await adopt(response.info, in: resource)
+        try await keepFirstSegment(of: response, length: length, in: handle)
+    }
+
+    /// Writes and commits the first segment from the first-contact answer. Best effort: a
+    /// body cut short leaves the segment to the first fetch, as if nothing had arrived.
+    private func keepFirstSegment(of response: RangeResponse, length: Int64, in handle: ResourceHandle) async throws {
+        guard response.offset == 0 else { return }
+        let wanted = Int(min(Int64(handle.file.segmentSize), length))
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(wanted)
+        do {
+            for try await chunk in response.body {
+                count { $0.bytesReceived += Int64(chunk.count) }
+                bytes.append(contentsOf: chunk.prefix(wanted - bytes.count))
+                if bytes.count >= wanted { break }
+            }
+        } catch let error as SparseCacheError where error.code == .originUnavailable {
+            return
+        }
+        guard bytes.count == wanted else { return }
+        try await handle.write(bytes, at: 0)
+        try await handle.file.commit()
     }
 
     /// Stores what the origin said: the length, the content type and the validators.
