@@ -26,9 +26,9 @@ enum ServeCommand: Command {
           without --origin                 GET /name.mp4?url=<percent-encoded URL> (URL mode;
                                            the name only helps players guess the type)
         GET and HEAD, keep-alive, Range in all forms (a-b, a-, -n): 206 with Content-Range,
-        200 without a Range, 416 when no range overlaps, and the whole resource (200) for a
-        request of several ranges. Content-Type, ETag and Last-Modified are the origin's; an
-        origin 404 is a 404, an unreachable origin 502.
+        200 without a Range, 416 when no range overlaps or the ranges are malformed, and the
+        whole resource (200) for a request of several ranges. Content-Type, ETag and
+        Last-Modified are the origin's; an origin 404 is a 404, an unreachable origin 502.
 
         OPTIONS:
           --cache-dir DIR        The cache directory (default: $XDG_CACHE_HOME/sparsecache, or
