@@ -203,7 +203,7 @@ struct ProxyCLITests {
         #expect(help.status == 0 && help.out.contains("USAGE: sparsecache serve") && help.out.contains("--origin"), "\(help)")
     }
 
-    @Test("a stop right after serving: the cache directory lists every resource with its length (the catalog is saved last)")
+    @Test("SIGTERM or SIGINT right after serving: exit 0, and the cache directory lists every resource with its length")
     func catalogAfterStop() async throws {
         let files = try TemporaryDirectory("serve-origin")
         let length = 24_000_000
@@ -223,9 +223,11 @@ struct ProxyCLITests {
                 let result = try await Curl.run(base + "/" + name)
                 #expect(result.status == 200, "\(result)")
             }
-            // Stopped while both resources are still held open for reuse.
-            server.kill()
-            _ = try await server.finish()
+            // Stopped while both resources are still held open for reuse, by SIGTERM or by
+            // SIGINT (Ctrl-C) in turn: both stop gracefully.
+            if round % 2 == 0 { server.kill() } else { Glibc.kill(server.pid, SIGINT) }
+            let stopped = try await server.finish()
+            #expect(stopped.status == 0 && stopped.err.contains(round % 2 == 0 ? "SIGTERM" : "SIGINT"), "\(stopped)")
             let listed = try await CLI.run(["ls", "--cache-dir", cacheDir, "--json"])
             let resources = try listed.json()["entries"] as? [[String: Any]] ?? []
             #expect(resources.count == 2, "round \(round): \(listed)")
