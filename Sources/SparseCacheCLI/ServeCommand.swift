@@ -24,7 +24,10 @@ enum ServeCommand: Command {
         Requests:
           with --origin http://host:port   GET /path is the origin's /path (reverse proxy)
           without --origin                 GET /name.mp4?url=<percent-encoded URL> (URL mode;
-                                           the name only helps players guess the type)
+                                           the name only helps players guess the type), or
+                                           GET http://host/path from a player told to use
+                                           this server as its HTTP proxy (ffmpeg -http_proxy,
+                                           mpv --http-proxy, curl -x)
         GET and HEAD, keep-alive, Range in all forms (a-b, a-, -n): 206 with Content-Range,
         200 without a Range, 416 when no range overlaps or the ranges are malformed, and the
         whole resource (200) for a request of several ranges. Content-Type, ETag and

@@ -30,11 +30,23 @@ struct HTTPParserTests {
         #expect(HTTPRequestParser.parse(Self.bytes("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")).isRequest(keepAlive: true))
     }
 
+    @Test("absolute-form targets (a client using this server as its HTTP proxy) are accepted for http:// only")
+    func absoluteForm() {
+        guard case .request(let head, _) = HTTPRequestParser.parse(Self.bytes("GET HTTP://o:81/m.mp4?x=1 HTTP/1.1\r\nHost: o:81\r\n\r\n")) else {
+            Issue.record("refused an absolute-form target")
+            return
+        }
+        #expect(head.target == "HTTP://o:81/m.mp4?x=1")
+        #expect(!HTTPRequestParser.isAbsoluteHTTP(Array("https://o/m".utf8)))
+        #expect(!HTTPRequestParser.isAbsoluteHTTP(Array("http://".utf8)))
+    }
+
     @Test("malformed requests are refused with the right status", arguments: [
         ("GET  / HTTP/1.1\r\nHost: h\r\n\r\n", 400), ("GET / HTTP/1.1 \r\nHost: h\r\n\r\n", 400), ("G@T / HTTP/1.1\r\nHost: h\r\n\r\n", 400),
         ("GET / HTTP/2.0\r\nHost: h\r\n\r\n", 505), ("GET / HTTQ/1.1\r\nHost: h\r\n\r\n", 400), ("GET / HTTP/1.1\r\n\r\n", 400),
         ("GET / HTTP/1.1\r\nHost : h\r\n\r\n", 400), ("GET / HTTP/1.1\r\nHost: h\r\n folded\r\n\r\n", 400),
-        ("GET / HTTP/1.1\nHost: h\r\n\r\n", 400), ("GET / HTTP/1.1\rHost: h\r\n\r\n", 400), ("GET http://x/ HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+        ("GET / HTTP/1.1\nHost: h\r\n\r\n", 400), ("GET / HTTP/1.1\rHost: h\r\n\r\n", 400), ("GET ftp://x/ HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+        ("GET http:///x HTTP/1.1\r\nHost: h\r\n\r\n", 400), ("GET x/ HTTP/1.1\r\nHost: h\r\n\r\n", 400),
         ("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello", 400),
         ("GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", 400), ("GET / HTTP/1.1\r\nHost: h\u{1}\r\n\r\n", 400),
         ("GET /\u{7F} HTTP/1.1\r\nHost: h\r\n\r\n", 400),
@@ -94,6 +106,7 @@ struct HTTPParserTests {
             "GET /movie.mp4 HTTP/1.1\r\nHost: 127.0.0.1\r\nRange: bytes=0-\r\n\r\n",
             "HEAD /a?url=http%3A%2F%2Fx HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
             "GET / HTTP/1.1\r\nHost: h\r\nUser-Agent: Lavf/59\r\nAccept: */*\r\nRange: bytes=100-200,300-\r\n\r\nGET /next HTTP/1.1\r\n",
+            "GET http://127.0.0.1:8000/v.mp4 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nProxy-Connection: Keep-Alive\r\n\r\n",
         ].map(Self.bytes)
         var accepted = 0, refused = 0, incomplete = 0, violations = 0
         for iteration in 0..<count {
@@ -127,7 +140,7 @@ struct HTTPParserTests {
                 let used = Array(input.prefix(consumed))
                 let wellFormed = consumed <= input.count && used.suffix(4) == [13, 10, 13, 10]
                     && !head.method.isEmpty && head.method.utf8.allSatisfy(HTTPRequestParser.isTokenByte)
-                    && (head.target.hasPrefix("/") || head.target == "*")
+                    && (head.target.hasPrefix("/") || head.target == "*" || head.target.lowercased().hasPrefix("http://"))
                 let stable = HTTPRequestParser.parse(used) == .request(head, consumed: consumed)
                 if !wellFormed || !stable {
                     violations += 1

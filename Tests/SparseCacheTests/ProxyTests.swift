@@ -76,6 +76,12 @@ struct ProxyTests {
         #expect(whole.status == 200 && whole.body == source && whole.headers["content-type"] == "video/mp4", "\(whole)")
         let part = try await Curl.run(proxy.baseURL + "/anything?url=\(encoded)", ["-r", "-10"])
         #expect(part.status == 206 && part.body == Array(source.suffix(10)), "\(part)")
+        // curl told to use the proxy as its HTTP proxy sends absolute-form requests: the same
+        // resource (the same cache key), served from the cache.
+        let before = await origin.bytesSent("movie.mp4")
+        let forward = try await Curl.run(origin.url("movie.mp4").absoluteString, ["-x", proxy.baseURL, "-r", "1000-1999"])
+        #expect(forward.status == 206 && forward.body == Array(source[1000..<2000]) && forward.headers["server"] == "sparsecache", "\(forward)")
+        #expect(await origin.bytesSent("movie.mp4") == before, "forward proxying found the bytes already cached")
 
         let missingEncoded = origin.url("nope.mp4").absoluteString.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
         let notFound = try await Curl.run(proxy.baseURL + "/nope.mp4?url=\(missingEncoded)")
@@ -120,6 +126,10 @@ struct ProxyTests {
         #expect(old.statuses == [206] && old.closedByServer, "HTTP/1.0 without keep-alive closes: \(old.text)")
         let head = await RawHTTP.exchange(port: port, "HEAD /a.bin HTTP/1.1\r\nHost: x\r\n\r\n" + get, timeout: .seconds(2))
         #expect(head.statuses == [200, 206], "a HEAD answer has no body; the next request follows: \(head.text)")
+
+        // A client that takes this server for a forward proxy: with an origin, the path counts.
+        let absolute = try await Curl.run("http://elsewhere.invalid/a.bin", ["-x", proxy.baseURL, "-r", "0-9"])
+        #expect(absolute.status == 206 && absolute.body == Array(source[0..<10]), "\(absolute)")
 
         // curl reuses one connection for several URLs.
         let url = proxy.baseURL + "/a.bin"

@@ -8,7 +8,8 @@ import Synchronization
 /// Which origin URL a request means:
 /// - with an origin (reverse-proxy mode), `GET /path?query` is `<origin>/path?query`;
 /// - without one (URL mode), `GET /any-name.mp4?url=<percent-encoded URL>` is that URL (the
-///   name is only there so players can guess the type from it).
+///   name is only there so players can guess the type from it), and `GET http://host/path`
+///   (from a client told to use this server as its HTTP proxy) is `http://host/path`.
 ///
 /// Responses: GET and HEAD; `200` for no range; `206` with `Content-Range` for one range in
 /// any form (`a-b`, `a-`, `-n`); `416` with `Content-Range: bytes */length` when no range
@@ -107,6 +108,18 @@ public final class CachingProxy: Sendable {
 
     /// The origin URL a request target names.
     func originURL(for target: String) -> Result<URL, TargetProblem> {
+        // Absolute form (`GET http://host/path`): a client that uses this server as its HTTP
+        // proxy. Without an origin the URL is the origin URL (forward proxying); with one, its
+        // path and query are looked up there, as for any request.
+        var target = target
+        if HTTPRequestParser.isAbsoluteHTTP(target.utf8) {
+            guard let absolute = URL(string: target), absolute.host != nil else {
+                return .failure(TargetProblem(message: "malformed absolute URL '\(target)'"))
+            }
+            guard origin != nil else { return .success(absolute) }
+            let afterAuthority = target.dropFirst("http://".count).drop { $0 != "/" && $0 != "?" }
+            target = afterAuthority.hasPrefix("/") ? String(afterAuthority) : "/" + afterAuthority
+        }
         if let origin {
             var base = origin.absoluteString
             while base.hasSuffix("/") { base.removeLast() }

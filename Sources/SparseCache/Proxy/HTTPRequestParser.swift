@@ -3,7 +3,8 @@ import Foundation
 /// An HTTP/1.x request head, as the local proxy (issue 7) receives it.
 public struct HTTPRequestHead: Sendable, Equatable {
     public var method: String
-    /// The request-target exactly as sent, e.g. `/movie.mp4?url=...`.
+    /// The request-target exactly as sent: a path (`/movie.mp4?url=...`), `*`, or an
+    /// absolute `http://` URL (from a client that uses this server as its HTTP proxy).
     public var target: String
     /// 0 for HTTP/1.0, 1 for HTTP/1.1.
     public var minorVersion: Int
@@ -89,8 +90,9 @@ public enum HTTPRequestParser {
         guard !target.isEmpty, target.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
             return .invalid(status: 400, reason: "malformed request target")
         }
-        guard target.first == UInt8(ascii: "/") || (target.count == 1 && target.first == UInt8(ascii: "*")) else {
-            return .invalid(status: 400, reason: "request target must be a path")
+        guard target.first == UInt8(ascii: "/") || (target.count == 1 && target.first == UInt8(ascii: "*")) || isAbsoluteHTTP(target)
+        else {
+            return .invalid(status: 400, reason: "request target must be a path or an http:// URL")
         }
         let minor: Int
         switch Array(version) {
@@ -132,6 +134,15 @@ public enum HTTPRequestParser {
 
     private static let crlf: [UInt8] = [13, 10]
     private static let crlfcrlf: [UInt8] = [13, 10, 13, 10]
+
+    /// An absolute-form target (`http://host/path`), as clients send to a proxy they are
+    /// configured to use: the scheme, case-insensitive, and a non-empty authority.
+    static func isAbsoluteHTTP(_ target: some Collection<UInt8>) -> Bool {
+        let scheme = Array("http://".utf8)
+        guard target.count > scheme.count else { return false }
+        let lowered = target.prefix(scheme.count).map { $0 >= 0x41 && $0 <= 0x5A ? $0 + 0x20 : $0 }
+        return lowered == scheme && target.dropFirst(scheme.count).first != UInt8(ascii: "/")
+    }
 
     /// RFC 9110 token characters.
     static func isTokenByte(_ byte: UInt8) -> Bool {
