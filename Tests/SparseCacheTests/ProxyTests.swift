@@ -198,6 +198,9 @@ struct ProxyTests {
         #expect(refused.statuses == [503] && refused.closedByServer, "\(refused.text)")
         for holder in holders { _ = await holder.value }
         #expect(small.server.rejectedConnections >= 1)
+        // The holders closed their ends; the server notices each close a moment later.
+        let closeStart = ContinuousClock.now
+        while small.server.connectionCount > 0, ContinuousClock.now - closeStart < .seconds(2) { try await Task.sleep(for: .milliseconds(10)) }
         let fine = try await Curl.run(small.baseURL + "/a.bin")
         #expect(fine.status == 200 && fine.body.count == 10_000, "\(fine)")
         await small.stop()
