@@ -1,5 +1,6 @@
 import Foundation
 import LoopbackOrigins
+import SeededRandom
 
 /// The nginx origin of the HTTP scenarios (9 and 10): a directory with one generated resource,
 /// served on a free loopback port until ``stop()``.
@@ -34,7 +35,7 @@ struct BenchOrigin {
     }
 
     private static func writeResource(_ path: String, length: Int64, seed: UInt64) throws {
-        var random = SplitMix(seed: seed)
+        var random = SplitMix64(seed: seed)
         let chunk = random.bytes(1 << 20)
         guard FileManager.default.createFile(atPath: path, contents: nil) else { throw BenchError("cannot create '\(path)'") }
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))

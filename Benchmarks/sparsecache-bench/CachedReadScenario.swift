@@ -1,6 +1,7 @@
 import CShim
 import Dispatch
 import Foundation
+import SeededRandom
 import SparseCache
 import Synchronization
 
@@ -42,7 +43,7 @@ enum CachedReadScenario {
                     return range.map { Int64($0) * Int64(readLength) }
                 }
             case .random:
-                var random = SplitMix(seed: 4)
+                var random = SplitMix64(seed: 4)
                 let slots = Int(resource.length / Int64(readLength))
                 var jobs = Array(repeating: [Int64](), count: readers)
                 for read in 0..<randomReads {

@@ -1,5 +1,6 @@
 import CShim
 import Foundation
+import SeededRandom
 import SparseCache
 
 /// Scenario 6: does slow I/O through the engine ever stall Swift's cooperative pool?
@@ -51,7 +52,7 @@ enum CooperativePoolScenario {
         let bridges = (0..<slowCalls).map { BlockingBridge(label: "sparsecache-bench.slow.\($0)") }
         let readLength = context.sizes.slowReadLength
         let commitBytes = context.options.mode == .smoke ? 64 << 10 : 1 << 20
-        var random = SplitMix(seed: 7)
+        var random = SplitMix64(seed: 7)
         let commitBuffer = random.bytes(commitBytes)
         var notes: [String] = []
         let samples = try await interleaved(contenders: Load.allCases.count, repetitions: context.repetitions) { index, repetition in

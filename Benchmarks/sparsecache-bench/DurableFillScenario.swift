@@ -1,3 +1,5 @@
+import SeededRandom
+
 /// Scenario 1: a resource filled front to back in 1 MiB writes, made durable every 8 MiB.
 ///
 /// The same 1 MiB buffer of random bytes is written at every offset (the contents do not
@@ -9,7 +11,7 @@ enum DurableFillScenario {
     static func run(_ context: BenchContext) async throws -> ScenarioResult {
         let length = context.sizes.sequentialFill
         let writeSize = 1 << 20
-        var random = SplitMix(seed: 1)
+        var random = SplitMix64(seed: 1)
         let buffer = random.bytes(writeSize)
         let writes = (0..<Int(length / Int64(writeSize))).map { FillPlan.Write(offset: Int64($0) * Int64(writeSize), buffer: 0) }
         let plan = FillPlan(length: length, writes: writes, buffers: [buffer], commitEvery: context.sizes.commitEvery)

@@ -1,3 +1,4 @@
+import SeededRandom
 import SparseCache
 
 /// A complete, committed resource written through SparseFile, read by scenarios 3, 4 and 6.
@@ -15,7 +16,7 @@ struct ReadResource: Sendable {
         options.length = length
         options.commitPolicy = .manual
         let file = try await SparseFile.open(path, options: options)
-        var random = SplitMix(seed: 3)
+        var random = SplitMix64(seed: 3)
         let pattern = random.bytes(Int(min(length, 8 << 20)))
         var offset: Int64 = 0
         while offset < length {

@@ -1,4 +1,5 @@
 import Foundation
+import SeededRandom
 import SparseCache
 
 /// Scenario 5: how open time, memory and the cost of a commit grow with the logical length of
@@ -26,7 +27,7 @@ enum ScaleScenario {
         try await createWarmResource(warm)
         let executable = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
         var result = ScenarioResult()
-        var random = SplitMix(seed: 6)
+        var random = SplitMix64(seed: 6)
         let segmentBytes = random.bytes(segmentSize)
         for length in lengths {
             let path = directory + "/resource-\(describeBytes(length).replacingOccurrences(of: " ", with: "")).bin"

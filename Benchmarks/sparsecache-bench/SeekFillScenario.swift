@@ -1,3 +1,5 @@
+import SeededRandom
+
 /// Scenario 2: a resource filled in chunks of 48 to 80 KiB with unaligned boundaries,
 /// delivered in a seeded random order (a player that seeks everywhere), made durable every
 /// 8 MiB of writes.
@@ -9,7 +11,7 @@ enum SeekFillScenario {
 
     static func run(_ context: BenchContext) async throws -> ScenarioResult {
         let length = context.sizes.randomFill
-        var random = SplitMix(seed: 2)
+        var random = SplitMix64(seed: 2)
         var writes: [FillPlan.Write] = []
         var buffers: [[UInt8]] = []
         var offset: Int64 = 0

@@ -1,5 +1,6 @@
 import CShim
 import Foundation
+import SeededRandom
 import SparseCache
 
 /// Scenario 7: a cache directory with many resources.
@@ -111,7 +112,7 @@ enum StoreScenario {
 
     private static func populate(_ directory: String, count: Int) async throws {
         let store = try await SparseStore.open(directory: directory, options: options)
-        var random = SplitMix(seed: 7)
+        var random = SplitMix64(seed: 7)
         let bytes = random.bytes(4096)
         // A few at a time: each open, write and release is a chain of syncs on its own queue.
         try await withThrowingTaskGroup(of: Void.self) { group in

@@ -131,37 +131,6 @@ enum Probe {
     }
 }
 
-/// SplitMix64: a small seeded generator, so every run replays the same workload.
-struct SplitMix: RandomNumberGenerator, Sendable {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    /// `count` pseudo-random bytes (incompressible, so no layer can shortcut them).
-    mutating func bytes(_ count: Int) -> [UInt8] {
-        [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
-            var index = 0
-            while index < count {
-                var word = next()
-                for _ in 0..<Swift.min(8, count - index) {
-                    buffer[index] = UInt8(truncatingIfNeeded: word)
-                    word >>= 8
-                    index += 1
-                }
-            }
-            initialized = count
-        }
-    }
-}
-
 /// Human-readable byte counts: 1 GiB, 64 KiB, 1 TiB.
 func describeBytes(_ bytes: Int64) -> String {
     let units: [(Int64, String)] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")]

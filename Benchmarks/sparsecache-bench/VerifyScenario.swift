@@ -1,4 +1,5 @@
 import CShim
+import SeededRandom
 import SparseCache
 
 /// Scenario 4: Verifier.verify against a raw sequential read with a CRC32C per segment, with
@@ -74,7 +75,7 @@ enum VerifyScenario {
     /// instruction's speed, not memory's): the hardware path, the software fallback, and the
     /// dispatching sc_crc32c the engine calls.
     private static func crcThroughput(_ context: BenchContext) async throws -> [Measurement] {
-        var random = SplitMix(seed: 5)
+        var random = SplitMix64(seed: 5)
         let buffer = random.bytes(1 << 20)
         let hardware = Probe.crc32cHardwareAvailable
         var contenders: [(String, Int, @Sendable (UInt32, UnsafeRawPointer?, Int) -> UInt32)] = []

@@ -1,3 +1,4 @@
+import SeededRandom
 import SparseCache
 
 #if canImport(Glibc)
@@ -17,7 +18,7 @@ import Glibc
 ///
 /// The crash tests kill it with SIGKILL at random moments (or let SPARSECACHE_FAULTS end it
 /// mid-write) and check that everything acknowledged survived. Byte `i` of the resource is
-/// always `StressWriter.byte(at: i, salt:)`, so any surviving byte can be checked.
+/// always `sourceByte(at: i, salt:)` (SeededRandom), so any surviving byte can be checked.
 enum StressWriter {
     static func main(_ arguments: [String]) async -> Int32 {
         guard let path = arguments.first else {
@@ -41,15 +42,6 @@ enum StressWriter {
         }
     }
 
-    /// The content of byte `offset` (SplitMix-style hash of the offset and a salt).
-    @inline(__always)
-    static func byte(at offset: Int64, salt: UInt64) -> UInt8 {
-        var z = UInt64(bitPattern: offset) &+ salt &* 0x9E37_79B9_7F4A_7C15
-        z = (z ^ (z >> 33)) &* 0xFF51_AFD7_ED55_8CCD
-        z = (z ^ (z >> 33)) &* 0xC4CE_B9FE_1A85_EC53
-        return UInt8(truncatingIfNeeded: z ^ (z >> 33))
-    }
-
     private static func run(path: String, seed: UInt64, segments: Int, segmentSize: Int, salt: UInt64) async throws {
         var options = SparseFileOptions()
         options.segmentSize = segmentSize
@@ -58,7 +50,7 @@ enum StressWriter {
         let file = try await SparseFile.open(path, options: options)
         var present = Set(await file.presentSegments().flatMap { Array($0) })
         emit("open \(file.recovery.recordsReplayed) \(present.count)")
-        var random = StressRandom(seed: seed)
+        var random = SplitMix64(seed: seed)
         var commits = 0
         var pending: [Int] = []
         while true {
@@ -74,7 +66,7 @@ enum StressWriter {
                 let end = Int64((last + 1) * segmentSize)
                 while offset < end {
                     let size = min(end - offset, Int64(1 + random.next() % UInt64(2 * segmentSize)))
-                    let result = try await file.write((offset..<(offset + size)).map { byte(at: $0, salt: salt) }, at: offset)
+                    let result = try await file.write((offset..<(offset + size)).map { sourceByte(at: $0, salt: salt) }, at: offset)
                     for range in result.completed {
                         pending.append(contentsOf: Int(range.lowerBound) / segmentSize..<Int(range.upperBound) / segmentSize)
                     }
@@ -127,19 +119,5 @@ enum StressWriter {
             if n <= 0 { return }
             done += n
         }
-    }
-}
-
-/// SplitMix64, seeded: the same seed gives the same stream of actions.
-struct StressRandom {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -1,3 +1,4 @@
+import SeededRandom
 import Testing
 
 @testable import SparseCache
@@ -31,7 +32,7 @@ struct ByteRangesTests {
     @Test("random inserts match a coverage model", arguments: 0..<8)
     func randomInserts(round: Int) {
         let seed = testSeed(0xB7E5_0000) &+ UInt64(round)
-        var generator = SeededGenerator(seed: seed)
+        var generator = SplitMix64(seed: seed)
         let universe = [64, 200, 1000][round % 3]
         var ranges = ByteRanges()
         var covered = [Bool](repeating: false, count: universe)

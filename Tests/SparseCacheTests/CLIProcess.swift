@@ -1,6 +1,7 @@
 // Runs the built `sparsecache` binary as a real process for the CLI tests: locating it,
 // feeding standard input, capturing standard output and error, and the exit status.
 import Foundation
+import SeededRandom
 import Testing
 
 #if canImport(Glibc)
@@ -246,11 +247,11 @@ final class CLIScratch: Sendable {
 /// it. `SPARSECACHE_TEST_SEED=<seed>` replays one.
 struct CLIRandom: RandomNumberGenerator {
     let seed: UInt64
-    private var generator: SeededGenerator
+    private var generator: SplitMix64
 
     init(defaultSeed: UInt64) {
         seed = testSeed(defaultSeed)
-        generator = SeededGenerator(seed: seed)
+        generator = SplitMix64(seed: seed)
     }
 
     mutating func next() -> UInt64 { generator.next() }

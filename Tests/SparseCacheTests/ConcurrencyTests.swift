@@ -1,6 +1,7 @@
 // Many tasks on one SparseFile at once: overlapping unaligned writes and reads with racing
 // commits checked against a model, close racing in-flight work, and a check that reads and
 // syncs never hold the cooperative pool.
+import SeededRandom
 import Synchronization
 import Testing
 
@@ -44,7 +45,7 @@ struct ConcurrencyTests {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for task in 0..<32 {
                     group.addTask {
-                        var generator = SeededGenerator(seed: seed &+ UInt64(task))
+                        var generator = SplitMix64(seed: seed &+ UInt64(task))
                         for step in 0..<40 {
                             let context = "seed \(seed), task \(task), step \(step)"
                             let start = Int64.random(in: 0..<length, using: &generator)
@@ -161,7 +162,7 @@ struct ConcurrencyTests {
                 await withTaskGroup(of: Void.self) { group in
                     for task in 0..<24 {
                         group.addTask {
-                            var generator = SeededGenerator(seed: seed &+ UInt64(task))
+                            var generator = SplitMix64(seed: seed &+ UInt64(task))
                             // Each worker runs until the resource tells it it is closed (a
                             // step count would end early on a fast machine, before close).
                             let deadline = ContinuousClock.now + .seconds(120)
@@ -307,7 +308,7 @@ struct ConcurrencyTests {
                 }
             }
             try await withThrowingTaskGroup(of: Void.self) { group in
-                var generator = SeededGenerator(seed: 64)
+                var generator = SplitMix64(seed: 64)
                 // Everything is counted as outstanding before any task starts, so a tick
                 // counts only while reads have really not all finished.
                 counters.outstanding.add(64, ordering: .relaxed)

@@ -6,6 +6,7 @@
 // followed by _exit) to exercise the environment variable and the crash effect.
 import CShim
 import Foundation
+import SeededRandom
 import Testing
 
 @testable import SparseCache
@@ -49,7 +50,7 @@ struct CrashKillTests {
         let salt: UInt64 = seed & 0xFFFF
         let model = ContentModel(segmentSize: Self.segmentSize, length: Int64(Self.segments * Self.segmentSize), salt: 0)
         let expected = sourceBytes(0..<model.length, salt: salt)
-        var random = SeededGenerator(seed: seed)
+        var random = SplitMix64(seed: seed)
         var required = Set<Int>()
         var counts = Counts()
 

@@ -4,6 +4,7 @@
 // the workload was told was durable.
 import CShim
 import Foundation
+import SeededRandom
 import Testing
 
 @testable import SparseCache
@@ -74,7 +75,7 @@ struct CrashPowerLossTests {
         let rule = try PowerLoss.snapshotBefore(pathContains: live, into: snapshots, variants: shape.variants, seed: seed)
         var counts = Counts()
         var ledger = DurabilityLedger()
-        var random = SeededGenerator(seed: seed)
+        var random = SplitMix64(seed: seed)
         var versions = [Int](repeating: 0, count: model.segments)
 
         func ops() -> Int { FaultInjection.matches(rule) }

@@ -2,6 +2,7 @@
 // was told was durable, and the invariant checks run on a resource after every crash.
 import CShim
 import Foundation
+import SeededRandom
 import Testing
 
 @testable import SparseCache

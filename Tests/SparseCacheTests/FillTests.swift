@@ -3,6 +3,7 @@
 // servers' own logs.
 import Foundation
 import LoopbackOrigins
+import SeededRandom
 import Testing
 
 @testable import SparseCache
@@ -42,7 +43,7 @@ func collect(_ stream: CacheReadStream) async throws -> [UInt8] {
 
 /// Writes `count` seeded bytes as `name` under `root` and returns them.
 func originFile(_ root: String, _ name: String, count: Int, seed: UInt64) throws -> [UInt8] {
-    var random = SeededGenerator(seed: seed)
+    var random = SplitMix64(seed: seed)
     let bytes = random.bytes(count)
     try Data(bytes).write(to: URL(fileURLWithPath: root + "/" + name))
     return bytes
@@ -116,7 +117,7 @@ struct FillTests {
         defer { origin.stop() }
         let fixture = try await FillFixture("fill-ranges", options: .testing, segmentSize: 16 << 10)
         let http = try HTTPRangeSource(url: origin.url("r.bin"))
-        var random = SeededGenerator(seed: 22)
+        var random = SplitMix64(seed: 22)
         for _ in 0..<12 {
             let start = Int64.random(in: 0..<Int64(source.count - 1), using: &random)
             let end = min(Int64(source.count), start + Int64.random(in: 1...300_000, using: &random))

@@ -1,6 +1,7 @@
 // A real full disk: a 2 MiB tmpfs mounted for the test (the suite runs as root on CI and on
 // developer machines here). No fault injection: the kernel says ENOSPC.
 import Foundation
+import SeededRandom
 import Testing
 
 @testable import SparseCache

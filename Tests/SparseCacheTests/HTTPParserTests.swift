@@ -1,6 +1,7 @@
 // The proxy's request parser and Range interpretation: pure functions of bytes, checked case by
 // case and then fuzzed (SPARSECACHE_PARSER_FUZZ sets the input count; CI runs 100,000).
 import Foundation
+import SeededRandom
 import Testing
 
 @testable import SparseCache
@@ -101,7 +102,7 @@ struct HTTPParserTests {
     func fuzz() {
         let seed = testSeed(0x4854_5450)
         let count = Int(ProcessInfo.processInfo.environment["SPARSECACHE_PARSER_FUZZ"] ?? "") ?? 100_000
-        var random = SeededGenerator(seed: seed)
+        var random = SplitMix64(seed: seed)
         let corpus = [
             "GET /movie.mp4 HTTP/1.1\r\nHost: 127.0.0.1\r\nRange: bytes=0-\r\n\r\n",
             "HEAD /a?url=http%3A%2F%2Fx HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",

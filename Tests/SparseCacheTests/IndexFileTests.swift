@@ -1,5 +1,6 @@
 // The index file and its commit protocol on real files: create, journal appends, checkpoints,
 // recovery from torn writes and damaged superblocks or checkpoints.
+import SeededRandom
 import Testing
 
 @testable import SparseCache
@@ -43,7 +44,7 @@ struct IndexFileTests {
     @Test("create then open gives the created state from the newest slot")
     func createThenOpen() throws {
         let seed = testSeed(0x1DF1_0001)
-        var generator = SeededGenerator(seed: seed)
+        var generator = SplitMix64(seed: seed)
         let directory = try TemporaryDirectory("index")
         for round in 0..<10 {
             let path = directory.file("r\(round).scidx")
@@ -79,7 +80,7 @@ struct IndexFileTests {
     @Test("journal records replay on reopen, and appends continue the sequence after it")
     func journalReplay() throws {
         let seed = testSeed(0x10_4A11)
-        var generator = SeededGenerator(seed: seed)
+        var generator = SplitMix64(seed: seed)
         let directory = try TemporaryDirectory("index")
         let path = directory.file("j.scidx")
         var model = IndexState(segmentShift: 12, length: nil)
@@ -209,7 +210,7 @@ struct IndexFileTests {
     @Test("checkpoints fold the journal, alternate slots and placement, and survive reopen")
     func checkpoints() throws {
         let seed = testSeed(0xC4EC_4901)
-        var generator = SeededGenerator(seed: seed)
+        var generator = SplitMix64(seed: seed)
         let directory = try TemporaryDirectory("index")
         let path = directory.file("c.scidx")
         var model = IndexState(segmentShift: 12, length: nil)
@@ -390,7 +391,7 @@ struct IndexFileTests {
         let matches = try recover(path).0.sameContent(as: model)
         #expect(matches)
         let slot = try RawFile.read(path, offset: 0, count: 4096)
-        var generator = SeededGenerator(seed: 3)
+        var generator = SplitMix64(seed: 3)
         let bits = Array(0..<(64 * 8)) + Array((4092 * 8)..<(4096 * 8)) + (0..<200).map { _ in Int.random(in: 0..<(4096 * 8), using: &generator) }
         var wrong: [String] = []
         for bit in bits {

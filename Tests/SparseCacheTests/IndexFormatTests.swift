@@ -1,19 +1,20 @@
 // The on-disk format in memory: superblock, checkpoint, journal record and metadata encodings,
 // their round trips, and how each rejects damaged bytes. IndexFileTests covers the files.
+import SeededRandom
 import Testing
 
 @testable import SparseCache
 
 // MARK: - Random values
 
-func randomString(_ generator: inout SeededGenerator, maxLength: Int = 24) -> String {
+func randomString(_ generator: inout SplitMix64, maxLength: Int = 24) -> String {
     let alphabet = Array("abcXYZ019 -_/:.é☃️🎬\u{0}\n")
     let length = Int.random(in: 0...maxLength, using: &generator)
     return String((0..<length).map { _ in alphabet.randomElement(using: &generator)! })
 }
 
-func randomMetadata(_ generator: inout SeededGenerator) -> ResourceMetadata {
-    func maybe(_ generator: inout SeededGenerator) -> String? {
+func randomMetadata(_ generator: inout SplitMix64) -> ResourceMetadata {
+    func maybe(_ generator: inout SplitMix64) -> String? {
         Bool.random(using: &generator) ? randomString(&generator) : nil
     }
     var user: [String: String] = [:]
@@ -26,7 +27,7 @@ func randomMetadata(_ generator: inout SeededGenerator) -> ResourceMetadata {
 }
 
 /// A state with a random present set (dense runs and scattered segments) and checksums.
-func randomState(_ generator: inout SeededGenerator, shift: Int = 12, lengthKnown: Bool? = nil, maxSegments: Int = 600) -> IndexState {
+func randomState(_ generator: inout SplitMix64, shift: Int = 12, lengthKnown: Bool? = nil, maxSegments: Int = 600) -> IndexState {
     let segments = Int.random(in: 0...maxSegments, using: &generator)
     let known = lengthKnown ?? Bool.random(using: &generator)
     var length: Int64?
@@ -52,7 +53,7 @@ func randomState(_ generator: inout SeededGenerator, shift: Int = 12, lengthKnow
 
 /// A change that can apply to `state`: adds inside the resource, drops of present segments,
 /// sometimes new metadata, and a length when none is set yet.
-func randomChange(for state: IndexState, _ generator: inout SeededGenerator) -> IndexChange {
+func randomChange(for state: IndexState, _ generator: inout SplitMix64) -> IndexChange {
     var change = IndexChange()
     let limit = state.length.map { IndexState.segmentCount(length: $0, shift: state.segmentShift) } ?? (state.present.count + 64)
     var added = Set<Int>()
@@ -103,7 +104,7 @@ struct SuperblockTests {
     @Test("encode then decode gives the same superblock")
     func roundTrip() {
         let seed = testSeed(0x5B10_0001)
-        var generator = SeededGenerator(seed: seed)
+        var generator = SplitMix64(seed: seed)
         for _ in 0..<200 {
             let offset = Int64.random(in: 2...100_000, using: &generator) * 4096
             let length = Int64.random(in: 1...10_000, using: &generator) * 4096
@@ -251,7 +252,7 @@ struct CheckpointTests {
     @Test("encode then decode gives the same state", arguments: [12, 16, 24])
     func roundTrip(shift: Int) throws {
         let seed = testSeed(0xC7E0_0000) &+ UInt64(shift)
-        var generator = SeededGenerator(seed: seed)
+        var generator = SplitMix64(seed: seed)
         for round in 0..<40 {
             let state = randomState(&generator, shift: shift, maxSegments: round == 0 ? 0 : 2000)
             let generation = UInt64.random(in: 0...1000, using: &generator)
@@ -282,7 +283,7 @@ struct CheckpointTests {
 
     @Test("a checkpoint of another generation, or with the wrong magic, is refused")
     func wrongGenerationOrMagic() {
-        var generator = SeededGenerator(seed: 5)
+        var generator = SplitMix64(seed: 5)
         let state = randomState(&generator)
         let bytes = Checkpoint.encode(state, generation: 4)
         expectErrorSync(.corruptIndex) { try Checkpoint.decode(bytes, generation: 5, segmentShift: 12) }
@@ -295,7 +296,7 @@ struct CheckpointTests {
     @Test("damaged bytes never trap: decode throws .corruptIndex or yields some state")
     func damagedBytes() {
         let seed = testSeed(0xDA3A_6ED0)
-        var generator = SeededGenerator(seed: seed)
+        var generator = SplitMix64(seed: seed)
         var accepted = 0
         var refused = 0
         for round in 0..<300 {
@@ -367,7 +368,7 @@ struct JournalRecordTests {
     @Test("encode then decode gives the same change")
     func roundTrip() throws {
         let seed = testSeed(0x1E_C0D0)
-        var generator = SeededGenerator(seed: seed)
+        var generator = SplitMix64(seed: seed)
         var state = IndexState(segmentShift: 12, length: nil)
         for sequence in UInt64(0)..<300 {
             let change = randomChange(for: state, &generator)
@@ -497,7 +498,7 @@ struct MetadataCodingTests {
     @Test("random metadata round trips")
     func roundTrip() throws {
         let seed = testSeed(0x3E7A_DA7A)
-        var generator = SeededGenerator(seed: seed)
+        var generator = SplitMix64(seed: seed)
         for _ in 0..<300 {
             let metadata = randomMetadata(&generator)
             let decoded = try MetadataCoding.decode(MetadataCoding.encode(metadata)[...])

@@ -6,6 +6,7 @@
 // checksum recomputed so the mutations reach the field checks; zero crashes allowed.
 import CShim
 import Foundation
+import SeededRandom
 import Testing
 
 @testable import SparseCache
@@ -157,7 +158,7 @@ struct IndexFuzzTests {
         let (index, states) = try await Self.history()
         let seed = testSeed(0xF022)
         let iterations = Int(ProcessInfo.processInfo.environment["SPARSECACHE_FUZZ_ITERATIONS"] ?? "") ?? 30_000
-        var random = SeededGenerator(seed: seed)
+        var random = SplitMix64(seed: seed)
         let interesting: [UInt64] = [0, 1, 0xFF, 4095, 4096, 8192, 0x7FFF_FFFF, 0xFFFF_FFFF, 1 << 32, UInt64(Int64.max), .max, 1 << 63, 24, 12]
         var decoded = 0
         var sealed = 0

@@ -2,6 +2,7 @@
 // 127.0.0.1, with curl as the client and raw sockets for what curl will not send.
 import Foundation
 import LoopbackOrigins
+import SeededRandom
 import Testing
 
 @testable import SparseCache
@@ -221,7 +222,7 @@ struct ProxyTests {
             "GET /a.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=0-99\r\n\r\n", "HEAD /a.bin HTTP/1.0\r\n\r\n",
             "GET /a.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=-5,7-\r\nConnection: close\r\n\r\n",
         ].map { Array($0.utf8) }
-        var random = SeededGenerator(seed: testSeed(0x5eed))
+        var random = SplitMix64(seed: testSeed(0x5eed))
         let count = Int(ProcessInfo.processInfo.environment["SPARSECACHE_SOCKET_FUZZ"] ?? "") ?? 600
         var answered = 0, closed = 0
         for _ in 0..<count {

@@ -4,6 +4,7 @@
 // them.
 import CShim
 import Foundation
+import SeededRandom
 import Testing
 
 @testable import SparseCache
@@ -33,7 +34,7 @@ struct ReadPathTests {
     }
 
     static func randomReads(_ file: SparseFile, salt: UInt64, seed: UInt64, count: Int) async throws -> Int {
-        var random = SeededGenerator(seed: seed)
+        var random = SplitMix64(seed: seed)
         var wrong = 0
         for _ in 0..<count {
             let start = Int64.random(in: 0..<length, using: &random)

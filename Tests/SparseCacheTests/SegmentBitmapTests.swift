@@ -1,3 +1,4 @@
+import SeededRandom
 import Testing
 
 @testable import SparseCache
@@ -106,7 +107,7 @@ struct SegmentBitmapTests {
     @Test("random operations match the model", arguments: boundarySizes)
     func randomOperations(size: Int) {
         let seed = testSeed(0xB17_0000) &+ UInt64(size)
-        var generator = SeededGenerator(seed: seed)
+        var generator = SplitMix64(seed: seed)
         var bitmap = SegmentBitmap(count: size)
         var model = BitmapModel(count: size)
         let steps = 400
@@ -155,7 +156,7 @@ struct SegmentBitmapTests {
 
     /// Queries over random ranges, including empty ones, ranges past `count` and ranges that
     /// start before 0.
-    private func queries(_ bitmap: SegmentBitmap, _ model: BitmapModel, generator: inout SeededGenerator, _ context: String) {
+    private func queries(_ bitmap: SegmentBitmap, _ model: BitmapModel, generator: inout SplitMix64, _ context: String) {
         var ranges: [Range<Int>] = [0..<model.count, 0..<0, model.count..<(model.count + 65)]
         for _ in 0..<12 {
             let lower = Int.random(in: 0...(model.count + 70), using: &generator)
@@ -244,7 +245,7 @@ struct SegmentChecksumsTests {
     @Test("values round trip and unset segments read 0")
     func roundTrip() {
         let seed = testSeed(0xC5C5)
-        var generator = SeededGenerator(seed: seed)
+        var generator = SplitMix64(seed: seed)
         var checksums = SegmentChecksums()
         var model: [Int: UInt32] = [:]
         for _ in 0..<500 {

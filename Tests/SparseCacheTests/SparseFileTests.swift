@@ -1,6 +1,7 @@
 // SparseFile on real files in a temporary directory: writes of any alignment, read semantics,
 // durability across reopen, argument checking, locking, and damage on disk.
 import Foundation
+import SeededRandom
 import Testing
 
 @testable import SparseCache
@@ -177,7 +178,7 @@ struct SparseFileTests {
     @Test("commit, close and reopen keep every byte; the data file holds them too")
     func reopenKeepsBytes() async throws {
         let seed = testSeed(0x5EED_0FF1)
-        var generator = SeededGenerator(seed: seed)
+        var generator = SplitMix64(seed: seed)
         try await withTemporaryDirectory { directory in
             let path = directory.file("d.bin")
             let length = Int64.random(in: seg(10)...seg(40), using: &generator)

@@ -1,6 +1,7 @@
 // The cache directory: LRU eviction against a model, pinning, the larger-than-budget window,
 // restart, concurrency, crash leftovers, two processes, and bad input.
 import Foundation
+import SeededRandom
 import Testing
 
 @testable import SparseCache
@@ -41,7 +42,7 @@ struct StoreTests {
     @Test("eviction follows least-recent use, checked against a model")
     func lruOrderMatchesModel() async throws {
         let seed = testSeed(51)
-        var random = SeededGenerator(seed: seed)
+        var random = SplitMix64(seed: seed)
         try await withTemporaryDirectory("store-lru") { directory in
             let length: Int64 = 64 << 10
             let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
@@ -178,7 +179,7 @@ struct StoreTests {
             try await withThrowingTaskGroup(of: Int.self) { group in
                 for worker in 0..<12 {
                     group.addTask {
-                        var random = SeededGenerator(seed: seed &+ UInt64(worker))
+                        var random = SplitMix64(seed: seed &+ UInt64(worker))
                         var checkedReads = 0
                         for _ in 0..<25 {
                             let key = keys[Int(random.next() % UInt64(keys.count))]

@@ -1,4 +1,4 @@
-// Shared helpers for the test suite: a seeded generator, temporary directories, raw file
+// Shared helpers for the test suite: the test seed, temporary directories, raw file
 // surgery (bit flips, truncation) and an error expectation that checks the error code.
 import CShim
 import Foundation
@@ -7,36 +7,6 @@ import Testing
 @testable import SparseCache
 
 // MARK: - Seeded randomness
-
-/// SplitMix64: small, fast and fully determined by its seed, so a failure can be replayed by
-/// running with `SPARSECACHE_TEST_SEED=<seed>`.
-struct SeededGenerator: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    mutating func bytes(_ count: Int) -> [UInt8] {
-        var result = [UInt8](repeating: 0, count: count)
-        var index = 0
-        while index < count {
-            var word = next()
-            for _ in 0..<8 where index < count {
-                result[index] = UInt8(truncatingIfNeeded: word)
-                word >>= 8
-                index += 1
-            }
-        }
-        return result
-    }
-}
 
 /// The seed for a test: `SPARSECACHE_TEST_SEED` when set, else the test's own default.
 func testSeed(_ defaultSeed: UInt64) -> UInt64 {
@@ -47,22 +17,6 @@ func testSeed(_ defaultSeed: UInt64) -> UInt64 {
 }
 
 // MARK: - Deterministic resource content
-
-/// The byte every writer puts at `offset`: a pure function of the offset (and a salt per
-/// resource), so any read that succeeds can be checked without remembering what was written.
-@inline(__always)
-func sourceByte(at offset: Int64, salt: UInt64 = 0) -> UInt8 {
-    var z = UInt64(bitPattern: offset) &+ salt &* 0x9E37_79B9_7F4A_7C15
-    z = (z ^ (z >> 33)) &* 0xFF51_AFD7_ED55_8CCD
-    z = (z ^ (z >> 33)) &* 0xC4CE_B9FE_1A85_EC53
-    return UInt8(truncatingIfNeeded: z ^ (z >> 33))
-}
-
-func sourceBytes(_ range: Range<Int64>, salt: UInt64 = 0) -> [UInt8] {
-    var bytes = [UInt8](repeating: 0, count: Int(range.count))
-    for index in bytes.indices { bytes[index] = sourceByte(at: range.lowerBound + Int64(index), salt: salt) }
-    return bytes
-}
 
 // MARK: - Temporary directories
 

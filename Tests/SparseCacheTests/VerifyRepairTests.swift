@@ -5,6 +5,7 @@
 // remaining segment still reads back its own bytes.
 import CShim
 import Foundation
+import SeededRandom
 import Testing
 
 @testable import SparseCache
@@ -33,7 +34,7 @@ struct VerifyRepairTests {
     @Test("verify names exactly the damaged segments; repair drops exactly those; the result verifies clean")
     func damageSweep() async throws {
         let seed = testSeed(0xDA3A_6E)
-        var random = SeededGenerator(seed: seed)
+        var random = SplitMix64(seed: seed)
         var counts: [String: Int] = [:]
         var violations = 0
         for round in 0..<40 {
@@ -114,7 +115,7 @@ struct VerifyRepairTests {
         let file = try await SparseFile.open(path, options: .testing(segmentSize: Self.segmentSize, length: length))
         try await file.write(sourceBytes(0..<length), at: 0)
         try await file.close()
-        var random = SeededGenerator(seed: 3)
+        var random = SplitMix64(seed: 3)
         try Self.inflict(.bitFlip, on: 4, path: path, length: length, random: &random)
 
         let result = try await CLI.run(["verify", path, "--json"])
@@ -131,7 +132,7 @@ struct VerifyRepairTests {
     }
 
     /// Damages one segment of the data file behind the engine's back.
-    static func inflict(_ damage: Damage, on segment: Int, path: String, length: Int64, random: inout SeededGenerator) throws {
+    static func inflict(_ damage: Damage, on segment: Int, path: String, length: Int64, random: inout SplitMix64) throws {
         let start = Int64(segment * segmentSize)
         let end = min(length, start + Int64(segmentSize))
         switch damage {
