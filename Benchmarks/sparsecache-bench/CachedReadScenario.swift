@@ -109,7 +109,7 @@ enum CachedReadScenario {
     /// clock starts when every thread is created and waiting.
     @discardableResult
     static func rawReaders(fd: Int32, path: String, jobs: [[Int64]], length: Int, checksumSegment: Int? = nil) async throws -> Sample {
-        try await BlockingBridge.shared.run {
+        try await BlockingExecutor.shared.run {
             let collector = LatencyCollector()
             let ready = DispatchGroup()
             let done = DispatchGroup()

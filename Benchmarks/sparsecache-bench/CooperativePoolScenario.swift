@@ -49,7 +49,7 @@ enum CooperativePoolScenario {
         guard let resource = context.readResource else { throw BenchError("no read resource") }
         let file = try await resource.open(verifyReads: true)
         let channelOnly = try await resource.open(verifyReads: true, pageCacheFirst: false)
-        let bridges = (0..<slowCalls).map { BlockingBridge(label: "sparsecache-bench.slow.\($0)") }
+        let bridges = (0..<slowCalls).map { BlockingExecutor(label: "sparsecache-bench.slow.\($0)") }
         let readLength = context.sizes.slowReadLength
         let commitBytes = context.options.mode == .smoke ? 64 << 10 : 1 << 20
         var random = SplitMix64(seed: 7)
@@ -162,7 +162,7 @@ enum CooperativePoolScenario {
 
     /// 64 reads spread over the resource and 64 calls that block 100 ms each, all at once.
     private static func readsAndSlowCalls(
-        _ file: SparseFile, bridges: [BlockingBridge], readLength: Int, reads: Int, resourceLength: Int64
+        _ file: SparseFile, bridges: [BlockingExecutor], readLength: Int, reads: Int, resourceLength: Int64
     ) async throws -> (reads: [UInt64], calls: [UInt64]) {
         try await withThrowingTaskGroup(of: (Bool, UInt64).self) { group in
             let stride = max(Int64(readLength), resourceLength / Int64(slowCalls))

@@ -24,7 +24,7 @@ enum FaultHookScenario {
                 let rule: FaultInjection.RuleID? =
                     contender == 2 ? try FaultInjection.add(.fail([.pwrite, .pread], errno: EIO, pathContains: "/no/such/file/")) : nil
                 defer { if let rule { FaultInjection.remove(rule) } }
-                let nanoseconds = try await BlockingBridge.shared.run {
+                let nanoseconds = try await BlockingExecutor.shared.run {
                     try loop(path: path, calls: calls, write: operation.hasPrefix("pwrite"), throughShim: contender > 0)
                 }
                 return Sample(value: nanoseconds)

@@ -46,11 +46,11 @@ enum FillContender: Int, CaseIterable, Sendable {
     /// the last sync (everything written is durable when the clock stops).
     func run(_ plan: FillPlan, in directory: String) async throws -> Double {
         switch self {
-        case .raw: try await BlockingBridge.shared.run { try Self.raw(plan, directory, record: false) }
-        case .protocolFloor: try await BlockingBridge.shared.run { try Self.raw(plan, directory, record: true) }
+        case .raw: try await BlockingExecutor.shared.run { try Self.raw(plan, directory, record: false) }
+        case .protocolFloor: try await BlockingExecutor.shared.run { try Self.raw(plan, directory, record: true) }
         case .sparseFile: try await Self.sparseFile(plan, directory)
-        case .fileHandleJSON: try await BlockingBridge.shared.run { try Self.fileHandleJSON(plan, directory) }
-        case .chunkPerFile: try await BlockingBridge.shared.run { try Self.chunkPerFile(plan, directory) }
+        case .fileHandleJSON: try await BlockingExecutor.shared.run { try Self.fileHandleJSON(plan, directory) }
+        case .chunkPerFile: try await BlockingExecutor.shared.run { try Self.chunkPerFile(plan, directory) }
         }
     }
 
@@ -311,7 +311,7 @@ enum FillBench {
 /// Flushes everything dirty (sync(2)) off the clock, so one run's leftovers never land in
 /// the next run's timing.
 func settleDisk() async throws {
-    try await BlockingBridge.shared.run { sync() }
+    try await BlockingExecutor.shared.run { sync() }
 }
 
 /// An error with a plain message.

@@ -79,7 +79,7 @@ enum ScaleScenario {
                 let reopened = try await SparseFile.open(path, options: reopen)
                 openSamples.append(Sample(value: Monotonic.seconds(since: start) * 1000))
                 try await reopened.close()
-                let probe = try await BlockingBridge.shared.run { try runProbe(executable: executable, warm: warm, path: path) }
+                let probe = try await BlockingExecutor.shared.run { try runProbe(executable: executable, warm: warm, path: path) }
                 memorySamples.append(Sample(value: Double(probe.residentBytes) / 1024))
                 childOpenSamples.append(Sample(value: Double(probe.openNanoseconds) / 1e6))
             }

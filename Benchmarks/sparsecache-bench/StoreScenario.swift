@@ -38,7 +38,7 @@ enum StoreScenario {
             switch contender {
             case 0:
                 let start = Monotonic.now()
-                let files = try await BlockingBridge.shared.run { try statEveryFile(storePath + "/resources") }
+                let files = try await BlockingExecutor.shared.run { try statEveryFile(storePath + "/resources") }
                 guard files == 2 * count else { throw BenchError("found \(files) files, expected \(2 * count)") }
                 return Sample(value: Monotonic.seconds(since: start) * 1000)
             default:
@@ -72,9 +72,9 @@ enum StoreScenario {
         let evictionSamples = try await interleaved(contenders: 2, repetitions: context.repetitions) { contender, repetition in
             if contender == 0 {
                 let names = (0..<evictions).map { "r\(repetition)-\($0)" }
-                try await BlockingBridge.shared.run { try createRawPairs(rawDirectory, names: names) }
+                try await BlockingExecutor.shared.run { try createRawPairs(rawDirectory, names: names) }
                 let start = Monotonic.now()
-                try await BlockingBridge.shared.run { try removeRawPairs(rawDirectory, names: names) }
+                try await BlockingExecutor.shared.run { try removeRawPairs(rawDirectory, names: names) }
                 return Sample(value: Double(evictions) / Monotonic.seconds(since: start))
             }
             let store = try await SparseStore.open(directory: storePath, options: options)

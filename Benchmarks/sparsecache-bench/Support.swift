@@ -1,6 +1,6 @@
 import CShim
-import Dispatch
 import Foundation
+import SparseCache
 
 /// Monotonic time in nanoseconds (CLOCK_MONOTONIC): cheap enough to stamp every read.
 enum Monotonic {
@@ -14,21 +14,9 @@ enum Monotonic {
     static func seconds(since start: UInt64) -> Double { Double(now() - start) / 1e9 }
 }
 
-/// Runs blocking baseline work off the cooperative pool, the way the engine does: a dispatch
-/// queue plus a continuation. The closure is `@Sendable` and created in a nonisolated
-/// function, so libdispatch never sees an actor-isolated handler.
-struct BlockingBridge: Sendable {
-    let queue: DispatchQueue
-
-    init(label: String) { queue = DispatchQueue(label: label) }
-
-    static let shared = BlockingBridge(label: "sparsecache-bench.blocking")
-
-    func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
-            queue.async { @Sendable in continuation.resume(with: Result { try work() }) }
-        }
-    }
+extension BlockingExecutor {
+    /// Blocking baseline work runs off the cooperative pool, through the engine's own bridge.
+    static let shared = BlockingExecutor(label: "sparsecache-bench.blocking")
 }
 
 /// A failed syscall in a baseline.

@@ -19,7 +19,7 @@ enum VerifyScenario {
                 let start = Monotonic.now()
                 let bytes: Int64
                 if contender == 0 {
-                    bytes = try await BlockingBridge.shared.run { try rawVerify(resource) }
+                    bytes = try await BlockingExecutor.shared.run { try rawVerify(resource) }
                 } else {
                     let report = try await Verifier.verify(path: resource.path)
                     guard report.isClean, report.bytesChecked == resource.length else {
@@ -84,7 +84,7 @@ enum VerifyScenario {
         contenders.append(("sc_crc32c (what the engine calls)", context.sizes.crcHardwareBytes, { sc_crc32c($0, $1, $2) }))
         let samples = try await interleaved(contenders: contenders.count, repetitions: context.repetitions) { index, _ in
             let (_, total, function) = contenders[index]
-            return try await BlockingBridge.shared.run {
+            return try await BlockingExecutor.shared.run {
                 var crc: UInt32 = 0
                 let start = Monotonic.now()
                 buffer.withUnsafeBytes { raw in

@@ -110,10 +110,10 @@ final class OutputFile {
         }
     }
 
-    /// Writes on ``BlockingIO``'s queue.
+    /// Writes on ``BlockingExecutor/cliIO``.
     func write(_ bytes: [UInt8], at offset: Int64) async throws {
         let fd = self.fd, path = self.path
-        try await BlockingIO.run { try Self.write(bytes, at: offset, fd: fd, path: path) }
+        try await BlockingExecutor.cliIO.run { try Self.write(bytes, at: offset, fd: fd, path: path) }
     }
 
     private static func write(_ bytes: [UInt8], at offset: Int64, fd: Int32, path: String) throws {

@@ -88,10 +88,10 @@ final class OutputSink {
         fd = opened
     }
 
-    /// Writes on ``BlockingIO``'s queue.
+    /// Writes on ``BlockingExecutor/cliIO``.
     func write(_ bytes: [UInt8]) async throws {
         let fd = self.fd, path = self.path
-        try await BlockingIO.run {
+        try await BlockingExecutor.cliIO.run {
             let ok = bytes.withUnsafeBytes { Output.writeAll($0, to: fd) }
             if !ok { throw SparseCacheError(.io, operation: "write output", path: path ?? "standard output", errno: errno) }
         }
@@ -100,7 +100,7 @@ final class OutputSink {
     func finish() async throws {
         guard let path else { return }
         let fd = self.fd
-        try await BlockingIO.run {
+        try await BlockingExecutor.cliIO.run {
             if fsync(fd) != 0 { throw SparseCacheError(.io, operation: "fsync output", path: path, errno: errno) }
         }
     }

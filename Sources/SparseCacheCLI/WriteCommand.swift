@@ -133,10 +133,10 @@ final class InputStream {
         name = path
     }
 
-    /// Up to `maximum` bytes; nil at end of input. Read on ``BlockingIO``'s queue.
+    /// Up to `maximum` bytes; nil at end of input. Read on ``BlockingExecutor/cliIO``.
     func next(maximum: Int) async throws -> [UInt8]? {
         let fd = self.fd, name = self.name
-        return try await BlockingIO.run { try Self.read(fd, maximum: maximum, name: name) }
+        return try await BlockingExecutor.cliIO.run { try Self.read(fd, maximum: maximum, name: name) }
     }
 
     private static func read(_ fd: Int32, maximum: Int, name: String) throws -> [UInt8]? {

@@ -4,11 +4,13 @@ import Dispatch
 /// awaiting task when it finishes, so no blocking syscall ever runs on the cooperative pool.
 ///
 /// Each resource gets its own serial queue: its writes and syncs keep their order, and a slow
-/// fdatasync of one resource never holds up another's.
-struct BlockingExecutor: Sendable {
+/// fdatasync of one resource never holds up another's. Public so that code beside the engine
+/// (the CLI's own file I/O, the benchmarks' raw baselines) keeps the same rule the same way.
+public struct BlockingExecutor: Sendable {
     private let queue: DispatchQueue
 
-    init(label: String) {
+    /// A serial queue named `label`: the work given to one executor runs in order.
+    public init(label: String) {
         queue = DispatchQueue(label: label)
     }
 
@@ -16,7 +18,7 @@ struct BlockingExecutor: Sendable {
     ///
     /// The closure is `@Sendable` and created here, in a nonisolated function, so it never
     /// inherits an actor's isolation (which libdispatch on Linux would trap on).
-    func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    public func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
             queue.async { @Sendable in
                 continuation.resume(with: Result { try work() })
