@@ -45,6 +45,7 @@ public struct CacheReadStream: AsyncSequence, Sendable {
 /// has the chunk (or at once, when the consumer was already waiting).
 final class Handoff: Sendable {
     private struct State {
+        var started = false
         var producer: Task<Void, Never>?
         var chunk: [UInt8]?
         /// The producer, waiting for its chunk to be taken.
@@ -93,10 +94,8 @@ final class Handoff: Sendable {
 
     private func startIfNeeded() {
         let start = state.withLock { state -> Bool in
-            guard state.producer == nil, state.end == nil else { return false }
-            // A placeholder until the task exists, so only one caller starts it.
-            state.producer = Task {}
-            return true
+            defer { state.started = true }
+            return !state.started && state.end == nil
         }
         guard start else { return }
         let task = Task { [produce] in
@@ -107,7 +106,12 @@ final class Handoff: Sendable {
                 self.finish(.failure(error))
             }
         }
-        state.withLock { $0.producer = task }
+        // A consumer that left meanwhile found no task to cancel: cancel it here.
+        let ended = state.withLock { state -> Bool in
+            state.producer = task
+            return state.end != nil
+        }
+        if ended { task.cancel() }
     }
 
     private enum SendAction {

@@ -104,11 +104,6 @@ public final class HTTPResponseWriter: Sendable {
         try await writeBody(body)
     }
 
-    /// Marks the connection to close after this response.
-    func closeAfterResponse() {
-        state.withLock { $0.closes = true }
-    }
-
     private func send(_ bytes: [UInt8]) async throws {
         activity(true)
         defer { activity(false) }
