@@ -58,7 +58,11 @@ struct ReadPathTests {
                 #expect(wrong == 0, "page cache first: \(pageCacheFirst)")
                 let statistics = await file.readStatistics
                 if pageCacheFirst {
-                    #expect(statistics.fromPageCache > 0 && statistics.throughChannel == 0, "\(statistics)")
+                    // Not all: the kernel may evict a few pages, or RWF_NOWAIT may find one
+                    // locked, while other suites run (a CI run sent 96 KiB of 16 MiB through the
+                    // channel). Those bytes fall back to the channel, which is the design.
+                    #expect(statistics.fromPageCache > 0, "\(statistics)")
+                    #expect(statistics.fromPageCache >= 9 * statistics.throughChannel, "most bytes from the page cache: \(statistics)")
                 } else {
                     #expect(statistics.fromPageCache == 0 && statistics.throughChannel > 0, "\(statistics)")
                 }
