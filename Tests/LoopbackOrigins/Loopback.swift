@@ -1,6 +1,7 @@
 // Shared by the test suite and the benchmark suite: ports on 127.0.0.1 and an nginx that
 // serves one directory as a single process the caller starts and kills.
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -8,21 +9,40 @@ import Glibc
 
 /// Loopback sockets, the least a local origin needs.
 public enum Loopback {
-    /// A port nobody listens on now: the kernel's pick for port 0.
+    /// A port nobody uses now, below the kernel's ephemeral range and never handed out twice
+    /// in this process.
+    ///
+    /// Not the kernel's pick for port 0: that comes from the ephemeral range, where any client
+    /// connection (curl, wrk, the proxy's own fetches) may take it as its source port between
+    /// this check and the server's bind, and the server then fails with "address in use" (a CI
+    /// run lost a `sparsecache serve` start that way).
     public static func freePort() throws -> Int {
+        let below = ephemeralRangeStart()
+        for _ in 0..<500 {
+            let port = Int.random(in: 10_000..<below)
+            guard handedOut.withLock({ $0.insert(port).inserted }), canBind(port: port) else { continue }
+            return port
+        }
+        throw LoopbackError("no free port between 10000 and \(below)")
+    }
+
+    private static let handedOut = Mutex<Set<Int>>([])
+
+    /// The first port the kernel gives to outgoing connections (32768 unless configured).
+    private static func ephemeralRangeStart() -> Int {
+        let text = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8)) ?? ""
+        let first = text.split(whereSeparator: \.isWhitespace).first.flatMap { Int($0) } ?? 32768
+        return max(first, 10_001)
+    }
+
+    private static func canBind(port: Int) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw LoopbackError("socket: errno \(errno)") }
+        guard fd >= 0 else { return false }
         defer { close(fd) }
-        var address = loopback(port: 0)
-        let bound = withUnsafePointer(to: &address) {
+        var address = loopback(port: port)
+        return withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0 else { throw LoopbackError("bind: errno \(errno)") }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        return Int(UInt16(bigEndian: address.sin_port))
+        } == 0
     }
 
     /// Whether something accepts connections on `port`.
@@ -43,7 +63,11 @@ public enum Loopback {
             if canConnect(port: port) { return }
             try await Task.sleep(for: .milliseconds(25))
         }
-        throw LoopbackError("\(process.executableURL?.lastPathComponent ?? "server") did not listen on port \(port)")
+        let name = process.executableURL?.lastPathComponent ?? "server"
+        if !process.isRunning {
+            throw LoopbackError("\(name) exited with status \(process.terminationStatus) before listening on port \(port)")
+        }
+        throw LoopbackError("\(name) did not listen on port \(port) within \(timeout)")
     }
 
     /// SIGKILL and wait. A child spawned from a dispatch thread inherits that thread's blocked
