@@ -85,6 +85,47 @@ ssize_t sc_recv(int fd, void *buffer, size_t count) {
 
 int sc_shutdown_write(int fd) { return shutdown(fd, SHUT_WR); }
 
+int sc_resolve(const char *host, int port, struct sc_address *found, int capacity) {
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV | AI_ADDRCONFIG;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo *list = NULL;
+    int status = getaddrinfo(host, service, &hints, &list);
+    if (status != 0) return status < 0 ? status : -status;
+    int count = 0;
+    for (struct addrinfo *address = list; address != NULL && count < capacity; address = address->ai_next) {
+        if (address->ai_addrlen > sizeof found[count].storage) continue;
+        memcpy(&found[count].storage, address->ai_addr, address->ai_addrlen);
+        found[count].length = address->ai_addrlen;
+        count++;
+    }
+    freeaddrinfo(list);
+    return count;
+}
+
+int sc_tcp_connect(const struct sc_address *address) {
+    int fd = socket(address->storage.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (connect(fd, (const struct sockaddr *)&address->storage, address->length) != 0 && errno != EINPROGRESS) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+int sc_socket_error(int fd) {
+    int error = 0;
+    socklen_t length = sizeof error;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0) return errno;
+    return error;
+}
+
 // MARK: - Signals as bytes on a pipe
 
 #include <signal.h>

@@ -37,8 +37,8 @@ enum FillThroughScenario {
         defer { origin.stop() }
         let url = URL(string: origin.baseURL + "/movie.bin")!
         let contenders = [
-            "curl -o file", "HTTPRangeSource alone (URLSession, bytes dropped)", "ProgressiveCache.read (fill + read back)",
-            "ProgressiveCache.prefetch (fill only)",
+            "curl -o file", "HTTPRangeSource alone (own client, bytes dropped)", "HTTPRangeSource alone (URLSession, bytes dropped)",
+            "ProgressiveCache.read (fill + read back)", "ProgressiveCache.prefetch (fill only)",
         ]
         let samples = try await interleaved(contenders: contenders.count, repetitions: context.repetitions) { contender, repetition in
             let target = work + "/run-\(repetition)-\(contender)"
@@ -48,8 +48,9 @@ enum FillThroughScenario {
             case 0:
                 _ = try await Clients.run(curl, ["-s", "-f", "-o", target, url.absoluteString])
                 guard Raw.fileSize(target) == length else { throw BenchError("curl wrote \(Raw.fileSize(target)) of \(length) bytes") }
-            case 1:
-                let response = try await HTTPRangeSource(url: url).fetch(0..<length, validator: nil)
+            case 1, 2:
+                let transport: HTTPRangeSource.Transport = contender == 1 ? .automatic : .urlSession
+                let response = try await HTTPRangeSource(url: url, transport: transport).fetch(0..<length, validator: nil)
                 var received: Int64 = 0
                 for try await bytes in response.body { received += Int64(bytes.count) }
                 guard received == length else { throw BenchError("received \(received) of \(length) bytes") }
@@ -57,7 +58,7 @@ enum FillThroughScenario {
                 let store = try await SparseStore.open(directory: target, options: StoreOptions(budget: .max))
                 let cache = ProgressiveCache(store: store)
                 let source = try HTTPRangeSource(url: url)
-                if contender == 2 {
+                if contender == 3 {
                     var received: Int64 = 0
                     for try await bytes in cache.read(source) { received += Int64(bytes.count) }
                     guard received == length else { throw BenchError("read \(received) of \(length) bytes") }

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #ifdef __cplusplus
@@ -105,6 +106,22 @@ int sc_tcp_accept(int fd, char *peer, size_t peer_size);
 ssize_t sc_send(int fd, const void *buffer, size_t count);
 ssize_t sc_recv(int fd, void *buffer, size_t count);
 int sc_shutdown_write(int fd);
+
+/// One address of a host, as getaddrinfo(3) gives it.
+struct sc_address {
+    struct sockaddr_storage storage;
+    socklen_t length;
+};
+/// Resolves `host` (a name or a numeric address) for TCP to `port`: up to `capacity` addresses
+/// in `found`, in getaddrinfo's order. Returns how many, or a negative getaddrinfo error
+/// (EAI_*; gai_strerror names it). May wait for DNS: call it off the cooperative pool.
+int sc_resolve(const char *host, int port, struct sc_address *found, int capacity);
+/// Starts a non-blocking connect to `address`: the descriptor (non-blocking, close-on-exec)
+/// whose connect is done or in progress (wait until writable, then read sc_socket_error), or
+/// -1 with errno.
+int sc_tcp_connect(const struct sc_address *address);
+/// The pending error of a socket (SO_ERROR): 0 once a connect has succeeded.
+int sc_socket_error(int fd);
 
 /// Delivers `signals` as bytes (the signal number) on a pipe and returns its non-blocking read
 /// end (the same one on every call). The handler only writes one byte, which is

@@ -51,25 +51,30 @@ struct FillUnitTests {
         func response(_ status: Int, _ headers: [String: String]) -> HTTPURLResponse {
             HTTPURLResponse(url: url, statusCode: status, httpVersion: "HTTP/1.1", headerFields: headers)!
         }
-        let partial = try HTTPRangeSource.interpret(
+        func interpret(_ response: HTTPURLResponse, requested: Range<Int64>?, key: String) throws -> (ContentInfo, Int64) {
+            let length = response.expectedContentLength >= 0 ? response.expectedContentLength : nil
+            return try HTTPRangeSource.interpret(
+                status: response.statusCode, headers: Headers(response), contentLength: length, requested: requested, key: key)
+        }
+        let partial = try interpret(
             response(206, ["Content-Range": "bytes 100-199/1000", "ETag": "\"v1\"", "Content-Type": "video/mp4"]), requested: 100..<200, key: "k")
         #expect(partial.1 == 100 && partial.0.length == 1000 && partial.0.acceptsRanges)
         #expect(partial.0.validator.etag == "\"v1\"" && partial.0.contentType == "video/mp4")
-        let whole = try HTTPRangeSource.interpret(response(200, ["Content-Length": "1000"]), requested: 100..<200, key: "k")
+        let whole = try interpret(response(200, ["Content-Length": "1000"]), requested: 100..<200, key: "k")
         #expect(whole.1 == 0 && !whole.0.acceptsRanges)
         #expect(throws: SparseCacheError.self) {
-            _ = try HTTPRangeSource.interpret(response(206, ["Content-Range": "bytes 0-99/1000"]), requested: 100..<200, key: "k")
+            _ = try interpret(response(206, ["Content-Range": "bytes 0-99/1000"]), requested: 100..<200, key: "k")
         }
-        #expect(throws: SparseCacheError.self) { _ = try HTTPRangeSource.interpret(response(206, [:]), requested: 0..<1, key: "k") }
+        #expect(throws: SparseCacheError.self) { _ = try interpret(response(206, [:]), requested: 0..<1, key: "k") }
         do {
-            _ = try HTTPRangeSource.interpret(response(416, ["Content-Range": "bytes */1000"]), requested: 5000..<6000, key: "k")
+            _ = try interpret(response(416, ["Content-Range": "bytes */1000"]), requested: 5000..<6000, key: "k")
             Issue.record("416 was accepted")
         } catch let error as SparseCacheError {
             #expect(error.code == .origin && error.description.contains("416") && error.description.contains("1000"), "\(error)")
         }
         for (status, code) in [(404, SparseCacheError.Code.origin), (403, .origin), (503, .originUnavailable), (500, .originUnavailable)] {
             do {
-                _ = try HTTPRangeSource.interpret(response(status, [:]), requested: 0..<1, key: "k")
+                _ = try interpret(response(status, [:]), requested: 0..<1, key: "k")
                 Issue.record("\(status) was accepted")
             } catch let error as SparseCacheError {
                 #expect(error.code == code && error.description.contains(String(status)), "\(error)")

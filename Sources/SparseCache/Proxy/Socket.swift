@@ -180,20 +180,77 @@ final class TCPConnection: Sendable {
     }
 
     /// Up to `maximum` bytes, as soon as any arrive; empty at the end of the stream.
-    func receive(maximum: Int) async throws -> [UInt8] {
-        var bytes = [UInt8](repeating: 0, count: maximum)
+    ///
+    /// With `gathering`, keeps taking what has already arrived (without waiting) until that
+    /// many bytes are in hand: fewer, larger chunks from a fast sender, no added wait for a slow
+    /// one. A reset throws even when some bytes came before it, so a cut is never mistaken for
+    /// the end of a body that runs until the connection closes.
+    func receive(maximum: Int, gathering: Int = 0) async throws -> [UInt8] {
+        let fd = descriptor.fd
         while true {
-            let count = bytes.withUnsafeMutableBytes { sc_recv(descriptor.fd, $0.baseAddress, maximum) }
-            if count >= 0 {
-                bytes.removeSubrange(count...)
-                return bytes
+            var failure: Int32 = 0
+            var ended = false
+            let bytes = [UInt8](unsafeUninitializedCapacity: maximum) { buffer, initialized in
+                initialized = 0
+                while initialized < maximum {
+                    let count = sc_recv(fd, buffer.baseAddress! + initialized, maximum - initialized)
+                    if count > 0 {
+                        initialized += count
+                        if initialized >= gathering { break }
+                        continue
+                    }
+                    if count == 0 { ended = true } else { failure = errno }
+                    break
+                }
             }
-            switch errno {
-            case EAGAIN, EWOULDBLOCK: try await readable.wait()
-            case EINTR: continue
-            case let number: throw SparseCacheError(.io, operation: "receive", path: peer, errno: number)
+            switch failure {
+            case 0, EAGAIN, EWOULDBLOCK, EINTR:
+                if !bytes.isEmpty || ended { return bytes }
+                if failure != EINTR { try await readable.wait() }
+            case let number:
+                throw SparseCacheError(.io, operation: "receive", path: peer, errno: number)
             }
         }
+    }
+
+    /// Connects to `host` (a name or a numeric address) on `port`, trying each address the
+    /// resolver gives in turn. Name resolution may wait for DNS, so it runs on `resolver`.
+    ///
+    /// - Throws: `.originUnavailable` naming the host when it cannot be resolved or no address
+    ///   accepts the connection; `CancellationError` when the task is cancelled meanwhile.
+    static func connect(host: String, port: Int, resolver: BlockingExecutor) async throws -> TCPConnection {
+        let name = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        let addresses = try await resolver.run { () throws -> [sc_address] in
+            var found = [sc_address](repeating: sc_address(), count: 8)
+            let count = sc_resolve(host, Int32(port), &found, Int32(found.count))
+            guard count > 0 else {
+                let detail = count == 0 ? "no address" : String(cString: gai_strerror(count))
+                throw SparseCacheError(.originUnavailable, operation: "connect", path: name, detail: "cannot resolve the host: \(detail)")
+            }
+            return Array(found.prefix(Int(count)))
+        }
+        var refusal: Int32 = 0
+        for var address in addresses {
+            let fd = sc_tcp_connect(&address)
+            guard fd >= 0 else {
+                refusal = errno
+                continue
+            }
+            let connection = TCPConnection(fd: fd, peer: name)
+            do {
+                try await connection.writable.wait()
+            } catch {
+                connection.close()
+                throw error
+            }
+            let status = sc_socket_error(fd)
+            if status == 0 { return connection }
+            refusal = status
+            connection.close()
+        }
+        throw SparseCacheError(
+            .originUnavailable, operation: "connect", path: name, errno: refusal == 0 ? nil : refusal,
+            detail: refusal == ECONNREFUSED ? "connection refused" : nil)
     }
 
     /// All of `bytes`, waiting while the client's window is full. `progress` is called after

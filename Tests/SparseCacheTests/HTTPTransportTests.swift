@@ -1,0 +1,219 @@
+// The two ways HTTPRangeSource reaches an origin: its own HTTP/1.1 client (HTTPExchange, for
+// http://) and URLSession. Against nginx both must give the same answers; against a server
+// of canned bytes the own client must frame bodies right, refuse malformed responses with a
+// clear error, and hold the origin back while its reader does not read.
+import Foundation
+import LoopbackOrigins
+import Synchronization
+import Testing
+
+@testable import SparseCache
+
+/// A server on 127.0.0.1 that reads each request head and answers with whatever `respond`
+/// sends, then closes the connection.
+final class CannedOrigin: Sendable {
+    let listener: TCPListener
+    private let loop: Task<Void, Never>
+    private let log = RequestLog()
+
+    private final class RequestLog: Sendable {
+        let heads = Mutex<[String]>([])
+    }
+
+    init(_ respond: @escaping @Sendable (_ request: String, _ connection: TCPConnection) async throws -> Void) throws {
+        let listener = try TCPListener(host: "127.0.0.1", port: 0)
+        self.listener = listener
+        let log = self.log
+        loop = Task {
+            while let connection = try? await listener.accept() {
+                Task {
+                    var head: [UInt8] = []
+                    while !head.suffix(4).elementsEqual("\r\n\r\n".utf8) {
+                        guard let more = try? await connection.receive(maximum: 1), !more.isEmpty else { break }
+                        head += more
+                    }
+                    log.heads.withLock { $0.append(String(decoding: head, as: UTF8.self)) }
+                    try? await respond(String(decoding: head, as: UTF8.self), connection)
+                    connection.close()
+                }
+            }
+        }
+    }
+
+    /// Request heads received, in order.
+    var received: [String] { log.heads.withLock { $0 } }
+
+    var url: URL { URL(string: "http://127.0.0.1:\(listener.port)/file.bin")! }
+
+    func stop() {
+        listener.close()
+        loop.cancel()
+    }
+
+    /// A response made of `text` (CRLFs spelled out by the caller).
+    static func text(_ text: String) throws -> CannedOrigin {
+        try CannedOrigin { _, connection in try await connection.send(Array(text.utf8)) }
+    }
+}
+
+@Suite("HTTP transports: own client and URLSession", .serialized, .timeLimit(.minutes(2)))
+struct HTTPTransportTests {
+    /// The body of a response, all of it.
+    static func body(_ response: RangeResponse) async throws -> [UInt8] {
+        var bytes: [UInt8] = []
+        for try await chunk in response.body { bytes += chunk }
+        return bytes
+    }
+
+    /// What one fetch gave: info, offset and body, or the error's code and text.
+    struct Outcome: Equatable {
+        var info: ContentInfo?
+        var offset: Int64?
+        var body: [UInt8]?
+        var error: SparseCacheError.Code?
+    }
+
+    static func outcome(_ source: HTTPRangeSource, _ range: Range<Int64>?, validator: ContentValidator? = nil) async -> (Outcome, String) {
+        do {
+            let response = try await source.fetch(range, validator: validator)
+            return (Outcome(info: response.info, offset: response.offset, body: try await body(response)), "")
+        } catch let error as SparseCacheError {
+            return (Outcome(error: error.code), error.description)
+        } catch {
+            return (Outcome(), "\(error)")
+        }
+    }
+
+    @Test("against nginx, the own client and URLSession give the same info, offsets, bytes and errors")
+    func sameAnswers() async throws {
+        let files = try TemporaryDirectory("transport-origin")
+        let bytes = try originFile(files.path, "movie.bin", count: 3_000_000, seed: 21)
+        let origin = try await OriginServer.nginx(root: files.path, locations: "location = /moved.bin { return 302 /movie.bin; }")
+        defer { origin.stop() }
+        let stale = ContentValidator(etag: "\"not-this-one\"")
+        let cases: [(String, Range<Int64>?, ContentValidator?, Outcome?)] = [
+            ("movie.bin", 0..<1000, nil, Outcome(offset: 0, body: Array(bytes[0..<1000]))),
+            ("movie.bin", 2_999_000..<3_000_000, nil, Outcome(offset: 2_999_000, body: Array(bytes[2_999_000...]))),
+            ("movie.bin", nil, nil, Outcome(offset: 0, body: bytes)),
+            ("movie.bin", 500..<600, stale, Outcome(offset: 0, body: bytes)),
+            ("moved.bin", 10..<20, nil, Outcome(offset: 10, body: Array(bytes[10..<20]))),
+            ("nope.bin", 0..<10, nil, Outcome(error: .origin)),
+            ("movie.bin", 5_000_000..<5_000_010, nil, Outcome(error: .origin)),
+        ]
+        for (name, range, validator, expected) in cases {
+            let own = try HTTPRangeSource(url: origin.url(name))
+            let session = try HTTPRangeSource(url: origin.url(name), transport: .urlSession)
+            let (mine, myText) = await Self.outcome(own, range, validator: validator)
+            let (theirs, theirText) = await Self.outcome(session, range, validator: validator)
+            #expect(mine == theirs, "\(name) \(String(describing: range)): own \(myText) vs URLSession \(theirText)")
+            if let expected {
+                #expect(mine.offset == expected.offset && mine.body == expected.body && mine.error == expected.error, "\(name): \(myText)")
+            }
+            if let info = mine.info {
+                #expect(info.length == 3_000_000 && info.validator.etag != nil && info.validator.lastModified != nil, "\(info)")
+            }
+        }
+        // A name, not a number: resolved, and every address tried in turn (localhost may be
+        // ::1 first, where nginx does not listen).
+        let named = try HTTPRangeSource(url: URL(string: "http://localhost:\(origin.port)/movie.bin")!)
+        #expect(try await Self.body(try await named.fetch(100..<200, validator: nil)) == Array(bytes[100..<200]))
+    }
+
+    @Test("chunked bodies, interim 1xx responses and bodies that run until the close are framed right")
+    func framing() async throws {
+        let cases: [(String, [UInt8])] = [
+            ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nX-Trailer: 1\r\n\r\n", Array("hello, world".utf8)),
+            ("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc", Array("abc".utf8)),
+            ("HTTP/1.0 200 OK\r\n\r\nuntil the close", Array("until the close".utf8)),
+            ("HTTP/1.1 200 OK\nContent-Length: 2\n\nok", Array("ok".utf8)),
+            ("HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-3/10\r\nContent-Length: 4\r\n\r\nabcdEXTRA", Array("abcd".utf8)),
+        ]
+        for (text, expected) in cases {
+            let origin = try CannedOrigin.text(text)
+            defer { origin.stop() }
+            let response = try await HTTPRangeSource(url: origin.url).fetch(nil, validator: nil)
+            #expect(try await Self.body(response) == expected, "\(text.debugDescription)")
+        }
+    }
+
+    @Test("malformed or cut responses are clear errors: 'origin' for nonsense, 'unavailable' for a cut")
+    func badResponses() async throws {
+        let cases: [(String, SparseCacheError.Code, String)] = [
+            ("SSH-2.0-OpenSSH_9.6\r\n", .origin, "malformed"),
+            ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", .origin, "Transfer-Encoding"),
+            ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello", .origin, "Content-Length"),
+            ("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", .originUnavailable, "cut"),
+            ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel", .originUnavailable, "cut"),
+            ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n", .origin, "chunked"),
+            ("HTTP/1.1 200 OK\r\nContent-Le", .originUnavailable, "closed"),
+            ("", .originUnavailable, "without answering"),
+            ("HTTP/1.1 302 Found\r\nLocation: /file.bin\r\nContent-Length: 0\r\n\r\n", .origin, "redirects"),
+            ("HTTP/1.1 302 Found\r\nLocation: ftp://127.0.0.1/x\r\nContent-Length: 0\r\n\r\n", .origin, "location"),
+        ]
+        for (text, code, words) in cases {
+            let origin = try CannedOrigin.text(text)
+            defer { origin.stop() }
+            let source = try HTTPRangeSource(url: origin.url)
+            let error = await expectError(code, text.debugDescription) {
+                let response = try await source.fetch(0..<100, validator: nil)
+                return try await Self.body(response)
+            }
+            #expect(error?.description.contains(words) == true, "\(text.debugDescription): \(String(describing: error))")
+        }
+        // The redirect loop was followed the documented number of times, then given up.
+        let loop = try CannedOrigin.text("HTTP/1.1 302 Found\r\nLocation: /file.bin\r\nContent-Length: 0\r\n\r\n")
+        defer { loop.stop() }
+        _ = try? await HTTPRangeSource(url: loop.url).fetch(nil, validator: nil)
+        #expect(loop.received.count == HTTPRangeSource.maximumRedirects + 1)
+    }
+
+    @Test("the request carries Range, If-Range, Host and identity encoding; user info becomes Basic authorization")
+    func requestHead() async throws {
+        let origin = try CannedOrigin.text("HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 5-9/10\r\nContent-Length: 5\r\n\r\n56789")
+        defer { origin.stop() }
+        let url = URL(string: "http://me:s%20cret@127.0.0.1:\(origin.listener.port)/dir/a%20b.bin?x=1&y=%2F")!
+        let response = try await HTTPRangeSource(url: url).fetch(5..<10, validator: ContentValidator(etag: "\"v7\""))
+        #expect(try await Self.body(response) == Array("56789".utf8))
+        let head = try #require(origin.received.first)
+        #expect(head.hasPrefix("GET /dir/a%20b.bin?x=1&y=%2F HTTP/1.1\r\n"), "\(head)")
+        for line in [
+            "Host: 127.0.0.1:\(origin.listener.port)", "Range: bytes=5-9", "If-Range: \"v7\"", "Accept-Encoding: identity",
+            "Authorization: Basic \(Data("me:s cret".utf8).base64EncodedString())", "Connection: close",
+        ] {
+            #expect(head.contains("\r\n" + line + "\r\n"), "missing '\(line)' in \(head.debugDescription)")
+        }
+    }
+
+    @Test("a reader that stops reading holds the origin back (no buffering of the whole body); cancel frees the connection slot")
+    func backPressure() async throws {
+        let total = 256 << 20
+        let sent = Atomic<Int>(0)
+        let origin = try CannedOrigin { _, connection in
+            try await connection.send(Array("HTTP/1.1 200 OK\r\nContent-Length: \(total)\r\n\r\n".utf8))
+            let block = [UInt8](repeating: 0x5A, count: 64 << 10)
+            while sent.load(ordering: .relaxed) < total {
+                try await connection.send(block)
+                sent.add(block.count, ordering: .relaxed)
+            }
+        }
+        defer { origin.stop() }
+        let limiter = ConnectionLimiter(limit: 1)
+        let source = try HTTPRangeSource(url: origin.url, limiter: limiter)
+        let response = try await source.fetch(nil, validator: nil)
+        var iterator = response.body.makeAsyncIterator()
+        let first = try await iterator.next()
+        #expect((first?.count ?? 0) > 0)
+        // Socket buffers hold a few MiB at most; a client that buffers would take all 256 MiB.
+        try await Task.sleep(for: .milliseconds(500))
+        let whileIdle = sent.load(ordering: .relaxed)
+        #expect(whileIdle < 32 << 20, "the origin sent \(whileIdle) bytes to a reader that took one chunk")
+        // Reading on takes the rest at full speed.
+        var received = first?.count ?? 0
+        while received < 64 << 20, let chunk = try await iterator.next() { received += chunk.count }
+        #expect(sent.load(ordering: .relaxed) >= 64 << 20)
+        response.cancel()
+        // The only slot is free again: the next fetch does not wait for it.
+        let again = try await source.fetch(0..<10, validator: nil)
+        again.cancel()
+    }
+}
