@@ -161,6 +161,27 @@ struct FillTests {
         try await fixture.close()
     }
 
+    @Test("a reader that comes while first contact is still receiving the first segment waits for it instead of fetching it again")
+    func readerDuringFirstContact() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let source = try originFile(files.path, "trickle.bin", count: 256 << 10, seed: 14)
+        // 16 KiB every 30 ms: the head (and so the length) arrives at once, the first 64 KiB
+        // segment takes about 120 ms.
+        try "delay_ms=30".write(toFile: files.path + "/trickle.bin.faults", atomically: true, encoding: .utf8)
+        let origin = try await OriginServer.faulty(root: files.path)
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-first-contact-race", options: .testing)
+        let http = try HTTPRangeSource(url: origin.url("trickle.bin"))
+        let cache = fixture.cache
+        let first = Task { try await collect(cache.read(http)) }
+        try await Task.sleep(for: .milliseconds(60))
+        let second = try await collect(cache.read(http))
+        #expect(try await first.value == source && second == source)
+        let sent = await origin.bytesSent("trickle.bin")
+        #expect(sent == Int64(source.count), "the origin sent \(sent) bytes for \(source.count): \(origin.requests().map(\.range))")
+        try await fixture.close()
+    }
+
     @Test("a server that ignores Range: the 200 body is skipped to the offset")
     func serverIgnoringRanges() async throws {
         let files = try TemporaryDirectory("origin-files")

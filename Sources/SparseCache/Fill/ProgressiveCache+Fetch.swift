@@ -1,26 +1,28 @@
 extension ProgressiveCache {
     /// Starts a fetch of the missing segments from `segment` on, up to the first segment that
     /// is present or already being fetched, `before`, or the span limit. Returns its id, or -1
-    /// when the resource is being replaced (the caller looks again).
+    /// when the resource is being replaced or `segment` arrived meanwhile (the caller looks
+    /// again).
     func startFetch(_ resource: FillResource, from segment: Int, before stop: Int) async -> Int {
         guard let handle = resource.handle else { return -1 }
         let file = handle.file
         let span = max(1, Int(options.maximumFetch >> Int64(file.segmentShift)))
         let limit = min(stop, segment + span)
         let start = Int64(segment) << Int64(file.segmentShift)
+        let ended = resource.fetchesEnded
         let missing = await file.missingRanges(in: start..<(Int64(limit) << Int64(file.segmentShift)))
         // Re-check after the await: another reader may have started a fetch for it meanwhile,
-        // or the resource may be being replaced.
+        // the resource may be being replaced, or a fetch may have ended and committed some of
+        // what `missing` names (fetching it again would ask the origin twice for those bytes).
         if let owner = resource.owner[segment] { return owner }
-        guard resource.handle === handle else { return -1 }
-        var end = segment + 1
-        if let first = missing.first, first.lowerBound <= start {
-            end = max(end, min(limit, Int((first.upperBound + Int64(file.segmentSize) - 1) >> Int64(file.segmentShift))))
+        guard resource.handle === handle, resource.fetchesEnded == ended, let first = missing.first, first.lowerBound <= start else {
+            return -1
         }
-        if let taken = (segment..<end).first(where: { resource.owner[$0] != nil }) { end = max(segment + 1, taken) }
+        let end = max(segment + 1, min(limit, Int((first.upperBound + Int64(file.segmentSize) - 1) >> Int64(file.segmentShift))))
+        let owned = (segment..<end).first { resource.owner[$0] != nil }.map { max(segment + 1, $0) } ?? end
         let id = takeID()
-        for owned in segment..<end { resource.owner[owned] = id }
-        resource.fetches[id] = FillResource.Fetch(segments: segment..<end)
+        for taken in segment..<owned { resource.owner[taken] = id }
+        resource.fetches[id] = FillResource.Fetch(segments: segment..<owned)
         resource.users += 1
         resource.fetches[id]?.task = Task { await self.runFetch(resource, id: id) }
         return id
@@ -48,6 +50,7 @@ extension ProgressiveCache {
         for segment in resource.fetches[id]?.segments ?? 0..<0 where resource.owner[segment] == id {
             resource.owner[segment] = nil
         }
+        resource.fetchesEnded += 1
         resource.fetches[id] = nil
         if let failure, resource.generation == generation { resource.outcomes[id] = failure }
         resource.lastCommit = .now

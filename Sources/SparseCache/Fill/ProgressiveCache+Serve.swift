@@ -78,18 +78,24 @@ extension ProgressiveCache {
             }
             // `position` is missing: join the fetch bringing its segment, or start one.
             let segment = Int(position >> Int64(file.segmentShift))
+            let stop = Int((end + Int64(file.segmentSize) - 1) >> Int64(file.segmentShift))
             let fetchID: Int
             if let owner = resource.owner[segment] {
                 fetchID = owner
             } else if let failure = interests.compactMap({ resource.outcomes[$0] }).first {
                 throw failure
             } else {
-                let stop = Int((end + Int64(file.segmentSize) - 1) >> Int64(file.segmentShift))
                 // Re-check after the await: the resource may be being replaced (no fetch started).
                 fetchID = await startFetch(resource, from: segment, before: stop)
                 if fetchID < 0 || resource.generation != generation { continue }
             }
             if interests.insert(fetchID).inserted { resource.fetches[fetchID]?.interest += 1 }
+            if let span = resource.fetches[fetchID]?.segments,
+                let ahead = await readAhead(resource, after: span, before: stop, generation: generation),
+                interests.insert(ahead).inserted
+            {
+                resource.fetches[ahead]?.interest += 1
+            }
             // A failed fetch shows on the next pass: the byte is still missing, nobody brings
             // it, and this reader waited on the fetch that failed.
             await waitForChange(resource, segment: segment)
@@ -98,6 +104,24 @@ extension ProgressiveCache {
                 progress(await Self.progress(of: file, key: resource.key, from: range?.lowerBound ?? 0))
             }
         }
+    }
+
+    /// Reading ahead: while a reader waits on the fetch of `span`, the first missing segment
+    /// of the span after it (before `stop`) is asked for too, so the origin does not idle
+    /// between spans for a request and the span's last commit. Returns the fetch bringing it,
+    /// which the reader then holds an interest in (leaving cancels it), or nil.
+    private func readAhead(_ resource: FillResource, after span: Range<Int>, before stop: Int, generation: Int) async -> Int? {
+        guard span.upperBound < stop, resource.owner[span.upperBound] == nil, let file = resource.handle?.file else { return nil }
+        let shift = Int64(file.segmentShift)
+        let spanSegments = max(1, Int(options.maximumFetch >> shift))
+        let window = (Int64(span.upperBound) << shift)..<(Int64(min(stop, span.upperBound + spanSegments)) << shift)
+        let missing = await file.missingRanges(in: window)
+        // Re-check after the await: the resource may have been replaced meanwhile.
+        guard resource.generation == generation, let first = missing.first else { return nil }
+        let segment = Int(first.lowerBound >> shift)
+        if let owner = resource.owner[segment] { return owner }
+        let id = await startFetch(resource, from: segment, before: stop)
+        return id >= 0 && resource.generation == generation ? id : nil
     }
 
     // MARK: Attaching readers
@@ -109,7 +133,9 @@ extension ProgressiveCache {
         resource.users += 1
         if resource.source == nil { resource.source = source }
         do {
-            while resource.handle == nil || resource.info == nil {
+            // Also while `opening` runs with the length already known: first contact is still
+            // writing the first segment, and a reader that went on now would fetch it again.
+            while resource.handle == nil || resource.info == nil || resource.opening != nil {
                 if let opening = resource.opening {
                     // The task clears `opening` itself before it finishes: no spin on a done task.
                     try await opening.value

@@ -131,6 +131,9 @@ final class FillResource {
     var fetches: [Int: Fetch] = [:]
     /// Segment -> the fetch bringing it.
     var owner: [Int: Int] = [:]
+    /// Fetches that have handed their segments back. A look at the missing ranges taken
+    /// before the last one ended may name segments it has since committed.
+    var fetchesEnded = 0
     /// How fetches that ended without their segments ended (kept while a reader waits on them).
     var outcomes: [Int: Error] = [:]
     /// Readers waiting for the next change, with the segment each one needs.
