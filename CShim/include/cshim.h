@@ -92,7 +92,8 @@ int sc_crc32c_hardware_available(void);
 
 // MARK: - TCP sockets (CShim/sockets.c)
 //
-// For the local proxy. Every socket is non-blocking and close-on-exec; calls never wait.
+// For the local proxy and the origin client. Every socket is non-blocking and close-on-exec;
+// calls never wait (but sc_resolve, for DNS).
 
 /// A listening socket on a numeric address ("127.0.0.1", "::1", "0.0.0.0"); port 0 picks one.
 /// Returns the descriptor or -1 with errno (EINVAL for an address that is not numeric).
