@@ -63,7 +63,7 @@ enum FetchCommand: Command {
             }
             try output?.close()
             meter.finish()
-            let statistics = await cache.statistics
+            let statistics = cache.statistics
             let cached = try await cache.progress(key: source.key)
             try await store.close()
             Output.error(

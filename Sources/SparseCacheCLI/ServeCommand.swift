@@ -99,7 +99,7 @@ enum ServeCommand: Command {
         }
         await server.shutdown(grace: .seconds(2))
         await cache.shutdown()
-        let statistics = await cache.statistics
+        let statistics = cache.statistics
         try await store.close()
         Output.error(
             "sparsecache serve: stopped; \(SizeParser.describe(statistics.bytesReceived)) from origins in \(statistics.requests) "

@@ -197,7 +197,7 @@ struct FillBehaviourTests {
         let fixture = try await FillFixture("fill-pressure", options: options)
         let http = try HTTPRangeSource(url: origin.url("whole.bin"))
         try await fixture.cache.prefetch(http)
-        let before = await fixture.cache.statistics.bytesFromCache
+        let before = fixture.cache.statistics.bytesFromCache
 
         // Take one chunk, then dawdle: at most one more chunk may be read meanwhile (the one
         // waiting to be handed over), not the other 5 MiB.
@@ -205,7 +205,7 @@ struct FillBehaviourTests {
         let first = try await iterator.next()
         #expect(first.map { Array(source.prefix($0.count)) == $0 } == true)
         try await Task.sleep(for: .milliseconds(300))
-        let read = await fixture.cache.statistics.bytesFromCache - before
+        let read = fixture.cache.statistics.bytesFromCache - before
         #expect(read <= 2 * Int64(FillOptions.testing.readChunk), "read \(read) bytes ahead of a consumer that took one chunk")
         var rest: [UInt8] = first ?? []
         while let chunk = try await iterator.next() { rest += chunk }

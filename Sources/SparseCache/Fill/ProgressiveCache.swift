@@ -1,3 +1,5 @@
+import Synchronization
+
 /// Reads through a ``SparseStore``: what is cached comes from disk at once, what is missing is
 /// fetched from the resource's origin (a ``RangeSource``), written into the cache, committed,
 /// and handed to the reader as soon as it is durable.
@@ -23,8 +25,11 @@ public actor ProgressiveCache {
     /// ``shutdown()`` so the store is closed only after them.
     var releases: [Int: Task<Void, Never>] = [:]
     var nextID = 0
+    /// Totals over every resource, counted from the actor and from readers' own tasks.
+    private nonisolated let counters = Mutex(FillStatistics())
+
     /// Totals over every resource.
-    public private(set) var statistics = FillStatistics()
+    public nonisolated var statistics: FillStatistics { counters.withLock { $0 } }
 
     public init(store: SparseStore, options: FillOptions = FillOptions()) {
         self.store = store
@@ -110,8 +115,8 @@ public actor ProgressiveCache {
         }
     }
 
-    func count(_ change: (inout FillStatistics) -> Void) {
-        change(&statistics)
+    nonisolated func count(_ change: (inout FillStatistics) -> Void) {
+        counters.withLock { change(&$0) }
     }
 }
 

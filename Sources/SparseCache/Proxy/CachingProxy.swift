@@ -84,10 +84,11 @@ public final class CachingProxy: Sendable {
                 headers: [("Content-Range", "bytes */\(length)")])
             return
         }
-        try await response.writeHead(status: status, headers: headers, contentLength: Int64(range.count))
-        if request.method == "HEAD" { return }
         // For the log: bytes sent that were cached when the request came, and the rest.
-        let missing = try await reader.missingRanges(in: range)
+        let missing = request.method == "HEAD" ? [] : try await reader.missingRanges(in: range)
+        // A cached range follows its head at once: both go out in one send.
+        try await response.writeHead(status: status, headers: headers, contentLength: Int64(range.count), withFirstBody: missing.isEmpty)
+        if request.method == "HEAD" { return }
         let start = range.lowerBound
         try await reader.read(range) { bytes in
             let offset = start + response.bodyBytes

@@ -20,6 +20,8 @@ public final class HTTPResponseWriter: Sendable {
         var cacheHitBytes: Int64 = 0
         var cacheMissBytes: Int64 = 0
         var note: String?
+        /// A head held back to go out with the first body bytes.
+        var pendingHead: [UInt8]?
     }
 
     private let state: Mutex<State>
@@ -62,7 +64,13 @@ public final class HTTPResponseWriter: Sendable {
 
     /// Sends the status line and headers. `Content-Length`, `Connection`, `Date` and `Server`
     /// are added here; `headers` holds the rest.
-    public func writeHead(status: Int, headers: [(String, String)] = [], contentLength: Int64) async throws {
+    ///
+    /// With `withFirstBody`, the head waits for the first ``writeBody(_:)`` and goes out in the
+    /// same send: one segment and one wake-up of the client for a small cached response instead
+    /// of two. Only for bodies that follow at once (the server sends a head still held when the
+    /// handler returns): a client waiting on a slow origin should see the head at once.
+    public func writeHead(status: Int, headers: [(String, String)] = [], contentLength: Int64, withFirstBody: Bool = false) async throws {
+        let hold = withFirstBody && contentLength > 0 && request.method != "HEAD"
         let head = state.withLock { state -> [UInt8]? in
             guard !state.headSent else { return nil }
             state.headSent = true
@@ -71,28 +79,46 @@ public final class HTTPResponseWriter: Sendable {
             var text = "HTTP/1.1 \(status) \(Self.reason(status))\r\nServer: sparsecache\r\nDate: \(Self.httpDate())\r\n"
             for (name, value) in headers { text += "\(name): \(Self.fieldValue(value))\r\n" }
             text += "Content-Length: \(contentLength)\r\nConnection: \(state.closes ? "close" : "keep-alive")\r\n\r\n"
-            return Array(text.utf8)
+            let bytes = Array(text.utf8)
+            if hold { state.pendingHead = bytes }
+            return bytes
         }
         guard let head else {
             throw SparseCacheError(
                 .invalidArgument, operation: "respond", path: request.target, detail: "the response head was already sent")
         }
-        try await send(head)
+        if !hold { try await send(head) }
     }
 
     /// Sends part of the body (nothing for a HEAD request, whose handler need not call this).
     /// Throws when it would run past the announced length.
     public func writeBody(_ bytes: [UInt8]) async throws {
         let isHead = request.method == "HEAD"
-        try state.withLock { state in
+        let head = try state.withLock { state -> [UInt8]? in
             guard state.headSent, state.bodyBytes + Int64(bytes.count) <= state.announced else {
                 throw SparseCacheError(
                     .invalidArgument, operation: "respond", path: request.target,
                     detail: "body bytes past the announced Content-Length \(state.announced)")
             }
             state.bodyBytes += Int64(bytes.count)
+            defer { state.pendingHead = nil }
+            return state.pendingHead
         }
-        if !isHead { try await send(bytes) }
+        if isHead { return }
+        if let head {
+            try await send(head + bytes)
+        } else {
+            try await send(bytes)
+        }
+    }
+
+    /// Sends a head still held for the first body bytes (a handler that wrote none).
+    func flush() async throws {
+        let head = state.withLock { state in
+            defer { state.pendingHead = nil }
+            return state.pendingHead
+        }
+        if let head { try await send(head) }
     }
 
     /// A complete response with a one-line text body (errors, mostly).
@@ -141,7 +167,18 @@ public final class HTTPResponseWriter: Sendable {
     }
 
     /// The current time as an IMF-fixdate (RFC 9110, section 5.6.7).
-    static func httpDate(_ date: Date = Date()) -> String {
+    static func httpDate() -> String {
+        let now = time(nil)
+        return dateCache.withLock { cache in
+            if cache.second != now { cache = (now, httpDate(Date(timeIntervalSince1970: Double(now)))) }
+            return cache.text
+        }
+    }
+
+    /// The Date header of the current second: formatted once per second, not per response.
+    private static let dateCache = Mutex<(second: time_t, text: String)>((0, ""))
+
+    static func httpDate(_ date: Date) -> String {
         var seconds = time_t(date.timeIntervalSince1970)
         var parts = tm()
         gmtime_r(&seconds, &parts)

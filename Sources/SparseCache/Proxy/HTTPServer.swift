@@ -201,6 +201,7 @@ public final class HTTPServer: Sendable {
                 do {
                     try await handler(request, writer)
                     if !writer.headSent { try? await writer.respond(status: 500, message: "internal error: the handler sent no response") }
+                    try await writer.flush()
                 } catch {
                     if !writer.headSent {
                         try? await writer.respond(status: 500, message: "internal error: \(error)")

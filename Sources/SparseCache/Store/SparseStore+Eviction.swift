@@ -184,10 +184,7 @@ extension SparseStore {
             guard count > 0 else { continue }
             let victims = Array(coldest.prefix(count))
             try await resource.file.discard(segments: victims)
-            if var updated = live[key] {
-                for segment in victims { updated.segmentTouch[segment] = nil }
-                live[key] = updated
-            }
+            for segment in victims { live[key]?.segmentTouch[segment] = nil }
             let before = entries[key]?.allocatedBytes ?? 0
             await refresh(key: key, from: resource.file)
             freed += max(Int64(count) * size, before - (entries[key]?.allocatedBytes ?? 0))

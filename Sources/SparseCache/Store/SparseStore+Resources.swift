@@ -14,12 +14,11 @@ extension SparseStore {
         await lockKey(key)
         defer { unlockKey(key) }
         try checkOpen("open")
-        if var resource = live[key] {
-            resource.leases += 1
-            live[key] = resource
-            if let length, await resource.file.length != length { try await resource.file.setLength(length) }
+        if let file = live[key]?.file {
+            live[key]?.leases += 1
+            if let length, await file.length != length { try await file.setLength(length) }
             touch(key)
-            return ResourceHandle(key: key, file: resource.file, store: self)
+            return ResourceHandle(key: key, file: file, store: self)
         }
         let file = try await openFile(key: key, length: length, contentType: contentType)
         live[key] = LiveResource(file: file, leases: 1)
@@ -129,10 +128,9 @@ extension SparseStore {
     private func closeIfLastLease(key: String) async throws -> Bool {
         await lockKey(key)
         defer { unlockKey(key) }
-        guard var resource = live[key] else { return false }
-        resource.leases -= 1
-        if resource.leases > 0 {
-            live[key] = resource
+        guard let resource = live[key] else { return false }
+        if resource.leases > 1 {
+            live[key]?.leases -= 1
             touch(key)
             return false
         }
@@ -170,28 +168,22 @@ extension SparseStore {
         entry.presentBytes += written
         entry.lastAccess = max(Self.now(), entry.lastAccess + 1)
         entries[key] = entry
-        if var resource = live[key] {
-            let shift = Int64(resource.file.segmentSize.trailingZeroBitCount)
+        if let file = live[key]?.file {
+            let shift = Int64(file.segmentSize.trailingZeroBitCount)
             touchClock += 1
             for range in result.completed {
-                for segment in Int(range.lowerBound >> shift)..<Int((range.upperBound + (1 << shift) - 1) >> shift) {
-                    resource.segmentTouch[segment] = touchClock
-                }
+                live[key]?.touch(Int(range.lowerBound >> shift)..<Int((range.upperBound + (1 << shift) - 1) >> shift), at: touchClock)
             }
-            live[key] = resource
         }
         markCatalogDirty()
         if written > 0, allocatedBytes > options.budget { try? await enforceBudget() }
     }
 
     func noteRead(key: String, range: Range<Int64>) async {
-        guard var resource = live[key], !range.isEmpty else { return }
-        let shift = Int64(resource.file.segmentSize.trailingZeroBitCount)
+        guard let file = live[key]?.file, !range.isEmpty else { return }
+        let shift = Int64(file.segmentSize.trailingZeroBitCount)
         touchClock += 1
-        for segment in Int(range.lowerBound >> shift)...Int((range.upperBound - 1) >> shift) {
-            resource.segmentTouch[segment] = touchClock
-        }
-        live[key] = resource
+        live[key]?.touch(Int(range.lowerBound >> shift)..<Int((range.upperBound - 1) >> shift) + 1, at: touchClock)
         touch(key)
     }
 

@@ -41,10 +41,19 @@ public actor SparseStore {
 
     /// An open resource: its actor, how many handles hold it, and per-segment recency for the
     /// larger-than-budget window.
+    ///
+    /// Change it in place (`live[key]?.touch(...)`): a copy taken out of `live` and written
+    /// back shares `segmentTouch`'s storage while it is changed, so every change copied the
+    /// whole table (one entry per segment read; 1.7% of the proxy's CPU under wrk).
     struct LiveResource {
         var file: SparseFile
         var leases: Int
         var segmentTouch: [Int: UInt64] = [:]
+
+        /// Marks `segments` as used at `clock`.
+        mutating func touch(_ segments: Range<Int>, at clock: UInt64) {
+            for segment in segments { segmentTouch[segment] = clock }
+        }
     }
 
     /// Keys longer than this (in UTF-8 bytes) are refused.
