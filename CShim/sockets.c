@@ -90,11 +90,17 @@ int sc_resolve(const char *host, int port, struct sc_address *found, int capacit
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV | AI_ADDRCONFIG;
     char service[16];
     snprintf(service, sizeof service, "%d", port);
     struct addrinfo *list = NULL;
+    // A numeric address first: no name service, and no AI_ADDRCONFIG, which asks the kernel
+    // for the interface addresses (a netlink round trip) on every call.
+    hints.ai_flags = AI_NUMERICSERV | AI_NUMERICHOST;
     int status = getaddrinfo(host, service, &hints, &list);
+    if (status == EAI_NONAME) {
+        hints.ai_flags = AI_NUMERICSERV | AI_ADDRCONFIG;
+        status = getaddrinfo(host, service, &hints, &list);
+    }
     if (status != 0) return status < 0 ? status : -status;
     int count = 0;
     for (struct addrinfo *address = list; address != NULL && count < capacity; address = address->ai_next) {
