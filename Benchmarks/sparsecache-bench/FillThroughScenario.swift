@@ -11,7 +11,9 @@ import Glibc
 /// - throughput: the whole resource through a ``ProgressiveCache`` into a fresh cache
 ///   directory (read back by the reader, or only fetched by `prefetch`), against curl
 ///   downloading the same file to a file in the same directory (no fsync: curl's durability is
-///   the page cache's);
+///   the page cache's), and curl followed by one fdatasync of the file (the same bytes made
+///   durable: what the cache's durability costs by itself); the origin client alone, own and
+///   URLSession, dropping the bytes;
 /// - time to first byte: the first chunk of an uncached read through the cache (first contact,
 ///   range request, write, commit, read back) against the first body chunk of a direct request.
 ///
@@ -37,19 +39,28 @@ enum FillThroughScenario {
         defer { origin.stop() }
         let url = URL(string: origin.baseURL + "/movie.bin")!
         let contenders = [
-            "curl -o file", "HTTPRangeSource alone (own client, bytes dropped)", "HTTPRangeSource alone (URLSession, bytes dropped)",
-            "ProgressiveCache.read (fill + read back)", "ProgressiveCache.prefetch (fill only)",
+            "curl -o file", "curl -o file, then fdatasync", "HTTPRangeSource alone (own client, bytes dropped)",
+            "HTTPRangeSource alone (URLSession, bytes dropped)", "ProgressiveCache.read (fill + read back)",
+            "ProgressiveCache.prefetch (fill only)",
         ]
         let samples = try await interleaved(contenders: contenders.count, repetitions: context.repetitions) { contender, repetition in
             let target = work + "/run-\(repetition)-\(contender)"
             defer { context.scratch.remove(target) }
             let start = Monotonic.now()
             switch contender {
-            case 0:
+            case 0, 1:
                 _ = try await Clients.run(curl, ["-s", "-f", "-o", target, url.absoluteString])
                 guard Raw.fileSize(target) == length else { throw BenchError("curl wrote \(Raw.fileSize(target)) of \(length) bytes") }
-            case 1, 2:
-                let transport: HTTPRangeSource.Transport = contender == 1 ? .automatic : .urlSession
+                if contender == 1 {
+                    // What the cache's durability costs by itself: the same bytes made durable.
+                    try await BlockingExecutor.shared.run {
+                        let fd = try Raw.open(target, flags: O_RDWR)
+                        defer { _ = close(fd) }
+                        try Raw.fdatasync(fd, path: target)
+                    }
+                }
+            case 2, 3:
+                let transport: HTTPRangeSource.Transport = contender == 2 ? .automatic : .urlSession
                 let response = try await HTTPRangeSource(url: url, transport: transport).fetch(0..<length, validator: nil)
                 var received: Int64 = 0
                 for try await bytes in response.body { received += Int64(bytes.count) }
@@ -58,7 +69,7 @@ enum FillThroughScenario {
                 let store = try await SparseStore.open(directory: target, options: StoreOptions(budget: .max))
                 let cache = ProgressiveCache(store: store)
                 let source = try HTTPRangeSource(url: url)
-                if contender == 3 {
+                if contender == 4 {
                     var received: Int64 = 0
                     for try await bytes in cache.read(source) { received += Int64(bytes.count) }
                     guard received == length else { throw BenchError("read \(received) of \(length) bytes") }
