@@ -85,6 +85,12 @@ ssize_t sc_recv(int fd, void *buffer, size_t count) {
 
 int sc_shutdown_write(int fd) { return shutdown(fd, SHUT_WR); }
 
+int sc_tcp_idle_usable(int fd) {
+    char byte;
+    ssize_t count = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
 int sc_resolve(const char *host, int port, struct sc_address *found, int capacity) {
     struct addrinfo hints;
     memset(&hints, 0, sizeof hints);

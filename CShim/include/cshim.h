@@ -106,6 +106,9 @@ int sc_tcp_accept(int fd, char *peer, size_t peer_size);
 /// send(2) without SIGPIPE and recv(2), both non-blocking.
 ssize_t sc_send(int fd, const void *buffer, size_t count);
 ssize_t sc_recv(int fd, void *buffer, size_t count);
+/// Whether an idle connection can carry another request: 1 when nothing is waiting to be read
+/// and the peer has not closed it, 0 otherwise (closed, reset, or unexpected bytes).
+int sc_tcp_idle_usable(int fd);
 int sc_shutdown_write(int fd);
 
 /// One address of a host, as getaddrinfo(3) gives it.

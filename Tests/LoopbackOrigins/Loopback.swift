@@ -95,11 +95,12 @@ public enum NginxServer {
     public static let binary = ["/usr/sbin/nginx", "/usr/bin/nginx"].first { FileManager.default.isExecutableFile(atPath: $0) }
 
     /// Writes a configuration under `work` and returns the process, not yet started. With
-    /// `accessLog`, every request is logged as `METHOD URI STATUS BODY_BYTES "RANGE"`.
+    /// `accessLog`, every request is logged as `METHOD URI STATUS BODY_BYTES "RANGE" CONNECTION`
+    /// (nginx's connection serial number: requests on one connection share it).
     public static func process(root: String, work: String, port: Int, accessLog: String?, locations: String = "") throws -> Process {
         guard let binary else { throw LoopbackError("nginx is not installed (apt-get install nginx-light; .ci/run does this)") }
         for folder in ["tmp", "logs"] { try FileManager.default.createDirectory(atPath: work + "/" + folder, withIntermediateDirectories: true) }
-        let logging = accessLog.map { "log_format bytes '$request_method $uri $status $body_bytes_sent \"$http_range\"';\n    access_log \($0) bytes;" }
+        let logging = accessLog.map { "log_format bytes '$request_method $uri $status $body_bytes_sent \"$http_range\" $connection';\n    access_log \($0) bytes;" }
             ?? "access_log off;"
         let config = """
             worker_processes 1;

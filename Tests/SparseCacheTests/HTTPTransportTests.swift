@@ -56,6 +56,56 @@ final class CannedOrigin: Sendable {
     }
 }
 
+/// A keep-alive origin on 127.0.0.1: answers the first `answered` requests of each connection
+/// with a 200 of `body`, then closes the connection when the next request comes.
+final class KeepAliveOrigin: Sendable {
+    let listener: TCPListener
+    private let loop: Task<Void, Never>
+    private let tally = Tally()
+
+    private final class Tally: Sendable {
+        let counts = Mutex((connections: 0, requests: 0))
+    }
+
+    init(answered: Int, body: String) throws {
+        let listener = try TCPListener(host: "127.0.0.1", port: 0)
+        self.listener = listener
+        let tally = self.tally
+        let response = Array("HTTP/1.1 200 OK\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)".utf8)
+        loop = Task {
+            while let connection = try? await listener.accept() {
+                tally.counts.withLock { $0.connections += 1 }
+                Task {
+                    var buffer: [UInt8] = []
+                    var served = 0
+                    while let more = try? await connection.receive(maximum: 4096), !more.isEmpty {
+                        buffer += more
+                        while let end = buffer.firstRange(of: Array("\r\n\r\n".utf8)) {
+                            buffer.removeSubrange(..<end.upperBound)
+                            tally.counts.withLock { $0.requests += 1 }
+                            guard served < answered else {
+                                connection.close()
+                                return
+                            }
+                            served += 1
+                            try? await connection.send(response)
+                        }
+                    }
+                    connection.close()
+                }
+            }
+        }
+    }
+
+    var counts: (connections: Int, requests: Int) { tally.counts.withLock { $0 } }
+    var url: URL { URL(string: "http://127.0.0.1:\(listener.port)/file.bin")! }
+
+    func stop() {
+        listener.close()
+        loop.cancel()
+    }
+}
+
 @Suite("HTTP transports: own client and URLSession", .serialized, .timeLimit(.minutes(2)))
 struct HTTPTransportTests {
     /// The body of a response, all of it.
@@ -66,11 +116,16 @@ struct HTTPTransportTests {
     }
 
     /// What one fetch gave: info, offset and body, or the error's code and text.
-    struct Outcome: Equatable {
+    struct Outcome: Equatable, CustomStringConvertible {
         var info: ContentInfo?
         var offset: Int64?
         var body: [UInt8]?
         var error: SparseCacheError.Code?
+
+        var description: String {
+            "Outcome(info: \(String(describing: info)), offset: \(String(describing: offset)), "
+                + "body: \(body.map { "\($0.count) bytes, hash \($0.hashValue)" } ?? "none"), error: \(String(describing: error)))"
+        }
     }
 
     static func outcome(_ source: HTTPRangeSource, _ range: Range<Int64>?, validator: ContentValidator? = nil) async -> (Outcome, String) {
@@ -105,9 +160,9 @@ struct HTTPTransportTests {
             let session = try HTTPRangeSource(url: origin.url(name), transport: .urlSession)
             let (mine, myText) = await Self.outcome(own, range, validator: validator)
             let (theirs, theirText) = await Self.outcome(session, range, validator: validator)
-            #expect(mine == theirs, "\(name) \(String(describing: range)): own \(myText) vs URLSession \(theirText)")
+            #expect(mine == theirs, "\(name) \(String(describing: range)): own \(mine) \(myText) vs URLSession \(theirs) \(theirText)")
             if let expected {
-                #expect(mine.offset == expected.offset && mine.body == expected.body && mine.error == expected.error, "\(name): \(myText)")
+                #expect(mine.offset == expected.offset && mine.body == expected.body && mine.error == expected.error, "\(name): \(mine) \(myText)")
             }
             if let info = mine.info {
                 #expect(info.length == 3_000_000 && info.validator.etag != nil && info.validator.lastModified != nil, "\(info)")
@@ -178,10 +233,66 @@ struct HTTPTransportTests {
         #expect(head.hasPrefix("GET /dir/a%20b.bin?x=1&y=%2F HTTP/1.1\r\n"), "\(head)")
         for line in [
             "Host: 127.0.0.1:\(origin.listener.port)", "Range: bytes=5-9", "If-Range: \"v7\"", "Accept-Encoding: identity",
-            "Authorization: Basic \(Data("me:s cret".utf8).base64EncodedString())", "Connection: close",
+            "Authorization: Basic \(Data("me:s cret".utf8).base64EncodedString())",
         ] {
             #expect(head.contains("\r\n" + line + "\r\n"), "missing '\(line)' in \(head.debugDescription)")
         }
+        #expect(!head.contains("Connection:"), "HTTP/1.1 keeps the connection by default: \(head.debugDescription)")
+    }
+
+    @Test("requests to one origin reuse a kept-alive connection; one whose body was not read to the end is not reused")
+    func keepAlive() async throws {
+        let files = try TemporaryDirectory("transport-origin")
+        let bytes = try originFile(files.path, "movie.bin", count: 3_000_000, seed: 22)
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        let pool = OriginConnectionPool()
+        let source = try HTTPRangeSource(url: origin.url("movie.bin"), timeout: .seconds(30), limiter: nil, transport: .automatic, pool: pool)
+        for start in stride(from: 0, to: 2_500_000, by: 500_000) {
+            let range = Int64(start)..<Int64(start + 100_000)
+            #expect(try await Self.body(try await source.fetch(range, validator: nil)) == Array(bytes[start..<(start + 100_000)]))
+        }
+        #expect(pool.count("127.0.0.1:\(origin.port)") == 1)
+        // Left before its end: that connection may still carry the rest of a body, so it closes.
+        let partial = try await source.fetch(0..<3_000_000, validator: nil)
+        var iterator = partial.body.makeAsyncIterator()
+        _ = try await iterator.next()
+        partial.cancel()
+        #expect(try await Self.body(try await source.fetch(7..<9, validator: nil)) == Array(bytes[7..<9]))
+        let connections = origin.requests().map(\.connection)
+        #expect(connections.count == 7)
+        #expect(Set(connections.prefix(5)).count == 1, "five sequential ranges, one connection: \(connections)")
+        #expect(connections[6] != connections[5], "a body left unread must not be reused: \(connections)")
+    }
+
+    @Test("an idle connection the origin closes as the request goes out: once more on a new one; too old or unusable ones are not reused")
+    func staleConnections() async throws {
+        // Answers the first request of each connection, then closes the connection when the
+        // next request comes, without answering (an origin whose keep-alive ran out).
+        let origin = try KeepAliveOrigin(answered: 1, body: "fresh")
+        defer { origin.stop() }
+        let pool = OriginConnectionPool(perOrigin: 6, idleLimit: .seconds(30))
+        let source = try HTTPRangeSource(url: origin.url, timeout: .seconds(10), limiter: nil, transport: .automatic, pool: pool)
+        #expect(try await Self.body(try await source.fetch(nil, validator: nil)) == Array("fresh".utf8))
+        #expect(try await Self.body(try await source.fetch(nil, validator: nil)) == Array("fresh".utf8))
+        #expect(origin.counts == (connections: 2, requests: 3), "\(origin.counts)")
+
+        // An idle connection older than the limit is closed, not tried.
+        let impatient = OriginConnectionPool(perOrigin: 6, idleLimit: .milliseconds(50))
+        let second = try KeepAliveOrigin(answered: 10, body: "ok")
+        defer { second.stop() }
+        let short = try HTTPRangeSource(url: second.url, timeout: .seconds(10), limiter: nil, transport: .automatic, pool: impatient)
+        _ = try await Self.body(try await short.fetch(nil, validator: nil))
+        try await Task.sleep(for: .milliseconds(120))
+        _ = try await Self.body(try await short.fetch(nil, validator: nil))
+        #expect(second.counts == (connections: 2, requests: 2), "\(second.counts)")
+
+        // Bytes after the body: the connection is not kept.
+        let extra = try CannedOrigin.text("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nabcdEXTRA")
+        defer { extra.stop() }
+        let extraPool = OriginConnectionPool()
+        _ = try await Self.body(try await HTTPRangeSource(url: extra.url, timeout: .seconds(10), limiter: nil, transport: .automatic, pool: extraPool).fetch(nil, validator: nil))
+        #expect(extraPool.count("127.0.0.1:\(extra.listener.port)") == 0)
     }
 
     @Test("a reader that stops reading holds the origin back (no buffering of the whole body); cancel frees the connection slot")

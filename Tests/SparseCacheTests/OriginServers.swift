@@ -96,13 +96,19 @@ final class OriginServer: @unchecked Sendable {
     }
 
     /// Requests logged so far: method, path, status, body bytes sent, Range header.
-    func requests() -> [(path: String, status: Int, bytes: Int64, range: String)] {
+    /// Every request logged: path, status, body bytes sent, the Range header, and which
+    /// connection carried it (requests on one connection share the value).
+    func requests() -> [(path: String, status: Int, bytes: Int64, range: String, connection: String)] {
         guard let logPath, let text = try? String(contentsOfFile: logPath, encoding: .utf8) else { return [] }
         return text.split(separator: "\n").compactMap { line in
             let fields = line.split(separator: " ", maxSplits: 4)
             guard fields.count >= 4, let status = Int(fields[2]), let bytes = Int64(fields[3]) else { return nil }
-            let range = fields.count > 4 ? String(fields[4]).trimmingCharacters(in: CharacterSet(charactersIn: "\"")) : ""
-            return (String(fields[1]), status, bytes, range)
+            // The rest is `"RANGE" CONNECTION`; the range may hold spaces, the connection not.
+            let rest = fields.count > 4 ? fields[4] : ""
+            let quoteEnd = rest.lastIndex(of: "\"") ?? rest.startIndex
+            let range = rest[..<quoteEnd].trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+            let connection = rest[quoteEnd...].dropFirst().trimmingCharacters(in: .whitespaces)
+            return (String(fields[1]), status, bytes, range, connection)
         }
     }
 
@@ -144,7 +150,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def record(self, status, sent):
         with lock, open(log_path, "a") as log:
-            log.write('GET %s %d %d "%s"\n' % (self.path, status, sent, self.headers.get("Range", "")))
+            log.write('GET %s %d %d "%s" %d\n' % (self.path, status, sent, self.headers.get("Range", ""), self.client_address[1]))
 
     def do_GET(self):
         name = self.path.lstrip("/")

@@ -10,6 +10,9 @@ import Synchronization
 ///
 /// A watchdog closes the connection when a wait on the socket (connect, head or body) makes
 /// no progress for `timeout`; it also closes a connection whose caller walked away.
+///
+/// Connections are kept alive: one whose response ended exactly where its framing said goes
+/// back to an ``OriginConnectionPool`` for the next request to the same origin.
 actor HTTPExchange {
     /// The most a body chunk holds.
     static let chunkSize = 1 << 20
@@ -19,12 +22,24 @@ actor HTTPExchange {
     let head: HTTPResponseHead
     private let connection: TCPConnection
     private let name: String
+    private let pool: OriginConnectionPool?
+    private let origin: String
     private var buffered: [UInt8]
     private var framing: Framing
     private var waitingSince: ContinuousClock.Instant?
     private var watchdog: Task<Void, Never>?
-    /// Run once the exchange is over, however it ends.
-    private let finishers = Mutex<(ended: Bool, actions: [FinishAction])>((false, []))
+    /// Who has the connection once the exchange is over. A cancel (any thread) and the hand-back
+    /// to the pool (the actor) decide under this lock, so a connection is either closed or
+    /// pooled, never both.
+    private let lifecycle = Mutex(Lifecycle())
+
+    private struct Lifecycle {
+        var ended = false
+        var cancelled = false
+        var pooled = false
+        /// Run once the exchange is over, however it ends.
+        var actions: [FinishAction] = []
+    }
 
     private enum Framing {
         case length(remaining: Int64)
@@ -33,11 +48,15 @@ actor HTTPExchange {
         case done
     }
 
-    private init(connection: TCPConnection, name: String, head: HTTPResponseHead, buffered: [UInt8]) {
+    private init(
+        connection: TCPConnection, name: String, head: HTTPResponseHead, buffered: [UInt8], pool: OriginConnectionPool?, origin: String
+    ) {
         self.connection = connection
         self.name = name
         self.head = head
         self.buffered = buffered
+        self.pool = pool
+        self.origin = origin
         switch head.framing {
         case .none: framing = .done
         case .length(let length): framing = length == 0 ? .done : .length(remaining: length)
@@ -48,43 +67,78 @@ actor HTTPExchange {
 
     deinit {
         watchdog?.cancel()
-        connection.close("the exchange was dropped")
-        runFinishers()
+        end(closing: "the exchange was dropped")
     }
 
     /// Runs `action` once the exchange is over: its body read to the end, failed, cancelled or
     /// dropped (at once if it already is).
     nonisolated func onFinish(_ action: FinishAction) {
-        let ended = finishers.withLock { state in
+        let ended = lifecycle.withLock { state in
             if !state.ended { state.actions.append(action) }
             return state.ended
         }
         if ended { action.run() }
     }
 
-    private nonisolated func runFinishers() {
-        let actions = finishers.withLock { state in
+    /// Ends the exchange: closes the connection unless it went back to the pool, and runs the
+    /// finish actions. Later calls do nothing more.
+    private nonisolated func end(closing reason: String, cancelled: Bool = false) {
+        let (close, actions) = lifecycle.withLock { state in
+            if cancelled { state.cancelled = true }
             state.ended = true
             defer { state.actions = [] }
-            return state.actions
+            return (!state.pooled, state.actions)
         }
+        if close { connection.close(reason) }
         for action in actions { action.run() }
     }
 
-    /// Connects, sends `request` (a complete head), and waits for the response head, skipping
-    /// interim (1xx) responses; all of it within `timeout`.
+    /// Hands the connection back to the pool when the response ended exactly at its end and
+    /// the origin keeps the connection; closes it otherwise. Then ends the exchange.
+    private func complete(leftover: Bool) {
+        if lifecycle.withLock({ $0.ended }) { return }
+        watchdog?.cancel()
+        watchdog = nil
+        framing = .done
+        if let pool, head.keepAlive, !leftover, buffered.isEmpty {
+            let pooled = lifecycle.withLock { state -> Bool in
+                guard !state.cancelled, !state.pooled else { return false }
+                state.pooled = true
+                return true
+            }
+            if pooled { pool.put(connection, origin: origin) }
+        }
+        end(closing: "the response ended")
+    }
+
+    /// Sends `request` (a complete head) on an idle connection from `pool` or a new one, and
+    /// waits for the response head, skipping interim (1xx) responses; all of it within `timeout`.
     ///
     /// - Parameter name: the URL, for error messages.
     /// - Throws: `.originUnavailable` when the origin cannot be reached, cuts the connection or
     ///   stalls for `timeout`; `.origin` for a response that is not HTTP/1.x or is malformed.
     static func start(
-        host: String, port: Int, request: [UInt8], name: String, timeout: Duration, resolver: BlockingExecutor
+        host: String, port: Int, request: [UInt8], name: String, timeout: Duration, resolver: BlockingExecutor,
+        pool: OriginConnectionPool?
     ) async throws -> HTTPExchange {
+        let origin = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
         do {
             let started = try await withDeadline(timeout, name: name) {
+                if let pool, let idle = pool.take(origin) {
+                    do {
+                        return try await Self.exchange(on: idle, request: request, name: name, pool: pool, origin: origin)
+                    } catch is NoAnswer {
+                        // The origin closed the idle connection as the request went out: once
+                        // more, on a new connection.
+                        idle.close()
+                    }
+                }
                 let connection = try await TCPConnection.connect(host: host, port: port, resolver: resolver)
                 do {
-                    return try await Self.exchange(on: connection, request: request, name: name)
+                    return try await Self.exchange(on: connection, request: request, name: name, pool: pool, origin: origin)
+                } catch let failure as NoAnswer {
+                    connection.close()
+                    throw failure.error
                 } catch {
                     connection.close()
                     throw error
@@ -97,16 +151,35 @@ actor HTTPExchange {
         }
     }
 
-    private static func exchange(on connection: TCPConnection, request: [UInt8], name: String) async throws -> HTTPExchange {
-        try await connection.send(request)
+    /// The request went out (or not) and not one byte of an answer came back: on a reused
+    /// connection, the origin may have closed it meanwhile.
+    private struct NoAnswer: Error {
+        var error: Error
+    }
+
+    private static func exchange(
+        on connection: TCPConnection, request: [UInt8], name: String, pool: OriginConnectionPool?, origin: String
+    ) async throws -> HTTPExchange {
+        do {
+            try await connection.send(request)
+        } catch let error as SparseCacheError where error.code == .io {
+            throw NoAnswer(error: error)
+        }
         var received: [UInt8] = []
         while true {
             switch HTTPResponseParser.parse(received) {
             case .incomplete:
-                let more = try await connection.receive(maximum: 64 << 10)
+                let more: [UInt8]
+                do {
+                    more = try await connection.receive(maximum: 64 << 10)
+                } catch let error as SparseCacheError where error.code == .io && received.isEmpty {
+                    throw NoAnswer(error: error)
+                }
                 if more.isEmpty {
-                    let detail = received.isEmpty ? "without answering" : "in the middle of the response head"
-                    throw SparseCacheError(.originUnavailable, operation: "fetch", path: name, detail: "the origin closed the connection \(detail)")
+                    let closed = SparseCacheError(
+                        .originUnavailable, operation: "fetch", path: name,
+                        detail: "the origin closed the connection " + (received.isEmpty ? "without answering" : "in the middle of the response head"))
+                    throw received.isEmpty ? NoAnswer(error: closed) : closed
                 }
                 received += more
             case .invalid(let reason):
@@ -114,7 +187,7 @@ actor HTTPExchange {
             case .response(let head, let consumed):
                 received.removeSubrange(0..<consumed)
                 if (100...199).contains(head.status) { continue }
-                return HTTPExchange(connection: connection, name: name, head: head, buffered: received)
+                return HTTPExchange(connection: connection, name: name, head: head, buffered: received, pool: pool, origin: origin)
             }
         }
     }
@@ -144,14 +217,20 @@ actor HTTPExchange {
             while true {
                 switch framing {
                 case .done:
-                    finish()
+                    complete(leftover: false)
                     return nil
                 case .length(let remaining):
                     let bytes = try await take(maximum: Int(min(remaining, Int64(Self.chunkSize))))
                     guard !bytes.isEmpty else {
                         throw SparseCacheError(.originUnavailable, operation: "fetch", path: name, detail: "the connection was cut \(remaining) bytes before the end of the body")
                     }
-                    framing = remaining == Int64(bytes.count) ? .done : .length(remaining: remaining - Int64(bytes.count))
+                    if remaining == Int64(bytes.count) {
+                        // The last bytes: the connection is free now, whether or not the
+                        // caller asks for the (empty) rest.
+                        complete(leftover: false)
+                    } else {
+                        framing = .length(remaining: remaining - Int64(bytes.count))
+                    }
                     return bytes
                 case .untilClose:
                     let bytes = try await take(maximum: Self.chunkSize)
@@ -166,24 +245,29 @@ actor HTTPExchange {
                         throw SparseCacheError(.originUnavailable, operation: "fetch", path: name, detail: "the connection was cut inside a chunked body")
                     }
                     let (pieces, consumed) = try Self.decode(input, with: &decoder, name: name)
-                    // Bytes past the final chunk belong to no request of ours: dropped with the connection.
-                    _ = consumed
-                    framing = decoder.isFinished ? .done : .chunked(decoder)
                     let body = Self.gather(pieces, of: input)
+                    if decoder.isFinished {
+                        // Bytes past the last chunk answer no request of ours: such a
+                        // connection is not reused.
+                        complete(leftover: consumed < input.count)
+                        return body.isEmpty ? nil : body
+                    }
+                    framing = .chunked(decoder)
                     if !body.isEmpty { return body }
                 }
             }
         } catch {
-            finish()
+            watchdog?.cancel()
+            framing = .done
+            end(closing: "the response failed")
             throw Self.mapped(error, name: name)
         }
     }
 
-    /// Closes the connection at once, from any thread: a wait in progress fails with
-    /// `CancellationError`, and the body ends.
+    /// Closes the connection at once (unless it is already back in the pool), from any thread:
+    /// a wait in progress fails with `CancellationError`, and the body ends.
     nonisolated func cancel() {
-        connection.close(Self.cancelled)
-        runFinishers()
+        end(closing: Self.cancelled, cancelled: true)
     }
 
     private static let cancelled = "cancelled"
@@ -218,14 +302,6 @@ actor HTTPExchange {
         body.reserveCapacity(pieces.reduce(0) { $0 + $1.count })
         for piece in pieces { body += input[piece] }
         return body
-    }
-
-    private func finish() {
-        watchdog?.cancel()
-        watchdog = nil
-        framing = .done
-        connection.close("the response ended")
-        runFinishers()
     }
 
     // MARK: Stalls

@@ -24,6 +24,8 @@ public final class HTTPRangeSource: RangeSource {
     public let transport: Transport
     let limiter: ConnectionLimiter
     private let resolver = BlockingExecutor(label: "sparsecache.resolve")
+    /// Idle connections to reuse; every source shares one unless given its own.
+    let pool: OriginConnectionPool
     private let session = Mutex<(URLSession, SessionDelegate)?>(nil)
 
     /// How requests travel.
@@ -40,9 +42,14 @@ public final class HTTPRangeSource: RangeSource {
     /// - Parameters:
     ///   - limiter: shared by every source of one origin; `HTTPRangeSource.limiter(for:)` keeps
     ///     one per host and port.
-    public init(
+    public convenience init(
         url: URL, timeout: Duration = .seconds(30), limiter: ConnectionLimiter? = nil, transport: Transport = .automatic
     ) throws {
+        try self.init(url: url, timeout: timeout, limiter: limiter, transport: transport, pool: .shared)
+    }
+
+    init(url: URL, timeout: Duration, limiter: ConnectionLimiter?, transport: Transport, pool: OriginConnectionPool) throws {
+        self.pool = pool
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil else {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: url.absoluteString, detail: "not an http(s) URL")
         }
@@ -116,7 +123,7 @@ public final class HTTPRangeSource: RangeSource {
             let request = try Self.request(for: current, range: range, validator: validator, key: key)
             let exchange = try await HTTPExchange.start(
                 host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host, port: current.port ?? 80, request: request,
-                name: key, timeout: timeout, resolver: resolver)
+                name: key, timeout: timeout, resolver: resolver, pool: pool)
             let head = exchange.head
             if [301, 302, 303, 307, 308].contains(head.status), let location = head.header("location") {
                 exchange.cancel()
@@ -184,8 +191,8 @@ public final class HTTPRangeSource: RangeSource {
         }
     }
 
-    /// The request head of a GET of `url`: the same headers URLSession is given, plus `Host`
-    /// and `Connection: close` (one request per connection).
+    /// The request head of a GET of `url`: the same headers URLSession is given, plus `Host`.
+    /// HTTP/1.1 keeps the connection open unless the origin says otherwise.
     static func request(for url: URL, range: Range<Int64>?, validator: ContentValidator?, key: String) throws -> [UInt8] {
         let components = URLComponents(url: url, resolvingAgainstBaseURL: true)
         var target = components?.percentEncodedPath ?? "/"
@@ -207,7 +214,6 @@ public final class HTTPRangeSource: RangeSource {
             let credentials = (user.removingPercentEncoding ?? user) + ":" + ((url.password?.removingPercentEncoding ?? url.password) ?? "")
             lines.append("Authorization: Basic \(Data(credentials.utf8).base64EncodedString())")
         }
-        lines.append("Connection: close")
         return Array((lines.joined(separator: "\r\n") + "\r\n\r\n").utf8)
     }
 

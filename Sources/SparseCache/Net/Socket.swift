@@ -272,6 +272,10 @@ final class TCPConnection: Sendable {
         }
     }
 
+    /// Whether an idle connection can carry another request: open on both sides, nothing
+    /// unread. Never waits.
+    var isIdleUsable: Bool { sc_tcp_idle_usable(descriptor.fd) == 1 }
+
     /// Ends our side of the stream (the client reads to the end, then sees EOF).
     func shutdownWrite() {
         _ = sc_shutdown_write(descriptor.fd)

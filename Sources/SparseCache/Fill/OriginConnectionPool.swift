@@ -1,0 +1,73 @@
+import Synchronization
+
+/// Idle keep-alive connections to `http://` origins, by host and port, for ``HTTPExchange`` to
+/// reuse: a player's next range (a seek) then costs one round trip instead of a TCP handshake
+/// and one.
+///
+/// A connection comes back only after a response whose body ended exactly where its framing
+/// said (a length or a last chunk) and whose origin keeps the connection open. One that has
+/// idled for ``idleLimit``, was closed by its origin, or has unread bytes is dropped when it is
+/// taken. An origin may still close one just as a request goes out; the exchange then retries
+/// once on a new connection.
+final class OriginConnectionPool: Sendable {
+    /// The pool every ``HTTPRangeSource`` shares.
+    static let shared = OriginConnectionPool()
+
+    /// Idle connections kept per origin (as many as ``HTTPRangeSource/connectionsPerOrigin``).
+    let perOrigin: Int
+    /// Older idle connections are closed rather than reused: origins close theirs after 5 s
+    /// (Apache) to 75 s (nginx), and a request on a connection closed meanwhile costs a retry.
+    let idleLimit: Duration
+
+    private struct Idle {
+        var connection: TCPConnection
+        var since: ContinuousClock.Instant
+    }
+
+    private let idle = Mutex<[String: [Idle]]>([:])
+
+    init(perOrigin: Int = HTTPRangeSource.connectionsPerOrigin, idleLimit: Duration = .seconds(4)) {
+        self.perOrigin = perOrigin
+        self.idleLimit = idleLimit
+    }
+
+    /// The most recently used idle connection to `origin` that can still carry a request.
+    func take(_ origin: String) -> TCPConnection? {
+        let now = ContinuousClock.now
+        var stale: [TCPConnection] = []
+        defer { for connection in stale { connection.close("idle too long, or closed by the origin") } }
+        return idle.withLock { idle -> TCPConnection? in
+            while let candidate = idle[origin]?.popLast() {
+                if now - candidate.since < idleLimit, candidate.connection.isIdleUsable { return candidate.connection }
+                stale.append(candidate.connection)
+            }
+            return nil
+        }
+    }
+
+    /// Keeps `connection` for the next request to `origin`, or closes it when enough are kept.
+    func put(_ connection: TCPConnection, origin: String) {
+        let kept = idle.withLock { idle -> Bool in
+            var list = idle[origin, default: []]
+            guard list.count < perOrigin else { return false }
+            list.append(Idle(connection: connection, since: .now))
+            idle[origin] = list
+            return true
+        }
+        if !kept { connection.close("enough idle connections to this origin") }
+    }
+
+    /// Closes every idle connection.
+    func closeAll() {
+        let all = idle.withLock { idle in
+            defer { idle = [:] }
+            return idle.values.flatMap { $0.map(\.connection) }
+        }
+        for connection in all { connection.close("the pool was emptied") }
+    }
+
+    /// Idle connections kept for `origin` now (for tests).
+    func count(_ origin: String) -> Int {
+        idle.withLock { $0[origin]?.count ?? 0 }
+    }
+}
