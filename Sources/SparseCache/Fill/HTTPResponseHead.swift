@@ -93,7 +93,7 @@ public struct HTTPResponseHead: Sendable, Equatable {
         var length: Int64?
         for value in values {
             for element in value.utf8.split(separator: UInt8(ascii: ","), omittingEmptySubsequences: false) {
-                let digits = trimmed(element)
+                let digits = element.trimmingHTTPWhitespace()
                 guard (1...18).contains(digits.count), digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else {
                     return (nil, "invalid Content-Length \(HTTPResponseParser.quoted(Array(value.utf8)))")
                 }
@@ -111,15 +111,8 @@ public struct HTTPResponseHead: Sendable, Equatable {
     /// The non-empty elements of comma-separated list values, trimmed (RFC 9110, section 5.6.1).
     private static func listElements(_ values: [String]) -> [String] {
         values.flatMap { value in
-            value.utf8.split(separator: UInt8(ascii: ",")).map { String(decoding: trimmed($0), as: UTF8.self) }.filter { !$0.isEmpty }
+            value.utf8.split(separator: UInt8(ascii: ",")).map { String(decoding: $0.trimmingHTTPWhitespace(), as: UTF8.self) }.filter { !$0.isEmpty }
         }
     }
 
-    /// `bytes` without leading and trailing spaces and tabs.
-    private static func trimmed(_ bytes: Substring.UTF8View) -> Substring.UTF8View {
-        var bytes = bytes
-        while let first = bytes.first, first == 0x20 || first == 0x09 { bytes = bytes.dropFirst() }
-        while let last = bytes.last, last == 0x20 || last == 0x09 { bytes = bytes.dropLast() }
-        return bytes
-    }
 }

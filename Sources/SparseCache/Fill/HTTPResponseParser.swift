@@ -75,7 +75,7 @@ enum HTTPResponseParser {
             // The checks guarantee a colon after a non-empty name.
             let colon = line.firstIndex(of: UInt8(ascii: ":")) ?? line.endIndex
             return HTTPHeaderField(
-                name: String(decoding: line[..<colon], as: UTF8.self), value: String(decoding: trimmed(line[(colon + 1)...]), as: UTF8.self)
+                name: String(decoding: line[..<colon], as: UTF8.self), value: String(decoding: line[(colon + 1)...].trimmingHTTPWhitespace(), as: UTF8.self)
             )
         }
         let head = HTTPResponseHead(
@@ -143,14 +143,6 @@ enum HTTPResponseParser {
 
     /// Control characters other than HTAB, and DEL: never part of a field value or reason phrase.
     static func isControl(_ byte: UInt8) -> Bool { (byte < 0x20 && byte != tab) || byte == 0x7F }
-
-    /// `bytes` without leading and trailing spaces and tabs.
-    static func trimmed(_ bytes: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
-        var bytes = bytes
-        while let first = bytes.first, first == space || first == tab { bytes = bytes.dropFirst() }
-        while let last = bytes.last, last == space || last == tab { bytes = bytes.dropLast() }
-        return bytes
-    }
 
     /// Bytes as a short quoted string for an error message: printable ASCII as is, anything
     /// else escaped (an origin's garbage can hold any byte), cut at about 40 characters.

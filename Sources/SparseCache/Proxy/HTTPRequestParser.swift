@@ -21,7 +21,7 @@ public struct HTTPRequestHead: Sendable, Equatable {
     /// close`; HTTP/1.0 only with `Connection: keep-alive`).
     public var keepAlive: Bool {
         let connection = header("connection")?.lowercased() ?? ""
-        let tokens = connection.split(separator: ",").map { $0.trimmingCharacters(in: [" ", "\t"]) }
+        let tokens = connection.utf8.split(separator: UInt8(ascii: ",")).map { String(decoding: $0.trimmingHTTPWhitespace(), as: UTF8.self) }
         return minorVersion >= 1 ? !tokens.contains("close") : tokens.contains("keep-alive")
     }
 }
@@ -110,9 +110,7 @@ public enum HTTPRequestParser {
             }
             let name = line[line.startIndex..<colon]
             guard name.allSatisfy(isTokenByte) else { return .invalid(status: 400, reason: "malformed header name") }
-            var value = line[(colon + 1)...]
-            while let first = value.first, first == 0x20 || first == 0x09 { value = value.dropFirst() }
-            while let last = value.last, last == 0x20 || last == 0x09 { value = value.dropLast() }
+            let value = line[(colon + 1)...].trimmingHTTPWhitespace()
             guard value.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }) else {
                 return .invalid(status: 400, reason: "control character in header '\(String(decoding: name, as: UTF8.self))'")
             }
