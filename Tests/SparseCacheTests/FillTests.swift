@@ -182,6 +182,38 @@ struct FillTests {
         try await fixture.close()
     }
 
+    @Test("reading ahead: the next span is requested while a reader waits on one; not when turned off or when the cache is busy")
+    func readAhead() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let source = try originFile(files.path, "ahead.bin", count: 1 << 20, seed: 15)
+        // 16 KiB every 10 ms: a 256 KiB span takes about 160 ms, long enough to see who runs.
+        try "delay_ms=10".write(toFile: files.path + "/ahead.bin.faults", atomically: true, encoding: .utf8)
+        let origin = try await OriginServer.faulty(root: files.path)
+        defer { origin.stop() }
+        // With reading ahead, two at once (a third for a moment, while a finished span's fetch
+        // makes its last commit and the reader already asks two spans on).
+        for (readAhead, limit, expected) in [(true, 3, 2...3), (false, 3, 1...1), (true, 1, 1...1)] {
+            var options = FillOptions.testing
+            options.maximumFetch = 256 << 10
+            options.readAhead = readAhead
+            options.readAheadLimit = limit
+            let fixture = try await FillFixture("fill-read-ahead", options: options)
+            let http = try HTTPRangeSource(url: origin.url("ahead.bin"))
+            let cache = fixture.cache
+            let reader = Task { try await collect(cache.read(http)) }
+            var most = 0
+            while !Task.isCancelled {
+                most = max(most, await cache.fetchesRunning(key: http.key))
+                if most > expected.upperBound { break }
+                if try await cache.progress(key: http.key).presentBytes == source.count { break }
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            #expect(try await reader.value == source)
+            #expect(expected.contains(most), "read ahead \(readAhead), limit \(limit): at most \(most) fetches at once")
+            try await fixture.close()
+        }
+    }
+
     @Test("a server that ignores Range: the 200 body is skipped to the offset")
     func serverIgnoringRanges() async throws {
         let files = try TemporaryDirectory("origin-files")

@@ -76,7 +76,8 @@ public final class CacheReader: Sendable {
     /// Hands the bytes of `range` to `deliver` in order, in chunks of at most
     /// ``FillOptions/readChunk`` bytes, each as soon as it is durable. The next chunk is read
     /// only after `deliver` returns, so a slow consumer holds no more than one chunk; fetches
-    /// run ahead of it by at most ``FillOptions/maximumFetch``.
+    /// run ahead of it by about two spans of ``FillOptions/maximumFetch`` (see
+    /// ``FillOptions/readAhead``).
     ///
     /// Throws `.invalidArgument` for a range past the end, `.originChanged`, `.origin` /
     /// `.originUnavailable` when the origin cannot supply missing bytes, and whatever `deliver`

@@ -15,6 +15,13 @@ public struct FillOptions: Sendable {
     /// next span. It bounds what a reader that stops early leaves in flight, and the memory
     /// an origin faster than the disk can fill ahead of the writes. Default 16 MiB.
     public var maximumFetch: Int64 = 16 << 20
+    /// While a reader waits on one span, request the next span too, so the origin does not
+    /// idle between spans for a request and the span's last commit. Only while fewer than
+    /// ``readAheadLimit`` fetches run in the whole cache: under load a fetch ahead would take a
+    /// connection another reader needs now.
+    public var readAhead = true
+    /// See ``readAhead``. Half of ``HTTPRangeSource/connectionsPerOrigin`` by default.
+    public var readAheadLimit = 3
     /// The largest chunk a reader is handed.
     public var readChunk = 1 << 20
     /// How long a resource stays open after its last reader left, for the next one (a

@@ -106,12 +106,14 @@ extension ProgressiveCache {
         }
     }
 
-    /// Reading ahead: while a reader waits on the fetch of `span`, the first missing segment
-    /// of the span after it (before `stop`) is asked for too, so the origin does not idle
-    /// between spans for a request and the span's last commit. Returns the fetch bringing it,
-    /// which the reader then holds an interest in (leaving cancels it), or nil.
+    /// Reading ahead (``FillOptions/readAhead``): while a reader waits on the fetch of `span`,
+    /// the first missing segment of the span after it (before `stop`) is asked for too, so the
+    /// origin does not idle between spans for a request and the span's last commit. Returns the
+    /// fetch bringing it, which the reader then holds an interest in (leaving cancels it), or nil.
     private func readAhead(_ resource: FillResource, after span: Range<Int>, before stop: Int, generation: Int) async -> Int? {
-        guard span.upperBound < stop, resource.owner[span.upperBound] == nil, let file = resource.handle?.file else { return nil }
+        guard options.readAhead, span.upperBound < stop, resource.owner[span.upperBound] == nil, let file = resource.handle?.file,
+            fetchesRunning < options.readAheadLimit
+        else { return nil }
         let shift = Int64(file.segmentShift)
         let spanSegments = max(1, Int(options.maximumFetch >> shift))
         let window = (Int64(span.upperBound) << shift)..<(Int64(min(stop, span.upperBound + spanSegments)) << shift)
