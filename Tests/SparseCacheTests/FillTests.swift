@@ -4,6 +4,7 @@
 import Foundation
 import LoopbackOrigins
 import SeededRandom
+import Synchronization
 import Testing
 
 @testable import SparseCache
@@ -55,6 +56,57 @@ extension FillOptions {
         options.initialBackoff = .milliseconds(20)
         options.maximumBackoff = .milliseconds(200)
         return options
+    }
+}
+
+/// A resource whose first request (first contact) is answered at once and whose later ones
+/// send nothing until ``release()``: a reader can be held waiting on a fetch.
+final class GatedSource: RangeSource, Sendable {
+    let key = "gated://resource"
+    private let bytes: [UInt8]
+    private let state = Mutex((requests: [Range<Int64>](), released: false))
+
+    init(_ bytes: [UInt8]) {
+        self.bytes = bytes
+    }
+
+    var requests: [Range<Int64>] { state.withLock { $0.requests } }
+
+    func release() {
+        state.withLock { $0.released = true }
+    }
+
+    private var isReleased: Bool { state.withLock { $0.released } }
+
+    /// Waits (up to 10 s) until `count` requests have come.
+    func waitForRequests(_ count: Int) async throws {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while requests.count < count {
+            guard ContinuousClock.now < deadline else { throw OriginFailure("only \(requests) came") }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+    }
+
+    func fetch(_ range: Range<Int64>?, validator: ContentValidator?) async throws -> RangeResponse {
+        let range = range ?? 0..<Int64(bytes.count)
+        let first = state.withLock { state in
+            state.requests.append(range)
+            return state.requests.count == 1
+        }
+        let body = Array(bytes[Int(range.lowerBound)..<Int(min(range.upperBound, Int64(bytes.count)))])
+        let (stream, continuation) = AsyncThrowingStream<[UInt8], Error>.makeStream()
+        let producer = Task {
+            while !first, !self.isReleased {
+                try? await Task.sleep(for: .milliseconds(5))
+                if Task.isCancelled { return continuation.finish(throwing: CancellationError()) }
+            }
+            for start in stride(from: 0, to: body.count, by: 64 << 10) {
+                continuation.yield(Array(body[start..<min(body.count, start + (64 << 10))]))
+            }
+            continuation.finish()
+        }
+        let info = ContentInfo(length: Int64(bytes.count), validator: ContentValidator(etag: "\"v1\""), acceptsRanges: true)
+        return RangeResponse(info: info, offset: range.lowerBound, body: stream, cancel: { producer.cancel() })
     }
 }
 
@@ -184,32 +236,30 @@ struct FillTests {
 
     @Test("reading ahead: the next span is requested while a reader waits on one; not when turned off or when the cache is busy")
     func readAhead() async throws {
-        let files = try TemporaryDirectory("origin-files")
-        let source = try originFile(files.path, "ahead.bin", count: 1 << 20, seed: 15)
-        // 16 KiB every 10 ms: a 256 KiB span takes about 160 ms, long enough to see who runs.
-        try "delay_ms=10".write(toFile: files.path + "/ahead.bin.faults", atomically: true, encoding: .utf8)
-        let origin = try await OriginServer.faulty(root: files.path)
-        defer { origin.stop() }
-        // With reading ahead, two at once (a third for a moment, while a finished span's fetch
-        // makes its last commit and the reader already asks two spans on).
-        for (readAhead, limit, expected) in [(true, 3, 2...3), (false, 3, 1...1), (true, 1, 1...1)] {
+        let length = 1 << 20
+        var random = SplitMix64(seed: 15)
+        let bytes = random.bytes(length)
+        for (readAhead, limit, asksAhead) in [(true, 3, true), (false, 3, false), (true, 1, false)] {
             var options = FillOptions.testing
             options.maximumFetch = 256 << 10
             options.readAhead = readAhead
             options.readAheadLimit = limit
             let fixture = try await FillFixture("fill-read-ahead", options: options)
-            let http = try HTTPRangeSource(url: origin.url("ahead.bin"))
+            let source = GatedSource(bytes)
             let cache = fixture.cache
-            let reader = Task { try await collect(cache.read(http)) }
-            var most = 0
-            while !Task.isCancelled {
-                most = max(most, await cache.fetchesRunning(key: http.key))
-                if most > expected.upperBound { break }
-                if try await cache.progress(key: http.key).presentBytes == source.count { break }
-                try await Task.sleep(for: .milliseconds(5))
+            let reader = Task { try await collect(cache.read(source)) }
+            // First contact (segment 0) is answered at once; the reader's first span (segments
+            // 1 to 4) is held back, so the reader waits on it for as long as this test likes.
+            try await source.waitForRequests(2)
+            if asksAhead {
+                try await source.waitForRequests(3)
+                #expect(source.requests[2].lowerBound == 5 << 16, "\(source.requests)")
+            } else {
+                try await Task.sleep(for: .milliseconds(300))
+                #expect(source.requests.count == 2, "read ahead \(readAhead), limit \(limit): \(source.requests)")
             }
-            #expect(try await reader.value == source)
-            #expect(expected.contains(most), "read ahead \(readAhead), limit \(limit): at most \(most) fetches at once")
+            source.release()
+            #expect(try await reader.value == bytes)
             try await fixture.close()
         }
     }

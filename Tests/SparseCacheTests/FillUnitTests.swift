@@ -54,7 +54,7 @@ struct FillUnitTests {
         func interpret(_ response: HTTPURLResponse, requested: Range<Int64>?, key: String) throws -> (ContentInfo, Int64) {
             let length = response.expectedContentLength >= 0 ? response.expectedContentLength : nil
             return try HTTPRangeSource.interpret(
-                status: response.statusCode, headers: Headers(response), contentLength: length, requested: requested, key: key)
+                status: response.statusCode, headers: ResponseHeaders(response), contentLength: length, requested: requested, key: key)
         }
         let partial = try interpret(
             response(206, ["Content-Range": "bytes 100-199/1000", "ETag": "\"v1\"", "Content-Type": "video/mp4"]), requested: 100..<200, key: "k")

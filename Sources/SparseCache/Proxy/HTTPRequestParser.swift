@@ -26,16 +26,6 @@ public struct HTTPRequestHead: Sendable, Equatable {
     }
 }
 
-public struct HTTPHeaderField: Sendable, Equatable {
-    public var name: String
-    public var value: String
-
-    public init(name: String, value: String) {
-        self.name = name
-        self.value = value
-    }
-}
-
 /// A pure function from bytes to a request head: no I/O, no state, so it can be fuzzed.
 ///
 /// Strict on purpose: a proxy that guesses at malformed framing invites request smuggling.
