@@ -56,8 +56,9 @@ public enum Loopback {
         } == 0
     }
 
-    /// Waits up to `timeout` for `port` to accept connections while `process` runs.
-    public static func waitUntilListening(port: Int, process: Process, timeout: Duration = .seconds(10)) async throws {
+    /// Waits up to `timeout` for `port` to accept connections while `process` runs. Generous:
+    /// next to the crash suites on two cores, a server's start has taken over 10 s.
+    public static func waitUntilListening(port: Int, process: Process, timeout: Duration = .seconds(30)) async throws {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline, process.isRunning {
             if canConnect(port: port) { return }
