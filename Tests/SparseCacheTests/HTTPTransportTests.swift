@@ -283,7 +283,15 @@ struct HTTPTransportTests {
         defer { second.stop() }
         let short = try HTTPRangeSource(url: second.url, timeout: .seconds(10), limiter: nil, transport: .automatic, pool: impatient)
         _ = try await Self.body(try await short.fetch(nil, validator: nil))
+        #expect(impatient.count("127.0.0.1:\(second.listener.port)") == 1)
         try await Task.sleep(for: .milliseconds(120))
+        // A request to another origin closes it too: idle connections of origins never asked
+        // again must not stay open.
+        let third = try KeepAliveOrigin(answered: 10, body: "ok")
+        defer { third.stop() }
+        let other = try HTTPRangeSource(url: third.url, timeout: .seconds(10), limiter: nil, transport: .automatic, pool: impatient)
+        _ = try await Self.body(try await other.fetch(nil, validator: nil))
+        #expect(impatient.count("127.0.0.1:\(second.listener.port)") == 0)
         _ = try await Self.body(try await short.fetch(nil, validator: nil))
         #expect(second.counts == (connections: 2, requests: 2), "\(second.counts)")
 

@@ -5,10 +5,10 @@ import Synchronization
 /// and one.
 ///
 /// A connection comes back only after a response whose body ended exactly where its framing
-/// said (a length or a last chunk) and whose origin keeps the connection open. One that has
-/// idled for ``idleLimit``, was closed by its origin, or has unread bytes is dropped when it is
-/// taken. An origin may still close one just as a request goes out; the exchange then retries
-/// once on a new connection.
+/// said (a length or a last chunk) and whose origin keeps the connection open. One that was
+/// closed by its origin or has unread bytes is dropped when it is taken; those idle for
+/// ``idleLimit`` are closed at the next take or put for any origin. An origin may still close
+/// one just as a request goes out; the exchange then retries once on a new connection.
 final class OriginConnectionPool: Sendable {
     /// The pool every ``HTTPRangeSource`` shares.
     static let shared = OriginConnectionPool()
@@ -37,8 +37,9 @@ final class OriginConnectionPool: Sendable {
         var stale: [TCPConnection] = []
         defer { for connection in stale { connection.close("idle too long, or closed by the origin") } }
         return idle.withLock { idle -> TCPConnection? in
+            stale = pruned(&idle, now: now)
             while let candidate = idle[origin]?.popLast() {
-                if now - candidate.since < idleLimit, candidate.connection.isIdleUsable { return candidate.connection }
+                if candidate.connection.isIdleUsable { return candidate.connection }
                 stale.append(candidate.connection)
             }
             return nil
@@ -47,14 +48,33 @@ final class OriginConnectionPool: Sendable {
 
     /// Keeps `connection` for the next request to `origin`, or closes it when enough are kept.
     func put(_ connection: TCPConnection, origin: String) {
-        let kept = idle.withLock { idle -> Bool in
+        let now = ContinuousClock.now
+        var closing: [TCPConnection] = []
+        idle.withLock { idle in
+            closing = pruned(&idle, now: now)
             var list = idle[origin, default: []]
-            guard list.count < perOrigin else { return false }
-            list.append(Idle(connection: connection, since: .now))
+            guard list.count < perOrigin else {
+                closing.append(connection)
+                return
+            }
+            list.append(Idle(connection: connection, since: now))
             idle[origin] = list
-            return true
         }
-        if !kept { connection.close("enough idle connections to this origin") }
+        for connection in closing { connection.close("idle too long, or enough idle connections to this origin") }
+    }
+
+    /// Takes out every connection idle for ``idleLimit`` or longer, of every origin: a proxy
+    /// that talks to many origins once each must not keep their connections (and descriptors)
+    /// until it exits.
+    private func pruned(_ idle: inout [String: [Idle]], now: ContinuousClock.Instant) -> [TCPConnection] {
+        var old: [TCPConnection] = []
+        for (origin, list) in idle {
+            let kept = list.filter { now - $0.since < idleLimit }
+            guard kept.count < list.count else { continue }
+            old += list.filter { now - $0.since >= idleLimit }.map(\.connection)
+            idle[origin] = kept.isEmpty ? nil : kept
+        }
+        return old
     }
 
     /// Closes every idle connection.
