@@ -82,7 +82,8 @@ enum FillThroughScenario {
         }
         let workload = "\(describeBytes(length)) over loopback, fresh cache each time"
         var throughput = contenders.enumerated().map { index, contender in
-            Measurement(scenario: number, scenarioName: name, workload: workload, contender: contender, unit: "MB/s", samples: samples[index])
+            Measurement(
+                scenario: number, scenarioName: name, workload: workload, contender: contender, unit: "MB/s", samples: samples[index])
         }
         for index in throughput.indices { throughput[index].compare(to: throughput[0]) }
         result.measurements += throughput
@@ -112,7 +113,8 @@ enum FillThroughScenario {
         }
         var latency = [
             Measurement(
-                scenario: number, scenarioName: name, workload: "time to first byte, uncached", contender: "direct request (HTTPRangeSource)",
+                scenario: number, scenarioName: name, workload: "time to first byte, uncached",
+                contender: "direct request (HTTPRangeSource)",
                 unit: "ms", higherIsBetter: false, samples: firstByte[0]),
             Measurement(
                 scenario: number, scenarioName: name, workload: "time to first byte, uncached", contender: "ProgressiveCache.read",

@@ -69,7 +69,8 @@ enum FetchCommand: Command {
             Output.error(
                 "fetched \(SizeParser.describe(position - start)) of \(source.key): "
                     + "\(SizeParser.describe(statistics.bytesReceived)) from the origin in \(statistics.requests) request\(statistics.requests == 1 ? "" : "s"); "
-                    + "cache holds \(SizeParser.describe(cached.presentBytes)) of \(cached.length.map(SizeParser.describe) ?? "?") in \(directory)")
+                    + "cache holds \(SizeParser.describe(cached.presentBytes)) of \(cached.length.map(SizeParser.describe) ?? "?") in \(directory)"
+            )
             return ExitStatus.ok
         } catch {
             meter.finish()
@@ -160,13 +161,17 @@ final class ProgressMeter {
             let width = 30
             let filled = Int(fraction * Double(width))
             let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
-            Output.status("[\(bar)] \(percent(fraction)) \(SizeParser.describe(done))\(total.map { " / " + SizeParser.describe($0) } ?? "") \(rate(done))")
+            Output.status(
+                "[\(bar)] \(percent(fraction)) \(SizeParser.describe(done))\(total.map { " / " + SizeParser.describe($0) } ?? "") \(rate(done))"
+            )
         } else {
             let tenth = Int(fraction * 10)
             guard tenth > lastTenth || now - lastDraw >= .seconds(5) else { return }
             lastTenth = tenth
             lastDraw = now
-            Output.error("fetch: \(SizeParser.describe(done))\(total.map { " of " + SizeParser.describe($0) } ?? "") (\(percent(fraction))) \(rate(done))")
+            Output.error(
+                "fetch: \(SizeParser.describe(done))\(total.map { " of " + SizeParser.describe($0) } ?? "") (\(percent(fraction))) \(rate(done))"
+            )
         }
     }
 

@@ -178,7 +178,8 @@ actor HTTPExchange {
                 if more.isEmpty {
                     let closed = SparseCacheError(
                         .originUnavailable, operation: "fetch", path: name,
-                        detail: "the origin closed the connection " + (received.isEmpty ? "without answering" : "in the middle of the response head"))
+                        detail: "the origin closed the connection "
+                            + (received.isEmpty ? "without answering" : "in the middle of the response head"))
                     throw received.isEmpty ? NoAnswer(error: closed) : closed
                 }
                 received += more
@@ -204,7 +205,8 @@ actor HTTPExchange {
             }
             defer { group.cancelAll() }
             if let first = try await group.next(), let value = first { return value }
-            throw SparseCacheError(.originUnavailable, operation: "fetch", path: name, detail: "timed out: no answer from the origin within \(limit)")
+            throw SparseCacheError(
+                .originUnavailable, operation: "fetch", path: name, detail: "timed out: no answer from the origin within \(limit)")
         }
     }
 
@@ -222,7 +224,9 @@ actor HTTPExchange {
                 case .length(let remaining):
                     let bytes = try await take(maximum: Int(min(remaining, Int64(Self.chunkSize))))
                     guard !bytes.isEmpty else {
-                        throw SparseCacheError(.originUnavailable, operation: "fetch", path: name, detail: "the connection was cut \(remaining) bytes before the end of the body")
+                        throw SparseCacheError(
+                            .originUnavailable, operation: "fetch", path: name,
+                            detail: "the connection was cut \(remaining) bytes before the end of the body")
                     }
                     if remaining == Int64(bytes.count) {
                         // The last bytes: the connection is free now, whether or not the
@@ -242,7 +246,8 @@ actor HTTPExchange {
                 case .chunked(var decoder):
                     let input = try await take(maximum: Self.chunkSize)
                     if input.isEmpty {
-                        throw SparseCacheError(.originUnavailable, operation: "fetch", path: name, detail: "the connection was cut inside a chunked body")
+                        throw SparseCacheError(
+                            .originUnavailable, operation: "fetch", path: name, detail: "the connection was cut inside a chunked body")
                     }
                     let (pieces, consumed) = try Self.decode(input, with: &decoder, name: name)
                     let body = Self.gather(pieces, of: input)
@@ -331,9 +336,11 @@ actor HTTPExchange {
         case .origin, .originUnavailable: return error
         case .closed where error.detail == cancelled: return CancellationError()
         case .closed where error.detail == timedOut:
-            return SparseCacheError(.originUnavailable, operation: "fetch", path: name, detail: "timed out: the origin sent nothing for too long")
+            return SparseCacheError(
+                .originUnavailable, operation: "fetch", path: name, detail: "timed out: the origin sent nothing for too long")
         default:
-            return SparseCacheError(.originUnavailable, operation: "fetch", path: name, errno: error.errno, detail: "the connection was cut")
+            return SparseCacheError(
+                .originUnavailable, operation: "fetch", path: name, errno: error.errno, detail: "the connection was cut")
         }
     }
 }

@@ -17,7 +17,8 @@ extension HTTPRangeSource {
                 guard let next = URL(string: location, relativeTo: current)?.absoluteURL, let scheme = next.scheme?.lowercased(),
                     scheme == "http" || scheme == "https"
                 else {
-                    throw SparseCacheError(.origin, operation: "fetch", path: key, detail: "HTTP \(head.status) to an unusable location '\(location)'")
+                    throw SparseCacheError(
+                        .origin, operation: "fetch", path: key, detail: "HTTP \(head.status) to an unusable location '\(location)'")
                 }
                 if scheme == "https" { return try await fetchThroughSession(next, range, validator: validator, release: release) }
                 current = next
@@ -26,7 +27,8 @@ extension HTTPRangeSource {
             do {
                 var length: Int64?
                 if case .length(let count) = head.framing { length = count }
-                let (info, offset) = try Self.interpret(status: head.status, headers: ResponseHeaders(head), contentLength: length, requested: range, key: key)
+                let (info, offset) = try Self.interpret(
+                    status: head.status, headers: ResponseHeaders(head), contentLength: length, requested: range, key: key)
                 exchange.onFinish(release)
                 let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
                 return RangeResponse(info: info, offset: offset, body: body, cancel: { exchange.cancel() })

@@ -125,11 +125,16 @@ public final class HTTPRangeSource: RangeSource {
                     .origin, operation: "fetch", path: key,
                     detail: "asked for bytes from \(requested.lowerBound), the origin sent \(value)")
             }
-            return (ContentInfo(length: contentRange.total, contentType: contentType, validator: validator, acceptsRanges: true), first.lowerBound)
+            return (
+                ContentInfo(length: contentRange.total, contentType: contentType, validator: validator, acceptsRanges: true),
+                first.lowerBound
+            )
         case 200:
             let length = contentLength
             let ranges = headers["accept-ranges"].map { $0.lowercased().contains("bytes") } ?? false
-            return (ContentInfo(length: length, contentType: contentType, validator: validator, acceptsRanges: ranges && requested == nil), 0)
+            return (
+                ContentInfo(length: length, contentType: contentType, validator: validator, acceptsRanges: ranges && requested == nil), 0
+            )
         case 416:
             let total = headers["content-range"].flatMap(ContentRange.init)?.total
             throw SparseCacheError(

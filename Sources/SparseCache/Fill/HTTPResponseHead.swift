@@ -111,7 +111,9 @@ public struct HTTPResponseHead: Sendable, Equatable {
     /// The non-empty elements of comma-separated list values, trimmed (RFC 9110, section 5.6.1).
     private static func listElements(_ values: [String]) -> [String] {
         values.flatMap { value in
-            value.utf8.split(separator: UInt8(ascii: ",")).map { String(decoding: $0.trimmingHTTPWhitespace(), as: UTF8.self) }.filter { !$0.isEmpty }
+            value.utf8.split(separator: UInt8(ascii: ",")).map { String(decoding: $0.trimmingHTTPWhitespace(), as: UTF8.self) }.filter {
+                !$0.isEmpty
+            }
         }
     }
 

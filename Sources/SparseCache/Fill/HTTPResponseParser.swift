@@ -75,7 +75,8 @@ enum HTTPResponseParser {
             // The checks guarantee a colon after a non-empty name.
             let colon = line.firstIndex(of: UInt8(ascii: ":")) ?? line.endIndex
             return HTTPHeaderField(
-                name: String(decoding: line[..<colon], as: UTF8.self), value: String(decoding: line[(colon + 1)...].trimmingHTTPWhitespace(), as: UTF8.self)
+                name: String(decoding: line[..<colon], as: UTF8.self),
+                value: String(decoding: line[(colon + 1)...].trimmingHTTPWhitespace(), as: UTF8.self)
             )
         }
         let head = HTTPResponseHead(

@@ -73,7 +73,8 @@ extension ProgressiveCache {
             guard resource.generation == generation else { return }
             let response: RangeResponse
             do {
-                response = try await fetchWithRetries(source, position..<end, validator: info.validator.isEmpty ? nil : info.validator, key: resource.key)
+                response = try await fetchWithRetries(
+                    source, position..<end, validator: info.validator.isEmpty ? nil : info.validator, key: resource.key)
             }
             defer { response.cancel() }
             if Self.isDifferentVersion(response.info, than: info) {
@@ -101,7 +102,9 @@ extension ProgressiveCache {
                     sinceCommit += Int64(take)
                     attempt = 0
                     let completed = Int(position >> Int64(file.segmentShift))
-                    if pending.bytes.count >= Self.writeBatch || position >= end || resource.waiters.values.contains(where: { $0.segment < completed }) {
+                    if pending.bytes.count >= Self.writeBatch || position >= end
+                        || resource.waiters.values.contains(where: { $0.segment < completed })
+                    {
                         try await pending.flush(to: handle)
                         if try await commitIfDue(resource, file: file, position: position, sinceCommit: sinceCommit) { sinceCommit = 0 }
                     }
@@ -135,9 +138,11 @@ extension ProgressiveCache {
     /// last commit is long enough ago. Returns whether it committed.
     private func commitIfDue(_ resource: FillResource, file: SparseFile, position: Int64, sinceCommit: Int64) async throws -> Bool {
         let completedBefore = Int(position >> Int64(file.segmentShift))
-        let readerWaits = resource.waiters.values.contains { $0.segment < completedBefore }
+        let readerWaits =
+            resource.waiters.values.contains { $0.segment < completedBefore }
             || (position == resource.info?.length && !resource.waiters.isEmpty)
-        let due = sinceCommit >= options.commitEvery
+        let due =
+            sinceCommit >= options.commitEvery
             || (readerWaits && ContinuousClock.now - resource.lastCommit >= options.readerCommitDelay)
         guard due else { return false }
         try await file.commit()
@@ -154,7 +159,9 @@ extension ProgressiveCache {
     }
 
     /// Sends one request, retrying failures that may pass with backoff.
-    func fetchWithRetries(_ source: any RangeSource, _ range: Range<Int64>, validator: ContentValidator?, key: String) async throws -> RangeResponse {
+    func fetchWithRetries(_ source: any RangeSource, _ range: Range<Int64>, validator: ContentValidator?, key: String) async throws
+        -> RangeResponse
+    {
         var attempt = 0
         while true {
             try Task.checkCancellation()

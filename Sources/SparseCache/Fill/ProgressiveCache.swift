@@ -110,7 +110,9 @@ public actor ProgressiveCache {
     }
 
     func forgetIfIdle(_ resource: FillResource) {
-        if resource.users == 0, resource.handle == nil, resource.listeners.isEmpty, resource.fetches.isEmpty, resources[resource.key] === resource {
+        if resource.users == 0, resource.handle == nil, resource.listeners.isEmpty, resource.fetches.isEmpty,
+            resources[resource.key] === resource
+        {
             resources[resource.key] = nil
         }
     }

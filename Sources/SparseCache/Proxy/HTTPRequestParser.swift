@@ -21,7 +21,9 @@ public struct HTTPRequestHead: Sendable, Equatable {
     /// close`; HTTP/1.0 only with `Connection: keep-alive`).
     public var keepAlive: Bool {
         let connection = header("connection")?.lowercased() ?? ""
-        let tokens = connection.utf8.split(separator: UInt8(ascii: ",")).map { String(decoding: $0.trimmingHTTPWhitespace(), as: UTF8.self) }
+        let tokens = connection.utf8.split(separator: UInt8(ascii: ",")).map {
+            String(decoding: $0.trimmingHTTPWhitespace(), as: UTF8.self)
+        }
         return minorVersion >= 1 ? !tokens.contains("close") : tokens.contains("keep-alive")
     }
 }
@@ -90,13 +92,16 @@ public enum HTTPRequestParser {
         case Array("HTTP/1.0".utf8): minor = 0
         default:
             let text = String(decoding: version, as: UTF8.self)
-            if text.hasPrefix("HTTP/"), text.count == 8 { return .invalid(status: 505, reason: "HTTP version \(text.dropFirst(5)) not supported") }
+            if text.hasPrefix("HTTP/"), text.count == 8 {
+                return .invalid(status: 505, reason: "HTTP version \(text.dropFirst(5)) not supported")
+            }
             return .invalid(status: 400, reason: "malformed HTTP version")
         }
         var fields: [HTTPHeaderField] = []
         for line in lines {
             guard let colon = line.firstIndex(of: UInt8(ascii: ":")), colon > line.startIndex else {
-                return .invalid(status: 400, reason: line.first == 0x20 || line.first == 0x09 ? "folded header line" : "malformed header field")
+                return .invalid(
+                    status: 400, reason: line.first == 0x20 || line.first == 0x09 ? "folded header line" : "malformed header field")
             }
             let name = line[line.startIndex..<colon]
             guard name.allSatisfy(isTokenByte) else { return .invalid(status: 400, reason: "malformed header name") }

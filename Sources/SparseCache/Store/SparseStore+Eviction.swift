@@ -139,7 +139,9 @@ extension SparseStore {
         reopen.commitPolicy = .manual
         let file = try await SparseFile.open(resourcesDirectory + "/" + entry.name, options: reopen)
         let firstDropped = Int((entry.pinnedPrefix + Int64(file.segmentSize) - 1) / Int64(file.segmentSize))
-        let beyond = await file.presentSegments().flatMap { run in Array(max(run.lowerBound, firstDropped)..<max(run.upperBound, firstDropped)) }
+        let beyond = await file.presentSegments().flatMap { run in
+            Array(max(run.lowerBound, firstDropped)..<max(run.upperBound, firstDropped))
+        }
         do {
             if !beyond.isEmpty { try await file.discard(segments: beyond) }
             try await file.close()

@@ -74,7 +74,8 @@ extension SparseStore {
                 keyByName[entry.name] = await file.metadata.key
                 entries[key] = nil
             } catch let error as SparseCacheError
-                where [.corruptIndex, .unsupportedVersion, .corruptData, .notFound].contains(error.code) {
+                where [.corruptIndex, .unsupportedVersion, .corruptData, .notFound].contains(error.code)
+            {
                 // A damaged resource in a cache is dropped and fetched again.
                 try await deleteFiles(name: entry.name)
                 entries[key] = nil

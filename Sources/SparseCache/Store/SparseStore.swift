@@ -73,7 +73,10 @@ public actor SparseStore {
         public var catalogFound = false
     }
 
-    init(directory: String, options: StoreOptions, lockFile: FileDescriptor, entries: [StoreEntry], startup: StartupReport, io: BlockingExecutor) {
+    init(
+        directory: String, options: StoreOptions, lockFile: FileDescriptor, entries: [StoreEntry], startup: StartupReport,
+        io: BlockingExecutor
+    ) {
         self.directory = directory
         self.options = options
         self.resourcesDirectory = directory + "/resources"
@@ -177,9 +180,10 @@ public actor SparseStore {
                 guard let key = stored.metadata.key else {
                     throw SparseCacheError(.corruptIndex, operation: "open", path: path, detail: "no key in the metadata")
                 }
-                entries.append(StoreEntry(
-                    key: key, name: name, length: stored.length, presentBytes: stored.presentBytes,
-                    allocatedBytes: try allocatedBytes(path), lastAccess: 0, pinnedPrefix: 0, isOpen: false))
+                entries.append(
+                    StoreEntry(
+                        key: key, name: name, length: stored.length, presentBytes: stored.presentBytes,
+                        allocatedBytes: try allocatedBytes(path), lastAccess: 0, pinnedPrefix: 0, isOpen: false))
                 known.insert(name)
                 report.indexesRead += 1
             } catch let error as SparseCacheError where error.code == .corruptIndex || error.code == .unsupportedVersion {
