@@ -4,6 +4,7 @@
 // clear error, and hold the origin back while its reader does not read.
 import Foundation
 import LoopbackOrigins
+import SeededRandom
 import Synchronization
 import Testing
 
@@ -263,6 +264,49 @@ struct HTTPTransportTests {
         #expect(connections.count == 7)
         #expect(Set(connections.prefix(5)).count == 1, "five sequential ranges, one connection: \(connections)")
         #expect(connections[6] != connections[5], "a body left unread must not be reused: \(connections)")
+    }
+
+    @Test("200 concurrent range fetches share at most 6 kept-alive connections, and every byte is right")
+    func keepAliveUnderLoad() async throws {
+        let files = try TemporaryDirectory("transport-origin")
+        let bytes = try originFile(files.path, "movie.bin", count: 4_000_000, seed: 23)
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        let pool = OriginConnectionPool()
+        let source = try HTTPRangeSource(
+            url: origin.url("movie.bin"), timeout: .seconds(30), limiter: ConnectionLimiter(limit: 6), transport: .automatic, pool: pool)
+        let wrong = try await withThrowingTaskGroup(of: Int.self) { group in
+            for index in 0..<200 {
+                group.addTask {
+                    var random = SplitMix64(seed: UInt64(index))
+                    let start = Int.random(in: 0..<3_900_000, using: &random)
+                    let count = Int.random(in: 1...100_000, using: &random)
+                    let response = try await source.fetch(Int64(start)..<Int64(start + count), validator: nil)
+                    // Some readers leave early: their connections must close, not go back.
+                    if index % 7 == 0 {
+                        var iterator = response.body.makeAsyncIterator()
+                        _ = try await iterator.next()
+                        response.cancel()
+                        return 0
+                    }
+                    return try await Self.body(response) == Array(bytes[start..<(start + count)]) ? 0 : 1
+                }
+            }
+            return try await group.reduce(0, +)
+        }
+        #expect(wrong == 0, "\(wrong) of 200 bodies were wrong")
+        // nginx logs a request when it ends; those cut short end a moment later.
+        var requests = origin.requests()
+        for _ in 0..<100 where requests.count < 200 {
+            try await Task.sleep(for: .milliseconds(20))
+            requests = origin.requests()
+        }
+        let connections = Set(requests.map(\.connection))
+        reportCounts("keep-alive under load", ["requests": requests.count, "connections": connections.count])
+        #expect(requests.count == 200)
+        // 6 at a time; the 29 readers that left early each cost a new connection at most.
+        #expect(connections.count <= 6 + 29, "\(connections.count) connections for 200 requests")
+        #expect(pool.count("127.0.0.1:\(origin.port)") <= 6)
     }
 
     @Test("an idle connection the origin closes as the request goes out: once more on a new one; too old or unusable ones are not reused")
