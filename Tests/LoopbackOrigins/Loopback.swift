@@ -36,24 +36,26 @@ public enum Loopback {
     }
 
     private static func canBind(port: Int) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var address = loopback(port: port)
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        } == 0
+        withSocket(to: port) { fd, address, length in bind(fd, address, length) } == 0
     }
 
     /// Whether something accepts connections on `port`.
     public static func canConnect(port: Int) -> Bool {
+        withSocket(to: port) { fd, address, length in connect(fd, address, length) } == 0
+    }
+
+    /// Calls `body` with a new TCP socket and the address 127.0.0.1:`port`, then closes the
+    /// socket; -1 when no socket could be made.
+    private static func withSocket(
+        to port: Int, _ body: (Int32, UnsafePointer<sockaddr>, socklen_t) -> Int32
+    ) -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return false }
+        guard fd >= 0 else { return -1 }
         defer { close(fd) }
         var address = loopback(port: port)
         return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        } == 0
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
     }
 
     /// Waits up to `timeout` for `port` to accept connections while `process` runs. Generous:

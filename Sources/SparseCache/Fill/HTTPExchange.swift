@@ -121,7 +121,7 @@ actor HTTPExchange {
         host: String, port: Int, request: [UInt8], name: String, timeout: Duration, resolver: BlockingExecutor,
         pool: OriginConnectionPool?
     ) async throws -> HTTPExchange {
-        let origin = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        let origin = TCPConnection.address(host: host, port: port)
         do {
             let started = try await withDeadline(timeout, name: name) {
                 if let pool, let idle = pool.take(origin) {

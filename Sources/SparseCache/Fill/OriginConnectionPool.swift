@@ -69,21 +69,13 @@ final class OriginConnectionPool: Sendable {
     private func pruned(_ idle: inout [String: [Idle]], now: ContinuousClock.Instant) -> [TCPConnection] {
         var old: [TCPConnection] = []
         for (origin, list) in idle {
-            let kept = list.filter { now - $0.since < idleLimit }
-            guard kept.count < list.count else { continue }
-            old += list.filter { now - $0.since >= idleLimit }.map(\.connection)
-            idle[origin] = kept.isEmpty ? nil : kept
+            var kept: [Idle] = []
+            for entry in list {
+                if now - entry.since < idleLimit { kept.append(entry) } else { old.append(entry.connection) }
+            }
+            if kept.count < list.count { idle[origin] = kept.isEmpty ? nil : kept }
         }
         return old
-    }
-
-    /// Closes every idle connection.
-    func closeAll() {
-        let all = idle.withLock { idle in
-            defer { idle = [:] }
-            return idle.values.flatMap { $0.map(\.connection) }
-        }
-        for connection in all { connection.close("the pool was emptied") }
     }
 
     /// Idle connections kept for `origin` now (for tests).

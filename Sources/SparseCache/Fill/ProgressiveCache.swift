@@ -120,9 +120,6 @@ public actor ProgressiveCache {
     /// Fetches running now, over every resource.
     var fetchesRunning: Int { resources.values.reduce(0) { $0 + $1.fetches.count } }
 
-    /// Fetches running now for `key` (for tests).
-    func fetchesRunning(key: String) -> Int { resources[key]?.fetches.count ?? 0 }
-
     nonisolated func count(_ change: (inout FillStatistics) -> Void) {
         counters.withLock { change(&$0) }
     }

@@ -213,13 +213,19 @@ final class TCPConnection: Sendable {
         }
     }
 
+    /// `host:port`, an IPv6 address in brackets: how connections are named in errors and
+    /// pooled by origin.
+    static func address(host: String, port: Int) -> String {
+        host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+    }
+
     /// Connects to `host` (a name or a numeric address) on `port`, trying each address the
     /// resolver gives in turn. Name resolution may wait for DNS, so it runs on `resolver`.
     ///
     /// - Throws: `.originUnavailable` naming the host when it cannot be resolved or no address
     ///   accepts the connection; `CancellationError` when the task is cancelled meanwhile.
     static func connect(host: String, port: Int, resolver: BlockingExecutor) async throws -> TCPConnection {
-        let name = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        let name = address(host: host, port: port)
         let addresses = try await resolver.run { () throws -> [sc_address] in
             var found = [sc_address](repeating: sc_address(), count: 8)
             let count = sc_resolve(host, Int32(port), &found, Int32(found.count))
