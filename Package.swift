@@ -13,7 +13,21 @@ let package = Package(
         // The only C in the project: syscalls Swift cannot call directly (_GNU_SOURCE functions,
         // macros), the CRC32C instruction, and the seam where fault injection sits.
         .target(name: "CShim", path: "CShim"),
-        .target(name: "SparseCache", dependencies: ["CShim"], path: "Sources/SparseCache"),
+        // The library, one module per layer; each depends only on the layers below it, in the
+        // order docs/ARCHITECTURE.md gives (ArchitectureTests checks the graph against it).
+        // The engine: one resource, its index format, commit protocol, I/O, verify, faults.
+        .target(name: "SparseCacheEngine", dependencies: ["CShim"], path: "Sources/SparseCacheEngine"),
+        // A directory of resources under a byte budget.
+        .target(name: "SparseCacheStore", dependencies: ["SparseCacheEngine"], path: "Sources/SparseCacheStore"),
+        // HTTP/1.1 that knows nothing of caching: messages, parsers, chunked codec, ranges,
+        // sockets, the server loop and the origin client with its connection pool.
+        .target(name: "SparseHTTP", dependencies: ["SparseCacheEngine", "CShim"], path: "Sources/SparseHTTP"),
+        // The cache over HTTP: fill-through from origins and the caching proxy.
+        .target(name: "HTTPCache", dependencies: ["SparseCacheStore", "SparseHTTP"], path: "Sources/HTTPCache"),
+        // One import for library users: re-exports every layer.
+        .target(
+            name: "SparseCache", dependencies: ["HTTPCache", "SparseHTTP", "SparseCacheStore", "SparseCacheEngine"],
+            path: "Sources/SparseCache"),
         .executableTarget(name: "SparseCacheCLI", dependencies: ["SparseCache"], path: "Sources/SparseCacheCLI"),
         .executableTarget(
             name: "SparseCacheBench", dependencies: ["SparseCache", "CShim", "LoopbackOrigins", "SeededRandom"],
@@ -27,7 +41,11 @@ let package = Package(
         // The seeded generator every workload replays from (tests, benchmarks, stress writer).
         .target(name: "SeededRandom", path: "Tests/SeededRandom"),
         .testTarget(
-            name: "SparseCacheTests", dependencies: ["SparseCache", "CShim", "LoopbackOrigins", "SeededRandom"],
+            name: "SparseCacheTests",
+            dependencies: [
+                "SparseCache", "SparseCacheEngine", "SparseCacheStore", "SparseHTTP", "HTTPCache", "CShim", "LoopbackOrigins",
+                "SeededRandom",
+            ],
             path: "Tests/SparseCacheTests"),
     ],
     swiftLanguageModes: [.v6]

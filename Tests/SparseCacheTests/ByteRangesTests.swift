@@ -1,7 +1,10 @@
 import SeededRandom
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 /// The runs of `true` in a coverage model, as the ranges ByteRanges must hold.
 private func runs(of covered: [Bool]) -> [Range<Int64>] {

@@ -2,7 +2,10 @@ import CShim
 import SeededRandom
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 /// The three CRC32C entry points of the shim, with a name for messages. The hardware path is
 /// only listed when the CPU has it.

@@ -5,7 +5,10 @@ import SeededRandom
 import Synchronization
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 /// Values shared by the tasks of one test.
 private final class Shared: Sendable {

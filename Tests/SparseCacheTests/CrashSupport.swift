@@ -5,7 +5,10 @@ import Foundation
 import SeededRandom
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 /// The bytes each segment holds at each version: a discarded segment is rewritten with the
 /// next version, so stale bytes can be told from new ones.

@@ -7,7 +7,10 @@ import CShim
 import Foundation
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 #if canImport(Glibc)
 import Glibc

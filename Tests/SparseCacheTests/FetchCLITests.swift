@@ -2,7 +2,10 @@
 import Foundation
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 #if canImport(Glibc)
 import Glibc

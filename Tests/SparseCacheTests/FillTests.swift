@@ -7,7 +7,10 @@ import SeededRandom
 import Synchronization
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 /// A store plus a progressive cache over it in a temporary directory.
 struct FillFixture {
@@ -105,7 +108,7 @@ final class GatedSource: RangeSource, Sendable {
             }
             continuation.finish()
         }
-        let info = ContentInfo(length: Int64(bytes.count), validator: ContentValidator(etag: "\"v1\""), acceptsRanges: true)
+        let info = ContentInfo(length: Int64(bytes.count), validator: ContentValidator(etag: "\"v1\""))
         return RangeResponse(info: info, offset: range.lowerBound, body: stream, cancel: { producer.cancel() })
     }
 }

@@ -4,7 +4,10 @@ import Foundation
 import SeededRandom
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 @Suite("HTTP request parser and Range")
 struct HTTPParserTests {
@@ -140,7 +143,7 @@ struct HTTPParserTests {
                 accepted += 1
                 let used = Array(input.prefix(consumed))
                 let wellFormed = consumed <= input.count && used.suffix(4) == [13, 10, 13, 10]
-                    && !head.method.isEmpty && head.method.utf8.allSatisfy(HTTPRequestParser.isTokenByte)
+                    && !head.method.isEmpty && head.method.utf8.allSatisfy(HTTPSyntax.isTokenByte)
                     && (head.target.hasPrefix("/") || head.target == "*" || head.target.lowercased().hasPrefix("http://"))
                 let stable = HTTPRequestParser.parse(used) == .request(head, consumed: consumed)
                 if !wellFormed || !stable {
@@ -170,8 +173,8 @@ extension HTTPRequestParser.Result {
 struct HTTPResponseWriterTests {
     @Test("response header values lose control characters: an origin's value cannot start another header")
     func headerValues() {
-        #expect(HTTPResponseWriter.fieldValue("\"abc-123\"") == "\"abc-123\"")
-        #expect(HTTPResponseWriter.fieldValue("video/mp4\r\nSet-Cookie: x=1") == "video/mp4Set-Cookie: x=1")
-        #expect(HTTPResponseWriter.fieldValue("a\tb\u{7F}\u{0}c") == "a\tbc")
+        #expect(HTTPSyntax.sanitizedFieldValue("\"abc-123\"") == "\"abc-123\"")
+        #expect(HTTPSyntax.sanitizedFieldValue("video/mp4\r\nSet-Cookie: x=1") == "video/mp4Set-Cookie: x=1")
+        #expect(HTTPSyntax.sanitizedFieldValue("a\tb\u{7F}\u{0}c") == "a\tbc")
     }
 }

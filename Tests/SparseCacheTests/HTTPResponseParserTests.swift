@@ -5,7 +5,10 @@ import Foundation
 import SeededRandom
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 @Suite("HTTP response parser and chunked decoding")
 struct HTTPResponseParserTests {
@@ -208,7 +211,7 @@ struct HTTPResponseParserTests {
         let garbage = "HTTP/2 " + String(repeating: "x", count: 500) + "\r\n\r\n"
         let reason = HTTPResponseParser.parse(Self.bytes(garbage)).reason ?? ""
         #expect(reason.contains("\"HTTP/2 xxx") && reason.hasSuffix("...") && reason.count < 100, "\(reason)")
-        #expect(HTTPResponseParser.quoted([0x00, 0x0D, 0x0A, 0x09, 0x22, 0x5C, 0xFF, 0x41]) == #""\x00\r\n\t\"\\\xffA""#)
+        #expect(HTTPSyntax.quoted([0x00, 0x0D, 0x0A, 0x09, 0x22, 0x5C, 0xFF, 0x41]) == #""\x00\r\n\t\"\\\xffA""#)
     }
 
     @Test("framing of a head built by hand is total: Transfer-Encoding wins, a bad Content-Length reads until close")
@@ -491,7 +494,7 @@ struct HTTPResponseParserTests {
         if ![0, 1].contains(head.minorVersion) { return "minor version \(head.minorVersion)" }
         let forbidden: Set<UInt8> = [0x00, 0x0A, 0x0D]
         for field in head.headers {
-            if field.name.isEmpty || !field.name.utf8.allSatisfy(HTTPRequestParser.isTokenByte) {
+            if field.name.isEmpty || !field.name.utf8.allSatisfy(HTTPSyntax.isTokenByte) {
                 return "field name \(field.name.debugDescription)"
             }
             if field.value.utf8.contains(where: forbidden.contains) { return "field value \(field.value.debugDescription)" }

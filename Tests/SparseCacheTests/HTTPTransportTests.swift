@@ -8,7 +8,10 @@ import SeededRandom
 import Synchronization
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 /// A server on 127.0.0.1 that reads each request head and answers with whatever `respond`
 /// sends, then closes the connection.

@@ -3,7 +3,10 @@
 import SeededRandom
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 /// Opens the index read-only, returns its state and report, and closes it.
 private func recover(_ path: String) throws -> (IndexState, IndexFile.RecoveryReport) {

@@ -4,7 +4,10 @@ import Foundation
 import LoopbackOrigins
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 #if canImport(Glibc)
 import Glibc

@@ -5,7 +5,10 @@ import LoopbackOrigins
 import SeededRandom
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 @Suite("caching proxy", .serialized, .timeLimit(.minutes(3)))
 struct ProxyTests {

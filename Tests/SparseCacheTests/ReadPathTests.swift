@@ -7,7 +7,10 @@ import Foundation
 import SeededRandom
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 #if canImport(Glibc)
 import Glibc

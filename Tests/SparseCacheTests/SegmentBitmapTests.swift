@@ -1,7 +1,10 @@
 import SeededRandom
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 /// The reference model: one Bool per segment; segments past `count` are clear.
 private struct BitmapModel {

@@ -3,7 +3,10 @@
 import Foundation
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 extension CrashPowerLossTests {
     @Test("a crash or power cut at any call of an eviction: no resource claims missing data")

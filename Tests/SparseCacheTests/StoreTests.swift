@@ -4,7 +4,10 @@ import Foundation
 import SeededRandom
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 /// Each key's bytes are a pure function of the key and the offset.
 func keyedBytes(_ key: String, _ range: Range<Int64>) -> [UInt8] {

@@ -4,7 +4,10 @@ import CShim
 import Foundation
 import Testing
 
-@testable import SparseCache
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
 
 // MARK: - Seeded randomness
 

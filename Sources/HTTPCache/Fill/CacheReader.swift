@@ -1,0 +1,134 @@
+import SparseCacheEngine
+import SparseCacheStore
+import SparseHTTP
+import Synchronization
+
+extension ProgressiveCache {
+    /// Opens a resource for reading and tells what its origin said about it (length, type,
+    /// validators) before any byte is read: what an HTTP server needs to write a response head.
+    /// A new resource costs one request to the origin (for its first segment, which is kept);
+    /// a known one none.
+    ///
+    /// The resource stays open (and pinned in the store) until ``CacheReader/close()``.
+    public func open(_ source: any RangeSource) async throws -> CacheReader {
+        let resource = try await attach(source)
+        guard let info = resource.info, info.length != nil else {
+            detach(resource)
+            throw SparseCacheError(.origin, operation: "open", path: source.key, detail: "the origin gave no length")
+        }
+        guard let handle = resource.handle else {
+            detach(resource)
+            throw SparseCacheError(.closed, operation: "open", path: source.key, detail: "the resource is not open")
+        }
+        return CacheReader(cache: self, source: source, info: info, handle: handle, generation: resource.generation)
+    }
+
+    func closeReader(key: String) {
+        if let resource = resources[key] { detach(resource) }
+    }
+
+    /// The step before closing the store: stops every fetch in flight, waits until each has
+    /// committed what it received, and closes the resources kept open for reuse. Readers
+    /// waiting on those fetches get `.originUnavailable` or see the bytes that arrived.
+    public func shutdown() async {
+        let tasks = resources.values.flatMap { $0.fetches.values.compactMap(\.task) }
+        for task in tasks { task.cancel() }
+        for task in tasks { await task.value }
+        for key in Array(resources.keys) { closeIfIdle(key: key, force: true) }
+        for release in Array(releases.values) { await release.value }
+    }
+}
+
+/// A reader's hold on one resource of a ``ProgressiveCache``: the version it was opened at, and
+/// reads of any of its ranges. Every byte comes from that version; a resource that changes on
+/// the origin meanwhile fails the read with `.originChanged` rather than mixing versions.
+///
+/// Cached bytes are read straight from the resource on the reader's own task; only a missing
+/// byte takes the read to the cache's actor, which fetches it or joins the fetch bringing it.
+/// (Each request of a player used to pass through the actor for every chunk: under wrk, the
+/// actor hops cost more than the reads.)
+public final class CacheReader: Sendable {
+    /// What the origin said when the resource was opened; `length` is always set.
+    public let info: ContentInfo
+    public let cache: ProgressiveCache
+    public let source: any RangeSource
+    /// The resource as it was opened: the version this reader promised. A replacement (the
+    /// origin changed) closes it, so reads here fail and go to the cache, which says so.
+    private let handle: ResourceHandle
+    private let generation: Int
+    private let closed = Atomic<Bool>(false)
+
+    init(cache: ProgressiveCache, source: any RangeSource, info: ContentInfo, handle: ResourceHandle, generation: Int) {
+        self.cache = cache
+        self.source = source
+        self.info = info
+        self.handle = handle
+        self.generation = generation
+    }
+
+    deinit {
+        if !closed.load(ordering: .acquiring) {
+            let cache = self.cache, key = source.key
+            Task { await cache.closeReader(key: key) }
+        }
+    }
+
+    /// The resource length.
+    public var length: Int64 { info.length ?? 0 }
+
+    /// Hands the bytes of `range` to `deliver` in order, in chunks of at most
+    /// ``FillOptions/readChunk`` bytes, each as soon as it is durable. The next chunk is read
+    /// only after `deliver` returns, so a slow consumer holds no more than one chunk; fetches
+    /// run ahead of it by about two spans of ``FillOptions/maximumFetch`` (see
+    /// ``FillOptions/readAhead``).
+    ///
+    /// Throws `.invalidArgument` for a range past the end, `.originChanged`, `.origin` /
+    /// `.originUnavailable` when the origin cannot supply missing bytes, and whatever `deliver`
+    /// throws (which stops the fetches nobody else waits on).
+    public func read(
+        _ range: Range<Int64>, deliver: @escaping @Sendable (_ bytes: [UInt8]) async throws -> Void
+    ) async throws {
+        guard !closed.load(ordering: .acquiring) else {
+            throw SparseCacheError(.closed, operation: "read", path: source.key, detail: "the reader is closed")
+        }
+        if range.isEmpty { return }
+        // A range ending at Int64.max runs to the end, as in ``ProgressiveCache/read(_:range:)``.
+        let end = range.upperBound == .max ? length : range.upperBound
+        if range.lowerBound < 0 || range.lowerBound > length || end > length {
+            throw SparseCacheError(
+                .invalidArgument, operation: "read", path: source.key, offset: range.lowerBound, length: Int64(range.count),
+                detail: "runs past the resource length \(length)")
+        }
+        var position = range.lowerBound
+        while position < end {
+            let bytes: [UInt8]
+            do {
+                bytes = try await handle.readAvailable(from: position, maxLength: Int(min(Int64(cache.options.readChunk), end - position)))
+            } catch {
+                // Closed by a replacement, or damaged: the cache's path knows what to do.
+                break
+            }
+            if bytes.isEmpty { break }
+            cache.count { $0.bytesFromCache += Int64(bytes.count) }
+            position += Int64(bytes.count)
+            try await deliver(bytes)
+        }
+        if position < end {
+            try await cache.serve(source, range: position..<end, deliver: deliver, generation: generation)
+        }
+    }
+
+    /// The parts of `range` not in the cache now (committed or not yet).
+    public func missingRanges(in range: Range<Int64>) async throws -> [Range<Int64>] {
+        guard !closed.load(ordering: .acquiring) else {
+            throw SparseCacheError(.closed, operation: "read", path: source.key, detail: "the reader is closed")
+        }
+        return await handle.file.missingRanges(in: range)
+    }
+
+    /// Lets the resource go (the store may evict it once nobody holds it).
+    public func close() async {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        await cache.closeReader(key: source.key)
+    }
+}

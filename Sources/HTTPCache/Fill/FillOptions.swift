@@ -1,0 +1,81 @@
+import SparseCacheEngine
+import SparseCacheStore
+import SparseHTTP
+
+/// How a ``ProgressiveCache`` fetches and commits.
+public struct FillOptions: Sendable {
+    /// Attempts after a failure that may pass (a cut connection, a timeout, 5xx) before a
+    /// fetch gives up. Each resumes from the last byte received. Default 5.
+    public var retries = 5
+    /// The pause before the first retry; it doubles up to ``maximumBackoff``.
+    public var initialBackoff: Duration = .milliseconds(100)
+    public var maximumBackoff: Duration = .seconds(5)
+    /// A fetch commits at least this often (bytes), so a crash or a cancel keeps what arrived.
+    public var commitEvery: Int64 = 4 << 20
+    /// While a reader waits for a segment the fetch has completed, the fetch commits at most
+    /// this long after the previous commit: the wait a reader sees behind the network.
+    public var readerCommitDelay: Duration = .milliseconds(10)
+    /// The largest span one request asks the origin for; a reader that goes on gets the
+    /// next span. It bounds what a reader that stops early leaves in flight, and the memory
+    /// an origin faster than the disk can fill ahead of the writes. Default 16 MiB.
+    public var maximumFetch: Int64 = 16 << 20
+    /// While a reader waits on one span, request the next span too, so the origin does not
+    /// idle between spans for a request and the span's last commit. Only while fewer than
+    /// ``readAheadLimit`` fetches run in the whole cache: under load a fetch ahead would take a
+    /// connection another reader needs now.
+    public var readAhead = true
+    /// See ``readAhead``. Half of ``HTTPRangeSource/connectionsPerOrigin`` by default.
+    public var readAheadLimit = 3
+    /// The largest chunk a reader is handed.
+    public var readChunk = 1 << 20
+    /// How long a resource stays open after its last reader left, for the next one (a
+    /// player's next range request) to skip reopening it. The store does not evict it meanwhile.
+    public var keepOpen: Duration = .seconds(2)
+
+    public init() {}
+
+    func backoff(attempt: Int) -> Duration {
+        var pause = initialBackoff
+        for _ in 1..<max(1, attempt) where pause < maximumBackoff { pause = pause * 2 }
+        return min(pause, maximumBackoff)
+    }
+}
+
+/// How much of a resource is cached, for a UI: stays right across restarts because it is
+/// read from the committed index.
+public struct FillProgress: Sendable, Equatable {
+    public var key: String
+    public var presentBytes: Int64
+    /// The resource length, once the origin has told it.
+    public var length: Int64?
+    /// Present bytes in one run from the offset the progress was asked for.
+    public var contiguousBytes: Int64
+
+    public init(key: String, presentBytes: Int64, length: Int64?, contiguousBytes: Int64) {
+        self.key = key
+        self.presentBytes = presentBytes
+        self.length = length
+        self.contiguousBytes = contiguousBytes
+    }
+
+    /// Present bytes as a fraction of the length (0 while it is unknown).
+    public var fraction: Double {
+        guard let length else { return 0 }
+        return length == 0 ? 1 : Double(presentBytes) / Double(length)
+    }
+}
+
+/// What a ``ProgressiveCache`` has asked its origins for (for tests, logs and the CLI).
+public struct FillStatistics: Sendable, Equatable {
+    /// Requests sent, first contact and retries included.
+    public var requests = 0
+    /// Body bytes received from origins (bytes skipped before a range's start included).
+    public var bytesReceived: Int64 = 0
+    /// Bytes handed to readers from the cache without waiting for a fetch.
+    public var bytesFromCache: Int64 = 0
+    public var retries = 0
+    /// Resources found changed on their origin (their cached bytes were dropped).
+    public var invalidations = 0
+
+    public init() {}
+}

@@ -1,0 +1,71 @@
+import Foundation
+import SparseCacheEngine
+import SparseCacheStore
+import SparseHTTP
+
+/// `http://` requests over sparsecache's own HTTP/1.1 client.
+extension HTTPRangeSource {
+    /// Over ``HTTPExchange``, following redirects (to `https://` through URLSession).
+    func fetchDirect(_ range: Range<Int64>?, validator: ContentValidator?, release: FinishAction) async throws -> RangeResponse {
+        var current = url
+        for _ in 0...Self.maximumRedirects {
+            guard let host = current.host else { break }
+            let request = try Self.request(for: current, range: range, validator: validator, key: key)
+            let exchange = try await HTTPExchange.start(
+                host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host, port: current.port ?? 80, request: request,
+                name: key, timeout: timeout, resolver: resolver, pool: pool)
+            let head = exchange.head
+            if [301, 302, 303, 307, 308].contains(head.status), let location = head.header("location") {
+                exchange.cancel()
+                guard let next = URL(string: location, relativeTo: current)?.absoluteURL, let scheme = next.scheme?.lowercased(),
+                    scheme == "http" || scheme == "https"
+                else {
+                    throw SparseCacheError(
+                        .origin, operation: "fetch", path: key, detail: "HTTP \(head.status) to an unusable location '\(location)'")
+                }
+                if scheme == "https" { return try await fetchThroughSession(next, range, validator: validator, release: release) }
+                current = next
+                continue
+            }
+            do {
+                var length: Int64?
+                if case .length(let count) = head.framing { length = count }
+                let (info, offset) = try Self.interpret(
+                    status: head.status, headers: head.headers, contentLength: length, requested: range, key: key)
+                exchange.onFinish(release)
+                let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
+                return RangeResponse(info: info, offset: offset, body: body, cancel: { exchange.cancel() })
+            } catch {
+                exchange.cancel()
+                throw error
+            }
+        }
+        throw SparseCacheError(.origin, operation: "fetch", path: key, detail: "more than \(Self.maximumRedirects) redirects")
+    }
+
+    /// The request head of a GET of `url`: the same headers URLSession is given, plus `Host`.
+    /// HTTP/1.1 keeps the connection open unless the origin says otherwise.
+    static func request(for url: URL, range: Range<Int64>?, validator: ContentValidator?, key: String) throws -> [UInt8] {
+        let components = URLComponents(url: url, resolvingAgainstBaseURL: true)
+        var target = components?.percentEncodedPath ?? "/"
+        if target.isEmpty { target = "/" }
+        if let query = components?.percentEncodedQuery { target += "?" + query }
+        guard let host = url.host, target.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            throw SparseCacheError(.invalidArgument, operation: "fetch", path: key, detail: "the URL cannot be sent as a request target")
+        }
+        let bracketed = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
+        var headers = HTTPHeaders([
+            ("Host", bracketed + (url.port.map { $0 == 80 ? "" : ":\($0)" } ?? "")), ("User-Agent", "sparsecache"), ("Accept", "*/*"),
+            ("Accept-Encoding", "identity"),
+        ])
+        if let range {
+            headers.append(name: "Range", value: "bytes=\(range.lowerBound)-\(range.upperBound - 1)")
+            if let validator, let ifRange = ifRange(validator) { headers.append(name: "If-Range", value: ifRange) }
+        }
+        if let user = url.user {
+            let credentials = (user.removingPercentEncoding ?? user) + ":" + ((url.password?.removingPercentEncoding ?? url.password) ?? "")
+            headers.append(name: "Authorization", value: "Basic \(Data(credentials.utf8).base64EncodedString())")
+        }
+        return HTTPRequestHead(method: "GET", target: target, headers: headers).encoded()
+    }
+}

@@ -1,0 +1,231 @@
+import SparseCacheEngine
+import SparseCacheStore
+import SparseHTTP
+
+extension ProgressiveCache {
+    /// Starts a fetch of the missing segments from `segment` on, up to the first segment that
+    /// is present or already being fetched, `before`, or the span limit. Returns its id, or -1
+    /// when the resource is being replaced or `segment` arrived meanwhile (the caller looks
+    /// again).
+    func startFetch(_ resource: FillResource, from segment: Int, before stop: Int) async -> Int {
+        guard let handle = resource.handle else { return -1 }
+        let file = handle.file
+        let span = max(1, Int(options.maximumFetch >> Int64(file.segmentShift)))
+        let limit = min(stop, segment + span)
+        let start = Int64(segment) << Int64(file.segmentShift)
+        let ended = resource.fetchesEnded
+        let missing = await file.missingRanges(in: start..<(Int64(limit) << Int64(file.segmentShift)))
+        // Re-check after the await: another reader may have started a fetch for it meanwhile,
+        // the resource may be being replaced, or a fetch may have ended and committed some of
+        // what `missing` names (fetching it again would ask the origin twice for those bytes).
+        if let owner = resource.owner[segment] { return owner }
+        guard resource.handle === handle, resource.fetchesEnded == ended, let first = missing.first, first.lowerBound <= start else {
+            return -1
+        }
+        let end = max(segment + 1, min(limit, Int((first.upperBound + Int64(file.segmentSize) - 1) >> Int64(file.segmentShift))))
+        let owned = (segment..<end).first { resource.owner[$0] != nil }.map { max(segment + 1, $0) } ?? end
+        let id = takeID()
+        for taken in segment..<owned { resource.owner[taken] = id }
+        resource.fetches[id] = FillResource.Fetch(segments: segment..<owned)
+        resource.users += 1
+        resource.fetches[id]?.task = Task { await self.runFetch(resource, id: id) }
+        return id
+    }
+
+    /// Brings one fetch's segments: asks the origin, writes what arrives, commits as it goes,
+    /// retries failures that may pass from the last byte received, and hands ownership back.
+    private func runFetch(_ resource: FillResource, id: Int) async {
+        var failure: Error?
+        let generation = resource.generation
+        if let fetch = resource.fetches[id], let handle = resource.handle, let info = resource.info, let source = resource.source {
+            do {
+                try await transfer(fetch.segments, of: resource, id: id, handle: handle, info: info, source: source)
+            } catch is CancellationError {
+                // Nobody wanted the rest.
+            } catch {
+                failure = error
+            }
+            // What arrived stays: commit it even when the fetch stopped early (not when the
+            // resource was replaced: those bytes are of the old version).
+            if resource.generation == generation {
+                do { try await handle.file.commit() } catch { failure = failure ?? error }
+            }
+        }
+        for segment in resource.fetches[id]?.segments ?? 0..<0 where resource.owner[segment] == id {
+            resource.owner[segment] = nil
+        }
+        resource.fetchesEnded += 1
+        resource.fetches[id] = nil
+        if let failure, resource.generation == generation { resource.outcomes[id] = failure }
+        resource.lastCommit = .now
+        await changed(resource)
+        detach(resource)
+    }
+
+    private func transfer(
+        _ segments: Range<Int>, of resource: FillResource, id: Int, handle: ResourceHandle, info: ContentInfo, source: any RangeSource
+    ) async throws {
+        let file = handle.file
+        let generation = resource.generation
+        guard let length = info.length else { return }
+        var position = Int64(segments.lowerBound) << Int64(file.segmentShift)
+        let end = min(Int64(segments.upperBound) << Int64(file.segmentShift), length)
+        var attempt = 0
+        var sinceCommit: Int64 = 0
+        while position < end {
+            try Task.checkCancellation()
+            guard resource.generation == generation else { return }
+            let response: RangeResponse
+            do {
+                response = try await fetchWithRetries(
+                    source, position..<end, validator: info.validator.isEmpty ? nil : info.validator, key: resource.key)
+            }
+            defer { response.cancel() }
+            if Self.isDifferentVersion(response.info, than: info) {
+                try await replace(resource, with: response.info, by: id)
+                return
+            }
+            // An origin that ignores ranges sends the whole resource: skip to the position.
+            var skip = position - response.offset
+            var pending = PendingWrite(offset: position)
+            do {
+                for try await chunk in response.body {
+                    count { $0.bytesReceived += Int64(chunk.count) }
+                    try Task.checkCancellation()
+                    guard resource.generation == generation else { return }
+                    var bytes = chunk[...]
+                    if skip > 0 {
+                        let dropped = min(Int64(bytes.count), skip)
+                        bytes = bytes.dropFirst(Int(dropped))
+                        skip -= dropped
+                        if bytes.isEmpty { continue }
+                    }
+                    let take = Int(min(Int64(bytes.count), end - position))
+                    pending.bytes.append(contentsOf: bytes.prefix(take))
+                    position += Int64(take)
+                    sinceCommit += Int64(take)
+                    attempt = 0
+                    let completed = Int(position >> Int64(file.segmentShift))
+                    if pending.bytes.count >= Self.writeBatch || position >= end
+                        || resource.waiters.values.contains(where: { $0.segment < completed })
+                    {
+                        try await pending.flush(to: handle)
+                        if try await commitIfDue(resource, file: file, position: position, sinceCommit: sinceCommit) { sinceCommit = 0 }
+                    }
+                    if position >= end { break }
+                }
+                try await pending.flush(to: handle)
+                if position < end {
+                    throw SparseCacheError(
+                        .originUnavailable, operation: "fetch", path: resource.key, offset: position,
+                        detail: "the body ended before byte \(end)")
+                }
+            } catch let error as SparseCacheError where error.code == .originUnavailable && attempt < options.retries {
+                // A cut connection: keep what arrived, resume from the last byte after a pause.
+                try await pending.flush(to: handle)
+                try Task.checkCancellation()
+                attempt += 1
+                count { $0.retries += 1 }
+                try await Task.sleep(for: options.backoff(attempt: attempt))
+            } catch {
+                if resource.generation == generation { try? await pending.flush(to: handle) }
+                throw error
+            }
+        }
+    }
+
+    /// Network chunks are gathered up to this many bytes per write: one hop to the resource
+    /// per batch instead of per chunk. A reader waiting for a completed segment flushes early.
+    static let writeBatch = 1 << 20
+
+    /// Commits when enough has arrived, or when a waiting reader's segment is complete and the
+    /// last commit is long enough ago. Returns whether it committed.
+    private func commitIfDue(_ resource: FillResource, file: SparseFile, position: Int64, sinceCommit: Int64) async throws -> Bool {
+        let completedBefore = Int(position >> Int64(file.segmentShift))
+        let readerWaits =
+            resource.waiters.values.contains { $0.segment < completedBefore }
+            || (position == resource.info?.length && !resource.waiters.isEmpty)
+        let due =
+            sinceCommit >= options.commitEvery
+            || (readerWaits && ContinuousClock.now - resource.lastCommit >= options.readerCommitDelay)
+        guard due else { return false }
+        try await file.commit()
+        resource.lastCommit = .now
+        await changed(resource)
+        return true
+    }
+
+    /// A response of another version than the one cached: a different validator or length.
+    static func isDifferentVersion(_ response: ContentInfo, than cached: ContentInfo) -> Bool {
+        if !response.validator.isEmpty, !cached.validator.isEmpty, !response.validator.matches(cached.validator) { return true }
+        if let length = response.length, let known = cached.length, length != known { return true }
+        return false
+    }
+
+    /// Sends one request, retrying failures that may pass with backoff.
+    func fetchWithRetries(_ source: any RangeSource, _ range: Range<Int64>, validator: ContentValidator?, key: String) async throws
+        -> RangeResponse
+    {
+        var attempt = 0
+        while true {
+            try Task.checkCancellation()
+            count { $0.requests += 1 }
+            do {
+                return try await source.fetch(range, validator: validator)
+            } catch let error as SparseCacheError where error.code == .originUnavailable && attempt < options.retries {
+                attempt += 1
+                count { $0.retries += 1 }
+                try await Task.sleep(for: options.backoff(attempt: attempt))
+            }
+        }
+    }
+
+    /// The resource changed on the origin: stop every fetch of the old version, drop the
+    /// cached bytes, and start over with the new version's length and validators. Readers
+    /// that had bytes of the old version get `.originChanged`.
+    private func replace(_ resource: FillResource, with info: ContentInfo, by fetchID: Int) async throws {
+        count { $0.invalidations += 1 }
+        guard info.length != nil else {
+            throw SparseCacheError(.origin, operation: "fetch", path: resource.key, detail: "the changed resource came without a length")
+        }
+        // From here on nobody reads the old bytes: readers that had some get .originChanged,
+        // the others wait for the replacement (it stands in `opening`, as first contact does).
+        let old = resource.handle
+        resource.handle = nil
+        resource.info = nil
+        resource.generation += 1
+        resource.outcomes.removeAll()
+        let others = resource.fetches.filter { $0.key != fetchID }.compactMap(\.value.task)
+        for task in others { task.cancel() }
+        let task = Task { try await self.finishReplacing(resource, old: old, with: info, after: others) }
+        resource.opening = task
+        await changed(resource)
+        try await task.value
+    }
+
+    private func finishReplacing(
+        _ resource: FillResource, old: ResourceHandle?, with info: ContentInfo, after fetches: [Task<Void, Never>]
+    ) async throws {
+        defer { resource.opening = nil }
+        // They stop at their next step and write nothing more once the generation moved on.
+        for fetch in fetches { await fetch.value }
+        try await old?.release()
+        try await store.remove(key: resource.key)
+        resource.handle = try await store.open(key: resource.key)
+        try await adopt(info, in: resource)
+        await changed(resource)
+    }
+}
+
+/// Bytes received but not yet written, with the offset of the first.
+struct PendingWrite {
+    var offset: Int64
+    var bytes: [UInt8] = []
+
+    mutating func flush(to handle: ResourceHandle) async throws {
+        guard !bytes.isEmpty else { return }
+        _ = try await handle.write(bytes, at: offset)
+        offset += Int64(bytes.count)
+        bytes.removeAll(keepingCapacity: true)
+    }
+}

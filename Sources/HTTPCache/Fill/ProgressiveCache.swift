@@ -1,0 +1,170 @@
+import SparseCacheEngine
+import SparseCacheStore
+import SparseHTTP
+import Synchronization
+
+/// Reads through a ``SparseStore``: what is cached comes from disk at once, what is missing is
+/// fetched from the resource's origin (a ``RangeSource``), written into the cache, committed,
+/// and handed to the reader as soon as it is durable.
+///
+/// - One fetch per missing byte: a reader that needs a segment another fetch is already
+///   bringing waits for that fetch instead of starting its own, so any number of readers of
+///   one uncached range cause one origin request per byte.
+/// - A fetch commits as it goes (at least every ``FillOptions/commitEvery`` bytes, and within
+///   ``FillOptions/readerCommitDelay`` of completing a segment a reader waits for), so a crash
+///   or a cancel keeps what arrived.
+/// - A reader that goes away cancels the fetches it started unless another reader (or a
+///   prefetch) still waits on them.
+/// - The origin's validators are stored with the resource and sent on every range request
+///   (`If-Range`): a resource that changed on the origin is dropped from the cache and fetched
+///   anew, never mixed; a reader that already had bytes of the old version gets
+///   `.originChanged`.
+public actor ProgressiveCache {
+    public nonisolated let store: SparseStore
+    public nonisolated let options: FillOptions
+
+    var resources: [String: FillResource] = [:]
+    /// Handles being released (the store commits and closes their files), awaited by
+    /// ``shutdown()`` so the store is closed only after them.
+    var releases: [Int: Task<Void, Never>] = [:]
+    var nextID = 0
+    /// Totals over every resource, counted from the actor and from readers' own tasks.
+    private nonisolated let counters = Mutex(FillStatistics())
+
+    /// Totals over every resource.
+    public nonisolated var statistics: FillStatistics { counters.withLock { $0 } }
+
+    public init(store: SparseStore, options: FillOptions = FillOptions()) {
+        self.store = store
+        self.options = options
+    }
+
+    // MARK: Reading
+
+    /// The bytes of `range` (the whole resource when nil; a range ending at `Int64.max` runs
+    /// to the end) in order, in chunks of at most ``FillOptions/readChunk`` bytes, each read
+    /// when the consumer asks for it. Stop by ending the iteration (or cancelling its task).
+    ///
+    /// The iteration throws `.invalidArgument` for a range past the end of the resource,
+    /// `.origin` / `.originUnavailable` when the origin cannot supply missing bytes, and
+    /// `.originChanged` when the resource changed on the origin after the reader had bytes of
+    /// the old version.
+    public nonisolated func read(_ source: any RangeSource, range: Range<Int64>? = nil) -> CacheReadStream {
+        CacheReadStream { send in
+            try await self.serve(source, range: range, deliver: send)
+        }
+    }
+
+    /// Brings `range` (the whole resource when nil) into the cache without reading it back,
+    /// calling `progress` after every commit. Returns when all of it is present.
+    public func prefetch(
+        _ source: any RangeSource, range: Range<Int64>? = nil, progress: (@Sendable (FillProgress) -> Void)? = nil
+    ) async throws {
+        try await serve(source, range: range, deliver: nil, progress: progress)
+    }
+
+    /// The cache's view of `key` now: present bytes, length, and the present run from `offset`.
+    /// Answers from the committed index, so it is right across restarts.
+    public func progress(key: String, from offset: Int64 = 0) async throws -> FillProgress {
+        if let resource = resources[key], let handle = resource.handle {
+            return await Self.progress(of: handle.file, key: key, from: offset)
+        }
+        guard await store.entry(for: key) != nil else {
+            return FillProgress(key: key, presentBytes: 0, length: nil, contiguousBytes: 0)
+        }
+        let handle = try await store.open(key: key)
+        let progress = await Self.progress(of: handle.file, key: key, from: offset)
+        try await handle.release()
+        return progress
+    }
+
+    static func progress(of file: SparseFile, key: String, from offset: Int64) async -> FillProgress {
+        let length = await file.length
+        let contiguous = await file.contiguousPresentEnd(from: offset) - offset
+        return FillProgress(key: key, presentBytes: await file.presentBytes, length: length, contiguousBytes: max(0, contiguous))
+    }
+
+    /// Progress updates for `key` after every commit of a fetch, starting with the state now.
+    public func progressUpdates(key: String, from offset: Int64 = 0) async throws -> AsyncStream<FillProgress> {
+        let (stream, continuation) = AsyncStream<FillProgress>.makeStream(bufferingPolicy: .bufferingNewest(16))
+        continuation.yield(try await progress(key: key, from: offset))
+        let id = takeID()
+        let resource = entry(for: key)
+        resource.listeners[id] = (offset, continuation)
+        continuation.onTermination = { _ in Task { await self.removeListener(key: key, id: id) } }
+        return stream
+    }
+
+    private func removeListener(key: String, id: Int) {
+        resources[key]?.listeners[id] = nil
+        if let resource = resources[key] { forgetIfIdle(resource) }
+    }
+
+    func takeID() -> Int {
+        nextID += 1
+        return nextID
+    }
+
+    func entry(for key: String) -> FillResource {
+        if let existing = resources[key] { return existing }
+        let made = FillResource(key: key)
+        resources[key] = made
+        return made
+    }
+
+    func forgetIfIdle(_ resource: FillResource) {
+        if resource.users == 0, resource.handle == nil, resource.listeners.isEmpty, resource.fetches.isEmpty,
+            resources[resource.key] === resource
+        {
+            resources[resource.key] = nil
+        }
+    }
+
+    /// Fetches running now, over every resource.
+    var fetchesRunning: Int { resources.values.reduce(0) { $0 + $1.fetches.count } }
+
+    nonisolated func count(_ change: (inout FillStatistics) -> Void) {
+        counters.withLock { change(&$0) }
+    }
+}
+
+/// The cache's state for one resource. Only the owning ``ProgressiveCache`` touches it, on
+/// its actor.
+final class FillResource {
+    let key: String
+    var source: (any RangeSource)?
+    /// Held while anyone reads or fetches: the store never evicts a pinned resource.
+    var handle: ResourceHandle?
+    var info: ContentInfo?
+    /// Bumped when the resource changed on the origin and its cached bytes were dropped.
+    var generation = 0
+    var users = 0
+    /// Opening and first contact, shared by the readers that arrive meanwhile.
+    var opening: Task<Void, Error>?
+    var fetches: [Int: Fetch] = [:]
+    /// Segment -> the fetch bringing it.
+    var owner: [Int: Int] = [:]
+    /// Fetches that have handed their segments back. A look at the missing ranges taken
+    /// before the last one ended may name segments it has since committed.
+    var fetchesEnded = 0
+    /// How fetches that ended without their segments ended (kept while a reader waits on them).
+    var outcomes: [Int: Error] = [:]
+    /// Readers waiting for the next change, with the segment each one needs.
+    var waiters: [Int: (segment: Int, continuation: CheckedContinuation<Void, Never>)] = [:]
+    var listeners: [Int: (offset: Int64, continuation: AsyncStream<FillProgress>.Continuation)] = [:]
+    var lastCommit = ContinuousClock.now
+    /// When the last user left, and the task that closes the resource if nobody comes back.
+    var idleSince = ContinuousClock.now
+    var closing: Task<Void, Never>?
+
+    struct Fetch {
+        var segments: Range<Int>
+        var task: Task<Void, Never>?
+        /// Readers (and prefetches) waiting on it; at zero the fetch is cancelled.
+        var interest = 0
+    }
+
+    init(key: String) {
+        self.key = key
+    }
+}

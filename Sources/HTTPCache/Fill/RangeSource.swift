@@ -1,0 +1,82 @@
+import SparseCacheEngine
+import SparseCacheStore
+import SparseHTTP
+
+/// Where a resource's bytes come from when the cache does not have them: an origin that
+/// answers byte-range requests (``HTTPRangeSource`` for HTTP, or a source of your own).
+public protocol RangeSource: Sendable {
+    /// A stable name for the resource, used as its key in the store (for HTTP, the URL).
+    var key: String { get }
+
+    /// Starts a fetch of `range` (or of the whole resource when nil).
+    ///
+    /// - Parameter validator: what the cache already holds. A source sends it so the origin
+    ///   answers with the range only if the resource is still that version (HTTP `If-Range`);
+    ///   otherwise the origin may answer with the whole new version, which the response's
+    ///   ``RangeResponse/info`` then shows.
+    /// - Throws: ``SparseCacheError`` with code `.origin` for an answer that is not the
+    ///   resource (404, 403, 416 for a range past the end, a malformed response) and
+    ///   `.originUnavailable` for a failure that may pass (connection refused or reset,
+    ///   timeouts, 5xx).
+    func fetch(_ range: Range<Int64>?, validator: ContentValidator?) async throws -> RangeResponse
+}
+
+/// What an origin says about a resource.
+public struct ContentInfo: Sendable, Equatable {
+    /// The total length, when the origin gave one.
+    public var length: Int64?
+    public var contentType: String?
+    public var validator: ContentValidator
+
+    public init(length: Int64?, contentType: String? = nil, validator: ContentValidator = ContentValidator()) {
+        self.length = length
+        self.contentType = contentType
+        self.validator = validator
+    }
+}
+
+/// The version of a resource, as its origin names it (HTTP `ETag` and `Last-Modified`).
+public struct ContentValidator: Sendable, Equatable, Hashable {
+    public var etag: String?
+    public var lastModified: String?
+
+    public init(etag: String? = nil, lastModified: String? = nil) {
+        self.etag = etag
+        self.lastModified = lastModified
+    }
+
+    /// Nothing to compare by: the origin sent neither validator.
+    public var isEmpty: Bool { etag == nil && lastModified == nil }
+
+    /// Whether `other` may be the same version: every validator both sides have agrees.
+    /// A weak ETag (`W/"..."`) is compared by its opaque part.
+    public func matches(_ other: ContentValidator) -> Bool {
+        if let etag, let theirs = other.etag, Self.opaque(etag) != Self.opaque(theirs) { return false }
+        if let lastModified, let theirs = other.lastModified, lastModified != theirs { return false }
+        return true
+    }
+
+    private static func opaque(_ etag: String) -> Substring {
+        etag.hasPrefix("W/") ? etag.dropFirst(2) : Substring(etag)
+    }
+}
+
+/// An origin's answer to a range request: what it is, where its body starts, and the body.
+public struct RangeResponse: Sendable {
+    public var info: ContentInfo
+    /// The resource offset of the first body byte: the range's start for a partial answer,
+    /// 0 when the origin sent the whole resource.
+    public var offset: Int64
+    /// The body in chunks as they arrive. Ends early with `.originUnavailable` when the
+    /// connection is cut.
+    public var body: AsyncThrowingStream<[UInt8], Error>
+    /// Stops the transfer (the body then ends).
+    public var cancel: @Sendable () -> Void
+
+    public init(info: ContentInfo, offset: Int64, body: AsyncThrowingStream<[UInt8], Error>, cancel: @escaping @Sendable () -> Void) {
+        self.info = info
+        self.offset = offset
+        self.body = body
+        self.cancel = cancel
+    }
+}

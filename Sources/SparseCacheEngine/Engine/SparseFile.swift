@@ -1,0 +1,413 @@
+import Synchronization
+
+/// One cached resource: a sparse data file plus its segment index, owned by an actor.
+///
+/// Bytes arrive by ``write(_:at:)`` at any offset and size. A segment becomes *present* when all
+/// its bytes are written, the data file is fdatasync'ed and the index records the segment with
+/// its CRC32C (``commit()``). Only present segments are ever read back, and every read is
+/// checked against the stored CRC32C.
+///
+/// Durability: when `commit()` returns, every segment completed by a `write` that returned
+/// before `commit()` was called survives any crash. After a failed fsync the resource refuses
+/// further work (`.needsReopen`); reopening recovers the last committed state.
+///
+/// Blocking syscalls run on a per-resource dispatch queue and reads go through a DispatchIO
+/// channel, so no call ever blocks the cooperative thread pool.
+public actor SparseFile {
+    /// The data file's path. The index is at ``indexPath``.
+    public nonisolated let path: String
+    public nonisolated let indexPath: String
+    public nonisolated let mode: AccessMode
+    /// The segment size in bytes (a power of two).
+    public nonisolated let segmentSize: Int
+    package nonisolated let segmentShift: Int
+    nonisolated let options: SparseFileOptions
+
+    nonisolated let dataFile: FileDescriptor
+    nonisolated let index: IndexFile
+    nonisolated let reader: DispatchReadChannel
+    nonisolated let io: BlockingExecutor
+    /// What the index said when the resource was opened.
+    public nonisolated let recovery: RecoverySummary
+
+    /// The committed state: only these segments are ever served.
+    var committed: IndexState
+    /// Length, metadata and drops waiting for the next commit.
+    var pendingChange = IndexChange()
+    /// Segments written to the data file but not yet synced and committed, with their CRC32C.
+    var unsynced: [Int: UInt32] = [:]
+    /// Segments taken by a running commit.
+    var committing: [Int: UInt32] = [:]
+    /// Segments with a pwrite (or hole punch) in flight.
+    var busy: Set<Int> = []
+    /// Incomplete segments held in memory.
+    var partials = PartialSegments()
+    var partialClock: UInt64 = 0
+    var droppedSinceLastReport: [Range<Int64>] = []
+
+    /// Every change bumps this; a commit covers changes up to the value it started with.
+    var changeCounter: UInt64 = 0
+    var committedCounter: UInt64 = 0
+    var uncommittedBytes: Int64 = 0
+    var commitTask: Task<Void, Error>?
+    var autoCommitTask: Task<Void, Never>?
+
+    /// Bytes served from the page cache on the caller's task, and through the DispatchIO
+    /// channel (for tests and benchmarks).
+    var readStatistics: ReadStatistics {
+        ReadStatistics(
+            fromPageCache: readCounters.fromPageCache.load(ordering: .relaxed),
+            throughChannel: readCounters.throughChannel.load(ordering: .relaxed))
+    }
+
+    struct ReadStatistics: Sendable, Equatable {
+        var fromPageCache: Int64 = 0
+        var throughChannel: Int64 = 0
+    }
+
+    /// What reads touch off the actor: they copy and check bytes on the caller's task and
+    /// come back to the actor only when something is wrong, so their bookkeeping is atomic.
+    final class ReadCounters: Sendable {
+        let fromPageCache = Atomic<Int64>(0)
+        let throughChannel = Atomic<Int64>(0)
+        /// Reads between their plan (on the actor) and their end; close() waits for them.
+        let inFlight = Atomic<Int>(0)
+        /// Set when close() starts: the last read to end then wakes it.
+        let closing = Atomic<Bool>(false)
+    }
+
+    nonisolated let readCounters = ReadCounters()
+
+    /// Set by a failed sync: every later call throws it.
+    var failure: SparseCacheError?
+    var lifecycle = Lifecycle.open
+    var closeTask: Task<Void, Error>?
+    var activeOperations = 0
+    var drainWaiters: [CheckedContinuation<Void, Never>] = []
+
+    enum Lifecycle { case open, closing, closed }
+
+    /// The suffix of the index file beside the data file.
+    public static let indexSuffix = ".scidx"
+
+    /// The index path for a data file path.
+    public static func indexPath(for path: String) -> String { path + indexSuffix }
+
+    init(
+        path: String, mode: AccessMode, options: SparseFileOptions, dataFile: FileDescriptor,
+        index: IndexFile, state: IndexState, pending: IndexChange, recovery: RecoverySummary,
+        reader: DispatchReadChannel, io: BlockingExecutor
+    ) {
+        self.path = path
+        self.indexPath = Self.indexPath(for: path)
+        self.mode = mode
+        self.options = options
+        self.segmentShift = state.segmentShift
+        self.segmentSize = 1 << state.segmentShift
+        self.dataFile = dataFile
+        self.index = index
+        self.committed = state
+        self.pendingChange = pending
+        self.recovery = recovery
+        self.reader = reader
+        self.io = io
+        if !pending.isEmpty { changeCounter = 1 }
+    }
+
+    deinit {
+        // Without close() nothing pending is committed; the descriptors are still released.
+        if lifecycle != .closed {
+            reader.close()
+            dataFile.close()
+            index.close()
+        }
+    }
+
+    // MARK: Open
+
+    /// Opens the resource at `path`, creating it when `options.create` allows.
+    ///
+    /// - Throws: `.locked` when another process has it open for writing (read-only opens never
+    ///   lock); `.notFound` when it does not exist and may not be created; `.invalidArgument`
+    ///   for a bad segment size or length, or a segment size or length that differs from the
+    ///   stored one; `.corruptIndex` / `.unsupportedVersion` when the index cannot be used;
+    ///   `.corruptData` when a writable open finds the data file shorter than the index says.
+    public static func open(
+        _ path: String, mode: AccessMode = .readWrite, options: SparseFileOptions = SparseFileOptions()
+    ) async throws -> SparseFile {
+        try validate(path: path, options: options)
+        let io = BlockingExecutor(label: "sparsecache.io")
+        let opened = try await io.run { try openBlocking(path: path, mode: mode, options: options) }
+        return SparseFile(
+            path: path, mode: mode, options: options, dataFile: opened.dataFile, index: opened.index,
+            state: opened.state, pending: opened.pending, recovery: opened.recovery, reader: opened.reader, io: io)
+    }
+
+    private static func validate(path: String, options: SparseFileOptions) throws {
+        guard !path.isEmpty else {
+            throw SparseCacheError(.invalidArgument, operation: "open", detail: "empty path")
+        }
+        if let size = options.segmentSize {
+            guard SparseFileOptions.segmentSizes.contains(size), size.nonzeroBitCount == 1 else {
+                throw SparseCacheError(
+                    .invalidArgument, operation: "open", path: path,
+                    detail: "segment size \(size) is not a power of two from 4 KiB to 16 MiB")
+            }
+        }
+        if let length = options.length, length < 0 {
+            throw SparseCacheError(.invalidArgument, operation: "open", path: path, detail: "negative length \(length)")
+        }
+        if let metadata = options.metadata { try checkSize(of: metadata, path: path) }
+    }
+
+    static func checkSize(of metadata: ResourceMetadata, path: String) throws {
+        let size = MetadataCoding.encode(metadata).count
+        guard size <= ResourceMetadata.maximumEncodedSize else {
+            throw SparseCacheError(
+                .invalidArgument, operation: "set metadata", path: path,
+                detail: "metadata encodes to \(size) bytes, over the limit of \(ResourceMetadata.maximumEncodedSize)")
+        }
+    }
+
+    private struct Opened: Sendable {
+        var dataFile: FileDescriptor
+        var index: IndexFile
+        var state: IndexState
+        var pending: IndexChange
+        var recovery: RecoverySummary
+        var reader: DispatchReadChannel
+    }
+
+    private static func openBlocking(path: String, mode: AccessMode, options: SparseFileOptions) throws -> Opened {
+        let indexPath = Self.indexPath(for: path)
+        let indexExists = try FileSystem.exists(indexPath)
+        let create = mode == .readWrite && options.create && !indexExists
+        if create, let length = options.length {
+            let shift = (options.segmentSize ?? SparseFileOptions.defaultSegmentSize).trailingZeroBitCount
+            guard length <= IndexState.maximumLength(shift: shift) else {
+                throw SparseCacheError(
+                    .invalidArgument, operation: "open", path: path,
+                    detail: "length \(length) is over the largest supported length \(IndexState.maximumLength(shift: shift))")
+            }
+        }
+        if !indexExists, !create {
+            let dataExists = try FileSystem.exists(path)
+            throw SparseCacheError(
+                .notFound, operation: "open", path: path,
+                detail: dataExists ? "no index '\(FileSystem.fileName(of: indexPath))' beside it: not a sparsecache resource"
+                    : "no such resource")
+        }
+        let dataFile = try FileDescriptor.open(
+            path, access: mode == .readWrite ? .readWrite : .readOnly, create: create)
+        do {
+            if mode == .readWrite, try !dataFile.tryLock(exclusive: true, patience: FileDescriptor.lockPatience) {
+                throw SparseCacheError(
+                    .locked, operation: "open", path: path, detail: "locked by another process (open for writing)")
+            }
+            var pending = IndexChange()
+            let index: IndexFile
+            var state: IndexState
+            var recovery = RecoverySummary()
+            if create {
+                let shift = (options.segmentSize ?? SparseFileOptions.defaultSegmentSize).trailingZeroBitCount
+                state = IndexState(segmentShift: shift, length: options.length, metadata: options.metadata ?? ResourceMetadata())
+                if let length = options.length, try dataFile.status().size < length {
+                    try dataFile.truncate(to: length)
+                }
+                try dataFile.sync()
+                index = try IndexFile.create(path: indexPath, state: state)
+                recovery.created = true
+            } else {
+                let access: FileDescriptor.Access = mode == .readWrite ? .readWrite : .readOnly
+                let (opened, recovered, report) = try IndexFile.open(path: indexPath, access: access)
+                index = opened
+                state = recovered
+                recovery = RecoverySummary(report)
+                do {
+                    try checkReopen(state: state, options: options, path: path, pending: &pending)
+                    if mode == .readWrite, options.requireDataFileCoversIndex {
+                        try checkDataFileCoversIndex(dataFile, state: state)
+                    }
+                } catch {
+                    index.close()
+                    throw error
+                }
+            }
+            let reader = try DispatchReadChannel(path: path)
+            return Opened(dataFile: dataFile, index: index, state: state, pending: pending, recovery: recovery, reader: reader)
+        } catch {
+            dataFile.close()
+            throw error
+        }
+    }
+
+    /// What a resource's committed index says, read without opening the resource: no lock,
+    /// no data file, no channel. Blocking: for callers on a blocking queue (the store's
+    /// start-up scan).
+    ///
+    /// - Throws: `.corruptIndex` / `.unsupportedVersion` when the index cannot be used; `.io`.
+    package static func storedSummary(path: String) throws -> StoredSummary {
+        let (index, state, _) = try IndexFile.open(path: indexPath(for: path), access: .readOnly)
+        index.close()
+        return StoredSummary(metadata: state.metadata, length: state.length, presentBytes: state.presentBytes)
+    }
+
+    package struct StoredSummary: Sendable {
+        package var metadata: ResourceMetadata
+        package var length: Int64?
+        package var presentBytes: Int64
+    }
+
+    private static func checkReopen(state: IndexState, options: SparseFileOptions, path: String, pending: inout IndexChange) throws {
+        if let size = options.segmentSize, size != state.segmentSize {
+            throw SparseCacheError(
+                .invalidArgument, operation: "open", path: path,
+                detail: "segment size \(size) differs from the stored segment size \(state.segmentSize)")
+        }
+        if let length = options.length {
+            if let stored = state.length, stored != length {
+                throw SparseCacheError(
+                    .invalidArgument, operation: "open", path: path,
+                    detail: "length \(length) differs from the stored length \(stored)")
+            }
+            if state.length == nil {
+                if let problem = state.problem(applying: IndexChange(length: length)) {
+                    throw SparseCacheError(.invalidArgument, operation: "open", path: path, detail: problem)
+                }
+                pending.length = length
+            }
+        }
+    }
+
+    /// A writable open refuses a data file that ends before the last present segment: writes
+    /// would skip those segments forever. `verify --repair` fixes it.
+    private static func checkDataFileCoversIndex(_ dataFile: FileDescriptor, state: IndexState) throws {
+        guard let last = state.present.setRuns.last?.upperBound else { return }
+        let needed = min(Int64(last) << Int64(state.segmentShift), state.length ?? .max)
+        let size = try dataFile.status().size
+        if size < needed {
+            throw SparseCacheError(
+                .corruptData, operation: "open", path: dataFile.path,
+                detail: "data file is \(size) bytes but the index names data up to byte \(needed); run 'sparsecache verify --repair'",
+                segments: Array(Int(size >> Int64(state.segmentShift))..<last).filter { state.present[$0] })
+        }
+    }
+
+    // MARK: Lifecycle
+
+    /// Commits what is pending, waits for in-flight reads and writes, and releases the files.
+    /// Bytes of incomplete segments are discarded. Calling it again is harmless.
+    ///
+    /// - Throws: the commit's error when the final commit fails (the files are released anyway).
+    public func close() async throws {
+        if let closeTask { return try await closeTask.value }
+        if lifecycle == .closed { return }
+        let task = Task { try await self.closeNow() }
+        closeTask = task
+        try await task.value
+    }
+
+    private func closeNow() async throws {
+        lifecycle = .closing
+        readCounters.closing.store(true, ordering: .sequentiallyConsistent)
+        autoCommitTask?.cancel()
+        autoCommitTask = nil
+        await drain()
+        var commitError: Error?
+        if mode == .readWrite, failure == nil {
+            do { try await commitPending() } catch { commitError = error }
+        }
+        if let commitTask { _ = try? await commitTask.value }
+        partials.removeAll()
+        reader.close()
+        let dataFile = self.dataFile
+        let index = self.index
+        _ = try? await io.run {
+            dataFile.close()
+            index.close()
+        }
+        lifecycle = .closed
+        if let commitError { throw commitError }
+    }
+
+    private func drain() async {
+        while activeOperations > 0 || readCounters.inFlight.load(ordering: .sequentiallyConsistent) > 0 {
+            await withCheckedContinuation { drainWaiters.append($0) }
+        }
+    }
+
+    /// Wakes close() to look again (the last read in flight ended).
+    func wakeDrain() {
+        let waiters = drainWaiters
+        drainWaiters.removeAll()
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Marks an operation in flight; close() waits for it.
+    func beginOperation() { activeOperations += 1 }
+
+    func endOperation() {
+        activeOperations -= 1
+        if activeOperations == 0 {
+            let waiters = drainWaiters
+            drainWaiters.removeAll()
+            for waiter in waiters { waiter.resume() }
+        }
+    }
+
+    /// Throws unless the resource is open and not poisoned.
+    func checkUsable(_ operation: String) throws {
+        if let failure { throw failure }
+        if lifecycle != .open {
+            throw SparseCacheError(.closed, operation: operation, path: path, detail: "resource is closed")
+        }
+    }
+
+    func checkWritable(_ operation: String) throws {
+        try checkUsable(operation)
+        if mode != .readWrite {
+            throw SparseCacheError(.invalidArgument, operation: operation, path: path, detail: "opened read-only")
+        }
+    }
+
+    /// Poisons the resource after a failed sync: Linux may have dropped the dirty pages, and a
+    /// later sync could succeed without them, so nothing since the last good sync is claimed.
+    func poison(after error: SparseCacheError) {
+        var poisoned = error
+        poisoned.code = .needsReopen
+        poisoned.detail = "an earlier \(error.operation) failed (\(error.errno.map(SparseCacheError.errnoText) ?? error.detail ?? "error")); "
+            + "data written since the last successful sync is not claimed; reopen the resource"
+        poisoned.operation = error.operation
+        failure = poisoned
+        unsynced.removeAll()
+        committing.removeAll()
+        partials.removeAll()
+    }
+}
+
+/// What opening found in the index, in plain values.
+public struct RecoverySummary: Sendable, Equatable {
+    /// The resource was created by this open.
+    public var created = false
+    /// Per superblock slot: nil when valid, else why it was rejected.
+    public var slotProblems: [String?] = [nil, nil]
+    public var generation: UInt64 = 0
+    public var recordsReplayed = 0
+    /// A torn last journal record (normal after a crash), if any.
+    public var journalTail: String?
+    /// Damage in authentic index data (replay stopped before it).
+    public var damage: [String] = []
+    /// The newest state could not be used and an older one was taken.
+    public var fellBack = false
+
+    init() {}
+
+    init(_ report: IndexFile.RecoveryReport) {
+        slotProblems = report.slotProblems
+        generation = report.generation
+        recordsReplayed = report.recordsReplayed
+        journalTail = report.journalTail
+        damage = report.damage
+        fellBack = report.fellBack
+    }
+}

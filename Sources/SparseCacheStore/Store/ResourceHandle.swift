@@ -1,0 +1,53 @@
+import SparseCacheEngine
+import Synchronization
+
+/// A resource opened through a ``SparseStore``. While any handle to it is unreleased the
+/// resource is pinned: eviction never deletes it or its files.
+///
+/// Write and read through the handle so the store can account disk space and recency; the
+/// ``file`` is there for queries (present ranges, length, metadata).
+public final class ResourceHandle: Sendable {
+    public let key: String
+    public let file: SparseFile
+    let store: SparseStore
+    private let released = Mutex(false)
+
+    init(key: String, file: SparseFile, store: SparseStore) {
+        self.key = key
+        self.file = file
+        self.store = store
+    }
+
+    /// Writes through to the resource (see ``SparseFile/write(_:at:)``) and accounts the space.
+    @discardableResult
+    public func write(_ bytes: [UInt8], at offset: Int64) async throws -> WriteResult {
+        let result = try await file.write(bytes, at: offset)
+        await store.noteWrite(key: key, result: result)
+        return result
+    }
+
+    /// Reads through the resource (see ``SparseFile/read(offset:length:)``) and marks the
+    /// segments recently used.
+    public func read(offset: Int64, length: Int) async throws -> [UInt8] {
+        let bytes = try await file.read(offset: offset, length: length)
+        await store.noteRead(key: key, range: offset..<(offset + Int64(length)))
+        return bytes
+    }
+
+    /// See ``SparseFile/readAvailable(from:maxLength:)``.
+    public func readAvailable(from offset: Int64, maxLength: Int) async throws -> [UInt8] {
+        let bytes = try await file.readAvailable(from: offset, maxLength: maxLength)
+        await store.noteRead(key: key, range: offset..<(offset + Int64(bytes.count)))
+        return bytes
+    }
+
+    /// Unpins the resource. The last release commits and closes it, after which it may be
+    /// evicted. Calling it again does nothing.
+    public func release() async throws {
+        let first = released.withLock { released in
+            defer { released = true }
+            return !released
+        }
+        if first { try await store.release(key: key) }
+    }
+}

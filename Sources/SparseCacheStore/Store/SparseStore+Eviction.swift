@@ -1,0 +1,198 @@
+import SparseCacheEngine
+
+extension SparseStore {
+    /// Evicts until the store is within its budget (and the minimum free space): first the
+    /// parts of least-recently-used resources beyond their pinned prefix, then whole
+    /// least-recently-used resources, then, when only open resources are left, their coldest
+    /// segments. Open resources are never deleted. Concurrent callers share one queued pass.
+    public func enforceBudget() async throws {
+        if let pending = pendingEnforcement {
+            _ = try await pending.value
+            return
+        }
+        let task = queuePass(target: options.budget, useWindow: true)
+        pendingEnforcement = task
+        _ = try await task.value
+    }
+
+    /// Evicts least-recently-used resources until at most `bytes` are allocated; returns the
+    /// keys evicted or trimmed. Open resources are skipped.
+    @discardableResult
+    public func evict(toSize bytes: Int64) async throws -> [String] {
+        try checkOpen("evict")
+        return try await queuePass(target: max(0, bytes), useWindow: false).value
+    }
+
+    /// Queues an eviction pass behind the ones already queued: passes never overlap, and no
+    /// caller ever waits by polling. (Awaiting a finished task does not suspend, so a loop
+    /// that waits for a task slot to clear can hold the actor forever.)
+    private func queuePass(target: Int64, useWindow: Bool) -> Task<[String], Error> {
+        let previous = evictionQueue
+        let task = Task {
+            await previous?.value
+            return try await self.runPass(target: target, useWindow: useWindow)
+        }
+        evictionQueue = Task { _ = try? await task.value }
+        return task
+    }
+
+    private func runPass(target: Int64, useWindow: Bool) async throws -> [String] {
+        // A budget pass that has started no longer takes new joiners: they queue their own,
+        // which sees the bytes written after this one measured.
+        if useWindow { pendingEnforcement = nil }
+        guard !isClosed else { return [] }
+        return try await evictPass(target: target, useWindow: useWindow)
+    }
+
+    /// Removes every resource that is not open; returns the keys removed.
+    @discardableResult
+    public func clear() async throws -> [String] {
+        try checkOpen("clear")
+        var removed: [String] = []
+        for key in entries.keys.sorted() where live[key] == nil {
+            do {
+                try await remove(key: key)
+                removed.append(key)
+            } catch let error as SparseCacheError where error.code == .locked || error.code == .notFound {
+                continue  // opened or removed meanwhile
+            }
+        }
+        try await saveCatalog()
+        return removed
+    }
+
+    /// How many bytes must go: over the budget, or short of the minimum free space.
+    private func excess(target: Int64) async -> Int64 {
+        var need = allocatedBytes - target
+        if let minimum = options.minimumFreeSpace {
+            let directory = self.directory
+            if let available = try? await io.run({ try FileSystem.availableBytes(at: directory) }) {
+                need = max(need, minimum - available)
+            }
+        }
+        return need
+    }
+
+    @discardableResult
+    private func evictPass(target: Int64, useWindow: Bool = true) async throws -> [String] {
+        var evicted: [String] = []
+        var progress = true
+        while progress, await excess(target: target) > 0 {
+            progress = false
+            // Least recently used first, sorted once per round: every candidate is re-checked
+            // after each await below, so a resource opened meanwhile is never touched.
+            let order = entries.values
+                .filter { live[$0.key] == nil && !lockedKeys.contains($0.key) }
+                .sorted { ($0.lastAccess, $0.key) < ($1.lastAccess, $1.key) }
+            for candidate in order where candidate.pinnedPrefix > 0 && candidate.presentBytes > candidate.pinnedPrefix {
+                guard await excess(target: target) > 0 else { break }
+                if try await trimToPrefix(key: candidate.key) {
+                    evicted.append(candidate.key)
+                    progress = true
+                }
+            }
+            var need = await excess(target: target)
+            var victims: [String] = []
+            for candidate in order where need > 0 {
+                guard live[candidate.key] == nil, !lockedKeys.contains(candidate.key), let entry = entries[candidate.key] else { continue }
+                victims.append(candidate.key)
+                need -= entry.allocatedBytes
+            }
+            if !victims.isEmpty {
+                let removed = try await removeClosedResources(victims)
+                evicted += removed
+                progress = progress || !removed.isEmpty
+            }
+            if !progress, useWindow {
+                progress = try await shrinkOpenResources(by: await excess(target: target))
+            }
+        }
+        if !evicted.isEmpty { try? await saveCatalog() }
+        return evicted
+    }
+
+    /// Deletes closed resources in one batch: every index first (then one directory sync),
+    /// then every data file (and one more sync). A crash anywhere leaves data files that claim
+    /// nothing, which the next start-up removes; never a resource claiming missing data.
+    /// Returns the keys removed.
+    private func removeClosedResources(_ keys: [String]) async throws -> [String] {
+        for key in keys { await lockKey(key) }
+        defer { for key in keys { unlockKey(key) } }
+        // Re-check after the awaits: any of them may have been opened or removed meanwhile.
+        let victims = keys.compactMap { key in live[key] == nil ? entries[key] : nil }
+        guard !victims.isEmpty else { return [] }
+        try await deleteFiles(names: victims.map(\.name))
+        for entry in victims {
+            entries[entry.key] = nil
+            keyByName[entry.name] = nil
+        }
+        markCatalogDirty()
+        return victims.map(\.key)
+    }
+
+    /// Drops everything of a closed resource beyond its pinned prefix. Returns false when
+    /// nothing could be dropped.
+    private func trimToPrefix(key: String) async throws -> Bool {
+        await lockKey(key)
+        defer { unlockKey(key) }
+        guard live[key] == nil, let entry = entries[key] else { return false }
+        var reopen = SparseFileOptions()
+        reopen.create = false
+        reopen.commitPolicy = .manual
+        let file = try await SparseFile.open(resourcesDirectory + "/" + entry.name, options: reopen)
+        let firstDropped = Int((entry.pinnedPrefix + Int64(file.segmentSize) - 1) / Int64(file.segmentSize))
+        let beyond = await file.presentSegments().flatMap { run in
+            Array(max(run.lowerBound, firstDropped)..<max(run.upperBound, firstDropped))
+        }
+        do {
+            if !beyond.isEmpty { try await file.discard(segments: beyond) }
+            try await file.close()
+        } catch {
+            try? await file.close()
+            throw error
+        }
+        await refresh(key: key, from: file)
+        if var updated = entries[key] {
+            // Present bytes now fit the prefix: it is no longer a trim candidate.
+            updated.presentBytes = min(updated.presentBytes, updated.pinnedPrefix)
+            entries[key] = updated
+        }
+        return !beyond.isEmpty
+    }
+
+    /// The larger-than-budget window: drops the coldest segments of open resources (never
+    /// their pinned prefix, never segments being written). Returns false when nothing could
+    /// be dropped.
+    private func shrinkOpenResources(by bytes: Int64) async throws -> Bool {
+        var freed: Int64 = 0
+        let byAllocation = live.keys.sorted { (entries[$0]?.allocatedBytes ?? 0) > (entries[$1]?.allocatedBytes ?? 0) }
+        for key in byAllocation where freed < bytes {
+            // Held so the last handle cannot close the file under the discard.
+            await lockKey(key)
+            defer { unlockKey(key) }
+            guard let resource = live[key], let entry = entries[key] else { continue }
+            let size = Int64(resource.file.segmentSize)
+            // The index counts against the budget too: fold a long journal before dropping data.
+            let beforeCompaction = entries[key]?.allocatedBytes ?? 0
+            try await resource.file.compactIndex(ifJournalExceeds: size)
+            await refresh(key: key, from: resource.file)
+            freed += max(0, beforeCompaction - (entries[key]?.allocatedBytes ?? 0))
+            if freed >= bytes { break }
+            let firstEvictable = Int((entry.pinnedPrefix + size - 1) / size)
+            let present = await resource.file.presentSegments().flatMap { Array($0) }.filter { $0 >= firstEvictable }
+            // Re-read the recency after the await: reads may have touched segments meanwhile.
+            let touches = live[key]?.segmentTouch ?? [:]
+            let coldest = present.sorted { (touches[$0] ?? 0, $0) < (touches[$1] ?? 0, $1) }
+            // Keep at least one segment: the one being read or written right now.
+            let count = min(max(0, coldest.count - 1), Int((bytes - freed + size - 1) / size))
+            guard count > 0 else { continue }
+            let victims = Array(coldest.prefix(count))
+            try await resource.file.discard(segments: victims)
+            for segment in victims { live[key]?.segmentTouch[segment] = nil }
+            let before = entries[key]?.allocatedBytes ?? 0
+            await refresh(key: key, from: resource.file)
+            freed += max(Int64(count) * size, before - (entries[key]?.allocatedBytes ?? 0))
+        }
+        return freed > 0
+    }
+}

@@ -1,0 +1,245 @@
+import SparseCacheEngine
+
+extension SparseStore {
+    /// Opens the resource for `key`, creating it when the store does not have it. The resource
+    /// stays pinned (never evicted) until the handle is released. Concurrent opens of one key
+    /// share one ``SparseFile``.
+    ///
+    /// - Parameters:
+    ///   - length: the resource length when known (checked against a stored one).
+    ///   - contentType: stored in the metadata of a new resource.
+    /// - Throws: `.invalidArgument` for an empty or oversized key or a conflicting length;
+    ///   `.closed`; `.io`. A resource whose index is damaged is dropped and created anew.
+    public func open(key: String, length: Int64? = nil, contentType: String? = nil) async throws -> ResourceHandle {
+        try checkOpen("open")
+        try Self.validate(key: key)
+        await lockKey(key)
+        defer { unlockKey(key) }
+        try checkOpen("open")
+        if let file = live[key]?.file {
+            live[key]?.leases += 1
+            if let length, await file.length != length { try await file.setLength(length) }
+            touch(key)
+            return ResourceHandle(key: key, file: file, store: self)
+        }
+        let file = try await openFile(key: key, length: length, contentType: contentType)
+        live[key] = LiveResource(file: file, leases: 1)
+        touch(key)
+        return ResourceHandle(key: key, file: file, store: self)
+    }
+
+    /// Runs `body` with the resource for `key` open, releasing it afterwards.
+    public func withResource<T: Sendable>(
+        key: String, length: Int64? = nil, _ body: @Sendable (ResourceHandle) async throws -> T
+    ) async throws -> T {
+        let handle = try await open(key: key, length: length)
+        do {
+            let result = try await body(handle)
+            try await handle.release()
+            return result
+        } catch {
+            try? await handle.release()
+            throw error
+        }
+    }
+
+    static func validate(key: String) throws {
+        if key.isEmpty {
+            throw SparseCacheError(.invalidArgument, operation: "open", detail: "empty key")
+        }
+        if key.utf8.count > maximumKeyLength {
+            throw SparseCacheError(
+                .invalidArgument, operation: "open",
+                detail: "key is \(key.utf8.count) bytes, over the limit of \(maximumKeyLength)")
+        }
+    }
+
+    private func fileOptions(length: Int64?, contentType: String?, key: String) -> SparseFileOptions {
+        var fileOptions = SparseFileOptions()
+        fileOptions.length = length
+        fileOptions.commitPolicy = options.commitPolicy
+        fileOptions.metadata = ResourceMetadata(key: key, contentType: contentType)
+        return fileOptions
+    }
+
+    /// Opens the file behind `key` (the caller holds the key's lock).
+    private func openFile(key: String, length: Int64?, contentType: String?) async throws -> SparseFile {
+        if let entry = entries[key] {
+            let path = resourcesDirectory + "/" + entry.name
+            var reopen = fileOptions(length: length, contentType: contentType, key: key)
+            reopen.create = false
+            do {
+                let file = try await SparseFile.open(path, options: reopen)
+                if await file.metadata.key == key { return file }
+                // The file holds another key: the catalog was wrong. Forget this entry.
+                try? await file.close()
+                keyByName[entry.name] = await file.metadata.key
+                entries[key] = nil
+            } catch let error as SparseCacheError
+                where [.corruptIndex, .unsupportedVersion, .corruptData, .notFound].contains(error.code)
+            {
+                // A damaged resource in a cache is dropped and fetched again.
+                try await deleteFiles(name: entry.name)
+                entries[key] = nil
+                keyByName[entry.name] = nil
+            }
+        }
+        let name = try await freeName(for: key)
+        var create = fileOptions(length: length, contentType: contentType, key: key)
+        create.segmentSize = options.segmentSize
+        let file = try await SparseFile.open(resourcesDirectory + "/" + name, options: create)
+        if await file.metadata.key != key {
+            var metadata = await file.metadata
+            metadata.key = key
+            try await file.setMetadata(metadata)
+            try await file.commit()
+        }
+        entries[key] = StoreEntry(
+            key: key, name: name, length: length, presentBytes: 0, allocatedBytes: 0, lastAccess: Self.now(),
+            pinnedPrefix: options.pinnedPrefix, isOpen: true)
+        keyByName[name] = key
+        markCatalogDirty()
+        return file
+    }
+
+    /// The first candidate name that no other key uses and no file occupies.
+    private func freeName(for key: String) async throws -> String {
+        let resources = resourcesDirectory
+        for attempt in 0..<1000 {
+            let name = ResourceNaming.candidate(for: key, attempt: attempt)
+            if let owner = keyByName[name], owner != key { continue }
+            let occupied = try await io.run {
+                try FileSystem.exists(resources + "/" + name) || FileSystem.exists(SparseFile.indexPath(for: resources + "/" + name))
+            }
+            if occupied, keyByName[name] == nil {
+                // Leftovers nobody claims (the scan removes orphans; this is a foreign file).
+                continue
+            }
+            return name
+        }
+        throw SparseCacheError(.io, operation: "open", path: resources, detail: "no free file name for key after 1000 attempts")
+    }
+
+    /// Called by the last handle's release: commits and closes the file and measures it.
+    func release(key: String) async throws {
+        guard try await closeIfLastLease(key: key) else { return }
+        // Outside the key's lock: the pass may pick this very key as its victim.
+        try await enforceBudget()
+    }
+
+    /// Drops one lease; the last one commits and closes the file. Returns true when it closed.
+    private func closeIfLastLease(key: String) async throws -> Bool {
+        await lockKey(key)
+        defer { unlockKey(key) }
+        guard let resource = live[key] else { return false }
+        if resource.leases > 1 {
+            live[key]?.leases -= 1
+            touch(key)
+            return false
+        }
+        live[key] = nil
+        var closeError: Error?
+        do { try await resource.file.close() } catch { closeError = error }
+        await refresh(key: key, from: resource.file)
+        touch(key)
+        if let closeError { throw closeError }
+        return true
+    }
+
+    /// Updates an entry's sizes from its file (present bytes) and the disk (allocated bytes).
+    func refresh(key: String, from file: SparseFile) async {
+        guard var entry = entries[key] else { return }
+        entry.length = await file.length
+        entry.presentBytes = await file.presentBytes
+        let path = resourcesDirectory + "/" + entry.name
+        if let measured = try? await io.run({ try Self.allocatedBytes(path) }) { entry.allocatedBytes = measured }
+        entries[key] = entry
+        markCatalogDirty()
+    }
+
+    func touch(_ key: String) {
+        guard var entry = entries[key] else { return }
+        entry.lastAccess = max(Self.now(), entry.lastAccess + 1)
+        entries[key] = entry
+        markCatalogDirty()
+    }
+
+    func noteWrite(key: String, result: WriteResult) async {
+        guard var entry = entries[key] else { return }
+        let written = result.completed.reduce(Int64(0)) { $0 + Int64($1.count) }
+        entry.allocatedBytes += written
+        entry.presentBytes += written
+        entry.lastAccess = max(Self.now(), entry.lastAccess + 1)
+        entries[key] = entry
+        if let file = live[key]?.file {
+            let shift = Int64(file.segmentSize.trailingZeroBitCount)
+            touchClock += 1
+            for range in result.completed {
+                live[key]?.touch(Int(range.lowerBound >> shift)..<Int((range.upperBound + (1 << shift) - 1) >> shift), at: touchClock)
+            }
+        }
+        markCatalogDirty()
+        if written > 0, allocatedBytes > options.budget { try? await enforceBudget() }
+    }
+
+    func noteRead(key: String, range: Range<Int64>) async {
+        guard let file = live[key]?.file, !range.isEmpty else { return }
+        let shift = Int64(file.segmentSize.trailingZeroBitCount)
+        touchClock += 1
+        live[key]?.touch(Int(range.lowerBound >> shift)..<Int((range.upperBound - 1) >> shift) + 1, at: touchClock)
+        touch(key)
+    }
+
+    /// Keeps the first `bytes` of the resource when it is evicted.
+    public func pinPrefix(key: String, bytes: Int64) throws {
+        guard var entry = entries[key] else {
+            throw SparseCacheError(.notFound, operation: "pin prefix", detail: "no resource for key '\(key)'")
+        }
+        entry.pinnedPrefix = max(0, bytes)
+        entries[key] = entry
+        markCatalogDirty()
+    }
+
+    /// Removes the resource for `key`.
+    ///
+    /// - Throws: `.locked` while it is open; `.notFound` when the store does not have it.
+    public func remove(key: String) async throws {
+        try checkOpen("remove")
+        await lockKey(key)
+        defer { unlockKey(key) }
+        guard let entry = entries[key] else {
+            throw SparseCacheError(.notFound, operation: "remove", path: directory, detail: "no resource for key '\(key)'")
+        }
+        if live[key] != nil {
+            throw SparseCacheError(.locked, operation: "remove", path: directory, detail: "'\(key)' is open by a reader or writer")
+        }
+        try await deleteFiles(name: entry.name)
+        entries[key] = nil
+        keyByName[entry.name] = nil
+        markCatalogDirty()
+    }
+
+    /// Deletes a resource's files: the index first, so a crash in between leaves a data file
+    /// that claims nothing (removed at the next start), never a resource claiming missing data.
+    func deleteFiles(name: String) async throws {
+        try await deleteFiles(names: [name])
+    }
+
+    /// Deletes the files of several resources with two directory syncs in all: every index,
+    /// a sync, then every data file, and a sync.
+    func deleteFiles(names: [String]) async throws {
+        let paths = names.map { resourcesDirectory + "/" + $0 }
+        guard let anyPath = paths.first else { return }
+        try await io.run {
+            for path in paths {
+                let index = SparseFile.indexPath(for: path)
+                if try FileSystem.exists(index) { try FileSystem.unlink(index) }
+            }
+            try FileSystem.syncParentDirectory(of: anyPath)
+            for path in paths where try FileSystem.exists(path) {
+                try FileSystem.unlink(path)
+            }
+            try FileSystem.syncParentDirectory(of: anyPath)
+        }
+    }
+}

@@ -1,0 +1,56 @@
+import SparseCacheEngine
+
+/// How a ``SparseStore`` manages its directory.
+public struct StoreOptions: Sendable {
+    /// The most disk space (bytes actually allocated: data blocks plus indexes) the store's
+    /// resources may take. Least-recently-used resources are evicted past it.
+    public var budget: Int64
+    /// Keep at least this much free space on the file system, evicting more if needed.
+    public var minimumFreeSpace: Int64?
+    /// Segment size for new resources.
+    public var segmentSize = SparseFileOptions.defaultSegmentSize
+    /// Bytes at the start of every resource kept when the resource is evicted (a preload for
+    /// the next play); 0 evicts whole resources. ``SparseStore/pinPrefix(key:bytes:)`` sets it
+    /// per resource.
+    public var pinnedPrefix: Int64 = 0
+    /// Commit policy for the resources the store opens.
+    public var commitPolicy = CommitPolicy.automatic
+    /// How long after a change the catalog (keys, sizes, access times) is saved.
+    public var catalogSaveDelay: Duration = .seconds(2)
+
+    public init(budget: Int64) {
+        self.budget = budget
+    }
+}
+
+/// A resource as the store sees it, for UIs: answered from memory.
+public struct StoreEntry: Sendable, Equatable, Codable {
+    public var key: String
+    /// The file name of the data file inside the store's `resources` directory.
+    public var name: String
+    public var length: Int64?
+    public var presentBytes: Int64
+    /// Disk space taken (data blocks and index).
+    public var allocatedBytes: Int64
+    /// Last open, read or write, in nanoseconds since 1970 (persisted across restarts).
+    public var lastAccess: Int64
+    /// Bytes at the start kept when the resource is evicted.
+    public var pinnedPrefix: Int64
+    /// Open by a reader or writer right now (never evicted while open).
+    public var isOpen: Bool
+
+    /// Present bytes as a percentage of the length (nil while unknown).
+    public var percentPresent: Double? {
+        guard let length else { return nil }
+        return length == 0 ? 100 : Double(presentBytes) * 100 / Double(length)
+    }
+}
+
+/// Totals plus one entry per resource, least recently used first.
+public struct StoreSummary: Sendable, Equatable, Codable {
+    public var directory: String
+    public var budget: Int64
+    public var allocatedBytes: Int64
+    public var presentBytes: Int64
+    public var entries: [StoreEntry]
+}

@@ -1,0 +1,347 @@
+import SparseCacheEngine
+import Synchronization
+
+/// One HTTP/1.1 GET on a connection of its own, over the project's non-blocking sockets: the
+/// transport the cache's origin client (`HTTPRangeSource`) uses for `http://` origins.
+///
+/// The body is pulled: a chunk is received only when the caller asks for the next one, so a
+/// slow disk holds back the origin through TCP instead of filling memory (URLSession cannot be
+/// paused on Linux). Chunks are received straight into the arrays handed out, and as many
+/// bytes as have already arrived are taken at once (up to ``chunkSize``).
+///
+/// A watchdog closes the connection when a wait on the socket (connect, head or body) makes
+/// no progress for `timeout`; it also closes a connection whose caller walked away.
+///
+/// Connections are kept alive: one whose response ended exactly where its framing said goes
+/// back to an ``OriginConnectionPool`` for the next request to the same origin.
+package actor HTTPExchange {
+    /// The most a body chunk holds.
+    static let chunkSize = 1 << 20
+    /// What one receive gathers before handing bytes over when more have already arrived.
+    static let gatherSize = 256 << 10
+
+    package nonisolated let head: HTTPResponseHead
+    private let connection: TCPConnection
+    private let name: String
+    private let pool: OriginConnectionPool?
+    private let origin: String
+    private var buffered: [UInt8]
+    private var framing: Framing
+    private var waitingSince: ContinuousClock.Instant?
+    private var watchdog: Task<Void, Never>?
+    /// Who has the connection once the exchange is over. A cancel (any thread) and the hand-back
+    /// to the pool (the actor) decide under this lock, so a connection is either closed or
+    /// pooled, never both.
+    private let lifecycle = Mutex(Lifecycle())
+
+    private struct Lifecycle {
+        var ended = false
+        var cancelled = false
+        var pooled = false
+        /// Run once the exchange is over, however it ends.
+        var actions: [FinishAction] = []
+    }
+
+    private enum Framing {
+        case length(remaining: Int64)
+        case chunked(ChunkedDecoder)
+        case untilClose
+        case done
+    }
+
+    private init(
+        connection: TCPConnection, name: String, head: HTTPResponseHead, buffered: [UInt8], pool: OriginConnectionPool?, origin: String
+    ) {
+        self.connection = connection
+        self.name = name
+        self.head = head
+        self.buffered = buffered
+        self.pool = pool
+        self.origin = origin
+        switch head.framing {
+        case .none: framing = .done
+        case .length(let length): framing = length == 0 ? .done : .length(remaining: length)
+        case .chunked: framing = .chunked(ChunkedDecoder())
+        case .untilClose: framing = .untilClose
+        }
+    }
+
+    deinit {
+        watchdog?.cancel()
+        end(closing: "the exchange was dropped")
+    }
+
+    /// Runs `action` once the exchange is over: its body read to the end, failed, cancelled or
+    /// dropped (at once if it already is).
+    package nonisolated func onFinish(_ action: FinishAction) {
+        let ended = lifecycle.withLock { state in
+            if !state.ended { state.actions.append(action) }
+            return state.ended
+        }
+        if ended { action.run() }
+    }
+
+    /// Ends the exchange: closes the connection unless it went back to the pool, and runs the
+    /// finish actions. Later calls do nothing more.
+    private nonisolated func end(closing reason: String, cancelled: Bool = false) {
+        let (close, actions) = lifecycle.withLock { state in
+            if cancelled { state.cancelled = true }
+            state.ended = true
+            defer { state.actions = [] }
+            return (!state.pooled, state.actions)
+        }
+        if close { connection.close(reason) }
+        for action in actions { action.run() }
+    }
+
+    /// Hands the connection back to the pool when the response ended exactly at its end and
+    /// the origin keeps the connection; closes it otherwise. Then ends the exchange.
+    private func complete(leftover: Bool) {
+        if lifecycle.withLock({ $0.ended }) { return }
+        watchdog?.cancel()
+        watchdog = nil
+        framing = .done
+        if let pool, head.keepAlive, !leftover, buffered.isEmpty {
+            let pooled = lifecycle.withLock { state -> Bool in
+                guard !state.cancelled, !state.pooled else { return false }
+                state.pooled = true
+                return true
+            }
+            if pooled { pool.put(connection, origin: origin) }
+        }
+        end(closing: "the response ended")
+    }
+
+    /// Sends `request` (a complete head) on an idle connection from `pool` or a new one, and
+    /// waits for the response head, skipping interim (1xx) responses; all of it within `timeout`.
+    ///
+    /// - Parameter name: the URL, for error messages.
+    /// - Throws: `.originUnavailable` when the origin cannot be reached, cuts the connection or
+    ///   stalls for `timeout`; `.origin` for a response that is not HTTP/1.x or is malformed.
+    package static func start(
+        host: String, port: Int, request: [UInt8], name: String, timeout: Duration, resolver: BlockingExecutor,
+        pool: OriginConnectionPool?
+    ) async throws -> HTTPExchange {
+        let origin = TCPConnection.address(host: host, port: port)
+        do {
+            let started = try await withDeadline(timeout, name: name) {
+                if let pool, let idle = pool.take(origin) {
+                    do {
+                        return try await Self.exchange(on: idle, request: request, name: name, pool: pool, origin: origin)
+                    } catch is NoAnswer {
+                        // The origin closed the idle connection as the request went out: once
+                        // more, on a new connection.
+                        idle.close()
+                    }
+                }
+                let connection = try await TCPConnection.connect(host: host, port: port, resolver: resolver)
+                do {
+                    return try await Self.exchange(on: connection, request: request, name: name, pool: pool, origin: origin)
+                } catch let failure as NoAnswer {
+                    connection.close()
+                    throw failure.error
+                } catch {
+                    connection.close()
+                    throw error
+                }
+            }
+            await started.startWatchdog(timeout: timeout)
+            return started
+        } catch {
+            throw mapped(error, name: name)
+        }
+    }
+
+    /// The request went out (or not) and not one byte of an answer came back: on a reused
+    /// connection, the origin may have closed it meanwhile.
+    private struct NoAnswer: Error {
+        var error: Error
+    }
+
+    private static func exchange(
+        on connection: TCPConnection, request: [UInt8], name: String, pool: OriginConnectionPool?, origin: String
+    ) async throws -> HTTPExchange {
+        do {
+            try await connection.send(request)
+        } catch let error as SparseCacheError where error.code == .io {
+            throw NoAnswer(error: error)
+        }
+        var received: [UInt8] = []
+        while true {
+            switch HTTPResponseParser.parse(received) {
+            case .incomplete:
+                let more: [UInt8]
+                do {
+                    more = try await connection.receive(maximum: 64 << 10)
+                } catch let error as SparseCacheError where error.code == .io && received.isEmpty {
+                    throw NoAnswer(error: error)
+                }
+                if more.isEmpty {
+                    let closed = SparseCacheError(
+                        .originUnavailable, operation: "fetch", path: name,
+                        detail: "the origin closed the connection "
+                            + (received.isEmpty ? "without answering" : "in the middle of the response head"))
+                    throw received.isEmpty ? NoAnswer(error: closed) : closed
+                }
+                received += more
+            case .invalid(let reason):
+                throw SparseCacheError(.origin, operation: "fetch", path: name, detail: "malformed response: \(reason)")
+            case .response(let head, let consumed):
+                received.removeSubrange(0..<consumed)
+                if (100...199).contains(head.status) { continue }
+                return HTTPExchange(connection: connection, name: name, head: head, buffered: received, pool: pool, origin: origin)
+            }
+        }
+    }
+
+    /// Runs `operation`, cancelling it once it has taken `limit`, which then fails as a timeout.
+    private static func withDeadline<T: Sendable>(
+        _ limit: Duration, name: String, _ operation: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await operation() }
+            group.addTask {
+                try await Task.sleep(for: limit)
+                return nil
+            }
+            defer { group.cancelAll() }
+            if let first = try await group.next(), let value = first { return value }
+            throw SparseCacheError(
+                .originUnavailable, operation: "fetch", path: name, detail: "timed out: no answer from the origin within \(limit)")
+        }
+    }
+
+    /// The next piece of the body, or nil at its end.
+    ///
+    /// - Throws: `.originUnavailable` when the connection is cut or stalls before the body's
+    ///   end; `.origin` for malformed chunked framing.
+    package func nextChunk() async throws -> [UInt8]? {
+        do {
+            while true {
+                switch framing {
+                case .done:
+                    complete(leftover: false)
+                    return nil
+                case .length(let remaining):
+                    let bytes = try await take(maximum: Int(min(remaining, Int64(Self.chunkSize))))
+                    guard !bytes.isEmpty else {
+                        throw SparseCacheError(
+                            .originUnavailable, operation: "fetch", path: name,
+                            detail: "the connection was cut \(remaining) bytes before the end of the body")
+                    }
+                    if remaining == Int64(bytes.count) {
+                        // The last bytes: the connection is free now, whether or not the
+                        // caller asks for the (empty) rest.
+                        complete(leftover: false)
+                    } else {
+                        framing = .length(remaining: remaining - Int64(bytes.count))
+                    }
+                    return bytes
+                case .untilClose:
+                    let bytes = try await take(maximum: Self.chunkSize)
+                    if bytes.isEmpty {
+                        framing = .done
+                        continue
+                    }
+                    return bytes
+                case .chunked(var decoder):
+                    let input = try await take(maximum: Self.chunkSize)
+                    if input.isEmpty {
+                        throw SparseCacheError(
+                            .originUnavailable, operation: "fetch", path: name, detail: "the connection was cut inside a chunked body")
+                    }
+                    let (pieces, consumed) = try Self.decode(input, with: &decoder, name: name)
+                    let body = Self.gather(pieces, of: input)
+                    if decoder.isFinished {
+                        // Bytes past the last chunk answer no request of ours: such a
+                        // connection is not reused.
+                        complete(leftover: consumed < input.count)
+                        return body.isEmpty ? nil : body
+                    }
+                    framing = .chunked(decoder)
+                    if !body.isEmpty { return body }
+                }
+            }
+        } catch {
+            watchdog?.cancel()
+            framing = .done
+            end(closing: "the response failed")
+            throw Self.mapped(error, name: name)
+        }
+    }
+
+    /// Closes the connection at once (unless it is already back in the pool), from any thread:
+    /// a wait in progress fails with `CancellationError`, and the body ends.
+    package nonisolated func cancel() {
+        end(closing: Self.cancelled, cancelled: true)
+    }
+
+    private static let cancelled = "cancelled"
+    private static let timedOut = "timed out"
+
+    // MARK: Receiving
+
+    /// Bytes left over from the head first, then what the socket has (empty at its end).
+    private func take(maximum: Int) async throws -> [UInt8] {
+        if !buffered.isEmpty {
+            let count = min(maximum, buffered.count)
+            let bytes = Array(buffered.prefix(count))
+            buffered.removeSubrange(0..<count)
+            return bytes
+        }
+        waitingSince = .now
+        defer { waitingSince = nil }
+        return try await connection.receive(maximum: maximum, gathering: min(maximum, Self.gatherSize))
+    }
+
+    private static func decode(_ input: [UInt8], with decoder: inout ChunkedDecoder, name: String) throws -> ([Range<Int>], Int) {
+        do {
+            return try input.withUnsafeBytes { try decoder.feed($0) }
+        } catch let failure as ChunkedDecoder.Failure {
+            throw SparseCacheError(.origin, operation: "fetch", path: name, detail: "malformed chunked body: \(failure.reason)")
+        }
+    }
+
+    private static func gather(_ pieces: [Range<Int>], of input: [UInt8]) -> [UInt8] {
+        if pieces.count == 1, pieces[0] == input.indices { return input }
+        var body: [UInt8] = []
+        body.reserveCapacity(pieces.reduce(0) { $0 + $1.count })
+        for piece in pieces { body += input[piece] }
+        return body
+    }
+
+    // MARK: Stalls
+
+    func startWatchdog(timeout: Duration) {
+        let period = max(min(timeout / 4, .seconds(1)), .milliseconds(10))
+        watchdog = Task { [weak self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: period)
+                guard let self, await self.closeIfStalled(timeout: timeout) == false else { return }
+            }
+        }
+    }
+
+    /// Closes the connection when a wait has lasted `timeout`; returns whether it did.
+    private func closeIfStalled(timeout: Duration) -> Bool {
+        guard let since = waitingSince, ContinuousClock.now - since >= timeout else { return false }
+        connection.close(Self.timedOut)
+        return true
+    }
+
+    /// Socket errors as fetch errors: a connection closed by the watchdog is a timeout, one
+    /// closed by ``cancel()`` a cancellation, any other socket failure a cut connection.
+    private static func mapped(_ error: Error, name: String) -> Error {
+        guard let error = error as? SparseCacheError else { return error }
+        switch error.code {
+        case .origin, .originUnavailable: return error
+        case .closed where error.detail == cancelled: return CancellationError()
+        case .closed where error.detail == timedOut:
+            return SparseCacheError(
+                .originUnavailable, operation: "fetch", path: name, detail: "timed out: the origin sent nothing for too long")
+        default:
+            return SparseCacheError(
+                .originUnavailable, operation: "fetch", path: name, errno: error.errno, detail: "the connection was cut")
+        }
+    }
+}

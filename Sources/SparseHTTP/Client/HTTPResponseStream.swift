@@ -1,0 +1,151 @@
+import Foundation
+import SparseCacheEngine
+import Synchronization
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Routes one URLSession's delegate callbacks to the stream of each task. URLSession calls it
+/// on its delegate queue; all state is behind a mutex.
+package final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendable {
+    // @unchecked: NSObject is not Sendable; the only stored state is the Mutex.
+    private let streams = Mutex<[Int: ResponseStream]>([:])
+
+    package func register(_ task: URLSessionTask, stream: ResponseStream) {
+        stream.attach(task)
+        streams.withLock { $0[task.taskIdentifier] = stream }
+    }
+
+    private func stream(for task: URLSessionTask) -> ResponseStream? {
+        streams.withLock { $0[task.taskIdentifier] }
+    }
+
+    package func urlSession(
+        _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+        completionHandler: @escaping (URLSession.ResponseDisposition) -> Void
+    ) {
+        stream(for: dataTask)?.received(response: response)
+        completionHandler(.allow)
+    }
+
+    package func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        stream(for: dataTask)?.received(data: data)
+    }
+
+    package func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
+        let stream = streams.withLock { $0.removeValue(forKey: task.taskIdentifier) }
+        stream?.finished(error: error, key: task.originalRequest?.url?.absoluteString ?? "")
+    }
+}
+
+/// One request's response: the headers once they arrive, then the body as a stream of chunks.
+///
+/// There is no flow control here: suspending a URLSessionTask mid-transfer traps inside
+/// FoundationNetworking on Linux (NativeProtocol.swift). Callers bound the memory a fast
+/// origin can fill by asking for bounded ranges (``FillOptions/maximumFetch``).
+package final class ResponseStream: Sendable {
+    private struct State {
+        var task: URLSessionTask?
+        var response: HTTPURLResponse?
+        var failure: Error?
+        var responseWaiter: CheckedContinuation<HTTPURLResponse, Error>?
+        var finished = false
+        var onFinish: [@Sendable () -> Void] = []
+    }
+
+    private let state = Mutex(State())
+    private let continuation: AsyncThrowingStream<[UInt8], Error>.Continuation
+    package let body: AsyncThrowingStream<[UInt8], Error>
+
+    package init() {
+        (body, continuation) = AsyncThrowingStream<[UInt8], Error>.makeStream()
+    }
+
+    func attach(_ task: URLSessionTask) {
+        state.withLock { $0.task = task }
+    }
+
+    /// Runs `action` once the transfer is over (at once if it already is).
+    package func onFinish(_ action: @escaping @Sendable () -> Void) {
+        let runNow = state.withLock { state -> Bool in
+            if state.finished { return true }
+            state.onFinish.append(action)
+            return false
+        }
+        if runNow { action() }
+    }
+
+    /// Waits for the response headers.
+    package func response() async throws -> HTTPURLResponse {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HTTPURLResponse, Error>) in
+            let ready: Result<HTTPURLResponse, Error>? = state.withLock { state in
+                if let response = state.response { return .success(response) }
+                if let failure = state.failure { return .failure(failure) }
+                state.responseWaiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(with: ready) }
+        }
+    }
+
+    func received(response: URLResponse) {
+        let waiter = state.withLock { state -> CheckedContinuation<HTTPURLResponse, Error>? in
+            guard let http = response as? HTTPURLResponse else { return nil }
+            state.response = http
+            defer { state.responseWaiter = nil }
+            return state.responseWaiter
+        }
+        if let http = response as? HTTPURLResponse { waiter?.resume(returning: http) }
+    }
+
+    func received(data: Data) {
+        continuation.yield([UInt8](data))
+    }
+
+    func finished(error: Error?, key: String) {
+        let mapped = error.map { Self.map($0, key: key) }
+        let (waiter, failure, actions) = state.withLock { state in
+            state.finished = true
+            // Ended before any headers, without an error of its own: still a failure to report.
+            state.failure = mapped ?? (state.response == nil ? SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "no response") : nil)
+            defer {
+                state.responseWaiter = nil
+                state.onFinish = []
+                state.task = nil
+            }
+            return (state.responseWaiter, state.failure, state.onFinish)
+        }
+        // A waiter exists only while no response has come, so `failure` is set then.
+        if let waiter, let failure { waiter.resume(throwing: failure) }
+        if let mapped { continuation.finish(throwing: mapped) } else { continuation.finish() }
+        for action in actions { action() }
+    }
+
+    /// URLSession's errors as sparsecache errors: cut connections and timeouts may pass;
+    /// a URL that cannot work will not.
+    static func map(_ error: Error, key: String) -> SparseCacheError {
+        if let error = error as? SparseCacheError { return error }
+        let nsError = error as NSError
+        if nsError.domain == NSURLErrorDomain {
+            switch nsError.code {
+            case NSURLErrorCancelled:
+                return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "cancelled")
+            case NSURLErrorBadURL, NSURLErrorUnsupportedURL, NSURLErrorHTTPTooManyRedirects, NSURLErrorRedirectToNonExistentLocation,
+                NSURLErrorCannotDecodeContentData, NSURLErrorCannotParseResponse, NSURLErrorBadServerResponse:
+                return SparseCacheError(.origin, operation: "fetch", path: key, detail: nsError.localizedDescription)
+            case NSURLErrorTimedOut:
+                return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "timed out waiting for the origin")
+            case NSURLErrorCannotConnectToHost:
+                return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "connection refused")
+            case NSURLErrorNetworkConnectionLost:
+                return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "the connection was cut")
+            case NSURLErrorCannotFindHost, NSURLErrorDNSLookupFailed:
+                return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "host not found")
+            default:
+                break
+            }
+        }
+        return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: nsError.localizedDescription)
+    }
+}

@@ -1,0 +1,149 @@
+import Foundation
+import SparseCacheEngine
+
+/// A pure function from bytes to a request head: no I/O, no state, so it can be fuzzed.
+///
+/// Strict on purpose: a proxy that guesses at malformed framing invites request smuggling.
+/// CRLF line ends only, no whitespace before a header's colon, no folded lines, no request
+/// bodies (`Content-Length` other than 0, or any `Transfer-Encoding`), HTTP/1.0 and 1.1 only.
+public enum HTTPRequestParser {
+    public struct Limits: Sendable {
+        public var requestLine = 8 * 1024
+        /// The whole head: request line and header fields.
+        public var head = 32 * 1024
+        public var fields = 100
+
+        public init() {}
+    }
+
+    public enum Result: Sendable, Equatable {
+        /// More bytes are needed.
+        case incomplete
+        /// A complete head, and how many bytes it took (the next request starts there).
+        case request(HTTPRequestHead, consumed: Int)
+        /// Not a request this server accepts: answer `status` and close the connection.
+        case invalid(status: Int, reason: String)
+    }
+
+    public static func parse(_ bytes: some Collection<UInt8>, limits: Limits = Limits()) -> Result {
+        let buffer = Array(bytes.prefix(limits.head + 4))
+        guard let headEnd = find(crlfcrlf, in: buffer) else {
+            // The request line is too long once it ends past the limit, or has not ended by then.
+            if (find(crlf, in: buffer) ?? buffer.count) > limits.requestLine {
+                return .invalid(status: 414, reason: "request line longer than \(limits.requestLine) bytes")
+            }
+            if buffer.count > limits.head {
+                return .invalid(status: 431, reason: "request head longer than \(limits.head) bytes")
+            }
+            // A bare LF or CR already seen can never become valid.
+            if let problem = strayLineBreak(buffer) { return .invalid(status: 400, reason: problem) }
+            return .incomplete
+        }
+        if headEnd > limits.head { return .invalid(status: 431, reason: "request head longer than \(limits.head) bytes") }
+        let head = Array(buffer[0..<headEnd])
+        if let problem = strayLineBreak(head) { return .invalid(status: 400, reason: problem) }
+        var lines = split(head)
+        let requestLine = lines.removeFirst()
+        if requestLine.count > limits.requestLine {
+            return .invalid(status: 414, reason: "request line longer than \(limits.requestLine) bytes")
+        }
+        guard lines.count <= limits.fields else { return .invalid(status: 431, reason: "more than \(limits.fields) header fields") }
+        let parts = requestLine.split(separator: 0x20, omittingEmptySubsequences: false)
+        guard parts.count == 3 else { return .invalid(status: 400, reason: "malformed request line") }
+        let method = parts[0], target = parts[1], version = parts[2]
+        guard !method.isEmpty, method.allSatisfy(HTTPSyntax.isTokenByte) else { return .invalid(status: 400, reason: "malformed method") }
+        guard !target.isEmpty, target.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            return .invalid(status: 400, reason: "malformed request target")
+        }
+        guard target.first == UInt8(ascii: "/") || (target.count == 1 && target.first == UInt8(ascii: "*")) || isAbsoluteHTTP(target)
+        else {
+            return .invalid(status: 400, reason: "request target must be a path or an http:// URL")
+        }
+        let minor: Int
+        switch Array(version) {
+        case Array("HTTP/1.1".utf8): minor = 1
+        case Array("HTTP/1.0".utf8): minor = 0
+        default:
+            let text = String(decoding: version, as: UTF8.self)
+            if text.hasPrefix("HTTP/"), text.count == 8 {
+                return .invalid(status: 505, reason: "HTTP version \(text.dropFirst(5)) not supported")
+            }
+            return .invalid(status: 400, reason: "malformed HTTP version")
+        }
+        var fields: [HTTPHeaderField] = []
+        for line in lines {
+            guard let colon = line.firstIndex(of: UInt8(ascii: ":")), colon > line.startIndex else {
+                return .invalid(
+                    status: 400, reason: line.first == 0x20 || line.first == 0x09 ? "folded header line" : "malformed header field")
+            }
+            let name = line[line.startIndex..<colon]
+            guard name.allSatisfy(HTTPSyntax.isTokenByte) else { return .invalid(status: 400, reason: "malformed header name") }
+            let value = line[(colon + 1)...].trimmingHTTPWhitespace()
+            guard value.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }) else {
+                return .invalid(status: 400, reason: "control character in header '\(String(decoding: name, as: UTF8.self))'")
+            }
+            fields.append(HTTPHeaderField(name: String(decoding: name, as: UTF8.self), value: String(decoding: value, as: UTF8.self)))
+        }
+        let request = HTTPRequestHead(
+            method: String(decoding: method, as: UTF8.self), target: String(decoding: target, as: UTF8.self), minorVersion: minor,
+            headers: HTTPHeaders(fields))
+        if minor == 1, request.header("host") == nil { return .invalid(status: 400, reason: "HTTP/1.1 request without Host") }
+        if request.headers.contains(where: { $0.name.lowercased() == "transfer-encoding" }) {
+            return .invalid(status: 400, reason: "request bodies are not accepted (Transfer-Encoding)")
+        }
+        let lengths = Set(request.headers.filter { $0.name.lowercased() == "content-length" }.map(\.value))
+        if !lengths.isEmpty, lengths != ["0"] {
+            return .invalid(status: 400, reason: "request bodies are not accepted (Content-Length)")
+        }
+        return .request(request, consumed: headEnd + 4)
+    }
+
+    private static let crlf: [UInt8] = [13, 10]
+    private static let crlfcrlf: [UInt8] = [13, 10, 13, 10]
+
+    /// An absolute-form target (`http://host/path`), as clients send to a proxy they are
+    /// configured to use: the scheme, case-insensitive, and a non-empty authority.
+    package static func isAbsoluteHTTP(_ target: some Collection<UInt8>) -> Bool {
+        let scheme = Array("http://".utf8)
+        guard target.count > scheme.count else { return false }
+        let lowered = target.prefix(scheme.count).map { $0 >= 0x41 && $0 <= 0x5A ? $0 + 0x20 : $0 }
+        return lowered == scheme && target.dropFirst(scheme.count).first != UInt8(ascii: "/")
+    }
+
+    private static func find(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {
+        guard haystack.count >= needle.count else { return nil }
+        var index = 0
+        while index <= haystack.count - needle.count {
+            if haystack[index..<(index + needle.count)].elementsEqual(needle) { return index }
+            index += 1
+        }
+        return nil
+    }
+
+    /// A CR not followed by LF, or an LF not preceded by CR.
+    private static func strayLineBreak(_ bytes: [UInt8]) -> String? {
+        for (index, byte) in bytes.enumerated() {
+            if byte == 13, index + 1 < bytes.count, bytes[index + 1] != 10 { return "bare CR" }
+            if byte == 10, index == 0 || bytes[index - 1] != 13 { return "bare LF" }
+        }
+        return nil
+    }
+
+    /// Lines of a head without its final CRLF.
+    private static func split(_ head: [UInt8]) -> [ArraySlice<UInt8>] {
+        var lines: [ArraySlice<UInt8>] = []
+        var start = 0
+        var index = 0
+        while index + 1 < head.count {
+            if head[index] == 13, head[index + 1] == 10 {
+                lines.append(head[start..<index])
+                index += 2
+                start = index
+            } else {
+                index += 1
+            }
+        }
+        lines.append(head[start..<head.count])
+        return lines
+    }
+}

@@ -1,0 +1,58 @@
+/// The header fields of a message, in the order sent, with names compared without regard to
+/// case (RFC 9110, section 5.1). The one field collection requests and responses, parsers and
+/// writers, the origin client and the server all use.
+public struct HTTPHeaders: Sendable, Equatable, RandomAccessCollection, ExpressibleByArrayLiteral {
+    public private(set) var fields: [HTTPHeaderField]
+
+    public init(_ fields: [HTTPHeaderField] = []) {
+        self.fields = fields
+    }
+
+    public init(arrayLiteral elements: HTTPHeaderField...) {
+        fields = elements
+    }
+
+    /// Fields from name-value pairs, in order.
+    public init(_ pairs: [(String, String)]) {
+        fields = pairs.map { HTTPHeaderField(name: $0.0, value: $0.1) }
+    }
+
+    public var startIndex: Int { fields.startIndex }
+    public var endIndex: Int { fields.endIndex }
+    public subscript(position: Int) -> HTTPHeaderField { fields[position] }
+
+    /// The first value of the field `name`, or nil.
+    public subscript(name: String) -> String? {
+        let lowered = name.lowercased()
+        return fields.first { $0.hasName(lowered) }?.value
+    }
+
+    /// Every value of the field `name`, in the order sent. A value that is a comma-separated
+    /// list is returned as one string; ``listElements(_:)`` splits them.
+    public func values(_ name: String) -> [String] {
+        let lowered = name.lowercased()
+        return fields.filter { $0.hasName(lowered) }.map(\.value)
+    }
+
+    /// The elements of every list value of the field `name` (RFC 9110, section 5.6.1).
+    public func listElements(_ name: String) -> [String] {
+        HTTPSyntax.listElements(values(name))
+    }
+
+    /// Whether a field `name` is present.
+    public func contains(_ name: String) -> Bool {
+        let lowered = name.lowercased()
+        return fields.contains { $0.hasName(lowered) }
+    }
+
+    /// Adds a field after the others.
+    public mutating func append(name: String, value: String) {
+        fields.append(HTTPHeaderField(name: name, value: value))
+    }
+
+    /// Removes every field `name`.
+    public mutating func remove(_ name: String) {
+        let lowered = name.lowercased()
+        fields.removeAll { $0.hasName(lowered) }
+    }
+}

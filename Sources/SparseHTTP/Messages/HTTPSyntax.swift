@@ -1,0 +1,70 @@
+/// The byte-level grammar HTTP/1.1 messages share (RFC 9110, section 5; RFC 9112, section 5):
+/// one definition for the request parser, the response parser, the chunked codec and the
+/// writers, so client and server can never disagree on what a token or a field value is.
+package enum HTTPSyntax {
+    /// RFC 9110 token characters (section 5.6.2): method names, header names, codings.
+    package static func isTokenByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"): true
+        default: tokenPunctuation.contains(byte)
+        }
+    }
+
+    /// Control characters other than HTAB, and DEL: never part of a field value, a reason
+    /// phrase or a chunk extension.
+    package static func isControl(_ byte: UInt8) -> Bool { (byte < 0x20 && byte != tab) || byte == 0x7F }
+
+    /// A field value as it may be sent: control characters dropped, so a value that came from an
+    /// origin or a stored index can never end the line and start another field.
+    package static func sanitizedFieldValue(_ value: String) -> String {
+        guard value.utf8.contains(where: isControl) else { return value }
+        return String(decoding: value.utf8.filter { !isControl($0) }, as: UTF8.self)
+    }
+
+    /// Bytes as a short quoted string for an error message: printable ASCII as is, anything
+    /// else escaped (a peer's garbage can hold any byte), cut at about 40 characters.
+    package static func quoted(_ bytes: some Collection<UInt8>) -> String {
+        var text = ""
+        for byte in bytes {
+            let piece: String
+            switch byte {
+            case 0x0D: piece = "\\r"
+            case 0x0A: piece = "\\n"
+            case 0x09: piece = "\\t"
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"): piece = "\\" + String(UnicodeScalar(byte))
+            case 0x20..<0x7F: piece = String(UnicodeScalar(byte))
+            default: piece = "\\x" + (byte < 0x10 ? "0" : "") + String(byte, radix: 16)
+            }
+            if text.utf8.count + piece.utf8.count > 40 { return "\"\(text)\"..." }
+            text += piece
+        }
+        return "\"\(text)\""
+    }
+
+    /// The non-empty elements of comma-separated list values, trimmed (RFC 9110, section 5.6.1).
+    package static func listElements(_ values: [String]) -> [String] {
+        values.flatMap { value in
+            value.utf8.split(separator: UInt8(ascii: ",")).map { String(decoding: $0.trimmingHTTPWhitespace(), as: UTF8.self) }.filter {
+                !$0.isEmpty
+            }
+        }
+    }
+
+    package static let cr: UInt8 = 0x0D
+    package static let lf: UInt8 = 0x0A
+    package static let space: UInt8 = 0x20
+    package static let tab: UInt8 = 0x09
+    package static let crlf: [UInt8] = [cr, lf]
+    private static let tokenPunctuation = Array("!#$%&'*+-.^_`|~".utf8)
+}
+
+extension BidirectionalCollection where Element == UInt8, SubSequence == Self {
+    /// Without leading and trailing spaces and tabs: HTTP's optional whitespace around field
+    /// values and list elements (RFC 9110, section 5.6.3).
+    package func trimmingHTTPWhitespace() -> Self {
+        var bytes = self
+        while let first = bytes.first, first == HTTPSyntax.space || first == HTTPSyntax.tab { bytes = bytes.dropFirst() }
+        while let last = bytes.last, last == HTTPSyntax.space || last == HTTPSyntax.tab { bytes = bytes.dropLast() }
+        return bytes
+    }
+}

@@ -1,0 +1,297 @@
+import CShim
+import Dispatch
+import SparseCacheEngine
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Non-blocking TCP sockets whose waits are dispatch sources: a task that would block is
+/// suspended until the descriptor is ready, so no thread (least of all the cooperative pool)
+/// ever sleeps in a socket call.
+enum Sockets {
+    /// Every readiness handler runs here; each one only resumes a continuation.
+    static let queue = DispatchQueue(label: "sparsecache.sockets")
+}
+
+/// One direction of one descriptor: a dispatch source that is resumed only while a task waits
+/// for it and suspended again by its first event, so an idle socket costs no wake-ups.
+final class Readiness: Sendable {
+    private struct State {
+        var waiter: CheckedContinuation<Void, Error>?
+        var resumed = false
+        var closed: SparseCacheError?
+    }
+
+    /// Dispatch sources are thread-safe objects that Dispatch does not mark `Sendable`; every
+    /// suspend, resume and cancel below also runs under `state`'s lock, paired with the state
+    /// it follows.
+    private nonisolated(unsafe) let source: any DispatchSourceProtocol
+    private let state = Mutex(State())
+
+    private init(fd: Int32, writing: Bool) {
+        let source: any DispatchSourceProtocol =
+            writing
+            ? DispatchSource.makeWriteSource(fileDescriptor: fd, queue: Sockets.queue)
+            : DispatchSource.makeReadSource(fileDescriptor: fd, queue: Sockets.queue)
+        self.source = source
+    }
+
+    /// Made in a nonisolated static function: the handlers are `@Sendable` closures that never
+    /// inherit an actor's isolation (which libdispatch on Linux traps on).
+    static func make(fd: Int32, writing: Bool, cancelled: @escaping @Sendable () -> Void) -> Readiness {
+        let readiness = Readiness(fd: fd, writing: writing)
+        readiness.source.setEventHandler(handler: { @Sendable in readiness.fire() })
+        readiness.source.setCancelHandler(handler: { @Sendable in cancelled() })
+        return readiness
+    }
+
+    private func fire() {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Error>? in
+            if state.resumed, state.closed == nil {
+                source.suspend()
+                state.resumed = false
+            }
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Returns when the descriptor is ready; throws when it is closed or the task cancelled.
+    /// One waiter at a time per direction (each connection has one task).
+    func wait() async throws {
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+                let refusal = state.withLock { state -> Error? in
+                    if let closed = state.closed { return closed }
+                    if Task.isCancelled { return CancellationError() }
+                    state.waiter = continuation
+                    if !state.resumed {
+                        state.resumed = true
+                        source.resume()
+                    }
+                    return nil
+                }
+                if let refusal { continuation.resume(throwing: refusal) }
+            }
+        } onCancel: {
+            state.withLock { state in
+                defer { state.waiter = nil }
+                return state.waiter
+            }?.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Fails the waiter (and every later wait) with `reason` and cancels the source.
+    func close(_ reason: SparseCacheError) {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Error>? in
+            guard state.closed == nil else { return nil }
+            state.closed = reason
+            source.cancel()
+            // A suspended source never runs its cancel handler.
+            if !state.resumed {
+                state.resumed = true
+                source.resume()
+            }
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume(throwing: reason)
+    }
+}
+
+/// A descriptor shared by two readiness sources, closed once both are cancelled (closing it
+/// earlier would leave libdispatch watching a number the kernel may hand out again).
+private final class SocketDescriptor: Sendable {
+    let fd: Int32
+    private let sourcesLeft: Atomic<Int>
+
+    init(fd: Int32, sources: Int) {
+        self.fd = fd
+        sourcesLeft = Atomic(sources)
+    }
+
+    func sourceCancelled() {
+        if sourcesLeft.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { _ = sc_close(fd) }
+    }
+}
+
+/// A listening TCP socket.
+final class TCPListener: Sendable {
+    let port: Int
+    private let descriptor: SocketDescriptor
+    private let readable: Readiness
+
+    /// Listens on a numeric address (`127.0.0.1`, `::1`, `0.0.0.0`); port 0 picks a free one.
+    init(host: String, port: Int, backlog: Int = 511) throws {
+        let fd = sc_tcp_listen(host, Int32(port), Int32(backlog))
+        guard fd >= 0 else {
+            let number = errno
+            let detail = number == EINVAL ? "not a numeric IPv4 or IPv6 address" : nil
+            throw SparseCacheError(.io, operation: "listen", path: "\(host):\(port)", errno: detail == nil ? number : nil, detail: detail)
+        }
+        let bound = Int(sc_tcp_local_port(fd))
+        let descriptor = SocketDescriptor(fd: fd, sources: 1)
+        self.descriptor = descriptor
+        self.port = bound
+        readable = Readiness.make(fd: fd, writing: false, cancelled: { @Sendable in descriptor.sourceCancelled() })
+    }
+
+    /// The next client. Throws `.closed` once the listener is closed.
+    func accept() async throws -> TCPConnection {
+        var peer = [CChar](repeating: 0, count: 128)
+        while true {
+            let fd = sc_tcp_accept(descriptor.fd, &peer, peer.count)
+            if fd >= 0 {
+                return TCPConnection(fd: fd, peer: String(decoding: peer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+            }
+            switch errno {
+            case EAGAIN, EWOULDBLOCK: try await readable.wait()
+            case EINTR, ECONNABORTED, EPROTO: continue
+            case EMFILE, ENFILE, ENOBUFS, ENOMEM:
+                // Out of descriptors or memory: let connections finish before taking more.
+                try await Task.sleep(for: .milliseconds(50))
+            case let number:
+                throw SparseCacheError(.io, operation: "accept", path: "port \(port)", errno: number)
+            }
+        }
+    }
+
+    func close() {
+        readable.close(SparseCacheError(.closed, operation: "accept", path: "port \(port)", detail: "the listener is closed"))
+    }
+}
+
+/// A connected TCP socket.
+final class TCPConnection: Sendable {
+    /// The client's address, `host:port`.
+    let peer: String
+    private let descriptor: SocketDescriptor
+    private let readable: Readiness
+    private let writable: Readiness
+
+    init(fd: Int32, peer: String) {
+        self.peer = peer
+        let descriptor = SocketDescriptor(fd: fd, sources: 2)
+        self.descriptor = descriptor
+        readable = Readiness.make(fd: fd, writing: false, cancelled: { @Sendable in descriptor.sourceCancelled() })
+        writable = Readiness.make(fd: fd, writing: true, cancelled: { @Sendable in descriptor.sourceCancelled() })
+    }
+
+    /// Up to `maximum` bytes, as soon as any arrive; empty at the end of the stream.
+    ///
+    /// With `gathering`, keeps taking what has already arrived (without waiting) until that
+    /// many bytes are in hand: fewer, larger chunks from a fast sender, no added wait for a slow
+    /// one. A reset throws even when some bytes came before it, so a cut is never mistaken for
+    /// the end of a body that runs until the connection closes.
+    func receive(maximum: Int, gathering: Int = 0) async throws -> [UInt8] {
+        let fd = descriptor.fd
+        while true {
+            var failure: Int32 = 0
+            var ended = false
+            let bytes = [UInt8](unsafeUninitializedCapacity: maximum) { buffer, initialized in
+                initialized = 0
+                while initialized < maximum {
+                    let count = sc_recv(fd, buffer.baseAddress! + initialized, maximum - initialized)
+                    if count > 0 {
+                        initialized += count
+                        if initialized >= gathering { break }
+                        continue
+                    }
+                    if count == 0 { ended = true } else { failure = errno }
+                    break
+                }
+            }
+            switch failure {
+            case 0, EAGAIN, EWOULDBLOCK, EINTR:
+                if !bytes.isEmpty || ended { return bytes }
+                if failure != EINTR { try await readable.wait() }
+            case let number:
+                throw SparseCacheError(.io, operation: "receive", path: peer, errno: number)
+            }
+        }
+    }
+
+    /// `host:port`, an IPv6 address in brackets: how connections are named in errors and
+    /// pooled by origin.
+    static func address(host: String, port: Int) -> String {
+        host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+    }
+
+    /// Connects to `host` (a name or a numeric address) on `port`, trying each address the
+    /// resolver gives in turn. Name resolution may wait for DNS, so it runs on `resolver`.
+    ///
+    /// - Throws: `.originUnavailable` naming the host when it cannot be resolved or no address
+    ///   accepts the connection; `CancellationError` when the task is cancelled meanwhile.
+    static func connect(host: String, port: Int, resolver: BlockingExecutor) async throws -> TCPConnection {
+        let name = address(host: host, port: port)
+        let addresses = try await resolver.run { () throws -> [sc_address] in
+            var found = [sc_address](repeating: sc_address(), count: 8)
+            let count = sc_resolve(host, Int32(port), &found, Int32(found.count))
+            guard count > 0 else {
+                let detail = count == 0 ? "no address" : String(cString: gai_strerror(count))
+                throw SparseCacheError(.originUnavailable, operation: "connect", path: name, detail: "cannot resolve the host: \(detail)")
+            }
+            return Array(found.prefix(Int(count)))
+        }
+        var refusal: Int32 = 0
+        for var address in addresses {
+            let fd = sc_tcp_connect(&address)
+            guard fd >= 0 else {
+                refusal = errno
+                continue
+            }
+            let connection = TCPConnection(fd: fd, peer: name)
+            do {
+                try await connection.writable.wait()
+            } catch {
+                connection.close()
+                throw error
+            }
+            let status = sc_socket_error(fd)
+            if status == 0 { return connection }
+            refusal = status
+            connection.close()
+        }
+        throw SparseCacheError(
+            .originUnavailable, operation: "connect", path: name, errno: refusal == 0 ? nil : refusal,
+            detail: refusal == ECONNREFUSED ? "connection refused" : nil)
+    }
+
+    /// All of `bytes`, waiting while the client's window is full. `progress` is called after
+    /// every partial send (the idle watchdog counts it as activity).
+    func send(_ bytes: [UInt8], progress: () -> Void = {}) async throws {
+        var sent = 0
+        while sent < bytes.count {
+            let count = bytes.withUnsafeBytes { sc_send(descriptor.fd, $0.baseAddress! + sent, $0.count - sent) }
+            if count > 0 {
+                sent += count
+                progress()
+                continue
+            }
+            switch errno {
+            case EAGAIN, EWOULDBLOCK: try await writable.wait()
+            case EINTR: continue
+            case let number: throw SparseCacheError(.io, operation: "send", path: peer, errno: number)
+            }
+        }
+    }
+
+    /// Whether an idle connection can carry another request: open on both sides, nothing
+    /// unread. Never waits.
+    var isIdleUsable: Bool { sc_tcp_idle_usable(descriptor.fd) == 1 }
+
+    /// Ends our side of the stream (the client reads to the end, then sees EOF).
+    func shutdownWrite() {
+        _ = sc_shutdown_write(descriptor.fd)
+    }
+
+    /// Fails every wait with `reason` and closes the socket once libdispatch lets go of it.
+    func close(_ reason: String = "the connection is closed") {
+        let error = SparseCacheError(.closed, operation: "connection", path: peer, detail: reason)
+        readable.close(error)
+        writable.close(error)
+    }
+}

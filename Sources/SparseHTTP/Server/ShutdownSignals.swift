@@ -1,0 +1,45 @@
+import CShim
+import SparseCacheEngine
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// SIGINT and SIGTERM as events a task can await: a signal handler writes the signal's number
+/// to a pipe, and the pipe is read like a socket. (A dispatch signal source needs the signal
+/// blocked in every thread to see it; a handler does not.)
+public enum ShutdownSignals {
+    private static let pipe = Mutex<(fd: Int32, readable: Readiness?)>((-1, nil))
+
+    /// From now on SIGINT and SIGTERM no longer end the process; ``next()`` returns them.
+    public static func install() throws {
+        _ = try installed()
+    }
+
+    /// The next SIGINT or SIGTERM (installing the handlers on first use).
+    public static func next() async throws -> Int32 {
+        let (fd, readable) = try installed()
+        var byte: UInt8 = 0
+        while true {
+            let count = read(fd, &byte, 1)
+            if count == 1 { return Int32(byte) }
+            if count < 0, errno != EAGAIN, errno != EINTR {
+                throw SparseCacheError(.io, operation: "read signal pipe", errno: errno)
+            }
+            try await readable.wait()
+        }
+    }
+
+    private static func installed() throws -> (Int32, Readiness) {
+        try pipe.withLock { pipe -> (Int32, Readiness) in
+            if let readable = pipe.readable { return (pipe.fd, readable) }
+            let signals: [Int32] = [SIGINT, SIGTERM]
+            let fd = sc_signal_pipe(signals, Int32(signals.count))
+            guard fd >= 0 else { throw SparseCacheError(.io, operation: "install signal handlers", errno: errno) }
+            let readable = Readiness.make(fd: fd, writing: false, cancelled: {})
+            pipe = (fd, readable)
+            return (fd, readable)
+        }
+    }
+}
