@@ -81,6 +81,12 @@ extension ProgressiveCache {
                     source, position..<end, validator: info.validator.isEmpty ? nil : info.validator, key: resource.key)
             }
             defer { response.cancel() }
+            // Re-check after the await: while this request was out, another fetch may have seen
+            // the new version and started the replacement (which cancelled this one and waits
+            // for it to end). Replacing again here would wait for that fetch in turn: two
+            // replacements waiting on each other wedge the key for good.
+            guard resource.generation == generation else { return }
+            try Task.checkCancellation()
             if Self.isDifferentVersion(response.info, than: info) {
                 try await replace(resource, with: response.info, by: id)
                 return
@@ -183,7 +189,12 @@ extension ProgressiveCache {
     /// The resource changed on the origin: stop every fetch of the old version, drop the
     /// cached bytes, and start over with the new version's length and validators. Readers
     /// that had bytes of the old version get `.originChanged`.
+    ///
+    /// One replacement per change: the caller re-checks the generation after every await, and a
+    /// call that still finds one running leaves it alone and returns. It must not wait for it:
+    /// the running replacement waits for every other fetch, this caller included.
     private func replace(_ resource: FillResource, with info: ContentInfo, by fetchID: Int) async throws {
+        guard resource.replacing == nil else { return }
         count { $0.invalidations += 1 }
         guard info.length != nil else {
             throw SparseCacheError(.origin, operation: "fetch", path: resource.key, detail: "the changed resource came without a length")
@@ -199,6 +210,7 @@ extension ProgressiveCache {
         for task in others { task.cancel() }
         let task = Task { try await self.finishReplacing(resource, old: old, with: info, after: others) }
         resource.opening = task
+        resource.replacing = task
         await changed(resource)
         try await task.value
     }
@@ -206,7 +218,10 @@ extension ProgressiveCache {
     private func finishReplacing(
         _ resource: FillResource, old: ResourceHandle?, with info: ContentInfo, after fetches: [Task<Void, Never>]
     ) async throws {
-        defer { resource.opening = nil }
+        defer {
+            resource.opening = nil
+            resource.replacing = nil
+        }
         // They stop at their next step and write nothing more once the generation moved on.
         for fetch in fetches { await fetch.value }
         try await old?.release()

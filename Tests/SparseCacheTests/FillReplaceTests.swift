@@ -1,0 +1,137 @@
+// Issue 14, item 1: two fetches of one resource that both learn the origin changed. Each used
+// to start a replacement that waited for the other fetch to end: the key was wedged for the life
+// of the process (every reader and shutdown() hung).
+import Dispatch
+import Foundation
+import SeededRandom
+import Synchronization
+import Testing
+
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
+
+/// A resource that changes on its origin while requests are in flight. First contact gets
+/// version 1 at once; every later request waits until ``swap()`` and is then answered from
+/// version 2 (a new ETag, as when `If-Range` fails). With `ignoresCancellation` a waiting request
+/// returns only after the swap, however often it is cancelled, as some real origin clients do.
+final class SwappingSource: RangeSource, Sendable {
+    let key = "swapping://resource"
+    let versions: [[UInt8]]
+    let ignoresCancellation: Bool
+    private let state = Mutex((requests: 0, swapped: false))
+
+    init(_ first: [UInt8], _ second: [UInt8], ignoresCancellation: Bool) {
+        versions = [first, second]
+        self.ignoresCancellation = ignoresCancellation
+    }
+
+    var requests: Int { state.withLock { $0.requests } }
+
+    func swap() { state.withLock { $0.swapped = true } }
+
+    private var swapped: Bool { state.withLock { $0.swapped } }
+
+    func fetch(_ range: Range<Int64>?, validator: ContentValidator?) async throws -> RangeResponse {
+        let isFirst = state.withLock { state in
+            state.requests += 1
+            return state.requests == 1
+        }
+        while !isFirst, !swapped {
+            if ignoresCancellation {
+                // Not a cancellable sleep: a cancel does not end the wait.
+                await withCheckedContinuation { continuation in
+                    DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(2)) { continuation.resume() }
+                }
+            } else {
+                try await Task.sleep(for: .milliseconds(2))
+            }
+        }
+        let version = isFirst ? 0 : 1
+        let bytes = versions[version]
+        let range = range ?? 0..<Int64(bytes.count)
+        let body = Array(bytes[Int(range.lowerBound)..<Int(min(range.upperBound, Int64(bytes.count)))])
+        let stream = AsyncThrowingStream<[UInt8], Error> { continuation in
+            for start in stride(from: 0, to: body.count, by: 64 << 10) {
+                continuation.yield(Array(body[start..<min(body.count, start + (64 << 10))]))
+            }
+            continuation.finish()
+        }
+        let info = ContentInfo(length: Int64(bytes.count), validator: ContentValidator(etag: "\"v\(version + 1)\""))
+        return RangeResponse(info: info, offset: range.lowerBound, body: stream, cancel: {})
+    }
+}
+
+@Suite("fill: the origin changes while several fetches are in flight")
+struct FillReplaceTests {
+    /// Runs `work` and waits for it at most `limit`: a wedged key never finishes, and awaiting it
+    /// would hang the test run instead of failing it.
+    static func finishes(within limit: Duration, _ work: @escaping @Sendable () async throws -> Void) async -> Bool {
+        let done = Mutex(false)
+        let task = Task {
+            try? await work()
+            done.withLock { $0 = true }
+        }
+        let deadline = ContinuousClock.now + limit
+        while !done.withLock({ $0 }), ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        task.cancel()
+        return done.withLock { $0 }
+    }
+
+    @Test(
+        "a fetch and its read-ahead both see the new version: one replacement, never a wedged key; readers and shutdown finish",
+        arguments: [true, false])
+    func twoFetchesSeeTheChange(ignoresCancellation: Bool) async throws {
+        let length = 1 << 20
+        var random = SplitMix64(seed: 1414)
+        let first = random.bytes(length)
+        let second = random.bytes(length)
+        for round in 0..<3 {
+            var options = FillOptions.testing
+            options.maximumFetch = 256 << 10
+            options.readAhead = true
+            options.readAheadLimit = 3
+            let fixture = try await FillFixture("fill-replace", options: options)
+            let cache = fixture.cache
+            let source = SwappingSource(first, second, ignoresCancellation: ignoresCancellation)
+            let outcome = Mutex<String?>(nil)
+            let reader = Task {
+                do {
+                    let bytes = try await collect(cache.read(source))
+                    outcome.withLock { $0 = bytes == second ? "second version" : "wrong bytes" }
+                } catch let error as SparseCacheError where error.code == .originChanged {
+                    outcome.withLock { $0 = "originChanged" }
+                } catch {
+                    outcome.withLock { $0 = "\(error)" }
+                }
+            }
+            // First contact, the reader's span and the span read ahead: two fetches wait on the
+            // origin, then both are answered with the new version.
+            let deadline = ContinuousClock.now + .seconds(10)
+            while source.requests < 3, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(2)) }
+            #expect(source.requests >= 3, "round \(round): only \(source.requests) requests came")
+            source.swap()
+
+            let readerEnded = await Self.finishes(within: .seconds(20)) { await reader.value }
+            #expect(readerEnded, "round \(round), ignores cancellation \(ignoresCancellation): the reader hangs (the key is wedged)")
+            guard readerEnded else { return }
+            // The reader had bytes of version 1 (first contact's segment): it is stopped, never
+            // handed version 2 after them.
+            #expect(outcome.withLock { $0 } == "originChanged", "round \(round)")
+
+            let again = Mutex<[UInt8]?>(nil)
+            let readAgain = await Self.finishes(within: .seconds(20)) {
+                again.withLock { $0 = nil }; let bytes = try await collect(cache.read(source)); again.withLock { $0 = bytes }
+            }
+            #expect(readAgain && again.withLock { $0 } == second, "round \(round): a new reader gets the new version")
+            #expect(cache.statistics.invalidations == 1, "round \(round): one replacement, not one per fetch")
+            let stopped = await Self.finishes(within: .seconds(20)) { await cache.shutdown() }
+            #expect(stopped, "round \(round): shutdown hangs")
+            guard stopped else { return }
+            try await fixture.close()
+        }
+    }
+}
