@@ -10,6 +10,11 @@ final class IndexFile: @unchecked Sendable {
     /// Where the next journal record goes.
     private(set) var journalEnd: Int64
     private(set) var nextSequence: UInt64
+    /// Whether this file's directory entry (and its data file's, beside it) is known to be
+    /// durable. True after ``create(path:state:)``; false for an existing index opened for
+    /// writing, which may be one whose creation failed at the directory fsync: a commit made
+    /// durable in a file whose name can vanish in a power cut is lost with it.
+    private var entryIsDurable: Bool
 
     /// Journal bytes since the last checkpoint.
     var journalBytes: Int64 { journalEnd - superblock.journalOffset }
@@ -22,11 +27,12 @@ final class IndexFile: @unchecked Sendable {
     /// the journal, and the next checkpoint will be written after it).
     var checkpointIsAtFront: Bool { superblock.checkpointOffset == IndexFormat.firstRegionOffset }
 
-    private init(fd: FileDescriptor, superblock: Superblock, journalEnd: Int64, nextSequence: UInt64) {
+    private init(fd: FileDescriptor, superblock: Superblock, journalEnd: Int64, nextSequence: UInt64, entryIsDurable: Bool) {
         self.fd = fd
         self.superblock = superblock
         self.journalEnd = journalEnd
         self.nextSequence = nextSequence
+        self.entryIsDurable = entryIsDurable
     }
 
     func close() { fd.close() }
@@ -39,6 +45,7 @@ final class IndexFile: @unchecked Sendable {
         let temporary = path + ".tmp"
         if try FileSystem.exists(temporary) { try FileSystem.unlink(temporary) }
         let fd = try FileDescriptor.open(temporary, access: .readWrite, create: true, exclusive: true)
+        var renamed = false
         do {
             // Two checkpoints, generations 0 and 1, so both slots are valid from the start.
             var offset = IndexFormat.firstRegionOffset
@@ -56,12 +63,15 @@ final class IndexFile: @unchecked Sendable {
             }
             try fd.dataSync()
             try FileSystem.rename(temporary, to: path)
+            renamed = true
             try FileSystem.syncParentDirectory(of: path)
-            let renamed = FileDescriptor(rawValue: fd.rawValue, path: path)
-            return IndexFile(fd: renamed, superblock: last!, journalEnd: offset, nextSequence: 0)
+            let durable = FileDescriptor(rawValue: fd.rawValue, path: path)
+            return IndexFile(fd: durable, superblock: last!, journalEnd: offset, nextSequence: 0, entryIsDurable: true)
         } catch {
             fd.close()
-            try? FileSystem.unlink(temporary)
+            // After the rename the index has its real name, in a directory entry that may not be
+            // durable: remove it too, so a caller that retries creates it anew and syncs again.
+            try? FileSystem.unlink(renamed ? path : temporary)
             throw error
         }
     }
@@ -101,7 +111,8 @@ final class IndexFile: @unchecked Sendable {
 
     private static func recover(_ fd: FileDescriptor) throws -> (IndexFile, IndexState, RecoveryReport) {
         let found = try recoverState(from: fd)
-        let index = IndexFile(fd: fd, superblock: found.superblock, journalEnd: found.journalEnd, nextSequence: found.nextSequence)
+        let index = IndexFile(
+            fd: fd, superblock: found.superblock, journalEnd: found.journalEnd, nextSequence: found.nextSequence, entryIsDurable: false)
         return (index, found.state, found.report)
     }
 
@@ -235,6 +246,7 @@ final class IndexFile: @unchecked Sendable {
     /// Appends one record for `change` and syncs it: when this returns, the change survives
     /// any crash. The caller must have synced the data the change names.
     func append(_ change: IndexChange) throws {
+        try makeEntryDurable()
         let record = JournalRecord.encode(
             change, sequence: nextSequence, salt: superblock.journalSalt, generation: superblock.generation)
         try fd.write(toAbsoluteOffset: journalEnd, record)
@@ -243,10 +255,20 @@ final class IndexFile: @unchecked Sendable {
         nextSequence += 1
     }
 
+    /// Before the first commit through an index that was opened rather than created: fsync of
+    /// its directory, so no commit is acknowledged in a file whose name a power cut can take
+    /// away (DURABILITY.md, rule 6). Once per open; a failure is a sync failure like any other.
+    private func makeEntryDurable() throws {
+        guard !entryIsDurable else { return }
+        try FileSystem.syncParentDirectory(of: path)
+        entryIsDurable = true
+    }
+
     /// Writes `state` as a new checkpoint in space the live one does not use, syncs it, then
     /// flips to it by writing the other superblock slot and syncing again. A torn write at any
     /// point leaves the previous superblock, checkpoint and journal in charge.
     func checkpoint(_ state: IndexState) throws {
+        try makeEntryDurable()
         let generation = superblock.generation + 1
         let blob = Checkpoint.encode(state, generation: generation)
         let size = Int64(blob.count)

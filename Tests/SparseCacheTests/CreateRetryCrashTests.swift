@@ -1,0 +1,84 @@
+// Issue 14, item 2: the directory fsync after an index's rename fails, the caller retries, and
+// commits are acknowledged. Those commits used to live in a file whose name was never made
+// durable: a power cut could take the name away, and with it every acknowledged commit (29 of
+// 40 simulated cuts). Power-loss recording is one per process, so this lives in the serialized
+// power-loss suite.
+import Foundation
+import Testing
+
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+extension CrashPowerLossTests {
+    /// `unlinkFails`: the cleanup after the failed creation fails too, so the retry finds the
+    /// index under its real name and must make its directory entry durable before it
+    /// acknowledges a commit.
+    @Test(
+        "directory fsync fails at creation, then the caller retries: every commit acknowledged after it survives a power cut",
+        arguments: [false, true])
+    func directorySyncFailsAtCreation(unlinkFails: Bool) async throws {
+        let base = try TemporaryDirectory("create-retry")
+        defer { base.remove() }
+        let live = base.file("live")
+        try FileManager.default.createDirectory(atPath: live, withIntermediateDirectories: false)
+        let path = live + "/r.bin"
+        let model = ContentModel(segmentSize: 4096, length: 12 * 4096, salt: 0xD1)
+        var options = SparseFileOptions.testing(length: model.length)
+        options.commitPolicy = .manual
+
+        try PowerLoss.begin(directory: live)
+        defer { PowerLoss.end() }
+        // Creating a resource fsyncs the new data file, then (after the index's rename) the
+        // directory: the second fsync under `live` is the directory's.
+        let syncRule = try FaultInjection.add(.fail([.fsync], errno: EIO, trigger: .nth(2), pathContains: live))
+        let unlinkRule = unlinkFails ? try FaultInjection.add(.fail([.unlink], errno: EIO, trigger: .after(0), pathContains: live)) : nil
+        do {
+            let file = try await SparseFile.open(path, options: options)
+            try await file.close()
+            Issue.record("creating the resource did not fail")
+        } catch let error as SparseCacheError {
+            #expect(error.operation == "fsync" && error.path == live && error.errno == EIO, "\(error)")
+        }
+        FaultInjection.remove(syncRule)
+        if let unlinkRule { FaultInjection.remove(unlinkRule) }
+        #expect(try FileManager.default.fileExists(atPath: SparseFile.indexPath(for: path)) == unlinkFails)
+
+        // The caller retries, then writes and commits segment by segment.
+        let file = try await SparseFile.open(path, options: options)
+        let versions = [Int](repeating: 0, count: model.segments)
+        for segment in 0..<model.segments {
+            try await file.write(model.bytes(segment, version: 0), at: model.range(segment).lowerBound)
+            try await file.commit()
+        }
+        let acknowledged = Set(0..<model.segments)
+
+        // A power cut now, many ways.
+        var lost = 0
+        let cuts = 40
+        for seed in 0..<cuts {
+            let cut = base.file("cut-\(seed)")
+            try FileManager.default.createDirectory(atPath: cut, withIntermediateDirectories: false)
+            try PowerLoss.snapshot(into: cut, seed: UInt64(seed) &* 0x9E37_79B9 &+ 7)
+            var present = Set<Int>()
+            if let reopened = try? await SparseFile.open(cut + "/r.bin", mode: .readOnly) {
+                for run in await reopened.presentSegments() { present.formUnion(run) }
+                for segment in present {
+                    let bytes = try await reopened.read(offset: model.range(segment).lowerBound, length: Int(model.range(segment).count))
+                    #expect(
+                        bytes == model.bytes(model.range(segment), versions: versions), "cut \(seed): segment \(segment) has wrong bytes")
+                }
+                try await reopened.close()
+            }
+            if present != acknowledged { lost += 1 }
+        }
+        try await file.close()
+        reportCounts("create, directory fsync fails, retry (unlink fails: \(unlinkFails))", ["power cuts": cuts, "lost commits": lost])
+        #expect(lost == 0, "acknowledged commits lost in \(lost) of \(cuts) power cuts")
+    }
+}
