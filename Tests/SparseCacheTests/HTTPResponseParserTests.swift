@@ -346,7 +346,7 @@ struct HTTPResponseParserTests {
     // MARK: Fuzz
 
     @Test("fuzz: mutated and random response heads never trap; every acceptance re-checks and every refusal is final")
-    func fuzzHeads() {
+    func fuzzHeads() async {
         let seed = testSeed(0x5245_5350)
         let count = Self.fuzzCount
         var random = SplitMix64(seed: seed)
@@ -368,6 +368,7 @@ struct HTTPResponseParserTests {
         var accepted = 0, refused = 0, incomplete = 0, violations = 0
         var framings: [String: Int] = [:]
         for iteration in 0..<count {
+            if iteration % 256 == 0 { await Task.yield() }  // see IndexFuzzTests.exhaustiveDamage
             let input = iteration % 10 == 0 ? random.bytes(Int(random.next() % 300)) : Self.mutate(corpus, splices: splices, &random)
             func violation(_ what: String) {
                 violations += 1
@@ -412,12 +413,13 @@ struct HTTPResponseParserTests {
     }
 
     @Test("fuzz: random bodies in random chunkings and splits decode exactly; mutated encodings never trap or escape the input")
-    func fuzzChunked() {
+    func fuzzChunked() async {
         let seed = testSeed(0x4348_4E4B)
         let count = max(1, Self.fuzzCount / 10)
         var random = SplitMix64(seed: seed)
         var exact = 0, finished = 0, failed = 0, needMore = 0, violations = 0
         for iteration in 0..<count {
+            if iteration % 256 == 0 { await Task.yield() }  // see IndexFuzzTests.exhaustiveDamage
             let body = random.bytes(Int(random.next() % 2000))
             let encoded = Self.encodeChunked(body, &random)
             func violation(_ what: String, _ input: [UInt8]) {
