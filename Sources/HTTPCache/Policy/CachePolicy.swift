@@ -1,0 +1,241 @@
+import SparseHTTP
+
+/// The caching rules of RFC 9111 for one stored response, as a shared cache applies them: a
+/// pure value built from the request and the response it answered, asked with the time passed
+/// in. No I/O and no clock, so every rule is a table-driven test; the store and the proxy call
+/// it, it calls nothing.
+///
+/// Times are whole seconds since 1970 (HTTP dates have one-second resolution).
+///
+/// Where the RFC leaves a choice, it does what the shared caches operators run do, and says
+/// which beside the rule: heuristic freshness is 10% of the time since Last-Modified, at most a
+/// day (Traffic Server's default cap); a response with `Set-Cookie` or `Vary: *` is not stored
+/// (nginx and Varnish by default); `private` and `no-cache` with field names are treated as
+/// their unqualified forms (Varnish).
+public struct CachePolicy: Sendable, Equatable {
+    /// The request the stored response answered: its fields decide `Vary` matches.
+    public let request: HTTPRequestHead
+    /// The response as stored: its hop-by-hop fields removed (section 3.1).
+    public private(set) var response: HTTPResponseHead
+    /// When the request that brought the response was sent (`request_time`, section 4.2.3).
+    public private(set) var requestTime: Int64
+    /// When the response was received (`response_time`).
+    public private(set) var responseTime: Int64
+
+    public init(request: HTTPRequestHead, response: HTTPResponseHead, requestTime: Int64, responseTime: Int64) {
+        self.request = request
+        var stored = response
+        stored.headers = response.headers.removingHopByHop()
+        self.response = stored
+        self.requestTime = requestTime
+        self.responseTime = responseTime
+    }
+
+    var responseDirectives: CacheControl { CacheControl(response.headers) }
+
+    // MARK: Storing (section 3)
+
+    /// Statuses whose responses may be given heuristic freshness (RFC 9110, section 15.1).
+    public static let heuristicallyCacheable: Set<Int> = [200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501]
+
+    /// Statuses this cache understands well enough to store (section 3: the others need
+    /// `must-understand`-free handling it does not have).
+    public static let understood: Set<Int> = heuristicallyCacheable.union([302, 303, 307, 400, 403, 500, 502, 503, 504])
+
+    /// Whether a shared cache may store this response (section 3), and if not, why: the reason
+    /// goes into the log and `Cache-Status`.
+    public var storability: (storable: Bool, reason: String?) {
+        let directives = responseDirectives
+        let requestDirectives = CacheControl(request.headers)
+        guard request.method == "GET" else { return (false, "method \(request.method)") }
+        guard response.status >= 200 else { return (false, "interim status") }
+        guard Self.understood.contains(response.status) else { return (false, "status \(response.status) not understood") }
+        // must-understand with an understood status overrides no-store (section 5.2.2.3).
+        if directives.contains("no-store"), !directives.contains("must-understand") { return (false, "no-store") }
+        if requestDirectives.contains("no-store") { return (false, "request no-store") }
+        if directives.contains("private") { return (false, "private") }
+        if request.headers.contains("authorization"),
+            !(directives.contains("public") || directives.contains("s-maxage") || directives.contains("must-revalidate"))
+        {
+            return (false, "request with Authorization")  // section 3.5
+        }
+        if response.headers.contains("set-cookie") { return (false, "Set-Cookie") }
+        if response.headers.listElements("vary").contains("*") { return (false, "Vary: *") }
+        let explicit =
+            directives.contains("public") || directives.contains("max-age") || directives.contains("s-maxage")
+            || response.headers.contains("expires")
+        guard explicit || Self.heuristicallyCacheable.contains(response.status) else {
+            return (false, "status \(response.status) without explicit freshness")
+        }
+        return (true, nil)
+    }
+
+    public var isStorable: Bool { storability.storable }
+
+    // MARK: Freshness (section 4.2)
+
+    /// How long the response is fresh after it was generated (section 4.2.1), in seconds: for a
+    /// shared cache `s-maxage`, else `max-age`, else `Expires` minus `Date`, else a heuristic.
+    /// An invalid or contradictory value gives 0 (stale).
+    public var freshnessLifetime: Int64 {
+        let directives = responseDirectives
+        for name in ["s-maxage", "max-age"] {
+            switch directives.seconds(name) {
+            case .seconds(let seconds): return seconds
+            case .invalid: return 0
+            case nil: continue
+            }
+        }
+        if response.headers.contains("expires") {
+            let expires = response.headers.values("expires")
+            // Several Expires fields or an invalid date: already expired (section 5.3).
+            guard expires.count == 1, let time = HTTPDate.parse(expires[0]) else { return 0 }
+            return max(0, time - dateValue)
+        }
+        // Heuristic freshness (section 4.2.2): only for heuristically cacheable statuses or
+        // `public`, never past an explicit `no-cache`.
+        guard Self.heuristicallyCacheable.contains(response.status) || directives.contains("public"),
+            let lastModified = response.headers["last-modified"].flatMap(HTTPDate.parse), lastModified <= dateValue
+        else { return 0 }
+        return min((dateValue - lastModified) / 10, Self.heuristicCap)
+    }
+
+    /// The longest heuristic lifetime (a day, as Traffic Server's default).
+    public static let heuristicCap: Int64 = 86_400
+
+    /// The `Date` of the response, or when it was received when it has none or an invalid one
+    /// (section 4.2.3: a cache without a `Date` uses the receipt time).
+    var dateValue: Int64 {
+        response.headers["date"].flatMap(HTTPDate.parse) ?? responseTime
+    }
+
+    /// The response's age now (section 4.2.3), in seconds.
+    public func currentAge(now: Int64) -> Int64 {
+        let ageValue = response.headers["age"].flatMap { CacheControl.deltaSeconds($0).seconds } ?? 0
+        let apparentAge = max(0, responseTime - dateValue)
+        let responseDelay = max(0, responseTime - requestTime)
+        let correctedAgeValue = ageValue + responseDelay
+        let correctedInitialAge = max(apparentAge, correctedAgeValue)
+        let residentTime = max(0, now - responseTime)
+        return correctedInitialAge + residentTime
+    }
+
+    /// Whether the response is fresh now (section 4.2).
+    public func isFresh(now: Int64) -> Bool { freshnessLifetime > currentAge(now: now) }
+
+    // MARK: Using it (section 4)
+
+    /// What the cache may do with this stored response for `newRequest` at `now`.
+    public enum Use: Sendable, Equatable {
+        /// Send it as it is, with this `Age`.
+        case fresh(age: Int64)
+        /// Stale, but the request allows it (`max-stale`): send it with this `Age`.
+        case staleAllowed(age: Int64)
+        /// Stale within `stale-while-revalidate` (RFC 5861): send it, and revalidate in the
+        /// background once.
+        case staleWhileRevalidate(age: Int64)
+        /// Ask the origin first, with ``revalidationHeaders`` (section 4.3.1).
+        case revalidate
+        /// It does not answer this request (`Vary`, the method): forward the request.
+        case mismatch
+    }
+
+    public func use(for newRequest: HTTPRequestHead, now: Int64) -> Use {
+        guard newRequest.method == "GET" || newRequest.method == "HEAD", varyMatches(newRequest) else { return .mismatch }
+        let directives = responseDirectives
+        let requestDirectives = CacheControl(newRequest.headers)
+        let age = currentAge(now: now)
+        let lifetime = freshnessLifetime
+        // `no-cache` on either side, or `Pragma: no-cache` from a client that sends no
+        // Cache-Control (sections 5.2.1.4, 5.2.2.4, 5.4): ask the origin every time.
+        let pragmaNoCache =
+            !newRequest.headers.contains("cache-control")
+            && newRequest.headers.listElements("pragma").contains { $0.lowercased() == "no-cache" }
+        if directives.contains("no-cache") || requestDirectives.contains("no-cache") || pragmaNoCache { return .revalidate }
+        // The client's limits on age (5.2.1.1) and remaining freshness (5.2.1.3).
+        switch requestDirectives.seconds("max-age") {
+        case .seconds(let limit) where age > limit: return .revalidate
+        case .invalid: return .revalidate
+        default: break
+        }
+        if case .seconds(let wanted) = requestDirectives.seconds("min-fresh"), lifetime - age < wanted { return .revalidate }
+        if lifetime > age { return .fresh(age: age) }
+        // Stale. A shared cache never serves a stale response marked must-revalidate,
+        // proxy-revalidate or s-maxage (sections 4.2.4, 5.2.2.2, 5.2.2.8, 5.2.2.10).
+        if directives.contains("must-revalidate") || directives.contains("proxy-revalidate") || directives.contains("s-maxage") {
+            return .revalidate
+        }
+        if let maxStale = requestDirectives.argument("max-stale") {
+            // A bare max-stale accepts any staleness.
+            if maxStale.isEmpty { return .staleAllowed(age: age) }
+            if case .seconds(let limit) = CacheControl.deltaSeconds(maxStale), age - lifetime <= limit { return .staleAllowed(age: age) }
+        }
+        if case .seconds(let window) = directives.seconds("stale-while-revalidate"), age - lifetime <= window {
+            return .staleWhileRevalidate(age: age)
+        }
+        return .revalidate
+    }
+
+    /// Whether a stale response may be sent when the origin cannot be reached or answers 5xx
+    /// (`stale-if-error`, RFC 5861 section 4; never past must-revalidate, section 4.2.4).
+    public func mayServeStaleOnError(now: Int64) -> Bool {
+        let directives = responseDirectives
+        if directives.contains("must-revalidate") || directives.contains("proxy-revalidate") || directives.contains("s-maxage") {
+            return false
+        }
+        guard case .seconds(let window) = directives.seconds("stale-if-error") else { return false }
+        return currentAge(now: now) - freshnessLifetime <= window
+    }
+
+    /// The stored response matches `newRequest` on every field its `Vary` names (section 4.1):
+    /// values compared after joining repeated fields and normalising whitespace around commas.
+    public func varyMatches(_ newRequest: HTTPRequestHead) -> Bool {
+        let names = response.headers.listElements("vary").map { $0.lowercased() }
+        if names.contains("*") { return false }
+        return names.allSatisfy { Self.normalized(request.headers, $0) == Self.normalized(newRequest.headers, $0) }
+    }
+
+    private static func normalized(_ headers: HTTPHeaders, _ name: String) -> [String]? {
+        let values = headers.values(name)
+        return values.isEmpty ? nil : HTTPSyntax.listElements(values)
+    }
+
+    // MARK: Revalidating (section 4.3)
+
+    /// The conditional fields of a revalidation request (section 4.3.1): `If-None-Match` with
+    /// the stored entity tag, `If-Modified-Since` with the stored `Last-Modified`.
+    public var revalidationHeaders: HTTPHeaders {
+        var fields = HTTPHeaders()
+        if let etag = response.headers["etag"] { fields.append(name: "If-None-Match", value: etag) }
+        if let lastModified = response.headers["last-modified"] { fields.append(name: "If-Modified-Since", value: lastModified) }
+        return fields
+    }
+
+    /// The stored response freshened by a 304 answer to a revalidation (sections 3.2 and
+    /// 4.3.4), or nil when the 304 does not select it (another strong entity tag or
+    /// Last-Modified): the stored response is then not to be used.
+    ///
+    /// Every field of the 304 replaces the stored one of that name, except hop-by-hop fields
+    /// and `Content-Length` (the 304 has no body, the stored response does).
+    public func freshened(by notModified: HTTPResponseHead, requestTime: Int64, responseTime: Int64) -> CachePolicy? {
+        guard notModified.status == 304 else { return nil }
+        let fresh = notModified.headers.removingHopByHop()
+        if let etag = fresh["etag"], let stored = response.headers["etag"], Self.opaque(etag) != Self.opaque(stored) { return nil }
+        if fresh["etag"] == nil, let modified = fresh["last-modified"], let stored = response.headers["last-modified"], modified != stored {
+            return nil
+        }
+        var updated = self
+        var headers = response.headers
+        for name in Set(fresh.map { $0.name.lowercased() }) where name != "content-length" {
+            headers.remove(name)
+        }
+        for field in fresh where !field.hasName("content-length") { headers.append(name: field.name, value: field.value) }
+        updated.response.headers = headers
+        updated.requestTime = requestTime
+        updated.responseTime = responseTime
+        return updated
+    }
+
+    /// An entity tag without its weakness marker, for the weak comparison (RFC 9110, 8.8.3.2).
+    static func opaque(_ etag: String) -> Substring { etag.hasPrefix("W/") ? etag.dropFirst(2) : Substring(etag) }
+}

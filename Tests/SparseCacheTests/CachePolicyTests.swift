@@ -1,0 +1,212 @@
+// RFC 9111 as a pure value: every rule is a row of a table, with the section it comes from.
+import Foundation
+import Testing
+
+@testable import HTTPCache
+@testable import SparseHTTP
+
+@Suite("caching rules (RFC 9111): Cache-Control, dates, storing, freshness, age, Vary, revalidation")
+struct CachePolicyTests {
+    static let date = "Mon, 23 Nov 2026 10:00:00 GMT"
+    /// `date` in seconds since 1970.
+    static let t0: Int64 = 1_795_428_000
+
+    static func request(_ fields: [(String, String)] = [], method: String = "GET") -> HTTPRequestHead {
+        HTTPRequestHead(method: method, target: "/a", headers: HTTPHeaders([("Host", "origin")] + fields))
+    }
+
+    static func policy(
+        status: Int = 200, _ fields: [(String, String)], request: HTTPRequestHead = request(), received: Int64 = t0
+    ) -> CachePolicy {
+        CachePolicy(
+            request: request, response: HTTPResponseHead(status: status, headers: HTTPHeaders([("Date", date)] + fields)),
+            requestTime: received, responseTime: received)
+    }
+
+    @Test("Cache-Control: tokens, quoted strings with commas and escapes, case, repeats, garbage skipped (5.2, RFC 9110 5.6)")
+    func cacheControlParsing() {
+        let parsed = CacheControl(fieldValues: [
+            "Max-Age=60, no-cache=\"Set-Cookie, X-A\", private", "  ,, s-maxage=\"30\" , x-ext=\"a\\\"b\"", "bad=\"unclosed",
+        ])
+        #expect(parsed.directives.map(\.name) == ["max-age", "no-cache", "private", "s-maxage", "x-ext"])
+        #expect(parsed.seconds("max-age") == .seconds(60) && parsed.seconds("s-maxage") == .seconds(30))
+        #expect(parsed.fieldNames("no-cache") == ["set-cookie", "x-a"])
+        #expect(parsed.argument("x-ext") == "a\"b" && parsed.argument("private") == "" && parsed.argument("public") == nil)
+        let cases: [(String, CacheControl.Seconds?)] = [
+            ("max-age=0", .seconds(0)), ("max-age=007", .seconds(7)), ("max-age=-1", .invalid), ("max-age=1.5", .invalid),
+            ("max-age=", .invalid), ("max-age", .invalid), ("max-age=99999999999999999999", .seconds(1 << 31)),
+            ("max-age=10, max-age=10", .seconds(10)), ("max-age=10, max-age=20", .invalid), ("public", nil),
+            ("max-age=5 garbage, public", nil),
+        ]
+        for (value, expected) in cases {
+            #expect(CacheControl(fieldValues: [value]).seconds("max-age") == expected, "\(value)")
+        }
+    }
+
+    @Test("HTTP dates: IMF-fixdate, RFC 850 and asctime; anything else is not a date (RFC 9110 5.6.7)")
+    func dates() {
+        #expect(HTTPDate.parse("Sun, 06 Nov 1994 08:49:37 GMT") == 784_111_777)
+        #expect(HTTPDate.parse("Sunday, 06-Nov-94 08:49:37 GMT") == 784_111_777)
+        #expect(HTTPDate.parse("Sun Nov  6 08:49:37 1994") == 784_111_777)
+        #expect(HTTPDate.parse(Self.date) == Self.t0)
+        #expect(HTTPDate.parse("Thu, 29 Feb 2024 00:00:00 GMT") == 1_709_164_800)
+        for bad in [
+            "", "0", "-1", "Sun, 06 Nov 1994 08:49:37 PST", "Sun, 31 Nov 1994 08:49:37 GMT", "Thu, 29 Feb 2023 00:00:00 GMT",
+            "Sun, 06 Nov 1994 25:49:37 GMT", "Sun, 6 Nov 1994 08:49:37 GMT", "Sun, 06 Foo 1994 08:49:37 GMT", "yesterday",
+        ] {
+            #expect(HTTPDate.parse(bad) == nil, "\(bad)")
+        }
+        // Formatting and parsing agree.
+        #expect(HTTPDate.parse(HTTPDate.format(Date(timeIntervalSince1970: 1_795_428_123))) == 1_795_428_123)
+    }
+
+    @Test("what a shared cache may store (3, 3.5), and why not")
+    func storing() {
+        let cases: [(Int, [(String, String)], HTTPRequestHead, String?)] = [
+            (200, [], Self.request(), nil),
+            (200, [("Cache-Control", "no-store")], Self.request(), "no-store"),
+            (200, [("Cache-Control", "no-store, must-understand")], Self.request(), nil),  // 5.2.2.3
+            (200, [("Cache-Control", "private")], Self.request(), "private"),
+            (200, [("Cache-Control", "private=\"X-A\"")], Self.request(), "private"),
+            (200, [], Self.request([("Cache-Control", "no-store")]), "request no-store"),
+            (200, [], Self.request([("Authorization", "Basic eDp5")]), "request with Authorization"),
+            (200, [("Cache-Control", "public")], Self.request([("Authorization", "Basic eDp5")]), nil),
+            (200, [("Cache-Control", "s-maxage=5")], Self.request([("Authorization", "Basic eDp5")]), nil),
+            (200, [("Cache-Control", "must-revalidate")], Self.request([("Authorization", "Basic eDp5")]), nil),
+            (200, [("Cache-Control", "max-age=60")], Self.request([("Authorization", "Basic eDp5")]), "request with Authorization"),
+            (200, [("Set-Cookie", "a=1")], Self.request(), "Set-Cookie"),
+            (200, [("Vary", "Accept, *")], Self.request(), "Vary: *"),
+            (200, [], Self.request(method: "POST"), "method POST"),
+            (302, [], Self.request(), "status 302 without explicit freshness"),
+            (302, [("Cache-Control", "max-age=60")], Self.request(), nil),
+            (307, [("Expires", "Mon, 23 Nov 2026 11:00:00 GMT")], Self.request(), nil),
+            (404, [], Self.request(), nil), (410, [], Self.request(), nil), (501, [], Self.request(), nil),
+            (500, [], Self.request(), "status 500 without explicit freshness"),
+            (299, [("Cache-Control", "max-age=60")], Self.request(), "status 299 not understood"),
+        ]
+        for (status, fields, request, reason) in cases {
+            let policy = Self.policy(status: status, fields, request: request)
+            #expect(policy.storability.reason == reason && policy.isStorable == (reason == nil), "\(status) \(fields) \(request.headers)")
+        }
+        // Hop-by-hop fields are never stored (3.1).
+        let stored = Self.policy([("Connection", "close, X-Hop"), ("X-Hop", "1"), ("Keep-Alive", "timeout=5"), ("X-End", "2")])
+        #expect(stored.response.headers.map(\.name) == ["Date", "X-End"])
+    }
+
+    @Test("freshness lifetime: s-maxage, max-age, Expires minus Date, heuristic; invalid means stale (4.2.1, 4.2.2)")
+    func freshnessLifetime() {
+        let cases: [(Int, [(String, String)], Int64)] = [
+            (200, [("Cache-Control", "max-age=60")], 60),
+            (200, [("Cache-Control", "max-age=60, s-maxage=10")], 10),
+            (200, [("Cache-Control", "s-maxage=abc, max-age=60")], 0),
+            (200, [("Cache-Control", "max-age=60"), ("Expires", "Mon, 23 Nov 2026 12:00:00 GMT")], 60),
+            (200, [("Expires", "Mon, 23 Nov 2026 10:05:00 GMT")], 300),
+            (200, [("Expires", "Mon, 23 Nov 2026 09:00:00 GMT")], 0),
+            (200, [("Expires", "0")], 0),
+            (200, [("Expires", "Mon, 23 Nov 2026 10:05:00 GMT"), ("Expires", "Mon, 23 Nov 2026 10:09:00 GMT")], 0),
+            (200, [("Last-Modified", "Mon, 23 Nov 2026 09:00:00 GMT")], 360),
+            (200, [("Last-Modified", "Mon, 02 Nov 2026 10:00:00 GMT")], 86_400),
+            (200, [("Last-Modified", "Mon, 23 Nov 2026 11:00:00 GMT")], 0),
+            (200, [], 0),
+            (302, [("Last-Modified", "Mon, 23 Nov 2026 09:00:00 GMT")], 0),
+            (302, [("Cache-Control", "public"), ("Last-Modified", "Mon, 23 Nov 2026 09:00:00 GMT")], 360),
+        ]
+        for (status, fields, lifetime) in cases {
+            #expect(Self.policy(status: status, fields).freshnessLifetime == lifetime, "\(status) \(fields)")
+        }
+    }
+
+    @Test("age: apparent age, Age with the response delay, resident time (4.2.3)")
+    func age() {
+        // Date 10:00:00; sent 10:00:08, received 10:00:10 with Age: 5.
+        let policy = CachePolicy(
+            request: Self.request(), response: HTTPResponseHead(status: 200, headers: HTTPHeaders([("Date", Self.date), ("Age", "5")])),
+            requestTime: Self.t0 + 8, responseTime: Self.t0 + 10)
+        // apparent 10, corrected Age 5 + 2 = 7: initial age 10; 30 s resident.
+        #expect(policy.currentAge(now: Self.t0 + 40) == 40)
+        // A Date in the future (clock skew) gives no negative age; a received Age wins.
+        let skewed = CachePolicy(
+            request: Self.request(),
+            response: HTTPResponseHead(status: 200, headers: HTTPHeaders([("Date", "Mon, 23 Nov 2026 10:10:00 GMT"), ("Age", "100")])),
+            requestTime: Self.t0, responseTime: Self.t0)
+        #expect(skewed.currentAge(now: Self.t0) == 100)
+        // No Date: the receipt time stands in for it.
+        let undated = CachePolicy(
+            request: Self.request(), response: HTTPResponseHead(status: 200, headers: HTTPHeaders([("Cache-Control", "max-age=10")])),
+            requestTime: Self.t0, responseTime: Self.t0)
+        #expect(undated.isFresh(now: Self.t0 + 9) && !undated.isFresh(now: Self.t0 + 10))
+    }
+
+    @Test("using a stored response: fresh, stale, client directives, no-cache, must-revalidate, stale-while-revalidate (4, 5.2)")
+    func use() {
+        typealias Use = CachePolicy.Use
+        let cases: [([(String, String)], [(String, String)], Int64, Use)] = [
+            ([("Cache-Control", "max-age=60")], [], 30, .fresh(age: 30)),
+            ([("Cache-Control", "max-age=60")], [], 60, .revalidate),
+            ([("Cache-Control", "max-age=60, no-cache")], [], 1, .revalidate),  // 5.2.2.4
+            ([("Cache-Control", "max-age=60")], [("Cache-Control", "no-cache")], 1, .revalidate),  // 5.2.1.4
+            ([("Cache-Control", "max-age=60")], [("Pragma", "no-cache")], 1, .revalidate),  // 5.4
+            ([("Cache-Control", "max-age=60")], [("Pragma", "no-cache"), ("Cache-Control", "max-age=100")], 1, .fresh(age: 1)),
+            ([("Cache-Control", "max-age=60")], [("Cache-Control", "max-age=10")], 20, .revalidate),  // 5.2.1.1
+            ([("Cache-Control", "max-age=60")], [("Cache-Control", "max-age=30")], 20, .fresh(age: 20)),
+            ([("Cache-Control", "max-age=60")], [("Cache-Control", "min-fresh=50")], 20, .revalidate),  // 5.2.1.3
+            ([("Cache-Control", "max-age=60")], [("Cache-Control", "max-stale")], 500, .staleAllowed(age: 500)),  // 5.2.1.2
+            ([("Cache-Control", "max-age=60")], [("Cache-Control", "max-stale=10")], 65, .staleAllowed(age: 65)),
+            ([("Cache-Control", "max-age=60")], [("Cache-Control", "max-stale=10")], 75, .revalidate),
+            ([("Cache-Control", "max-age=60, must-revalidate")], [("Cache-Control", "max-stale")], 65, .revalidate),  // 4.2.4
+            ([("Cache-Control", "s-maxage=60")], [("Cache-Control", "max-stale")], 65, .revalidate),  // 5.2.2.10
+            ([("Cache-Control", "max-age=60, stale-while-revalidate=30")], [], 80, .staleWhileRevalidate(age: 80)),  // RFC 5861
+            ([("Cache-Control", "max-age=60, stale-while-revalidate=30")], [], 95, .revalidate),
+        ]
+        for (stored, asked, elapsed, expected) in cases {
+            let use = Self.policy(stored).use(for: Self.request(asked), now: Self.t0 + elapsed)
+            #expect(use == expected, "stored \(stored), request \(asked), after \(elapsed) s")
+        }
+        #expect(Self.policy([("Cache-Control", "max-age=60")]).use(for: Self.request(method: "POST"), now: Self.t0) == .mismatch)
+        let onError = Self.policy([("Cache-Control", "max-age=60, stale-if-error=100")])
+        #expect(onError.mayServeStaleOnError(now: Self.t0 + 150) && !onError.mayServeStaleOnError(now: Self.t0 + 170))
+        #expect(
+            !Self.policy([("Cache-Control", "max-age=60, stale-if-error=100, must-revalidate")]).mayServeStaleOnError(now: Self.t0 + 70))
+    }
+
+    @Test("Vary: the listed request fields must match, whitespace and case of names aside; * never matches (4.1)")
+    func vary() {
+        let stored = Self.policy(
+            [("Cache-Control", "max-age=60"), ("Vary", "Accept-Encoding, accept-language")],
+            request: Self.request([("Accept-Encoding", "gzip,  br"), ("Accept-Language", "en")]))
+        #expect(stored.varyMatches(Self.request([("accept-encoding", "gzip, br"), ("Accept-Language", "en")])))
+        #expect(stored.varyMatches(Self.request([("Accept-Encoding", "gzip"), ("Accept-Encoding", "br"), ("Accept-Language", "en")])))
+        #expect(!stored.varyMatches(Self.request([("Accept-Encoding", "gzip"), ("Accept-Language", "en")])))
+        #expect(!stored.varyMatches(Self.request([("Accept-Encoding", "gzip, br")])))
+        #expect(stored.use(for: Self.request([("Accept-Language", "fr")]), now: Self.t0) == .mismatch)
+        let star = CachePolicy(
+            request: Self.request(), response: HTTPResponseHead(status: 200, headers: HTTPHeaders([("Vary", "*")])), requestTime: 0,
+            responseTime: 0)
+        #expect(!star.varyMatches(Self.request()))
+    }
+
+    @Test("revalidation: conditional fields from the validators; a 304 freshens the stored fields, a mismatched one does not (4.3, 3.2)")
+    func revalidation() throws {
+        let stored = Self.policy([
+            ("Cache-Control", "max-age=60"), ("ETag", "\"v1\""), ("Last-Modified", "Mon, 23 Nov 2026 09:00:00 GMT"),
+            ("Content-Length", "1000"), ("X-Old", "1"),
+        ])
+        #expect(
+            stored.revalidationHeaders
+                == HTTPHeaders([("If-None-Match", "\"v1\""), ("If-Modified-Since", "Mon, 23 Nov 2026 09:00:00 GMT")]))
+        let notModified = HTTPResponseHead(
+            status: 304,
+            headers: HTTPHeaders([
+                ("Date", "Mon, 23 Nov 2026 10:02:00 GMT"), ("Cache-Control", "max-age=600"), ("ETag", "W/\"v1\""),
+                ("Content-Length", "0"), ("Connection", "close"), ("X-New", "2"),
+            ]))
+        let freshened = try #require(stored.freshened(by: notModified, requestTime: Self.t0 + 120, responseTime: Self.t0 + 120))
+        #expect(freshened.response.headers["content-length"] == "1000" && freshened.response.headers["x-old"] == "1")
+        #expect(freshened.response.headers["x-new"] == "2" && freshened.response.headers["cache-control"] == "max-age=600")
+        #expect(!freshened.response.headers.contains("connection"))
+        #expect(freshened.use(for: Self.request(), now: Self.t0 + 300) == .fresh(age: 180))
+        let other = HTTPResponseHead(status: 304, headers: HTTPHeaders([("ETag", "\"v2\"")]))
+        #expect(stored.freshened(by: other, requestTime: Self.t0, responseTime: Self.t0) == nil)
+        #expect(stored.freshened(by: HTTPResponseHead(status: 200), requestTime: Self.t0, responseTime: Self.t0) == nil)
+    }
+}
