@@ -26,7 +26,8 @@ enum ReadCommand: Command {
           --length N        Bytes to read (default: to the end of the resource; required when
                             its length is unknown)
           --partial         Output the present prefix when the range is not fully present
-          --output PATH     Write the bytes to PATH instead of standard output
+          --output PATH     Write the bytes to PATH ('-' for standard output); a regular
+                            file is fsynced when complete
           -h, --help        Show this help
         """
 
@@ -40,11 +41,20 @@ enum ReadCommand: Command {
 
     private static func read(_ file: SparseFile, path: String, offset: Int64, arguments: ParsedArguments) async throws -> Int32 {
         let resourceLength = await file.length
-        guard let length = try arguments.size("--length") ?? resourceLength.map({ max(0, $0 - offset) }) else {
+        guard var length = try arguments.size("--length") ?? resourceLength.map({ max(0, $0 - offset) }) else {
             throw UsageError("--length is required: the resource's length is not known yet")
         }
-        if let resourceLength, offset + length > resourceLength {
-            throw UsageError("range [\(offset), \(offset + length)) runs past the resource length \(resourceLength)")
+        let (rangeEnd, overflows) = offset.addingReportingOverflow(length)
+        if overflows {
+            throw UsageError("--offset \(offset) plus --length \(length) is past the largest offset \(Int64.max)")
+        }
+        if let resourceLength, rangeEnd > resourceLength {
+            guard arguments.has("--partial") else {
+                throw UsageError("range [\(offset), \(rangeEnd)) runs past the resource length \(resourceLength)")
+            }
+            // --partial: what exists of the range, which may be nothing.
+            length = max(0, resourceLength - offset)
+            Output.error("sparsecache read: '\(path)': the range runs past the resource length \(resourceLength); reading to its end")
         }
         let requested = offset..<(offset + length)
         let missing = await file.missingRanges(in: requested)
@@ -70,22 +80,29 @@ enum ReadCommand: Command {
     }
 }
 
-/// Standard output or a file (created, truncated, and fsynced when done).
+/// Standard output or a path: a regular file is created, truncated, and fsynced when done;
+/// anything else (a pipe, a FIFO, /dev/null, a terminal) is only written to, since fsync has no
+/// meaning there (and fails with EINVAL on a pipe).
 final class OutputSink {
     private let fd: Int32
     private let path: String?
+    private let isRegularFile: Bool
 
     init(path: String?) throws {
-        self.path = path
-        guard let path else {
+        guard let path, path != "-" else {
+            self.path = nil
             fd = 1
+            isRegularFile = false
             return
         }
+        self.path = path
         let opened = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard opened >= 0 else {
             throw SparseCacheError(errno == ENOENT ? .notFound : .io, operation: "open output", path: path, errno: errno)
         }
         fd = opened
+        var status = stat()
+        isRegularFile = fstat(opened, &status) == 0 && (status.st_mode & S_IFMT) == S_IFREG
     }
 
     /// Writes on ``BlockingExecutor/cliIO``.
@@ -98,7 +115,7 @@ final class OutputSink {
     }
 
     func finish() async throws {
-        guard let path else { return }
+        guard let path, isRegularFile else { return }
         let fd = self.fd
         try await BlockingExecutor.cliIO.run {
             if fsync(fd) != 0 { throw SparseCacheError(.io, operation: "fsync output", path: path, errno: errno) }

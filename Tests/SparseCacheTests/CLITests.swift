@@ -302,6 +302,46 @@ struct CLITests {
         #expect(pastEnd.err.contains("100000"), "\(pastEnd)")
     }
 
+    @Test("read: absurd offsets are usage errors, not traps; /dev/null, '-' and a FIFO as output; --partial past the end (issue 14, item 8)")
+    func readOutputsAndLimits() async throws {
+        var random = CLIRandom(defaultSeed: 0x8EAD)
+        let seed = random.seed
+        let scratch = try CLIScratch("read-outputs")
+        let source = random.bytes(100_000)
+        let resource = try await makeGappyResource(scratch, source: source)
+
+        // Int64.max + 1 used to trap (SIGILL, exit 132).
+        for arguments in [["--offset", "9223372036854775807", "--length", "1"], ["--offset", "9223372036854775000", "--length", "1000"]] {
+            let overflow = try await CLI.run(["read", resource] + arguments)
+            #expect(overflow.status == 64 && !overflow.signaled && overflow.stdout.isEmpty, "\(overflow)")
+            #expect(overflow.err.contains("past the largest offset") || overflow.err.contains("runs past"), "\(overflow)")
+        }
+
+        // Not regular files: nothing to fsync, and the bytes all went out (exit 74 before).
+        let devNull = try await CLI.run(["read", resource, "--offset", "0", "--length", "32768", "--output", "/dev/null"])
+        #expect(devNull.status == 0 && devNull.stdout.isEmpty && devNull.stderr.isEmpty, "\(devNull)")
+        let dash = try await CLI.run(["read", resource, "--offset", "64K", "--length", "16K", "--output", "-"])
+        #expect(dash.status == 0 && dash.stdout == Array(source[65536..<81920]), "seed \(seed)\n\(dash)")
+        let fifo = scratch.file("fifo")
+        try #require(mkfifo(fifo, 0o600) == 0)
+        let drained = scratch.file("drained")
+        let cat = Process()
+        cat.executableURL = URL(fileURLWithPath: "/bin/sh")
+        cat.arguments = ["-c", "cat \"$0\" > \"$1\"", fifo, drained]
+        try cat.run()
+        let throughFIFO = try await CLI.run(["read", resource, "--offset", "0", "--length", "32768", "--output", fifo])
+        cat.waitUntilExit()
+        #expect(throughFIFO.status == 0, "\(throughFIFO)")
+        #expect(FileManager.default.contents(atPath: drained).map { [UInt8]($0) } == Array(source[0..<32768]), "seed \(seed)")
+
+        // --partial past the end writes what exists: the whole present tail, then stops.
+        let pastEnd = try await CLI.run(["read", resource, "--offset", "98304", "--length", "5000", "--partial"])
+        #expect(pastEnd.status == 0 && pastEnd.stdout == Array(source[98304...]), "seed \(seed)\n\(pastEnd)")
+        #expect(pastEnd.err.contains("past the resource length 100000"), "\(pastEnd)")
+        let beyond = try await CLI.run(["read", resource, "--offset", "200000", "--length", "10", "--partial"])
+        #expect(beyond.status == 0 && beyond.stdout.isEmpty, "\(beyond)")
+    }
+
     @Test("info --json: length, segment size, present bytes and ranges")
     func infoJSON() async throws {
         var random = CLIRandom(defaultSeed: 0x1F0)
