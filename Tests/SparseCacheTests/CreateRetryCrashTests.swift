@@ -47,7 +47,7 @@ extension CrashPowerLossTests {
         }
         FaultInjection.remove(syncRule)
         if let unlinkRule { FaultInjection.remove(unlinkRule) }
-        #expect(try FileManager.default.fileExists(atPath: SparseFile.indexPath(for: path)) == unlinkFails)
+        #expect(FileManager.default.fileExists(atPath: SparseFile.indexPath(for: path)) == unlinkFails)
 
         // The caller retries, then writes and commits segment by segment.
         let file = try await SparseFile.open(path, options: options)

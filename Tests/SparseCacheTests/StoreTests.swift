@@ -42,6 +42,29 @@ func access(_ store: SparseStore, key: String, length: Int64) async throws {
 
 @Suite("Cache directory")
 struct StoreTests {
+    @Test("a refresh of sizes never writes back an entry read before its awaits: a touch meanwhile stays (issue 14, item 10)")
+    func refreshKeepsConcurrentChanges() async throws {
+        let directory = try TemporaryDirectory("store-refresh")
+        defer { directory.remove() }
+        let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 1 << 30))
+        try await fill(store, key: "a", length: 64 << 10)
+        let handle = try await store.open(key: "a")
+        var regressions = 0
+        for _ in 0..<200 {
+            let before = try #require(await store.entry(for: "a")).lastAccess
+            // The refresh suspends three times (the resource's actor twice, the I/O queue once);
+            // the touch runs on the store while it does.
+            let refresh = Task { await store.refresh(key: "a", from: handle.file) }
+            await Task.yield()
+            await store.touch("a")
+            await refresh.value
+            if try #require(await store.entry(for: "a")).lastAccess <= before { regressions += 1 }
+        }
+        #expect(regressions == 0, "the last access went back \(regressions) times in 200")
+        try await handle.release()
+        try await store.close()
+    }
+
     @Test("eviction follows least-recent use, checked against a model")
     func lruOrderMatchesModel() async throws {
         let seed = testSeed(51)

@@ -109,6 +109,29 @@ struct VerifyRepairTests {
         #expect(violations == 0, "replay with SPARSECACHE_TEST_SEED=\(seed)")
     }
 
+    @Test("a hole under a present segment of zeros is not damage: the checksum decides (issue 14, item 10)")
+    func holeUnderZeroSegment() async throws {
+        let scratch = try CLIScratch("verify-zero-hole")
+        defer { scratch.remove() }
+        let path = scratch.file("r.bin")
+        let length = Int64(4 * Self.segmentSize)
+        let file = try await SparseFile.open(path, options: .testing(segmentSize: Self.segmentSize, length: length))
+        var bytes = sourceBytes(0..<length)
+        for index in (2 * Self.segmentSize)..<(3 * Self.segmentSize) { bytes[index] = 0 }
+        try await file.write(bytes, at: 0)
+        try await file.close()
+        var random = SplitMix64(seed: 5)
+        // Segment 2 is all zeros: a hole there reads the same bytes. Segment 1 is not.
+        try Self.inflict(.punchedHole, on: 2, path: path, length: length, random: &random)
+        try Self.inflict(.punchedHole, on: 1, path: path, length: length, random: &random)
+        let report = try await Verifier.verify(path: path)
+        #expect(report.damaged.map(\.segment) == [1], "\(report.damaged)")
+        #expect(report.damaged.first?.reason.hasPrefix("hole under present segment") == true, "\(report.damaged)")
+        let reopened = try await SparseFile.open(path, mode: .readOnly)
+        #expect(try await reopened.read(offset: Int64(2 * Self.segmentSize), length: Self.segmentSize) == [UInt8](repeating: 0, count: Self.segmentSize))
+        try await reopened.close()
+    }
+
     @Test("verify --json reports what it checked and found")
     func jsonReport() async throws {
         let scratch = try CLIScratch("verify-json")

@@ -90,12 +90,19 @@ public enum Verifier {
                     let upper = Int(bytes.upperBound - start)
                     if upper > got {
                         damage(current, "past the end of the data file (\(size) bytes)")
-                    } else if let hole = holes.first(where: { $0.overlaps(bytes) }) {
-                        damage(current, "hole under present segment at [\(max(hole.lowerBound, bytes.lowerBound)), \(min(hole.upperBound, bytes.upperBound)))")
                     } else {
+                        // The checksum decides. A hole reads as zeros, and a segment of zeros is
+                        // right as a hole (some file systems make holes of zero blocks): only a
+                        // mismatch is damage, and then the hole is named as its likely cause.
                         let actual = buffer.withUnsafeBytes { crc32c(UnsafeRawBufferPointer(rebasing: $0[lower..<upper])) }
                         if actual != state.checksums[current] {
-                            damage(current, "checksum mismatch (stored \(hex8(state.checksums[current])), computed \(hex8(actual)))")
+                            let mismatch = "checksum mismatch (stored \(hex8(state.checksums[current])), computed \(hex8(actual)))"
+                            if let hole = holes.first(where: { $0.overlaps(bytes) }) {
+                                let start = max(hole.lowerBound, bytes.lowerBound), end = min(hole.upperBound, bytes.upperBound)
+                                damage(current, "hole under present segment at [\(start), \(end)): \(mismatch)")
+                            } else {
+                                damage(current, mismatch)
+                            }
                         }
                     }
                     report.segmentsChecked += 1

@@ -148,11 +148,18 @@ extension SparseStore {
 
     /// Updates an entry's sizes from its file (present bytes) and the disk (allocated bytes).
     func refresh(key: String, from file: SparseFile) async {
-        guard var entry = entries[key] else { return }
-        entry.length = await file.length
-        entry.presentBytes = await file.presentBytes
-        let path = resourcesDirectory + "/" + entry.name
-        if let measured = try? await io.run({ try Self.allocatedBytes(path) }) { entry.allocatedBytes = measured }
+        guard let name = entries[key]?.name else { return }
+        let length = await file.length
+        let presentBytes = await file.presentBytes
+        let path = resourcesDirectory + "/" + name
+        let measured = try? await io.run({ try Self.allocatedBytes(path) })
+        // Re-read after the awaits: a touch, a pin or a write may have changed the entry (or the
+        // resource been removed and made anew) meanwhile. Writing back the copy read before them
+        // undid pins, moved the resource back in LRU order and made the byte count drift.
+        guard var entry = entries[key], entry.name == name else { return }
+        entry.length = length
+        entry.presentBytes = presentBytes
+        if let measured { entry.allocatedBytes = measured }
         entries[key] = entry
         markCatalogDirty()
     }
