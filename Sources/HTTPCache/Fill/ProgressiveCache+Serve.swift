@@ -60,6 +60,8 @@ extension ProgressiveCache {
             }
             if position >= end { return }
             let file = handle.file
+            // Noted before the look: the wait below ends at once if anything changed since.
+            let seen = resource.changes
             if let deliver {
                 let bytes = try await handle.readAvailable(from: position, maxLength: Int(min(Int64(options.readChunk), end - position)))
                 // Re-check after the await: bytes read while the resource was replaced are dropped.
@@ -102,7 +104,7 @@ extension ProgressiveCache {
             }
             // A failed fetch shows on the next pass: the byte is still missing, nobody brings
             // it, and this reader waited on the fetch that failed.
-            await waitForChange(resource, segment: segment)
+            await waitForChange(resource, segment: segment, since: seen)
             waited = true
             if let progress {
                 progress(await Self.progress(of: file, key: resource.key, from: range?.lowerBound ?? 0))
@@ -122,6 +124,7 @@ extension ProgressiveCache {
         let spanSegments = max(1, Int(options.maximumFetch >> shift))
         let window = (Int64(span.upperBound) << shift)..<(Int64(min(stop, span.upperBound + spanSegments)) << shift)
         let missing = await file.missingRanges(in: window)
+        await options.afterReadAheadLook?()
         // Re-check after the await: the resource may have been replaced meanwhile.
         guard resource.generation == generation, let first = missing.first else { return nil }
         let segment = Int(first.lowerBound >> shift)
@@ -275,24 +278,25 @@ extension ProgressiveCache {
     // MARK: Waiting
 
     /// Suspends until the resource changes (a commit, a fetch ending, a replacement) or the
-    /// task is cancelled.
+    /// task is cancelled. Returns at once when it has changed since `seen` (the reader's look is
+    /// stale: the fetch it joined may have ended meanwhile, and with it the last wake-up).
     ///
     /// The waiter is registered in `park`, an actor method: the operation closure of
     /// `withTaskCancellationHandler` does not keep the actor's isolation (a long-standing Swift
     /// bug, swiftlang/swift#85518), so touching actor state inside it races. Seen as a crash
     /// with 32 concurrent proxy clients, and by ThreadSanitizer.
-    func waitForChange(_ resource: FillResource, segment: Int) async {
+    func waitForChange(_ resource: FillResource, segment: Int, since seen: Int) async {
         let id = takeID()
         let key = resource.key
         await withTaskCancellationHandler {
-            await self.park(key: key, waiter: id, segment: segment)
+            await self.park(key: key, waiter: id, segment: segment, since: seen)
         } onCancel: {
             Task { await self.wake(key: key, waiter: id) }
         }
     }
 
-    private func park(key: String, waiter id: Int, segment: Int) async {
-        guard let resource = resources[key] else { return }
+    private func park(key: String, waiter id: Int, segment: Int, since seen: Int) async {
+        guard let resource = resources[key], resource.changes == seen else { return }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             // A cancel that came before this registration finds nothing to wake: look here.
             if Task.isCancelled {
@@ -309,6 +313,7 @@ extension ProgressiveCache {
 
     /// Wakes every waiting reader and tells the progress listeners.
     func changed(_ resource: FillResource) async {
+        resource.changes += 1
         let waiters = resource.waiters
         resource.waiters.removeAll()
         for (_, waiter) in waiters { waiter.continuation.resume() }

@@ -152,6 +152,10 @@ final class FillResource {
     var fetchesEnded = 0
     /// How fetches that ended without their segments ended (kept while a reader waits on them).
     var outcomes: [Int: Error] = [:]
+    /// Bumped by every ``ProgressiveCache/changed(_:)``. A reader notes it before it looks at the
+    /// resource and parks only if it has not moved: a change that came while the reader was
+    /// between its look and its wait (at any await) is not missed.
+    var changes = 0
     /// Readers waiting for the next change, with the segment each one needs.
     var waiters: [Int: (segment: Int, continuation: CheckedContinuation<Void, Never>)] = [:]
     var listeners: [Int: (offset: Int64, continuation: AsyncStream<FillProgress>.Continuation)] = [:]
