@@ -35,7 +35,9 @@ enum VerifyCommand: Command {
         let json = arguments.has("--json")
         let showProgress = !json && Output.isTerminal(2)
         let report = try await Verifier.verify(path: path, repair: arguments.has("--repair")) { checked, total in
-            if showProgress { Output.status("verify: \(percent(checked, of: total)) (\(SizeParser.describe(checked)) of \(SizeParser.describe(total)))") }
+            if showProgress {
+                Output.status("verify: \(percent(checked, of: total)) (\(SizeParser.describe(checked)) of \(SizeParser.describe(total)))")
+            }
         }
         if showProgress { Output.status("") }
         if json {
@@ -53,21 +55,32 @@ enum VerifyCommand: Command {
 
     private static func printReport(_ report: VerifyReport) {
         Output.print("verify '\(report.path)'")
-        Output.print("  index: \(report.superblocksValid) of 2 superblock copies valid, generation \(report.generation), \(report.journalRecords) journal records")
-        Output.print("  data:  \(report.segmentsChecked) present segments checked (\(report.bytesChecked) bytes), data file \(report.dataFileSize) bytes")
+        Output.print(
+            "  index: \(report.superblocksValid) of 2 superblock copies valid, generation \(report.generation), \(report.journalRecords) journal records"
+        )
+        Output.print(
+            "  data:  \(report.segmentsChecked) present segments checked (\(report.bytesChecked) bytes), data file \(report.dataFileSize) bytes"
+        )
         for note in report.notes { Output.print("  note: \(note)") }
         for damage in report.indexDamage { Output.print("  index damage: \(damage)") }
         for segment in report.damaged {
             Output.print("  damaged segment \(segment.segment) [\(segment.start), \(segment.end)): \(segment.reason)")
         }
+        if report.lostSegments > 0 {
+            Output.print(
+                "  lost: at least \(report.lostSegments) segment(s) (about \(report.lostBytes) bytes) were present in the newest "
+                    + "committed state and are not any more (its checkpoint is damaged); they must be fetched or written again")
+        }
         if report.repaired {
-            Output.print("  repaired: dropped \(report.damaged.count) segment(s) from the index; the rest is intact")
+            let intact = report.lostSegments == 0 && report.indexDamage.isEmpty ? "; the rest is intact" : ""
+            Output.print("  repaired: dropped \(report.damaged.count) segment(s) from the index\(intact)")
         }
         if report.isClean {
             Output.print("clean")
         } else {
-            let count = report.damaged.count + report.indexDamage.count
-            Output.print("DAMAGED: \(count) problem(s)" + (report.repaired ? " (repaired)" : "; run with --repair to drop them"))
+            let count = report.damaged.count + report.indexDamage.count + (report.lostSegments > 0 ? 1 : 0)
+            let advice = report.damaged.isEmpty ? "" : "; run with --repair to drop them"
+            Output.print("DAMAGED: \(count) problem(s)" + (report.repaired ? " (repaired)" : advice))
         }
     }
 }

@@ -492,6 +492,23 @@ struct JournalRecordTests {
             try JournalRecord.decode(farRun[...], expectedSequence: 0, salt: 5, generation: 1, segmentShift: 12)
         }
     }
+
+    @Test("an authentic drop run of 2^32 segments is cut to the segments the state covers, not spelled out (fuzz found 32 GiB)")
+    func hugeDropRun() throws {
+        var change = IndexChange()
+        change.dropped = [5]
+        var bytes = JournalRecord.encode(change, sequence: 0, salt: 5, generation: 1)
+        // The drop's u32 count follows its code and u64 start.
+        for (i, byte) in [UInt8(0x01), 0x00, 0xFF, 0xFF].enumerated() { bytes[24 + 1 + 8 + i] = byte }
+        let checksum = JournalRecord.checksum(bytes[...], salt: 5, generation: 1)
+        withUnsafeBytes(of: checksum.littleEndian) { raw in
+            for i in 0..<4 { bytes[4 + i] = raw[i] }
+        }
+        let decoded = try JournalRecord.decode(bytes[...], expectedSequence: 0, salt: 5, generation: 1, segmentShift: 12, segmentLimit: 16)
+        #expect(decoded?.dropped == Array(5..<16))
+        let nothing = try JournalRecord.decode(bytes[...], expectedSequence: 0, salt: 5, generation: 1, segmentShift: 12, segmentLimit: 4)
+        #expect(nothing?.dropped == [])
+    }
 }
 
 // MARK: - Metadata

@@ -14,7 +14,7 @@ import Testing
 @testable import SparseHTTP
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 @Suite("verify and repair: injected data damage")
@@ -101,11 +101,13 @@ struct VerifyRepairTests {
                 try await reopened.close()
             }
         }
-        reportCounts("verify/repair damage sweep", [
-            "rounds": 40, "bit flips": counts["bit flip"] ?? 0, "garbage 512 B sectors": counts["garbage 512 B sector"] ?? 0,
-            "garbage 4 KiB sectors": counts["garbage 4 KiB sector"] ?? 0, "holes": counts["hole punched"] ?? 0,
-            "violations": violations,
-        ])
+        reportCounts(
+            "verify/repair damage sweep",
+            [
+                "rounds": 40, "bit flips": counts["bit flip"] ?? 0, "garbage 512 B sectors": counts["garbage 512 B sector"] ?? 0,
+                "garbage 4 KiB sectors": counts["garbage 4 KiB sector"] ?? 0, "holes": counts["hole punched"] ?? 0,
+                "violations": violations,
+            ])
         #expect(violations == 0, "replay with SPARSECACHE_TEST_SEED=\(seed)")
     }
 
@@ -128,8 +130,65 @@ struct VerifyRepairTests {
         #expect(report.damaged.map(\.segment) == [1], "\(report.damaged)")
         #expect(report.damaged.first?.reason.hasPrefix("hole under present segment") == true, "\(report.damaged)")
         let reopened = try await SparseFile.open(path, mode: .readOnly)
-        #expect(try await reopened.read(offset: Int64(2 * Self.segmentSize), length: Self.segmentSize) == [UInt8](repeating: 0, count: Self.segmentSize))
+        #expect(
+            try await reopened.read(offset: Int64(2 * Self.segmentSize), length: Self.segmentSize)
+                == [UInt8](repeating: 0, count: Self.segmentSize))
         try await reopened.close()
+    }
+
+    @Test(
+        "one flipped bit in the live superblock, or a damaged newest checkpoint: nothing lost, verify says so, --repair rewrites both copies (issue 14, item 3)"
+    )
+    func indexDamageLosesNothing() async throws {
+        let scratch = try CLIScratch("verify-superblock")
+        defer { scratch.remove() }
+        let path = scratch.file("r.bin")
+        let segments = 64
+        let length = Int64(segments * Self.segmentSize)
+        var options = SparseFileOptions.testing(segmentSize: Self.segmentSize, length: length)
+        options.commitPolicy = .manual
+        // Commits with checkpoints between them: the older slot holds an older state.
+        let file = try await SparseFile.open(path, options: options)
+        for segment in 0..<segments {
+            try await file.write(
+                sourceBytes(Int64(segment * Self.segmentSize)..<Int64((segment + 1) * Self.segmentSize)),
+                at: Int64(segment * Self.segmentSize))
+            try await file.commit()
+            if segment % 20 == 19 { try await file.forceCheckpoint() }
+        }
+        try await file.close()
+        let indexPath = SparseFile.indexPath(for: path)
+        let (index, _, report) = try IndexFile.open(path: indexPath, access: .readOnly)
+        let live = index.superblock
+        index.close()
+        #expect(report.usedSlot == live.slot)
+
+        // One bit in the live superblock copy: before, the resource opened at the older state.
+        try RawFile.flip(indexPath, at: Int64(live.slot * 4096 + 44), mask: 0x04)  // the journal salt
+        let flipped = try await CLI.run(["verify", path])
+        #expect(flipped.status == 0 && flipped.out.contains("one flipped bit at byte 44, corrected; nothing lost"), "\(flipped)")
+        let info = try await CLI.run(["info", path, "--json"])
+        #expect(try info.json()["presentBytes"] as? Int == Int(length), "\(info)")
+        let repaired = try await CLI.run(["verify", path, "--repair"])
+        #expect(repaired.status == 0, "\(repaired)")
+        let after = try await CLI.run(["verify", path])
+        #expect(after.status == 0 && after.out.contains("2 of 2 superblock copies valid") && !after.out.contains("note:"), "\(after)")
+
+        // A flipped bit in the live checkpoint's checksums: rebuilt from the older checkpoint and
+        // the journals.
+        let (reopened, _, _) = try IndexFile.open(path: indexPath, access: .readOnly)
+        let checkpoint = reopened.superblock
+        reopened.close()
+        try RawFile.flip(indexPath, at: checkpoint.checkpointOffset + 200)  // inside its CRC32C array
+        let rebuilt = try await CLI.run(["verify", path])
+        #expect(
+            rebuilt.status == 0 && rebuilt.out.contains("rebuilt from generation") && rebuilt.out.contains("nothing lost"), "\(rebuilt)")
+        let writable = try await SparseFile.open(path, options: .testing(segmentSize: Self.segmentSize))
+        #expect(await writable.presentBytes == length && writable.recovery.corrected.count == 1)
+        try await writable.close()
+        // The writable open folded the damage away.
+        let healed = try await CLI.run(["verify", path])
+        #expect(healed.status == 0 && !healed.out.contains("note:"), "\(healed)")
     }
 
     @Test("verify --json reports what it checked and found")

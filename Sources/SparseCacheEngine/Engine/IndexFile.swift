@@ -15,6 +15,10 @@ final class IndexFile: @unchecked Sendable {
     /// writing, which may be one whose creation failed at the directory fsync: a commit made
     /// durable in a file whose name can vanish in a power cut is lost with it.
     private var entryIsDurable: Bool
+    /// Where the other copy's checkpoint starts when it lies past the live one (after a
+    /// checkpoint went to the front): the live journal must never grow into it, or that copy
+    /// would be gone while it is still the fallback.
+    private(set) var fallbackStart: Int64?
 
     /// Journal bytes since the last checkpoint.
     var journalBytes: Int64 { journalEnd - superblock.journalOffset }
@@ -27,12 +31,16 @@ final class IndexFile: @unchecked Sendable {
     /// the journal, and the next checkpoint will be written after it).
     var checkpointIsAtFront: Bool { superblock.checkpointOffset == IndexFormat.firstRegionOffset }
 
-    private init(fd: FileDescriptor, superblock: Superblock, journalEnd: Int64, nextSequence: UInt64, entryIsDurable: Bool) {
+    private init(
+        fd: FileDescriptor, superblock: Superblock, journalEnd: Int64, nextSequence: UInt64, entryIsDurable: Bool,
+        fallbackStart: Int64? = nil
+    ) {
         self.fd = fd
         self.superblock = superblock
         self.journalEnd = journalEnd
         self.nextSequence = nextSequence
         self.entryIsDurable = entryIsDurable
+        self.fallbackStart = fallbackStart
     }
 
     func close() { fd.close() }
@@ -94,6 +102,26 @@ final class IndexFile: @unchecked Sendable {
         var damage: [String] = []
         /// The newest slot could not be used and an older state was taken.
         var fellBack = false
+        /// Slots that had one flipped bit, put right in memory (a checkpoint rewrites them).
+        var correctedSlots: [Int] = []
+        /// The newest checkpoint was damaged and its state rebuilt from the older checkpoint and
+        /// both journals: nothing was lost. Names the damage.
+        var rebuiltCheckpoint: String?
+        /// The newest checkpoint was damaged and could not be rebuilt: the state in use is
+        /// older. Names what happened.
+        var newestLost: String?
+        /// At least this much of the newest state is missing from the state in use (what its
+        /// journal added, and the further present segments its damaged header lists).
+        var lost: Loss?
+
+        struct Loss: Sendable, Equatable {
+            var segments: Int
+            var bytes: Int64
+        }
+
+        /// Whether the state in use came through damage that a checkpoint (two, for a slot)
+        /// should fold away on the next writable open.
+        var wantsHealing: Bool { !correctedSlots.isEmpty || rebuiltCheckpoint != nil }
     }
 
     /// Opens and recovers an existing index: the valid slot with the highest generation, its
@@ -112,7 +140,8 @@ final class IndexFile: @unchecked Sendable {
     private static func recover(_ fd: FileDescriptor) throws -> (IndexFile, IndexState, RecoveryReport) {
         let found = try recoverState(from: fd)
         let index = IndexFile(
-            fd: fd, superblock: found.superblock, journalEnd: found.journalEnd, nextSequence: found.nextSequence, entryIsDurable: false)
+            fd: fd, superblock: found.superblock, journalEnd: found.journalEnd, nextSequence: found.nextSequence, entryIsDurable: false,
+            fallbackStart: found.fallbackStart)
         return (index, found.state, found.report)
     }
 
@@ -129,6 +158,8 @@ final class IndexFile: @unchecked Sendable {
         var nextSequence: UInt64
         var state: IndexState
         var report: RecoveryReport
+        /// The other valid copy's checkpoint offset, when it lies past the one in use.
+        var fallbackStart: Int64?
     }
 
     private static func recoverState(from fd: some IndexByteSource) throws -> Recovered {
@@ -147,6 +178,14 @@ final class IndexFile: @unchecked Sendable {
             case .success(let block):
                 report.slotProblems[slot] = "generation \(block.generation) stored in the wrong slot"
             case .failure(let rejection):
+                // Even a "newer version" may be one flipped bit in the version field: a slot that
+                // really is of a newer version has a checksum that matches, and is not corrected.
+                if let (block, byte) = Superblock.correctingOneBit(bytes), block.slot == slot {
+                    candidates.append(block)
+                    report.correctedSlots.append(slot)
+                    report.slotProblems[slot] = "\(rejection.description): one flipped bit at byte \(byte), corrected"
+                    continue
+                }
                 if case .futureVersion(let version) = rejection { futureVersion = version }
                 report.slotProblems[slot] = rejection.description
             }
@@ -156,28 +195,60 @@ final class IndexFile: @unchecked Sendable {
             report.damage.append("superblock slots disagree on the segment size")
         }
         var checkpointProblems: [String] = []
+        /// The newest slot, valid, whose checkpoint is not: its journal may still apply on top
+        /// of the state the older checkpoint and journal give.
+        var damagedNewest: (block: Superblock, blob: [UInt8])?
         for (rank, block) in candidates.enumerated() {
             let state: IndexState
+            var blob: [UInt8] = []
             do {
                 guard block.checkpointOffset + block.checkpointLength <= fileSize else {
                     throw IndexFormat.corrupt("checkpoint at \(block.checkpointOffset) runs past the end of the file (\(fileSize) bytes)")
                 }
-                let blob = try fd.read(fromAbsoluteOffset: block.checkpointOffset, count: Int(block.checkpointLength))
+                blob = try fd.read(fromAbsoluteOffset: block.checkpointOffset, count: Int(block.checkpointLength))
                 guard crc32c(blob) == block.checkpointChecksum else {
                     throw IndexFormat.corrupt("checkpoint checksum mismatch")
                 }
                 state = try Checkpoint.decode(blob, generation: block.generation, segmentShift: block.segmentShift)
             } catch let error as SparseCacheError where error.code == .corruptIndex {
                 checkpointProblems.append("slot \(block.slot) (generation \(block.generation)): \(error.detail ?? "invalid")")
+                if rank == 0 { damagedNewest = (block, blob) }
                 continue
             }
             report.usedSlot = block.slot
             report.generation = block.generation
             report.fellBack = rank > 0
-            if rank > 0 { report.damage.append(contentsOf: checkpointProblems) }
             var recovered = state
-            let (end, sequence) = try replayJournal(fd, block: block, fileSize: fileSize, state: &recovered, report: &report)
-            return Recovered(superblock: block, journalEnd: end, nextSequence: sequence, state: recovered, report: report)
+            var (end, sequence) = try replayJournal(fd, block: block, fileSize: fileSize, state: &recovered, report: &report)
+            var inUse = block
+            if let newest = damagedNewest {
+                let replayedBefore = report.recordsReplayed
+                if newest.block.generation == block.generation + 1,
+                    Checkpoint.headerMatches(newest.blob, generation: newest.block.generation, state: recovered)
+                {
+                    // The newest checkpoint was folded from exactly this state (its header says so):
+                    // its journal applies on top, and nothing is lost.
+                    (end, sequence) = try replayJournal(fd, block: newest.block, fileSize: fileSize, state: &recovered, report: &report)
+                    report.recordsReplayed += replayedBefore
+                    report.usedSlot = newest.block.slot
+                    report.generation = newest.block.generation
+                    report.fellBack = false
+                    report.rebuiltCheckpoint =
+                        "the checkpoint of generation \(newest.block.generation) is damaged (\(checkpointProblems[0])); its state was "
+                        + "rebuilt from generation \(block.generation) and both journals"
+                    inUse = newest.block
+                } else {
+                    report.damage.append(contentsOf: checkpointProblems)
+                    Self.accountLoss(newest: newest, fd: fd, fileSize: fileSize, recovered: recovered, report: &report)
+                    report.recordsReplayed = replayedBefore
+                }
+            } else if rank > 0 {
+                report.damage.append(contentsOf: checkpointProblems)
+            }
+            let fallbackStart = candidates.filter { $0.slot != inUse.slot && $0.checkpointOffset > inUse.checkpointOffset }
+                .map(\.checkpointOffset).min()
+            return Recovered(
+                superblock: inUse, journalEnd: end, nextSequence: sequence, state: recovered, report: report, fallbackStart: fallbackStart)
         }
         if candidates.isEmpty, let futureVersion {
             throw SparseCacheError(
@@ -188,6 +259,44 @@ final class IndexFile: @unchecked Sendable {
             problem.map { "slot \(slot): \($0)" }
         } + checkpointProblems
         throw IndexFormat.corrupt("no usable superblock (" + problems.joined(separator: "; ") + ")", path: fd.path)
+    }
+
+    /// What the newest state held beyond the one in use, as a lower bound: the segments its
+    /// journal added (its records still validate) that the state in use lacks, plus how many
+    /// more present segments its checkpoint's header lists. Nothing of the damaged checkpoint
+    /// is used beyond that one count, and only when its size is consistent with the blob.
+    private static func accountLoss(
+        newest: (block: Superblock, blob: [UInt8]), fd: some IndexByteSource, fileSize: Int64, recovered: IndexState,
+        report: inout RecoveryReport
+    ) {
+        let shift = newest.block.segmentShift
+        var missing = Set<Int>()
+        var position = newest.block.journalOffset
+        var sequence: UInt64 = 0
+        if fileSize > position, let journal = try? fd.read(fromAbsoluteOffset: position, count: Int(fileSize - position)) {
+            var cursor = 0
+            while cursor + IndexFormat.recordHeaderSize <= journal.count,
+                let padded = JournalRecord.paddedLength(ofHeader: journal[cursor...]),
+                cursor + padded <= journal.count,
+                let change = try? JournalRecord.decode(
+                    journal[cursor..<(cursor + padded)], expectedSequence: sequence, salt: newest.block.journalSalt,
+                    generation: newest.block.generation, segmentShift: shift, segmentLimit: recovered.present.count)
+            {
+                for (segment, _) in change.added where segment >= recovered.present.count || !recovered.present[segment] {
+                    missing.insert(segment)
+                }
+                for segment in change.dropped { missing.remove(segment) }
+                cursor += padded
+                position += Int64(padded)
+                sequence += 1
+            }
+        }
+        let listed = Checkpoint.listedPresentCount(newest.blob, generation: newest.block.generation) ?? 0
+        let segments = missing.count + max(0, listed - recovered.present.setCount)
+        report.newestLost =
+            "the checkpoint of generation \(newest.block.generation) is damaged and the older copy is not the state it was "
+            + "folded from: the state in use is generation \(report.generation)"
+        if segments > 0 { report.lost = RecoveryReport.Loss(segments: segments, bytes: Int64(segments) << Int64(shift)) }
     }
 
     /// Applies every record that validates, in sequence, and returns where the next one goes.
@@ -217,7 +326,7 @@ final class IndexFile: @unchecked Sendable {
             do {
                 change = try JournalRecord.decode(
                     journal[cursor..<(cursor + padded)], expectedSequence: sequence, salt: block.journalSalt,
-                    generation: block.generation, segmentShift: block.segmentShift)
+                    generation: block.generation, segmentShift: block.segmentShift, segmentLimit: state.present.count)
             } catch let error as SparseCacheError {
                 report.damage.append(error.detail ?? "journal record \(sequence) is malformed")
                 break
@@ -244,11 +353,17 @@ final class IndexFile: @unchecked Sendable {
     // MARK: Commit
 
     /// Appends one record for `change` and syncs it: when this returns, the change survives
-    /// any crash. The caller must have synced the data the change names.
-    func append(_ change: IndexChange) throws {
+    /// any crash. The caller must have synced the data the change names. `committed` is the
+    /// state before the change: when the record would run into the other copy's checkpoint,
+    /// it is folded into a new checkpoint first, and the record starts the new journal.
+    func append(_ change: IndexChange, committed: IndexState) throws {
         try makeEntryDurable()
-        let record = JournalRecord.encode(
+        var record = JournalRecord.encode(
             change, sequence: nextSequence, salt: superblock.journalSalt, generation: superblock.generation)
+        if let fallbackStart, journalEnd + Int64(record.count) > fallbackStart {
+            try checkpoint(committed)
+            record = JournalRecord.encode(change, sequence: nextSequence, salt: superblock.journalSalt, generation: superblock.generation)
+        }
         try fd.write(toAbsoluteOffset: journalEnd, record)
         try fd.dataSync()
         journalEnd += Int64(record.count)
@@ -267,13 +382,22 @@ final class IndexFile: @unchecked Sendable {
     /// Writes `state` as a new checkpoint in space the live one does not use, syncs it, then
     /// flips to it by writing the other superblock slot and syncing again. A torn write at any
     /// point leaves the previous superblock, checkpoint and journal in charge.
-    func checkpoint(_ state: IndexState) throws {
+    ///
+    /// It goes to the front of the region when it fits there with room for the journal that
+    /// follows it (the journal size at which the next checkpoint is due), so that journal does
+    /// not run into the other copy; otherwise right after the live journal. `compacting` takes
+    /// the front whenever the checkpoint alone fits: the caller checkpoints again at once.
+    func checkpoint(_ state: IndexState, compacting: Bool = false) throws {
         try makeEntryDurable()
+        // The live region now becomes the other copy's: kept whole (checkpoint and journal) until
+        // the next checkpoint, so a damaged new checkpoint can be rebuilt from it.
+        let folded = (start: superblock.checkpointOffset, end: journalEnd)
         let generation = superblock.generation + 1
         let blob = Checkpoint.encode(state, generation: generation)
         let size = Int64(blob.count)
         let front = IndexFormat.firstRegionOffset
-        let atFront = front + size <= superblock.checkpointOffset
+        let journalRoom = compacting ? 0 : max(1 << 20, size)
+        let atFront = front + size + journalRoom <= superblock.checkpointOffset
         let offset = atFront ? front : journalEnd
         try fd.write(toAbsoluteOffset: offset, blob)
         try fd.dataSync()
@@ -286,9 +410,13 @@ final class IndexFile: @unchecked Sendable {
         superblock = block
         journalEnd = block.journalOffset
         nextSequence = 0
-        // Everything past the new journal start is dead; dropping it keeps the file small. Not
-        // synced: leftover bytes there can never validate as records of this generation.
-        if atFront { try? fd.truncate(to: journalEnd) }
+        fallbackStart = atFront ? folded.start : nil
+        // Past both the new journal start and the folded region everything is dead; dropping it
+        // keeps the file small. Not synced: leftover bytes there can never validate as records
+        // of this generation. (Truncating at the new journal start, as before, cut away the
+        // other copy's checkpoint: one damaged checkpoint then lost every committed segment.)
+        let keep = max(journalEnd, folded.end)
+        if let size = try? fd.status().size, size > keep { try? fd.truncate(to: keep) }
     }
 }
 

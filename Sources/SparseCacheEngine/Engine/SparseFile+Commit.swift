@@ -50,11 +50,12 @@ extension SparseFile {
         defer { commitTask = nil }
         let dataFile = self.dataFile
         let index = self.index
+        let before = committed
         do {
             if !change.added.isEmpty || change.length != nil {
                 try await io.run { try dataFile.dataSync() }
             }
-            try await io.run { try index.append(change) }
+            try await io.run { try index.append(change, committed: before) }
         } catch let error as SparseCacheError {
             if error.operation == "fdatasync" || error.operation == "fsync" {
                 poison(after: error)
@@ -83,11 +84,11 @@ extension SparseFile {
 
     /// Folds the journal into a new checkpoint. A failure other than a sync error leaves the
     /// journal in charge and is retried after a later commit.
-    func checkpoint(reportingErrors: Bool = false) async throws {
+    func checkpoint(reportingErrors: Bool = false, compacting: Bool = false) async throws {
         let state = committed
         let index = self.index
         do {
-            try await io.run { try index.checkpoint(state) }
+            try await io.run { try index.checkpoint(state, compacting: compacting) }
         } catch let error as SparseCacheError {
             if error.operation == "fdatasync" || error.operation == "fsync" {
                 poison(after: error)

@@ -91,8 +91,10 @@ extension SparseFile {
         // Safe to read here: the commit line is the only code touching the index.
         guard index.journalBytes > threshold else { return }
         try await checkpoint(reportingErrors: true)
-        // A checkpoint goes to the front only when the live one sits elsewhere; the second
-        // one lands there and the file is truncated behind it.
-        if !index.checkpointIsAtFront { try await checkpoint(reportingErrors: true) }
+        // The first checkpoint goes past the live state, the second to the front, the third
+        // right behind it, and the file is truncated after it: the index is then two
+        // checkpoints (the live one and the other copy's) and nothing more.
+        if !index.checkpointIsAtFront { try await checkpoint(reportingErrors: true, compacting: true) }
+        try await checkpoint(reportingErrors: true)
     }
 }

@@ -228,6 +228,13 @@ public actor SparseFile {
                     if mode == .readWrite, options.requireDataFileCoversIndex {
                         try checkDataFileCoversIndex(dataFile, state: state)
                     }
+                    if mode == .readWrite, report.wantsHealing {
+                        // The state in use came through damage recovery put right in memory
+                        // (a corrected superblock copy, a rebuilt checkpoint). Two checkpoints
+                        // rewrite both slots, so the damage is gone from disk too.
+                        try index.checkpoint(state)
+                        try index.checkpoint(state)
+                    }
                 } catch {
                     index.close()
                     throw error
@@ -399,6 +406,15 @@ public struct RecoverySummary: Sendable, Equatable {
     public var damage: [String] = []
     /// The newest state could not be used and an older one was taken.
     public var fellBack = false
+    /// Damage that recovery put right without losing anything: a superblock copy with one
+    /// flipped bit, a damaged newest checkpoint rebuilt from the older one and the journals.
+    /// A writable open folds it away with fresh checkpoints.
+    public var corrected: [String] = []
+    /// Present segments (and bytes) of the newest state that the state in use lacks.
+    public var lostSegments = 0
+    public var lostBytes: Int64 = 0
+    /// The newest checkpoint was damaged and could not be rebuilt: what happened.
+    public var newestLost: String?
 
     init() {}
 
@@ -409,5 +425,10 @@ public struct RecoverySummary: Sendable, Equatable {
         journalTail = report.journalTail
         damage = report.damage
         fellBack = report.fellBack
+        corrected = report.correctedSlots.map { "superblock slot \($0): \(report.slotProblems[$0] ?? "damaged")" }
+        if let rebuilt = report.rebuiltCheckpoint { corrected.append(rebuilt) }
+        lostSegments = report.lost?.segments ?? 0
+        lostBytes = report.lost?.bytes ?? 0
+        newestLost = report.newestLost
     }
 }

@@ -179,6 +179,40 @@ enum Checkpoint {
         return writer.bytes
     }
 
+    /// Whether a checkpoint whose checksum failed says, in its fixed header, that it was folded
+    /// from `state`: the magic, the generation, the length, the bitmap size, the metadata size,
+    /// the run count and the present segment count all agree. Evidence for rebuilding the
+    /// newest state from the one before it; the damaged checkpoint's own runs, checksums and
+    /// metadata are never used.
+    static func headerMatches(_ bytes: [UInt8], generation: UInt64, state: IndexState) -> Bool {
+        guard bytes.starts(with: IndexFormat.checkpointMagic) else { return false }
+        var reader = ByteReader(bytes[8...]) { IndexFormat.corrupt($0) }
+        let expected: [UInt64] = [
+            generation, state.length.map { UInt64($0) } ?? IndexFormat.unknownLength, UInt64(state.present.count),
+        ]
+        for value in expected {
+            guard let stored = try? reader.read(UInt64.self, "header"), stored == value else { return false }
+        }
+        guard let metadataCount = try? reader.read(UInt32.self, "metadata size"),
+            Int(metadataCount) == MetadataCoding.encode(state.metadata).count,
+            let runCount = try? reader.read(UInt32.self, "run count"), Int(runCount) == state.present.setRuns.count,
+            let present = try? reader.read(UInt64.self, "present count"), present == UInt64(state.present.setCount)
+        else { return false }
+        return true
+    }
+
+    /// The present segment count a damaged checkpoint's header lists, when its magic and
+    /// generation are intact and the count fits the blob (4 bytes of checksum per segment).
+    static func listedPresentCount(_ bytes: [UInt8], generation: UInt64) -> Int? {
+        guard bytes.count >= 48, bytes.starts(with: IndexFormat.checkpointMagic) else { return nil }
+        var reader = ByteReader(bytes[8...]) { IndexFormat.corrupt($0) }
+        guard (try? reader.read(UInt64.self, "generation")) == generation,
+            (try? reader.readBytes(28, "header")) != nil,
+            let present = try? reader.read(UInt64.self, "present count"), present <= UInt64((bytes.count - 48) / 4)
+        else { return nil }
+        return Int(present)
+    }
+
     static func decode(_ bytes: [UInt8], generation: UInt64, segmentShift: Int) throws -> IndexState {
         func fail(_ detail: String) -> SparseCacheError { IndexFormat.corrupt("checkpoint: \(detail)") }
         guard bytes.starts(with: IndexFormat.checkpointMagic) else { throw fail("wrong magic") }
@@ -321,9 +355,13 @@ enum JournalRecord {
 
     /// Validates a whole record and decodes its change; nil when it does not validate (a torn
     /// write, a stale record, or the end of the journal).
+    ///
+    /// `segmentLimit` is how many segments the state the record applies to covers: a drop run
+    /// past it names segments that cannot be present, and only the part below it is kept (a run
+    /// is 12 bytes on disk however long it is; spelling out 2^32 segments would take 32 GiB).
     static func decode(
         _ record: ArraySlice<UInt8>, expectedSequence: UInt64, salt: UInt32, generation: UInt64,
-        segmentShift: Int
+        segmentShift: Int, segmentLimit: Int = IndexFormat.maximumSegmentCount
     ) throws -> IndexChange? {
         guard let padded = paddedLength(ofHeader: record), padded == record.count else { return nil }
         var reader = ByteReader(record.dropFirst(4)) { IndexFormat.corrupt("journal record: \($0)") }
@@ -355,7 +393,8 @@ enum JournalRecord {
                 let first = try body.read(UInt64.self, "drop start")
                 let count = try body.read(UInt32.self, "drop count")
                 guard count > 0, first <= maxSegment, UInt64(count) <= maxSegment - first else { throw body.failure("drop run out of range") }
-                change.dropped.append(contentsOf: Int(first)..<(Int(first) + Int(count)))
+                let end = min(Int(first) + Int(count), segmentLimit)
+                if Int(first) < end { change.dropped.append(contentsOf: Int(first)..<end) }
             case .add:
                 let first = try body.read(UInt64.self, "add start")
                 let count = try body.read(UInt32.self, "add count")

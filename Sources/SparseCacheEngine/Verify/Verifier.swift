@@ -20,7 +20,10 @@ public enum Verifier {
         let (index, state, recovery) = try await io.run { try IndexFile.open(path: indexPath, access: .readOnly) }
         index.close()
         var report = try await io.run { try checkData(path: path, state: state, recovery: recovery, progress: progress) }
-        guard repair, !report.isClean || recovery.slotProblems.contains(where: { $0 != nil }) || recovery.journalTail != nil else {
+        guard repair,
+            !report.isClean || recovery.slotProblems.contains(where: { $0 != nil }) || recovery.journalTail != nil
+                || recovery.rebuiltCheckpoint != nil
+        else {
             return report
         }
         var options = SparseFileOptions()
@@ -31,7 +34,9 @@ public enum Verifier {
         do {
             try await file.discard(segments: report.damaged.map(\.segment))
             // A checkpoint folds away a damaged or torn journal tail and rewrites the other
-            // superblock slot, so both copies are valid again.
+            // superblock slot; a second one rewrites the slot in use, so both copies are valid
+            // again whichever one was damaged.
+            try await file.forceCheckpoint()
             try await file.forceCheckpoint()
             try await file.close()
         } catch {
@@ -53,12 +58,23 @@ public enum Verifier {
             path: path, indexPath: SparseFile.indexPath(for: path), length: state.length, segmentSize: state.segmentSize,
             generation: recovery.generation, journalRecords: recovery.recordsReplayed,
             superblocksValid: recovery.slotProblems.filter { $0 == nil }.count, segmentsChecked: 0, bytesChecked: 0,
-            dataFileSize: size, indexDamage: recovery.damage, notes: [], damaged: [], repaired: false)
+            dataFileSize: size, indexDamage: recovery.damage, notes: [], damaged: [], repaired: false, lostSegments: 0, lostBytes: 0)
         for (slot, problem) in recovery.slotProblems.enumerated() {
-            if let problem { report.notes.append("superblock slot \(slot): \(problem) (the other copy is in use)") }
+            guard let problem else { continue }
+            if recovery.correctedSlots.contains(slot) {
+                report.notes.append("superblock slot \(slot): \(problem); nothing lost (--repair rewrites it)")
+            } else {
+                report.notes.append("superblock slot \(slot): \(problem) (the other copy is in use)")
+            }
         }
         if let tail = recovery.journalTail { report.notes.append("journal: \(tail); the state before it is in use") }
+        if let rebuilt = recovery.rebuiltCheckpoint { report.notes.append("\(rebuilt); nothing lost (--repair rewrites it)") }
         if recovery.fellBack { report.notes.append("the newest checkpoint was unusable; an older state is in use") }
+        if let lost = recovery.lost {
+            report.lostSegments = lost.segments
+            report.lostBytes = lost.bytes
+        }
+        if let newestLost = recovery.newestLost { report.indexDamage.append(newestLost) }
 
         func segmentBytes(_ segment: Int) -> Range<Int64> {
             let start = Int64(segment) << shift

@@ -31,7 +31,14 @@ public struct VerifyReport: Sendable, Equatable, Codable {
     public var damaged: [DamagedSegment]
     /// `--repair` ran: damaged segments were dropped and the index rewritten.
     public var repaired: Bool
+    /// Segments, and their bytes, that the newest committed state held and the state in use
+    /// does not: lost to damage of the index (its newest checkpoint), beyond what recovery
+    /// could rebuild. A lower bound (what the newest journal added, and how many more present
+    /// segments the damaged checkpoint's header lists). They are missing now and get fetched
+    /// or written again.
+    public var lostSegments: Int
+    public var lostBytes: Int64
 
-    /// No damaged segment and no index damage.
-    public var isClean: Bool { damaged.isEmpty && indexDamage.isEmpty }
+    /// No damaged segment, no index damage, nothing lost.
+    public var isClean: Bool { damaged.isEmpty && indexDamage.isEmpty && lostSegments == 0 }
 }
