@@ -1,7 +1,8 @@
 import SparseCache
+import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `sparsecache write <file> --offset N [--size TOTAL] [--segment-size S] [--input PATH]`
@@ -14,7 +15,9 @@ enum WriteCommand: Command {
 
         Creates the resource (data file plus '<file>.scidx') when it does not exist. Bytes of
         segments that the input does not complete are not kept: they are listed so they can be
-        written again together with their neighbours.
+        written again together with their neighbours. A long input is committed as it goes
+        (every 8 MiB and every second), so a crash keeps what was committed; SIGINT or SIGTERM
+        commits what was written, says what the resource holds and exits 130 or 143.
 
         USAGE: sparsecache write <file> --offset N [--size TOTAL] [--segment-size S] [--input PATH]
 
@@ -39,13 +42,21 @@ enum WriteCommand: Command {
         var options = SparseFileOptions()
         options.length = try arguments.size("--size")
         options.segmentSize = try arguments.size("--segment-size").map { Int($0) }
-        options.commitPolicy = .manual
+        // As the library commits on its own: every 8 MiB or second, so a kill or a crash in the
+        // middle of a long stream keeps what was committed (a stream used to commit only at its end).
+        options.commitPolicy = .automatic
         if let size = options.segmentSize, !(SparseFileOptions.segmentSizes.contains(size) && size.nonzeroBitCount == 1) {
             throw UsageError("--segment-size must be a power of two from 4K to 16M, got \(size)")
         }
         let input = try InputStream(path: arguments.options["--input"])
         defer { input.close() }
         let file = try await SparseFile.open(path, mode: .readWrite, options: options)
+        let written = WrittenBytes()
+        // SIGINT or SIGTERM: commit what was written, say what was kept, exit 130 or 143. The
+        // read that is waiting for input is left behind (it may never return).
+        try ShutdownSignals.install()
+        let interrupted = Task { await commitOnSignal(file, path: path, offset: offset, written: written) }
+        defer { interrupted.cancel() }
         var completed: [Range<Int64>] = []
         var skipped = 0
         var dropped: [Range<Int64>] = []
@@ -57,6 +68,7 @@ enum WriteCommand: Command {
                 skipped += result.alreadyPresentBytes
                 dropped.append(contentsOf: result.dropped)
                 position += Int64(chunk.count)
+                written.count.store(position - offset, ordering: .relaxed)
             }
             try await file.commit()
         } catch {
@@ -84,6 +96,30 @@ enum WriteCommand: Command {
         Output.print(summary)
         return ExitStatus.ok
     }
+}
+
+/// Waits for SIGINT or SIGTERM; then commits the resource, reports what it holds on standard
+/// error, and exits with 128 + the signal number. Returns only when cancelled (the input ended).
+private func commitOnSignal(_ file: SparseFile, path: String, offset: Int64, written: WrittenBytes) async {
+    guard let signal = try? await ShutdownSignals.next(), !Task.isCancelled else { return }
+    let name = signal == SIGINT ? "SIGINT" : "SIGTERM"
+    do {
+        try await file.commit()
+        let present = await file.presentBytes
+        let runs = await file.presentRanges()
+        Output.error(
+            "sparsecache write: \(name): stopped after \(written.count.load(ordering: .relaxed)) bytes from offset \(offset); "
+                + "committed: '\(path)' holds \(present) present bytes " + (runs.isEmpty ? "(none)" : describe(runs)))
+    } catch {
+        Output.error("sparsecache write: \(name): the final commit failed: \(error); only earlier commits are kept")
+    }
+    try? await file.close()
+    exit(128 + signal)
+}
+
+/// Input bytes handed to the resource so far, read by the signal handler's task.
+private final class WrittenBytes: Sendable {
+    let count = Atomic<Int64>(0)
 }
 
 func merged(_ ranges: [Range<Int64>]) -> [Range<Int64>] {
