@@ -11,7 +11,8 @@ enum VerifyCommand: Command {
         Checks every index checksum (both superblock copies, the checkpoint, each journal
         record), every present segment's CRC32C against the bytes on disk, and that the data
         file agrees with the index (long enough, no hole under a present segment). Each damaged
-        segment is named. A torn last journal record left by a crash is normal and only noted.
+        segment is named, and so is each one that cannot be read (EIO): verify goes on past it.
+        A torn last journal record left by a crash is normal and only noted.
 
         USAGE: sparsecache verify <file> [--repair] [--json]
 

@@ -191,6 +191,47 @@ struct VerifyRepairTests {
         #expect(healed.status == 0 && !healed.out.contains("note:"), "\(healed)")
     }
 
+    @Test(
+        "verify goes on past a read error: the unreadable segment is named, every other one checked; --repair drops exactly it (issue 14, item 4)"
+    )
+    func readErrorsAreNamed() async throws {
+        let scratch = try CLIScratch("verify-eio")
+        defer { scratch.remove() }
+        let directory = scratch.file("d")
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+        let path = directory + "/r.bin"
+        let length = Int64(8 * Self.segmentSize)
+        let file = try await SparseFile.open(path, options: .testing(segmentSize: Self.segmentSize, length: length))
+        try await file.write(sourceBytes(0..<length), at: 0)
+        try await file.close()
+        // How many preads a verify makes: the index's, then one for the data (a single batch).
+        let counter = try FaultInjection.add(FaultRule([.pread], pathContains: directory, trigger: .nth(Int.max)))
+        _ = try await Verifier.verify(path: path)
+        let calls = FaultInjection.matches(counter)
+        FaultInjection.remove(counter)
+        // The batch read fails (before: verify stopped there with one line), then the third of
+        // the segment-by-segment reads: segment 2 sits on a bad sector.
+        let rules = [
+            try FaultInjection.add(.fail([.pread], errno: EIO, trigger: .nth(calls), pathContains: directory)),
+            try FaultInjection.add(.fail([.pread], errno: EIO, trigger: .nth(calls + 3), pathContains: directory)),
+        ]
+        let report = try await Verifier.verify(path: path)
+        #expect(
+            report.damaged.map(\.segment) == [2] && report.damaged.first?.reason == "unreadable: Input/output error (errno 5)",
+            "\(report.damaged)")
+        #expect(report.segmentsChecked == 8 && !report.isClean)
+        for rule in rules { FaultInjection.remove(rule) }
+        let again = [
+            try FaultInjection.add(.fail([.pread], errno: EIO, trigger: .nth(calls), pathContains: directory)),
+            try FaultInjection.add(.fail([.pread], errno: EIO, trigger: .nth(calls + 3), pathContains: directory)),
+        ]
+        let repaired = try await Verifier.verify(path: path, repair: true)
+        for rule in again { FaultInjection.remove(rule) }
+        #expect(repaired.repaired && repaired.damaged.map(\.segment) == [2])
+        let after = try await Verifier.verify(path: path)
+        #expect(after.isClean && after.segmentsChecked == 7, "\(after)")
+    }
+
     @Test("verify --json reports what it checked and found")
     func jsonReport() async throws {
         let scratch = try CLIScratch("verify-json")

@@ -97,14 +97,38 @@ public enum Verifier {
                 let batchEnd = min(run.upperBound, segment + batchSegments)
                 let start = segmentBytes(segment).lowerBound
                 let end = segmentBytes(batchEnd - 1).upperBound
-                let got = try buffer.withUnsafeMutableBytes { raw in
-                    try data.read(fromAbsoluteOffset: start, into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<Int(end - start)]))
+                func read(_ range: Range<Int64>) throws -> Int {
+                    try buffer.withUnsafeMutableBytes { raw in
+                        let slice = Int(range.lowerBound - start)..<Int(range.upperBound - start)
+                        return try data.read(
+                            fromAbsoluteOffset: range.lowerBound, into: UnsafeMutableRawBufferPointer(rebasing: raw[slice]))
+                    }
+                }
+                // One big read per batch; when it fails (EIO from a bad sector), segment by
+                // segment, so every unreadable segment is named and every readable one checked.
+                var unreadable: [Int: String] = [:]
+                var short = Set<Int>()
+                do {
+                    let got = try read(start..<end)
+                    for current in segment..<batchEnd where Int(segmentBytes(current).upperBound - start) > got { short.insert(current) }
+                } catch let error as SparseCacheError where error.code == .io {
+                    for current in segment..<batchEnd {
+                        let bytes = segmentBytes(current)
+                        do {
+                            if try read(bytes) < bytes.count { short.insert(current) }
+                        } catch let error as SparseCacheError where error.code == .io {
+                            unreadable[current] =
+                                "unreadable: " + (error.errno.map { "\(SparseCacheError.errnoText($0)) (errno \($0))" } ?? "read failed")
+                        }
+                    }
                 }
                 for current in segment..<batchEnd {
                     let bytes = segmentBytes(current)
                     let lower = Int(bytes.lowerBound - start)
                     let upper = Int(bytes.upperBound - start)
-                    if upper > got {
+                    if let problem = unreadable[current] {
+                        damage(current, problem)
+                    } else if short.contains(current) {
                         damage(current, "past the end of the data file (\(size) bytes)")
                     } else {
                         // The checksum decides. A hole reads as zeros, and a segment of zeros is

@@ -6,7 +6,8 @@ public struct VerifyReport: Sendable, Equatable, Codable {
         /// Its bytes, half-open.
         public var start: Int64
         public var end: Int64
-        /// "checksum mismatch", "hole under present segment", "past the end of the data file".
+        /// "checksum mismatch", "hole under present segment", "past the end of the data file",
+        /// "unreadable: Input/output error (errno 5)".
         public var reason: String
     }
 
