@@ -72,6 +72,9 @@ enum VerifyCommand: Command {
                 "  lost: at least \(report.lostSegments) segment(s) (about \(report.lostBytes) bytes) were present in the newest "
                     + "committed state and are not any more (its checkpoint is damaged); they must be fetched or written again")
         }
+        if report.reclaimedBytes > 0 {
+            Output.print("  reclaimed: \(report.reclaimedBytes) bytes of disk held by segments written but never committed")
+        }
         if report.repaired {
             let intact = report.lostSegments == 0 && report.indexDamage.isEmpty ? "; the rest is intact" : ""
             Output.print("  repaired: dropped \(report.damaged.count) segment(s) from the index\(intact)")

@@ -51,6 +51,9 @@ enum WriteCommand: Command {
         let input = try InputStream(path: arguments.options["--input"])
         defer { input.close() }
         let file = try await SparseFile.open(path, mode: .readWrite, options: options)
+        if file.recovery.reclaimedBytes > 0 {
+            Output.print("reclaimed \(file.recovery.reclaimedBytes) bytes of disk left by an earlier write that was never committed")
+        }
         let written = WrittenBytes()
         // SIGINT or SIGTERM: commit what was written, say what was kept, exit 130 or 143. The
         // read that is waiting for input is left behind (it may never return).

@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 import Synchronization
 
 /// One cached resource: a sparse data file plus its segment index, owned by an actor.
@@ -228,6 +232,12 @@ public actor SparseFile {
                     if mode == .readWrite, options.requireDataFileCoversIndex {
                         try checkDataFileCoversIndex(dataFile, state: state)
                     }
+                    if mode == .readWrite {
+                        // Blocks of segments written but never committed (a crash, a kill, a
+                        // failed commit on a full disk) are freed: they are not present and
+                        // would otherwise hold disk space for good.
+                        recovery.reclaimedBytes = try reclaimUnclaimed(dataFile, state: state)
+                    }
                     if mode == .readWrite, report.wantsHealing {
                         // The state in use came through damage recovery put right in memory
                         // (a corrected superblock copy, a rebuilt checkpoint). Two checkpoints
@@ -246,6 +256,43 @@ public actor SparseFile {
             dataFile.close()
             throw error
         }
+    }
+
+    /// Punches holes over the data file's blocks that no present segment owns and returns the
+    /// bytes freed. Blocking; the caller holds the write lock, so no write is in flight. A file
+    /// system without hole punching keeps them (0 freed).
+    private static func reclaimUnclaimed(_ dataFile: FileDescriptor, state: IndexState) throws -> Int64 {
+        let status = try dataFile.status()
+        let shift = Int64(state.segmentShift)
+        var unclaimed: [Range<Int64>] = []
+        var position: Int64 = 0
+        while position < status.size, let data = try dataFile.seekData(from: position), data < status.size {
+            let end = min(try dataFile.seekHole(from: data) ?? status.size, status.size)
+            var segment = data >> shift
+            while segment << shift < end {
+                let start = max(data, segment << shift)
+                let stop = min(end, (segment + 1) << shift)
+                let present = Int(segment) < state.present.count && state.present[Int(segment)]
+                if !present {
+                    if let last = unclaimed.last, last.upperBound == start {
+                        unclaimed[unclaimed.count - 1] = last.lowerBound..<stop
+                    } else {
+                        unclaimed.append(start..<stop)
+                    }
+                }
+                segment += 1
+            }
+            position = end
+        }
+        guard !unclaimed.isEmpty else { return 0 }
+        for range in unclaimed {
+            do {
+                try dataFile.punchHole(offset: range.lowerBound, length: Int64(range.count))
+            } catch let error as SparseCacheError where error.errno == EOPNOTSUPP {
+                return 0
+            }
+        }
+        return max(0, status.allocatedBytes - (try dataFile.status().allocatedBytes))
     }
 
     /// What a resource's committed index says, read without opening the resource: no lock,
@@ -415,6 +462,9 @@ public struct RecoverySummary: Sendable, Equatable {
     public var lostBytes: Int64 = 0
     /// The newest checkpoint was damaged and could not be rebuilt: what happened.
     public var newestLost: String?
+    /// Disk bytes a writable open freed: blocks of segments written but never committed (a
+    /// crash, a kill, a full disk), which are not present and were holding space.
+    public var reclaimedBytes: Int64 = 0
 
     init() {}
 

@@ -20,17 +20,20 @@ public enum Verifier {
         let (index, state, recovery) = try await io.run { try IndexFile.open(path: indexPath, access: .readOnly) }
         index.close()
         var report = try await io.run { try checkData(path: path, state: state, recovery: recovery, progress: progress) }
-        guard repair,
-            !report.isClean || recovery.slotProblems.contains(where: { $0 != nil }) || recovery.journalTail != nil
-                || recovery.rebuiltCheckpoint != nil
-        else {
-            return report
-        }
+        guard repair else { return report }
         var options = SparseFileOptions()
         options.create = false
         options.commitPolicy = .manual
         options.requireDataFileCoversIndex = false
+        // A writable open also frees the blocks of segments written but never committed.
         let file = try await SparseFile.open(path, mode: .readWrite, options: options)
+        report.reclaimedBytes = file.recovery.reclaimedBytes
+        guard !report.isClean || recovery.slotProblems.contains(where: { $0 != nil }) || recovery.journalTail != nil
+            || recovery.rebuiltCheckpoint != nil
+        else {
+            try await file.close()
+            return report
+        }
         do {
             try await file.discard(segments: report.damaged.map(\.segment))
             // A checkpoint folds away a damaged or torn journal tail and rewrites the other

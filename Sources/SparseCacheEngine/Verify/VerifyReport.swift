@@ -39,6 +39,8 @@ public struct VerifyReport: Sendable, Equatable, Codable {
     /// or written again.
     public var lostSegments: Int
     public var lostBytes: Int64
+    /// With `--repair`: disk bytes freed that held segments written but never committed.
+    public var reclaimedBytes: Int64 = 0
 
     /// No damaged segment, no index damage, nothing lost.
     public var isClean: Bool { damaged.isEmpty && indexDamage.isEmpty && lostSegments == 0 }
