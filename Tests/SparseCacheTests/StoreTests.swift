@@ -65,6 +65,27 @@ struct StoreTests {
         try await store.close()
     }
 
+    @Test("a new cache directory and its resources folder are made durable in their parents (issue 14, item 10)")
+    func newDirectoriesAreSynced() async throws {
+        let parent = try TemporaryDirectory("store-dirsync")
+        defer { parent.remove() }
+        let directory = parent.file("cache")
+        // Fail every fsync under the parent: creating the store must fsync the parent of each
+        // directory it makes (before, none was, and the open succeeded).
+        let rule = try FaultInjection.add(.fail([.fsync], errno: EIO, trigger: .after(0), pathContains: parent.path))
+        do {
+            let store = try await SparseStore.open(directory: directory, options: .testing(budget: 1 << 20))
+            try await store.close()
+            Issue.record("the store opened without syncing its new directories")
+        } catch let error as SparseCacheError {
+            #expect(error.operation == "fsync" && error.errno == EIO, "\(error)")
+        }
+        FaultInjection.remove(rule)
+        // Without the fault, the same directory opens (its parts that exist are kept).
+        let store = try await SparseStore.open(directory: directory, options: .testing(budget: 1 << 20))
+        try await store.close()
+    }
+
     @Test("eviction follows least-recent use, checked against a model")
     func lruOrderMatchesModel() async throws {
         let seed = testSeed(51)

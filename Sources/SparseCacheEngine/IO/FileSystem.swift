@@ -60,12 +60,15 @@ extension FileSystem {
         return names
     }
 
-    /// Creates a directory (and its parents) when missing; fails when the path is a file.
+    /// Creates a directory (and its parents) when missing, each made durable in its parent;
+    /// fails when the path is a file.
     package static func createDirectory(_ path: String) throws {
         if let status = try status(ofPath: path) {
             guard status.isDirectory else {
                 throw SparseCacheError(.invalidArgument, operation: "create directory", path: path, detail: "exists and is not a directory")
             }
+            // Found: synced all the same, in case the sync after its creation failed.
+            try syncParentDirectory(of: path)
             return
         }
         let parent = parentDirectory(of: path)
@@ -73,6 +76,9 @@ extension FileSystem {
         if mkdir(path, 0o755) != 0, errno != EEXIST {
             throw SparseCacheError(errno == ENOENT ? .notFound : .io, operation: "mkdir", path: path, errno: errno)
         }
+        // A new directory's entry is durable only once its parent is synced (DURABILITY.md,
+        // rule 6): files created in it could otherwise vanish with it in a power cut.
+        try syncParentDirectory(of: path)
     }
 
     /// Bytes available to an unprivileged writer on the file system holding `path`.
