@@ -291,6 +291,29 @@ struct StoreTests {
         }
     }
 
+    @Test("a leftover that cannot be deleted is reported with its error, never counted as removed (issue 14, item 10)")
+    func failedOrphanRemovalIsReported() async throws {
+        try await withTemporaryDirectory("store-orphan") { directory in
+            var store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            try await fill(store, key: "orphaned", length: 32 << 10)
+            let name = try #require(await store.entry(for: "orphaned")).name
+            try await store.close()
+            let resources = directory.path + "/resources/"
+            try FileManager.default.removeItem(atPath: resources + name + ".scidx")
+            let rule = try FaultInjection.add(.fail([.unlink], errno: EACCES, trigger: .after(0), pathContains: resources))
+            store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            FaultInjection.remove(rule)
+            // Before: counted as removed while the file stayed.
+            #expect(store.startup.orphansRemoved == 0 && FileManager.default.fileExists(atPath: resources + name))
+            #expect(store.startup.removalFailures.count == 1 && store.startup.removalFailures[0].contains(name), "\(store.startup)")
+            try await store.close()
+            store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            #expect(store.startup.orphansRemoved == 1 && store.startup.removalFailures.isEmpty)
+            #expect(!FileManager.default.fileExists(atPath: resources + name))
+            try await store.close()
+        }
+    }
+
     @Test("a damaged index drops that resource only")
     func damagedIndexDropsOneResource() async throws {
         try await withTemporaryDirectory("store-damaged") { directory in
@@ -343,12 +366,16 @@ struct StoreTests {
             await expectError(.invalidArgument) { try await SparseStore.open(directory: file, options: .testing(budget: 1 << 20)) }
             // A directory that cannot be made: below a plain file, and where even root may not
             // create entries (sysfs). The error names the path and the errno.
-            let below = await expectError(.io) { try await SparseStore.open(directory: file + "/cache", options: .testing(budget: 1 << 20)) }
+            let below = await expectError(.io) {
+                try await SparseStore.open(directory: file + "/cache", options: .testing(budget: 1 << 20))
+            }
             #expect(below?.description.contains(file) == true && below?.errno == ENOTDIR, "\(String(describing: below))")
             let refused = await expectError(.io) {
                 try await SparseStore.open(directory: "/sys/sparsecache-test-\(getpid())", options: .testing(budget: 1 << 20))
             }
-            #expect(refused?.description.contains("/sys/sparsecache-test-") == true && refused?.errno == EPERM, "\(String(describing: refused))")
+            #expect(
+                refused?.description.contains("/sys/sparsecache-test-") == true && refused?.errno == EPERM, "\(String(describing: refused))"
+            )
             let store = try await SparseStore.open(directory: directory.path + "/new/nested", options: .testing(budget: 1 << 20))
             await expectError(.invalidArgument) { try await store.open(key: "") }
             await expectError(.invalidArgument) { try await store.open(key: String(repeating: "k", count: 9000)) }

@@ -1,6 +1,6 @@
 #if canImport(Glibc)
-import Glibc
-import SparseCacheEngine
+    import Glibc
+    import SparseCacheEngine
 #endif
 
 /// A directory of resources under one byte budget.
@@ -72,6 +72,9 @@ public actor SparseStore {
         /// Files in `resources` that this store does not make, left alone.
         public var foreignFiles = 0
         public var catalogFound = false
+        /// Leftovers that could not be deleted, each with the error: they still take disk
+        /// space, and the next start-up tries again.
+        public var removalFailures: [String] = []
     }
 
     init(
@@ -150,6 +153,18 @@ public actor SparseStore {
         let names = Set(try FileSystem.listDirectory(resources))
         var entries: [StoreEntry] = []
         var known = Set<String>()
+        /// Deletes a leftover; a failure is reported, never counted as removed.
+        func remove(_ path: String) -> Bool {
+            do {
+                try FileSystem.unlink(path)
+                return true
+            } catch let error as SparseCacheError where error.errno == ENOENT {
+                return true
+            } catch {
+                report.removalFailures.append("\(error)")
+                return false
+            }
+        }
         for var entry in catalog ?? [] where names.contains(entry.name) && names.contains(entry.name + SparseFile.indexSuffix) {
             guard !known.contains(entry.name) else { continue }
             known.insert(entry.name)
@@ -158,7 +173,7 @@ public actor SparseStore {
         }
         for name in names.sorted() {
             if name.hasSuffix(SparseFile.indexSuffix + ".tmp") {
-                if removing { try? FileSystem.unlink(resources + "/" + name) }
+                if removing { _ = remove(resources + "/" + name) }
                 continue
             }
             if name.hasSuffix(SparseFile.indexSuffix) {
@@ -172,8 +187,7 @@ public actor SparseStore {
             if known.contains(name) { continue }
             let path = resources + "/" + name
             guard names.contains(name + SparseFile.indexSuffix) else {
-                if removing { try? FileSystem.unlink(path) }
-                report.orphansRemoved += 1
+                if removing, remove(path) { report.orphansRemoved += 1 }
                 continue
             }
             do {
@@ -188,11 +202,8 @@ public actor SparseStore {
                 known.insert(name)
                 report.indexesRead += 1
             } catch let error as SparseCacheError where error.code == .corruptIndex || error.code == .unsupportedVersion {
-                if removing {
-                    try? FileSystem.unlink(SparseFile.indexPath(for: path))
-                    try? FileSystem.unlink(path)
-                }
-                report.damagedRemoved += 1
+                // The index first: a data file without one is an orphan, never a resource.
+                if removing, remove(SparseFile.indexPath(for: path)), remove(path) { report.damagedRemoved += 1 }
             }
         }
         if removing, report.orphansRemoved + report.damagedRemoved > 0 {
