@@ -240,7 +240,6 @@ final class IndexFile: @unchecked Sendable {
                 } else {
                     report.damage.append(contentsOf: checkpointProblems)
                     Self.accountLoss(newest: newest, fd: fd, fileSize: fileSize, recovered: recovered, report: &report)
-                    report.recordsReplayed = replayedBefore
                 }
             } else if rank > 0 {
                 report.damage.append(contentsOf: checkpointProblems)
@@ -262,42 +261,29 @@ final class IndexFile: @unchecked Sendable {
     }
 
     /// What the newest state held beyond the one in use, as a lower bound: the segments its
-    /// journal added (its records still validate) that the state in use lacks, plus how many
-    /// more present segments its checkpoint's header lists. Nothing of the damaged checkpoint
-    /// is used beyond that one count, and only when its size is consistent with the blob.
+    /// journal adds on top of the state in use (replayed on a copy, never kept), plus how many
+    /// more present segments the damaged checkpoint's header lists (only when that count is
+    /// consistent with the blob).
     private static func accountLoss(
         newest: (block: Superblock, blob: [UInt8]), fd: some IndexByteSource, fileSize: Int64, recovered: IndexState,
         report: inout RecoveryReport
     ) {
-        let shift = newest.block.segmentShift
-        var missing = Set<Int>()
-        var position = newest.block.journalOffset
-        var sequence: UInt64 = 0
-        if fileSize > position, let journal = try? fd.read(fromAbsoluteOffset: position, count: Int(fileSize - position)) {
-            var cursor = 0
-            while cursor + IndexFormat.recordHeaderSize <= journal.count,
-                let padded = JournalRecord.paddedLength(ofHeader: journal[cursor...]),
-                cursor + padded <= journal.count,
-                let change = try? JournalRecord.decode(
-                    journal[cursor..<(cursor + padded)], expectedSequence: sequence, salt: newest.block.journalSalt,
-                    generation: newest.block.generation, segmentShift: shift, segmentLimit: recovered.present.count)
-            {
-                for (segment, _) in change.added where segment >= recovered.present.count || !recovered.present[segment] {
-                    missing.insert(segment)
-                }
-                for segment in change.dropped { missing.remove(segment) }
-                cursor += padded
-                position += Int64(padded)
-                sequence += 1
-            }
-        }
+        var claimed = recovered
+        var scratch = RecoveryReport()
+        _ = try? replayJournal(fd, block: newest.block, fileSize: fileSize, state: &claimed, report: &scratch)
+        let added = claimed.present.setRuns.reduce(0) { count, run in count + run.filter { !recovered.present[$0] }.count }
         let listed = Checkpoint.listedPresentCount(newest.blob, generation: newest.block.generation) ?? 0
-        let segments = missing.count + max(0, listed - recovered.present.setCount)
+        let segments = added + max(0, listed - recovered.present.setCount)
         report.newestLost =
             "the checkpoint of generation \(newest.block.generation) is damaged and the older copy is not the state it was "
             + "folded from: the state in use is generation \(report.generation)"
-        if segments > 0 { report.lost = RecoveryReport.Loss(segments: segments, bytes: Int64(segments) << Int64(shift)) }
+        if segments > 0 {
+            report.lost = RecoveryReport.Loss(segments: segments, bytes: Int64(segments) << Int64(newest.block.segmentShift))
+        }
     }
+
+    /// How much of the journal replay reads at once.
+    private static let replayWindow = 1 << 20
 
     /// Applies every record that validates, in sequence, and returns where the next one goes.
     private static func replayJournal(
@@ -307,9 +293,19 @@ final class IndexFile: @unchecked Sendable {
         var position = block.journalOffset
         var sequence: UInt64 = 0
         guard fileSize > position else { return (position, 0) }
-        let journal = try fd.read(fromAbsoluteOffset: position, count: Int(fileSize - position))
+        // Read a window at a time, not to the end of the file: past the journal may lie the other
+        // copy's checkpoint and journal (kept whole after a checkpoint went to the front).
+        var journal: [UInt8] = []
+        func have(_ count: Int) throws -> Bool {
+            let readEnd = block.journalOffset + Int64(journal.count)
+            if journal.count < count, readEnd < fileSize {
+                let chunk = min(fileSize - readEnd, Int64(max(count - journal.count, Self.replayWindow)))
+                journal += try fd.read(fromAbsoluteOffset: readEnd, count: Int(chunk))
+            }
+            return journal.count >= count
+        }
         var cursor = 0
-        while cursor + IndexFormat.recordHeaderSize <= journal.count {
+        while try have(cursor + IndexFormat.recordHeaderSize) {
             guard let padded = JournalRecord.paddedLength(ofHeader: journal[cursor...]) else {
                 if journal[cursor..<(cursor + IndexFormat.recordHeaderSize)].contains(where: { $0 != 0 }),
                     journal[cursor...].starts(with: IndexFormat.recordMagic)
@@ -318,7 +314,7 @@ final class IndexFile: @unchecked Sendable {
                 }
                 break
             }
-            guard cursor + padded <= journal.count else {
+            guard try have(cursor + padded) else {
                 report.journalTail = "record \(sequence) is cut short by the end of the file (torn write)"
                 break
             }

@@ -179,50 +179,71 @@ enum Checkpoint {
         return writer.bytes
     }
 
-    /// Whether a checkpoint whose checksum failed says, in its fixed header, that it was folded
-    /// from `state`: the magic, the generation, the length, the bitmap size, the metadata size,
-    /// the run count and the present segment count all agree. Evidence for rebuilding the
-    /// newest state from the one before it; the damaged checkpoint's own runs, checksums and
-    /// metadata are never used.
-    static func headerMatches(_ bytes: [UInt8], generation: UInt64, state: IndexState) -> Bool {
-        guard bytes.starts(with: IndexFormat.checkpointMagic) else { return false }
-        var reader = ByteReader(bytes[8...]) { IndexFormat.corrupt($0) }
-        let expected: [UInt64] = [
-            generation, state.length.map { UInt64($0) } ?? IndexFormat.unknownLength, UInt64(state.present.count),
-        ]
-        for value in expected {
-            guard let stored = try? reader.read(UInt64.self, "header"), stored == value else { return false }
+    /// The fixed 48 bytes that open a checkpoint, as stored (nothing checked but the magic).
+    struct Header: Equatable {
+        var generation: UInt64
+        var rawLength: UInt64
+        var covered: UInt64
+        var metadataCount: UInt32
+        var runCount: UInt32
+        var presentCount: UInt64
+
+        static let size = 48
+
+        /// The header of `bytes`, or nil when they do not start with a checkpoint's magic.
+        init?(_ bytes: [UInt8]) {
+            guard bytes.count >= Self.size, bytes.starts(with: IndexFormat.checkpointMagic) else { return nil }
+            var reader = ByteReader(bytes[8..<Self.size]) { IndexFormat.corrupt("checkpoint: \($0)") }
+            // The reads cannot run out: the slice is the header's 40 bytes.
+            guard let generation = try? reader.read(UInt64.self, "generation"), let rawLength = try? reader.read(UInt64.self, "length"),
+                let covered = try? reader.read(UInt64.self, "bitmap size"),
+                let metadataCount = try? reader.read(UInt32.self, "metadata size"),
+                let runCount = try? reader.read(UInt32.self, "run count"),
+                let presentCount = try? reader.read(UInt64.self, "present count")
+            else { return nil }
+            self.generation = generation
+            self.rawLength = rawLength
+            self.covered = covered
+            self.metadataCount = metadataCount
+            self.runCount = runCount
+            self.presentCount = presentCount
         }
-        guard let metadataCount = try? reader.read(UInt32.self, "metadata size"),
-            Int(metadataCount) == MetadataCoding.encode(state.metadata).count,
-            let runCount = try? reader.read(UInt32.self, "run count"), Int(runCount) == state.present.setRuns.count,
-            let present = try? reader.read(UInt64.self, "present count"), present == UInt64(state.present.setCount)
-        else { return false }
-        return true
+
+        /// The header a checkpoint of `state` at `generation` has.
+        init(of state: IndexState, generation: UInt64) {
+            self.generation = generation
+            rawLength = state.length.map { UInt64($0) } ?? IndexFormat.unknownLength
+            covered = UInt64(state.present.count)
+            metadataCount = UInt32(MetadataCoding.encode(state.metadata).count)
+            runCount = UInt32(state.present.setRuns.count)
+            presentCount = UInt64(state.present.setCount)
+        }
     }
 
-    /// The present segment count a damaged checkpoint's header lists, when its magic and
-    /// generation are intact and the count fits the blob (4 bytes of checksum per segment).
+    /// Whether a checkpoint whose checksum failed says, in its fixed header, that it was folded
+    /// from `state`: every header field agrees. Evidence for rebuilding the newest state from
+    /// the one before it; the damaged checkpoint's own runs, checksums and metadata are never
+    /// used.
+    static func headerMatches(_ bytes: [UInt8], generation: UInt64, state: IndexState) -> Bool {
+        Header(bytes) == Header(of: state, generation: generation)
+    }
+
+    /// The present segment count a damaged checkpoint's header lists, when its generation is
+    /// intact and the count fits the blob (4 bytes of checksum per segment).
     static func listedPresentCount(_ bytes: [UInt8], generation: UInt64) -> Int? {
-        guard bytes.count >= 48, bytes.starts(with: IndexFormat.checkpointMagic) else { return nil }
-        var reader = ByteReader(bytes[8...]) { IndexFormat.corrupt($0) }
-        guard (try? reader.read(UInt64.self, "generation")) == generation,
-            (try? reader.readBytes(28, "header")) != nil,
-            let present = try? reader.read(UInt64.self, "present count"), present <= UInt64((bytes.count - 48) / 4)
+        guard let header = Header(bytes), header.generation == generation,
+            header.presentCount <= UInt64((bytes.count - Header.size) / 4)
         else { return nil }
-        return Int(present)
+        return Int(header.presentCount)
     }
 
     static func decode(_ bytes: [UInt8], generation: UInt64, segmentShift: Int) throws -> IndexState {
         func fail(_ detail: String) -> SparseCacheError { IndexFormat.corrupt("checkpoint: \(detail)") }
-        guard bytes.starts(with: IndexFormat.checkpointMagic) else { throw fail("wrong magic") }
-        var reader = ByteReader(bytes[8...]) { IndexFormat.corrupt("checkpoint: \($0)") }
-        guard try reader.read(UInt64.self, "generation") == generation else { throw fail("generation does not match the superblock") }
-        let rawLength = try reader.read(UInt64.self, "length")
-        let covered = try reader.read(UInt64.self, "bitmap size")
-        let metadataCount = Int(try reader.read(UInt32.self, "metadata size"))
-        let runCount = Int(try reader.read(UInt32.self, "run count"))
-        let presentCount = try reader.read(UInt64.self, "present count")
+        guard let header = Header(bytes) else { throw fail(bytes.count < Header.size ? "truncated header" : "wrong magic") }
+        guard header.generation == generation else { throw fail("generation does not match the superblock") }
+        let rawLength = header.rawLength, covered = header.covered, presentCount = header.presentCount
+        let metadataCount = Int(header.metadataCount), runCount = Int(header.runCount)
+        var reader = ByteReader(bytes[Header.size...]) { IndexFormat.corrupt("checkpoint: \($0)") }
         let length: Int64? = rawLength == IndexFormat.unknownLength ? nil : Int64(exactly: rawLength)
         if rawLength != IndexFormat.unknownLength, length == nil { throw fail("length \(rawLength) out of range") }
         if let length, length > IndexState.maximumLength(shift: segmentShift) { throw fail("length \(length) out of range") }
@@ -392,13 +413,17 @@ enum JournalRecord {
             case .drop:
                 let first = try body.read(UInt64.self, "drop start")
                 let count = try body.read(UInt32.self, "drop count")
-                guard count > 0, first <= maxSegment, UInt64(count) <= maxSegment - first else { throw body.failure("drop run out of range") }
+                guard count > 0, first <= maxSegment, UInt64(count) <= maxSegment - first else {
+                    throw body.failure("drop run out of range")
+                }
                 let end = min(Int(first) + Int(count), segmentLimit)
                 if Int(first) < end { change.dropped.append(contentsOf: Int(first)..<end) }
             case .add:
                 let first = try body.read(UInt64.self, "add start")
                 let count = try body.read(UInt32.self, "add count")
-                guard count > 0, first <= maxSegment, UInt64(count) <= maxSegment - first else { throw body.failure("add run out of range") }
+                guard count > 0, first <= maxSegment, UInt64(count) <= maxSegment - first else {
+                    throw body.failure("add run out of range")
+                }
                 for segment in Int(first)..<(Int(first) + Int(count)) {
                     change.added.append((segment, try body.read(UInt32.self, "segment checksum")))
                 }
