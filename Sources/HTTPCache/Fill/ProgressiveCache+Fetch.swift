@@ -190,11 +190,11 @@ extension ProgressiveCache {
     /// cached bytes, and start over with the new version's length and validators. Readers
     /// that had bytes of the old version get `.originChanged`.
     ///
-    /// One replacement per change: the caller re-checks the generation after every await, and a
-    /// call that still finds one running leaves it alone and returns. It must not wait for it:
-    /// the running replacement waits for every other fetch, this caller included.
+    /// One replacement per change: its caller checked the generation with no await since, and
+    /// the generation moves on below before this method's first await, so a second fetch that
+    /// sees the change finds it moved and ends. (It must never wait for the replacement: that
+    /// waits for every other fetch.)
     private func replace(_ resource: FillResource, with info: ContentInfo, by fetchID: Int) async throws {
-        guard resource.replacing == nil else { return }
         count { $0.invalidations += 1 }
         guard info.length != nil else {
             throw SparseCacheError(.origin, operation: "fetch", path: resource.key, detail: "the changed resource came without a length")
@@ -210,7 +210,6 @@ extension ProgressiveCache {
         for task in others { task.cancel() }
         let task = Task { try await self.finishReplacing(resource, old: old, with: info, after: others) }
         resource.opening = task
-        resource.replacing = task
         await changed(resource)
         try await task.value
     }
@@ -218,10 +217,7 @@ extension ProgressiveCache {
     private func finishReplacing(
         _ resource: FillResource, old: ResourceHandle?, with info: ContentInfo, after fetches: [Task<Void, Never>]
     ) async throws {
-        defer {
-            resource.opening = nil
-            resource.replacing = nil
-        }
+        defer { resource.opening = nil }
         // They stop at their next step and write nothing more once the generation moved on.
         for fetch in fetches { await fetch.value }
         try await old?.release()

@@ -141,9 +141,6 @@ final class FillResource {
     var users = 0
     /// Opening and first contact, shared by the readers that arrive meanwhile.
     var opening: Task<Void, Error>?
-    /// The replacement running after the origin changed (also in `opening`, for readers):
-    /// a fetch that sees the change too joins it.
-    var replacing: Task<Void, Error>?
     var fetches: [Int: Fetch] = [:]
     /// Segment -> the fetch bringing it.
     var owner: [Int: Int] = [:]

@@ -16,7 +16,11 @@ public struct CachePolicy: Sendable, Equatable {
     /// The request the stored response answered: its fields decide `Vary` matches.
     public let request: HTTPRequestHead
     /// The response as stored: its hop-by-hop fields removed (section 3.1).
-    public private(set) var response: HTTPResponseHead
+    public private(set) var response: HTTPResponseHead {
+        didSet { responseDirectives = CacheControl(response.headers) }
+    }
+    /// The response's Cache-Control, parsed once per stored head.
+    private(set) var responseDirectives: CacheControl
     /// When the request that brought the response was sent (`request_time`, section 4.2.3).
     public private(set) var requestTime: Int64
     /// When the response was received (`response_time`).
@@ -27,11 +31,10 @@ public struct CachePolicy: Sendable, Equatable {
         var stored = response
         stored.headers = response.headers.removingHopByHop()
         self.response = stored
+        responseDirectives = CacheControl(stored.headers)
         self.requestTime = requestTime
         self.responseTime = responseTime
     }
-
-    var responseDirectives: CacheControl { CacheControl(response.headers) }
 
     // MARK: Storing (section 3)
 
