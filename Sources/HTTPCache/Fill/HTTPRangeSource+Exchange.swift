@@ -5,16 +5,26 @@ import SparseHTTP
 
 /// `http://` requests over sparsecache's own HTTP/1.1 client.
 extension HTTPRangeSource {
-    /// Over ``HTTPExchange``, following redirects (to `https://` through URLSession).
-    func fetchDirect(_ range: Range<Int64>?, validator: ContentValidator?, release: FinishAction) async throws -> RangeResponse {
+    /// Over ``HTTPExchange``, following redirects (to `https://` through URLSession) unless
+    /// forwarding: a proxy hands redirects to its client.
+    func fetchDirect(
+        _ range: Range<Int64>?, validator: ContentValidator?, forwarding: Forwarding?, release: FinishAction
+    ) async throws -> RangeResponse {
         var current = url
         for _ in 0...Self.maximumRedirects {
             guard let host = current.host else { break }
-            let request = try Self.request(for: current, range: range, validator: validator, key: key)
+            let request = try Self.request(for: current, range: range, validator: validator, key: key, forwarding: forwarding)
+            let requestTime = Int64(time(nil))
             let exchange = try await HTTPExchange.start(
                 host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host, port: current.port ?? 80, request: request,
                 name: key, timeout: timeout, resolver: resolver, pool: pool)
             let head = exchange.head
+            let times = (requestTime, Int64(time(nil)))
+            if let reason = Self.uncached(status: head.status, headers: head.headers, forwarding: forwarding, target: current.path) {
+                exchange.onFinish(release)
+                let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
+                throw OriginAnswer(head: head, body: body, cancel: { exchange.cancel() }, reason: reason)
+            }
             if [301, 302, 303, 307, 308].contains(head.status), let location = head.header("location") {
                 exchange.cancel()
                 guard let next = URL(string: location, relativeTo: current)?.absoluteURL, let scheme = next.scheme?.lowercased(),
@@ -23,7 +33,9 @@ extension HTTPRangeSource {
                     throw SparseCacheError(
                         .origin, operation: "fetch", path: key, detail: "HTTP \(head.status) to an unusable location '\(location)'")
                 }
-                if scheme == "https" { return try await fetchThroughSession(next, range, validator: validator, release: release) }
+                if scheme == "https" {
+                    return try await fetchThroughSession(next, range, validator: validator, forwarding: forwarding, release: release)
+                }
                 current = next
                 continue
             }
@@ -31,7 +43,8 @@ extension HTTPRangeSource {
                 var length: Int64?
                 if case .length(let count) = head.framing { length = count }
                 let (info, offset) = try Self.interpret(
-                    status: head.status, headers: head.headers, contentLength: length, requested: range, key: key)
+                    status: head.status, headers: head.headers, contentLength: length, requested: range, key: key, times: times,
+                    forwarding: forwarding)
                 exchange.onFinish(release)
                 let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
                 return RangeResponse(info: info, offset: offset, body: body, cancel: { exchange.cancel() })
@@ -43,9 +56,13 @@ extension HTTPRangeSource {
         throw SparseCacheError(.origin, operation: "fetch", path: key, detail: "more than \(Self.maximumRedirects) redirects")
     }
 
-    /// The request head of a GET of `url`: the same headers URLSession is given, plus `Host`.
+    /// The request head of a GET of `url`: the same headers URLSession is given, plus `Host`,
+    /// and a proxy client's fields when forwarding (with its `Accept-Encoding`: the cache
+    /// stores the bytes as the origin encodes them, RFC 9110, section 14.1).
     /// HTTP/1.1 keeps the connection open unless the origin says otherwise.
-    static func request(for url: URL, range: Range<Int64>?, validator: ContentValidator?, key: String) throws -> [UInt8] {
+    static func request(
+        for url: URL, range: Range<Int64>?, validator: ContentValidator?, key: String, forwarding: Forwarding? = nil
+    ) throws -> [UInt8] {
         let components = URLComponents(url: url, resolvingAgainstBaseURL: true)
         var target = components?.percentEncodedPath ?? "/"
         if target.isEmpty { target = "/" }
@@ -54,10 +71,14 @@ extension HTTPRangeSource {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: key, detail: "the URL cannot be sent as a request target")
         }
         let bracketed = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
-        var headers = HTTPHeaders([
-            ("Host", bracketed + (url.port.map { $0 == 80 ? "" : ":\($0)" } ?? "")), ("User-Agent", "sparsecache"), ("Accept", "*/*"),
-            ("Accept-Encoding", "identity"),
-        ])
+        var headers = HTTPHeaders([("Host", bracketed + (url.port.map { $0 == 80 ? "" : ":\($0)" } ?? ""))])
+        let forwarded = forwarding?.headers ?? []
+        for field in forwarded { headers.append(name: field.name, value: field.value) }
+        for (name, value) in [("User-Agent", "sparsecache"), ("Accept", "*/*"), ("Accept-Encoding", "identity")]
+        where !forwarded.contains(name) {
+            headers.append(name: name, value: value)
+        }
+        if forwarding != nil { headers.append(name: "Via", value: "1.1 sparsecache") }
         if let range {
             headers.append(name: "Range", value: "bytes=\(range.lowerBound)-\(range.upperBound - 1)")
             if let validator, let ifRange = ifRange(validator) { headers.append(name: "If-Range", value: ifRange) }

@@ -28,11 +28,17 @@ extension HTTPRangeSource {
     }
 
     /// Through URLSession, which follows redirects itself.
+    /// A proxy client's fields go with the request, but for `Accept-Encoding` (URLSession
+    /// would decode the body, and the cache stores bytes as the origin sends them), and
+    /// redirects are followed by URLSession itself.
     func fetchThroughSession(
-        _ url: URL, _ range: Range<Int64>?, validator: ContentValidator?, release: FinishAction
+        _ url: URL, _ range: Range<Int64>?, validator: ContentValidator?, forwarding: Forwarding?, release: FinishAction
     ) async throws -> RangeResponse {
         var request = URLRequest(url: url)
         request.httpMethod = "GET"
+        for field in forwarding?.headers ?? [] where !field.hasName("accept-encoding") {
+            request.addValue(field.value, forHTTPHeaderField: field.name)
+        }
         // Bytes as they are stored: a compressed transfer would make ranges mean something else.
         request.setValue("identity", forHTTPHeaderField: "Accept-Encoding")
         if let range {
@@ -41,6 +47,7 @@ extension HTTPRangeSource {
         }
         let (session, delegate) = urlSession()
         let stream = ResponseStream()
+        let requestTime = Int64(time(nil))
         let task = session.dataTask(with: request)
         delegate.register(task, stream: stream)
         stream.onFinish { release.run() }
@@ -56,10 +63,16 @@ extension HTTPRangeSource {
             task.cancel()
             throw error
         }
+        let headers = HTTPHeaders(response)
+        if let reason = Self.uncached(status: response.statusCode, headers: headers, forwarding: forwarding, target: url.path) {
+            let head = HTTPResponseHead(status: response.statusCode, headers: headers)
+            throw OriginAnswer(head: head, body: stream.body, cancel: { task.cancel() }, reason: reason)
+        }
         do {
             let length = response.expectedContentLength >= 0 ? response.expectedContentLength : nil
             let (info, offset) = try Self.interpret(
-                status: response.statusCode, headers: HTTPHeaders(response), contentLength: length, requested: range, key: key)
+                status: response.statusCode, headers: headers, contentLength: length, requested: range, key: key,
+                times: (requestTime, Int64(time(nil))), forwarding: forwarding)
             return RangeResponse(info: info, offset: offset, body: stream.body, cancel: { task.cancel() })
         } catch {
             task.cancel()

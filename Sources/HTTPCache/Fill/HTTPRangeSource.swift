@@ -84,6 +84,43 @@ public final class HTTPRangeSource: RangeSource {
     }
 
     public func fetch(_ range: Range<Int64>?, validator: ContentValidator?) async throws -> RangeResponse {
+        try await fetch(range, validator: validator, forwarding: nil)
+    }
+
+    /// A request made on behalf of a proxy's client, with the rules of a shared cache.
+    public struct Forwarding: Sendable {
+        /// The client's request fields to send on: end-to-end ones only, and none of those the
+        /// source writes itself (`Host`, `Range`, `If-Range`, the other conditionals).
+        public var headers: HTTPHeaders
+        /// Every answer is to be passed on, none stored: the request is the client's own.
+        public var passOn: Bool
+
+        public init(headers: HTTPHeaders, passOn: Bool = false) {
+            self.headers = headers
+            self.passOn = passOn
+        }
+
+        /// What of a client's request fields a proxy sends on (RFC 9110, section 7.6.1: never
+        /// hop-by-hop ones; the range, the host and the conditionals are the proxy's own).
+        public init(client request: HTTPRequestHead) {
+            var headers = request.headers.removingHopByHop()
+            for name in Self.written { headers.remove(name) }
+            self.headers = headers
+            passOn = false
+        }
+
+        /// Fields the source writes for every request.
+        static let written = [
+            "host", "range", "if-range", "if-match", "if-none-match", "if-modified-since", "if-unmodified-since", "content-length",
+            "expect",
+        ]
+    }
+
+    /// Like ``fetch(_:validator:)``, forwarding a client's request fields. With `forwarding`,
+    /// an answer a shared cache may not store (RFC 9111, section 3), a status other than 200,
+    /// 206 and 416, and a redirect (not followed) are thrown as ``OriginAnswer``, for the proxy
+    /// to hand on as they are.
+    public func fetch(_ range: Range<Int64>?, validator: ContentValidator?, forwarding: Forwarding?) async throws -> RangeResponse {
         if let range, range.isEmpty || range.lowerBound < 0 {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: key, detail: "empty or negative range \(range)")
         }
@@ -92,12 +129,31 @@ public final class HTTPRangeSource: RangeSource {
         let release = FinishAction { Task { await limiter.release() } }
         do {
             if transport == .automatic, url.scheme?.lowercased() == "http" {
-                return try await fetchDirect(range, validator: validator, release: release)
+                return try await fetchDirect(range, validator: validator, forwarding: forwarding, release: release)
             }
-            return try await fetchThroughSession(url, range, validator: validator, release: release)
+            return try await fetchThroughSession(url, range, validator: validator, forwarding: forwarding, release: release)
         } catch {
             release.run()
             throw error
+        }
+    }
+
+    /// Whether a response to a forwarded request is one to hand on as it is rather than cache
+    /// (see ``fetch(_:validator:forwarding:)``), and why.
+    static func uncached(status: Int, headers: HTTPHeaders, forwarding: Forwarding?, target: String) -> String? {
+        guard let forwarding else { return nil }
+        if forwarding.passOn { return "passed through" }
+        switch status {
+        case 416: return nil
+        case 200, 206:
+            let stored = StoredHead(headers: headers, requestTime: 0, responseTime: 0)
+            if stored.size > StoredHead.maximumSize { return "header fields too large to store" }
+            let policy = CachePolicy(
+                request: HTTPRequestHead(method: "GET", target: target, headers: forwarding.headers),
+                response: HTTPResponseHead(status: 200, headers: headers), requestTime: 0, responseTime: 0)
+            return policy.storability.reason.map { "not stored: \($0)" }
+        default:
+            return "status \(status) is passed on, not stored"
         }
     }
 
@@ -112,10 +168,15 @@ public final class HTTPRangeSource: RangeSource {
     ///
     /// - Parameter contentLength: the body's length when the response gave one.
     static func interpret(
-        status: Int, headers: HTTPHeaders, contentLength: Int64?, requested: Range<Int64>?, key: String
+        status: Int, headers: HTTPHeaders, contentLength: Int64?, requested: Range<Int64>?, key: String,
+        times: (request: Int64, response: Int64) = (0, 0), forwarding: Forwarding? = nil
     ) throws -> (ContentInfo, Int64) {
         let validator = ContentValidator(etag: headers["etag"], lastModified: headers["last-modified"])
         let contentType = headers["content-type"]
+        // The request fields the response varies on, as they were sent (RFC 9111, section 4.1).
+        let varyNames = headers.listElements("vary").map { $0.lowercased() }
+        let varyRequest = HTTPHeaders((forwarding?.headers ?? []).filter { field in varyNames.contains { field.hasName($0) } })
+        let stored = StoredHead(headers: headers, requestTime: times.request, responseTime: times.response, varyRequest: varyRequest)
         switch status {
         case 206:
             guard let value = headers["content-range"], let contentRange = ContentRange(value), let first = contentRange.range else {
@@ -128,9 +189,9 @@ public final class HTTPRangeSource: RangeSource {
                     .origin, operation: "fetch", path: key,
                     detail: "asked for bytes from \(requested.lowerBound), the origin sent \(value)")
             }
-            return (ContentInfo(length: contentRange.total, contentType: contentType, validator: validator), first.lowerBound)
+            return (ContentInfo(length: contentRange.total, contentType: contentType, validator: validator, stored: stored), first.lowerBound)
         case 200:
-            return (ContentInfo(length: contentLength, contentType: contentType, validator: validator), 0)
+            return (ContentInfo(length: contentLength, contentType: contentType, validator: validator, stored: stored), 0)
         case 416:
             let total = headers["content-range"].flatMap(ContentRange.init)?.total
             throw SparseCacheError(

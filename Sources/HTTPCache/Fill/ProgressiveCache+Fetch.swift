@@ -43,6 +43,8 @@ extension ProgressiveCache {
             } catch is CancellationError {
                 // Nobody wanted the rest.
             } catch {
+                // An answer to pass on is only passed on from first contact: here nobody reads it.
+                (error as? OriginAnswer)?.cancel()
                 failure = error
             }
             // What arrived stays: commit it even when the fetch stopped early (not when the

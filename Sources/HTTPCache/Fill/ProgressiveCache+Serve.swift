@@ -210,7 +210,7 @@ extension ProgressiveCache {
             // Known from an earlier run: its validators go out with every request.
             resource.info = ContentInfo(
                 length: length, contentType: metadata.contentType,
-                validator: ContentValidator(etag: metadata.etag, lastModified: metadata.lastModified))
+                validator: ContentValidator(etag: metadata.etag, lastModified: metadata.lastModified), stored: StoredHead(metadata))
             return
         }
         // First contact asks for the first segment: the answer tells the length, the
@@ -269,6 +269,7 @@ extension ProgressiveCache {
         metadata.contentType = info.contentType
         metadata.etag = info.validator.etag
         metadata.lastModified = info.validator.lastModified
+        if let stored = info.stored { metadata = stored.stored(in: metadata) }
         // Committed with the first bytes: a crash before then leaves a resource with nothing
         // present, which first contact simply repeats.
         try await file.setMetadata(metadata)

@@ -1,6 +1,7 @@
 import SparseCacheEngine
 import SparseCacheStore
 import SparseHTTP
+import Synchronization
 
 /// Where a resource's bytes come from when the cache does not have them: an origin that
 /// answers byte-range requests (``HTTPRangeSource`` for HTTP, or a source of your own).
@@ -27,11 +28,14 @@ public struct ContentInfo: Sendable, Equatable {
     public var length: Int64?
     public var contentType: String?
     public var validator: ContentValidator
+    /// The response head as an HTTP cache stores it, when the source speaks HTTP.
+    public var stored: StoredHead?
 
-    public init(length: Int64?, contentType: String? = nil, validator: ContentValidator = ContentValidator()) {
+    public init(length: Int64?, contentType: String? = nil, validator: ContentValidator = ContentValidator(), stored: StoredHead? = nil) {
         self.length = length
         self.contentType = contentType
         self.validator = validator
+        self.stored = stored
     }
 }
 
@@ -78,5 +82,40 @@ public struct RangeResponse: Sendable {
         self.offset = offset
         self.body = body
         self.cancel = cancel
+    }
+}
+
+/// An origin's answer that is not a part of a resource to cache: an error page, a redirect, a
+/// response a shared cache may not store. A proxy hands it to its client as it came; a
+/// ``RangeSource`` throws it only when asked to (``HTTPRangeSource/Forwarding``).
+public struct OriginAnswer: Error, Sendable, CustomStringConvertible {
+    /// The head as received, framing fields included.
+    public var head: HTTPResponseHead
+    /// The body, de-chunked; empty for a response that has none.
+    public var body: AsyncThrowingStream<[UInt8], Error>
+    /// Stops the transfer (the body then ends).
+    public var cancel: @Sendable () -> Void
+    /// Why it is not cached, for the log and `Cache-Status`.
+    public var reason: String
+    private let claimed = Claim()
+
+    public init(
+        head: HTTPResponseHead, body: AsyncThrowingStream<[UInt8], Error>, cancel: @escaping @Sendable () -> Void, reason: String
+    ) {
+        self.head = head
+        self.body = body
+        self.cancel = cancel
+        self.reason = reason
+    }
+
+    public var description: String { "HTTP \(head.status) from the origin (\(reason))" }
+
+    /// True for the first caller only: readers that shared one first contact all get the same
+    /// answer, and its body can be read once. The others ask the origin themselves.
+    public func claim() -> Bool { claimed.take() }
+
+    private final class Claim: Sendable {
+        private let taken = Atomic<Bool>(false)
+        func take() -> Bool { !taken.exchange(true, ordering: .acquiringAndReleasing) }
     }
 }

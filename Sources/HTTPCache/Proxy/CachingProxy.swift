@@ -4,9 +4,10 @@ import SparseCacheStore
 import SparseHTTP
 import Synchronization
 
-/// Answers HTTP requests from a ``ProgressiveCache``: cached bytes come from disk, missing ones
-/// are fetched from the origin (once, shared with every other client), written, committed and
-/// sent as they become durable. The ``HTTPServer`` handler behind `sparsecache serve`.
+/// An HTTP cache in front of origins, as a shared cache (RFC 9111): the ``HTTPServer`` handler
+/// behind `sparsecache serve`. Stored responses come from a ``ProgressiveCache``: cached bytes
+/// from disk, missing ones fetched from the origin (once, shared with every other client),
+/// written, committed and sent as they become durable.
 ///
 /// Which origin URL a request means:
 /// - with an origin (reverse-proxy mode), `GET /path?query` is `<origin>/path?query`;
@@ -14,18 +15,21 @@ import Synchronization
 ///   name is only there so players can guess the type from it), and `GET http://host/path`
 ///   (from a client told to use this server as its HTTP proxy) is `http://host/path`.
 ///
-/// Responses: GET and HEAD; `200` for no range; `206` with `Content-Range` for one range in
-/// any form (`a-b`, `a-`, `-n`); `416` with `Content-Range: bytes */length` when no range
-/// overlaps. A request for several ranges gets the whole resource (`200`): RFC 9110 lets a
-/// server ignore Range, and players never ask for several. `If-Range` that does not match the
-/// cached version also gets the whole resource. `Content-Type`, `ETag` and `Last-Modified` are
-/// the origin's. Origin errors pass through: its 404 is a 404, its 5xx and unreachable origins
-/// are `502`.
+/// What it does with a GET or HEAD, in order (docs/HTTP-CACHING.md has the rules by section):
+/// look up the stored response (its `Vary` variant), then by ``CachePolicy`` use it fresh,
+/// revalidate it (one conditional request shared by concurrent clients), or forward; a response
+/// the rules do not let it store is passed on as it came. Every answer from storage carries the
+/// stored end-to-end fields with `Age`, and every answer `Via` and `Cache-Status`. Client
+/// conditionals are answered from storage (304, 412); one range in any form gets `206`, several
+/// get the whole resource (`200`; RFC 9110 lets a server ignore Range). `PURGE` from loopback
+/// drops a URL and its variants. Other methods get 405 for now.
 public final class CachingProxy: Sendable {
     public let cache: ProgressiveCache
     /// The origin in reverse-proxy mode; nil for URL mode.
     public let origin: URL?
     private let sources = Mutex(SourceTable())
+    /// Revalidations in flight, by cache key: concurrent clients of one stale response share one.
+    let revalidations = Mutex<[String: Task<Revalidation, Never>]>([:])
 
     public init(cache: ProgressiveCache, origin: URL? = nil) {
         self.cache = cache
@@ -34,9 +38,10 @@ public final class CachingProxy: Sendable {
 
     /// The ``HTTPServer`` handler.
     public func handle(_ request: HTTPRequestHead, _ response: HTTPResponseWriter) async throws {
-        guard request.method == "GET" || request.method == "HEAD" else {
+        guard ["GET", "HEAD", "PURGE"].contains(request.method) else {
             try await response.respond(
-                status: 405, message: "method \(request.method) not allowed: GET and HEAD only", headers: [("Allow", "GET, HEAD")])
+                status: 405, message: "method \(request.method) not allowed: GET and HEAD only",
+                headers: [("Allow", "GET, HEAD"), ("Cache-Status", CacheStatus(forward: "method").value)])
             return
         }
         let url: URL
@@ -46,16 +51,119 @@ public final class CachingProxy: Sendable {
             try await response.respond(status: 400, message: problem.message)
             return
         }
-        let reader: CacheReader
+        let key = Self.cacheKey(url)
+        if request.method == "PURGE" {
+            try await purge(key, request, response)
+            return
+        }
+        let base: HTTPRangeSource
         do {
-            reader = try await cache.open(try source(for: url))
+            base = try source(for: url)
         } catch {
             let (status, message) = Self.status(for: error)
             try await response.respond(status: status, message: message)
             return
         }
+        let exchange = Exchange(
+            request: request, response: response, base: base, target: url.path, now: Int64(time(nil)),
+            forwarding: HTTPRangeSource.Forwarding(client: request))
         do {
-            try await send(reader, for: request, to: response)
+            try await answer(exchange, key: key)
+        } catch let error where !response.headSent {
+            let (status, message) = Self.status(for: error)
+            try await response.respond(status: status, message: message, headers: [("Cache-Status", exchange.status.value)])
+        }
+    }
+
+    /// One client request on its way through the cache.
+    final class Exchange: @unchecked Sendable {
+        // @unchecked: used by one request's task only, in order.
+        let request: HTTPRequestHead
+        let response: HTTPResponseWriter
+        let base: HTTPRangeSource
+        let target: String
+        let now: Int64
+        let forwarding: HTTPRangeSource.Forwarding
+        var status = CacheStatus()
+
+        init(
+            request: HTTPRequestHead, response: HTTPResponseWriter, base: HTTPRangeSource, target: String, now: Int64,
+            forwarding: HTTPRangeSource.Forwarding
+        ) {
+            self.request = request
+            self.response = response
+            self.base = base
+            self.target = target
+            self.now = now
+            self.forwarding = forwarding
+        }
+
+        func source(key: String) -> ProxiedSource { ProxiedSource(base: base, key: key, forwarding: forwarding) }
+
+        var onlyIfCached: Bool { CacheControl(request.headers).contains("only-if-cached") }
+    }
+
+    /// Looks up, decides, answers (RFC 9111, section 4).
+    private func answer(_ exchange: Exchange, key: String) async throws {
+        var source = exchange.source(key: key)
+        var reader = try await openIfStored(source, exchange)
+        // Vary (section 4.1): the stored response names the request fields it varies on; a
+        // request that differs in them is another variant, stored under a key of its own.
+        if let found = reader, let head = found.info.stored, !head.policy(target: exchange.target).varyMatches(exchange.request) {
+            await found.close()
+            source = exchange.source(key: Self.variantKey(key, of: head, for: exchange.request))
+            reader = try await openIfStored(source, exchange)
+            if let variant = reader, let stored = variant.info.stored, !stored.policy(target: exchange.target).varyMatches(exchange.request) {
+                // The variant's own Vary names other fields now: it is replaced.
+                await variant.close()
+                try await cache.invalidate(key: source.key)
+                reader = nil
+            }
+            if reader == nil { exchange.status.forward = "vary-miss" }
+        }
+        if let reader {
+            do {
+                try await answerStored(reader, source: source, exchange)
+            } catch {
+                await reader.close()
+                throw error
+            }
+            await reader.close()
+            return
+        }
+        if exchange.onlyIfCached {
+            try await gatewayTimeout(exchange)
+            return
+        }
+        exchange.status.forward = exchange.status.forward ?? "uri-miss"
+        try await fetchAndAnswer(source, exchange)
+    }
+
+    /// Opens what is stored; a stored response the proxy cannot read the head of is dropped.
+    private func openIfStored(_ source: ProxiedSource, _ exchange: Exchange) async throws -> CacheReader? {
+        guard let reader = try await cache.openIfStored(source) else { return nil }
+        if reader.info.stored == nil {
+            await reader.close()
+            try await cache.invalidate(key: source.key)
+            return nil
+        }
+        return reader
+    }
+
+    /// A miss: first contact stores the response (and its first segment) and the client is
+    /// answered from the cache as the rest arrives; an answer not to store is passed on.
+    func fetchAndAnswer(_ source: ProxiedSource, _ exchange: Exchange) async throws {
+        let reader: CacheReader
+        do {
+            reader = try await cache.open(source)
+        } catch let answer as OriginAnswer {
+            try await passOn(answer, exchange)
+            return
+        }
+        exchange.status.stored = true
+        exchange.status.forwardStatus = exchange.status.forwardStatus ?? 200
+        do {
+            try await send(reader, head: reader.info.stored ?? StoredHead(headers: [], requestTime: exchange.now, responseTime: exchange.now), exchange)
         } catch {
             await reader.close()
             throw error
@@ -63,14 +171,80 @@ public final class CachingProxy: Sendable {
         await reader.close()
     }
 
-    private func send(_ reader: CacheReader, for request: HTTPRequestHead, to response: HTTPResponseWriter) async throws {
-        let info = reader.info
+    /// A stored response for this request: fresh, allowed stale, or revalidated first.
+    private func answerStored(_ reader: CacheReader, source: ProxiedSource, _ exchange: Exchange) async throws {
+        guard let head = reader.info.stored else { return }
+        let policy = head.policy(target: exchange.target)
+        switch policy.use(for: exchange.request, now: exchange.now) {
+        case .fresh(let age):
+            exchange.status.hit = true
+            exchange.status.ttl = policy.freshnessLifetime - age
+            try await send(reader, head: head, exchange)
+        case .staleAllowed(let age):
+            exchange.status.hit = true
+            exchange.status.ttl = policy.freshnessLifetime - age
+            try await send(reader, head: head, exchange)
+        case .staleWhileRevalidate(let age):
+            exchange.status.hit = true
+            exchange.status.ttl = policy.freshnessLifetime - age
+            exchange.status.detail = "stale-while-revalidate"
+            _ = startRevalidation(key: source.key, policy: policy, length: reader.length, source: source)
+            try await send(reader, head: head, exchange)
+        case .revalidate, .mismatch:
+            if exchange.onlyIfCached {
+                try await gatewayTimeout(exchange)
+                return
+            }
+            let directives = CacheControl(exchange.request.headers)
+            let clientAsked =
+                directives.contains("no-cache") || directives.seconds("max-age") != nil || directives.contains("min-fresh")
+                || (!exchange.request.headers.contains("cache-control")
+                    && exchange.request.headers.listElements("pragma").contains { $0.lowercased() == "no-cache" })
+            exchange.status.forward = clientAsked && policy.isFresh(now: exchange.now) ? "request" : "stale"
+            try await revalidateAndAnswer(reader, policy: policy, source: source, exchange)
+        }
+    }
+
+    /// `only-if-cached` and nothing usable stored (RFC 9111, section 5.2.1.7).
+    private func gatewayTimeout(_ exchange: Exchange) async throws {
+        try await exchange.response.respond(
+            status: 504, message: "only-if-cached: no stored response can answer this request",
+            headers: [("Cache-Status", exchange.status.value)])
+    }
+
+    /// Sends a stored response (or the part of it the request asks for): its stored fields with
+    /// `Age`, `Via` and `Cache-Status`, after the client's conditionals.
+    func send(_ reader: CacheReader, head: StoredHead, _ exchange: Exchange) async throws {
+        let request = exchange.request, response = exchange.response
         let length = reader.length
-        var headers: [(String, String)] = [("Content-Type", info.contentType ?? "application/octet-stream"), ("Accept-Ranges", "bytes")]
-        if let etag = info.validator.etag { headers.append(("ETag", etag)) }
-        if let lastModified = info.validator.lastModified { headers.append(("Last-Modified", lastModified)) }
+        let age = head.policy(target: exchange.target).currentAge(now: exchange.now)
+        var stored = head.headers
+        for name in ["age", "accept-ranges", "transfer-encoding", "content-length", "content-range"] { stored.remove(name) }
+        let etag = stored["etag"], lastModified = stored["last-modified"]
+        switch Precondition.evaluate(request, etag: etag, lastModified: lastModified) {
+        case .failed:
+            try await response.respond(status: 412, message: "precondition failed", headers: proxyFields([], status: exchange.status))
+            return
+        case .notModified:
+            // The fields a 304 carries (RFC 9110, section 15.4.5), and Last-Modified as nginx does.
+            let kept = ["cache-control", "content-location", "date", "etag", "expires", "vary", "last-modified"]
+            let fields = HTTPHeaders(stored.filter { field in kept.contains { field.hasName($0) } })
+            try await response.writeHead(
+                status: 304, headers: proxyFields(fields, status: exchange.status) + [("Age", String(age))], contentLength: 0)
+            return
+        case .proceed:
+            break
+        }
+        var headers = proxyFields(stored, status: exchange.status) + [("Age", String(age)), ("Accept-Ranges", "bytes")]
+        if headers.first(where: { $0.0.lowercased() == "content-type" }) == nil {
+            headers.append(("Content-Type", "application/octet-stream"))
+        }
         var rangeHeader = request.header("range")
-        if let ifRange = request.header("if-range"), !Self.matches(ifRange: ifRange, info.validator) { rangeHeader = nil }
+        if let ifRange = request.header("if-range"),
+            !Precondition.ifRangeMatches(ifRange, etag: etag, lastModified: lastModified, date: stored["date"])
+        {
+            rangeHeader = nil
+        }
         let status: Int
         let range: Range<Int64>
         switch RangeRequest.parse(rangeHeader, length: length) {
@@ -84,7 +258,7 @@ public final class CachingProxy: Sendable {
         case .unsatisfiable:
             try await response.respond(
                 status: 416, message: "range \(rangeHeader ?? "") not satisfiable: the resource is \(length) bytes",
-                headers: [("Content-Range", "bytes */\(length)")])
+                headers: [("Content-Range", "bytes */\(length)"), ("Cache-Status", exchange.status.value)])
             return
         }
         // For the log: bytes sent that were cached when the request came, and the rest.
@@ -101,6 +275,50 @@ public final class CachingProxy: Sendable {
             }
             response.countCacheBytes(hit: Int64(bytes.count) - fetched, miss: fetched)
             try await response.writeBody(bytes)
+        }
+    }
+
+    /// The cache key of a URL: the URL without credentials (a key is a catalog entry and a log
+    /// line; a password must be neither).
+    static func cacheKey(_ url: URL) -> String {
+        guard url.user != nil || url.password != nil, var components = URLComponents(url: url, resolvingAgainstBaseURL: true) else {
+            return url.absoluteString
+        }
+        components.user = nil
+        components.password = nil
+        return components.url?.absoluteString ?? url.absoluteString
+    }
+
+    /// The key of the variant of `key` that `request` selects, by the fields `head`'s `Vary`
+    /// names (values normalised as ``CachePolicy/varyMatches(_:)`` compares them). The values
+    /// are hashed, not written out: a key is a catalog entry, and a `Vary: Cookie` must not put
+    /// cookies there. A collision only makes a miss: the variant's stored request is compared.
+    static func variantKey(_ key: String, of head: StoredHead, for request: HTTPRequestHead) -> String {
+        let names = head.headers.listElements("vary").map { $0.lowercased() }.sorted()
+        var text = ""
+        for name in names {
+            text += name + ":" + HTTPSyntax.listElements(request.headers.values(name)).joined(separator: ",") + "\n"
+        }
+        let bytes = Array(text.utf8)
+        let low = crc32c(bytes), high = crc32c(Array(bytes.reversed()), seed: 0x5bd1_e995)
+        return key + "#vary=" + String(UInt64(high) << 32 | UInt64(low), radix: 16)
+    }
+
+    /// `PURGE` from loopback: drops the URL and every stored variant of it, as
+    /// `sparsecache evict` does, while the server runs.
+    private func purge(_ key: String, _ request: HTTPRequestHead, _ response: HTTPResponseWriter) async throws {
+        let host = response.peer.split(separator: ":").dropLast().joined(separator: ":")
+        guard ["127.0.0.1", "::1", "[::1]", "localhost"].contains(host) || host.hasPrefix("127.") || host.hasPrefix("::ffff:127.") else {
+            try await response.respond(status: 403, message: "PURGE is allowed from loopback only")
+            return
+        }
+        let variants = await cache.store.summary().entries.map(\.key).filter { $0.hasPrefix(key + "#vary=") }
+        var dropped = 0
+        for variant in [key] + variants where try await cache.invalidate(key: variant) { dropped += 1 }
+        if dropped == 0 {
+            try await response.respond(status: 404, message: "not cached: \(key)")
+        } else {
+            try await response.respond(status: 200, message: "purged \(key) (\(dropped) stored response\(dropped == 1 ? "" : "s"))")
         }
     }
 
@@ -187,16 +405,5 @@ public final class CachingProxy: Sendable {
         default:
             return (500, "cache error: \(error)")
         }
-    }
-
-    /// Whether an `If-Range` value names the cached version: a strong ETag equal to ours, or
-    /// our Last-Modified date exactly (RFC 9110, section 13.1.5).
-    static func matches(ifRange: String, _ validator: ContentValidator) -> Bool {
-        if ifRange.hasPrefix("W/") { return false }
-        if ifRange.hasPrefix("\"") {
-            guard let etag = validator.etag, !etag.hasPrefix("W/") else { return false }
-            return etag == ifRange
-        }
-        return validator.lastModified == ifRange
     }
 }

@@ -15,8 +15,13 @@ public final class HTTPResponseWriter: Sendable {
     private struct State {
         var status = 0
         var headSent = false
-        var announced: Int64 = 0
+        /// The body length announced; nil for a body sent as it comes (chunked, or until close).
+        var announced: Int64? = 0
         var bodyBytes: Int64 = 0
+        /// The body is chunked: every write is framed, and ``finishBody()`` sends the last chunk.
+        var chunked = false
+        /// ``finishBody()`` was called (a body of unannounced length is complete).
+        var finished = false
         var closes: Bool
         var cacheHitBytes: Int64 = 0
         var cacheMissBytes: Int64 = 0
@@ -41,11 +46,18 @@ public final class HTTPResponseWriter: Sendable {
     public var bodyBytes: Int64 { state.withLock { $0.bodyBytes } }
     /// The connection closes after this response.
     public var closesConnection: Bool { state.withLock { $0.closes } }
+    /// The client's address, as `host:port`.
+    public var peer: String { connection.peer }
     /// Whether the body is complete: a connection whose response fell short must close, since
     /// the client can no longer tell where the next response starts.
     var isComplete: Bool {
         let isHead = request.method == "HEAD"
-        return state.withLock { $0.headSent && (isHead || $0.bodyBytes == $0.announced) }
+        return state.withLock { state in
+            guard state.headSent else { return false }
+            if isHead { return true }
+            if let announced = state.announced { return state.bodyBytes == announced }
+            return state.finished
+        }
     }
     var cacheBytes: (hit: Int64, miss: Int64) { state.withLock { ($0.cacheHitBytes, $0.cacheMissBytes) } }
     var note: String? { state.withLock { $0.note } }
@@ -63,22 +75,41 @@ public final class HTTPResponseWriter: Sendable {
         state.withLock { $0.note = note }
     }
 
-    /// Sends the status line and headers. `Content-Length`, `Connection`, `Date` and `Server`
-    /// are added here; `headers` holds the rest.
+    /// Sends the status line and headers. `Content-Length` (or `Transfer-Encoding`),
+    /// `Connection`, and `Date` and `Server` when `headers` has none, are added here; `headers`
+    /// holds the rest (a cached response brings its origin's `Date`, RFC 9110, section 6.6.1).
+    ///
+    /// - Parameter contentLength: the body length; nil for a body whose length is not known
+    ///   yet (a response streamed as it arrives from an origin): it goes chunked to an HTTP/1.1
+    ///   client and until the connection closes to an HTTP/1.0 one, and ends with
+    ///   ``finishBody()``. Responses that never have a body (1xx, 204, 304) announce none and
+    ///   send no `Content-Length` (RFC 9110, section 8.6 forbids it for 1xx and 204, and for
+    ///   304 allows only the length of the 200 it stands for).
     ///
     /// With `withFirstBody`, the head waits for the first ``writeBody(_:)`` and goes out in the
     /// same send: one segment and one wake-up of the client for a small cached response instead
     /// of two. Only for bodies that follow at once (the server sends a head still held when the
     /// handler returns): a client waiting on a slow origin should see the head at once.
-    public func writeHead(status: Int, headers: [(String, String)] = [], contentLength: Int64, withFirstBody: Bool = false) async throws {
-        let hold = withFirstBody && contentLength > 0 && request.method != "HEAD"
+    public func writeHead(status: Int, headers: [(String, String)] = [], contentLength: Int64?, withFirstBody: Bool = false) async throws {
+        let bodiless = (100...199).contains(status) || status == 204 || status == 304
+        let hold = withFirstBody && (contentLength ?? 1) > 0 && request.method != "HEAD" && !bodiless
+        let chunked = contentLength == nil && !bodiless && request.minorVersion >= 1
         let head = state.withLock { state -> [UInt8]? in
             guard !state.headSent else { return nil }
             state.headSent = true
             state.status = status
-            state.announced = contentLength
-            var fields = HTTPHeaders([("Server", "sparsecache"), ("Date", HTTPDate.now())] + headers)
-            fields.append(name: "Content-Length", value: String(contentLength))
+            state.announced = bodiless ? 0 : contentLength
+            state.chunked = chunked && request.method != "HEAD"
+            // An HTTP/1.0 client learns where a body of unknown length ends from the close.
+            if contentLength == nil, !bodiless, !chunked { state.closes = true }
+            var fields = HTTPHeaders(headers)
+            if !fields.contains("date") { fields.append(name: "Date", value: HTTPDate.now()) }
+            if !fields.contains("server") { fields.append(name: "Server", value: "sparsecache") }
+            if let contentLength, !bodiless {
+                fields.append(name: "Content-Length", value: String(contentLength))
+            } else if chunked {
+                fields.append(name: "Transfer-Encoding", value: "chunked")
+            }
             fields.append(name: "Connection", value: state.closes ? "close" : "keep-alive")
             let bytes = HTTPResponseHead(status: status, headers: fields).encoded()
             if hold { state.pendingHead = bytes }
@@ -95,22 +126,34 @@ public final class HTTPResponseWriter: Sendable {
     /// Throws when it would run past the announced length.
     public func writeBody(_ bytes: [UInt8]) async throws {
         let isHead = request.method == "HEAD"
-        let head = try state.withLock { state -> [UInt8]? in
-            guard state.headSent, state.bodyBytes + Int64(bytes.count) <= state.announced else {
+        let (head, chunked) = try state.withLock { state -> ([UInt8]?, Bool) in
+            guard state.headSent, !state.finished, state.bodyBytes + Int64(bytes.count) <= state.announced ?? .max else {
                 throw SparseCacheError(
                     .invalidArgument, operation: "respond", path: request.target,
-                    detail: "body bytes past the announced Content-Length \(state.announced)")
+                    detail: "body bytes past the announced Content-Length \(state.announced ?? 0) or the end of the body")
             }
             state.bodyBytes += Int64(bytes.count)
             defer { state.pendingHead = nil }
-            return state.pendingHead
+            return (state.pendingHead, state.chunked)
         }
-        if isHead { return }
+        if isHead || bytes.isEmpty && head == nil { return }
+        let framed = chunked ? ChunkedEncoder.chunk(bytes) : bytes
         if let head {
-            try await send(head + bytes)
+            try await send(head + framed)
         } else {
-            try await send(bytes)
+            try await send(framed)
         }
+    }
+
+    /// Ends a body whose length was not announced (the last chunk). Does nothing for a body of
+    /// announced length.
+    public func finishBody() async throws {
+        let chunked = state.withLock { state -> Bool in
+            guard state.headSent, state.announced == nil, !state.finished else { return false }
+            state.finished = true
+            return state.chunked
+        }
+        if chunked { try await send(ChunkedEncoder.end()) }
     }
 
     /// Sends a head still held for the first body bytes (a handler that wrote none).

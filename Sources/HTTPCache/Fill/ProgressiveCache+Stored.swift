@@ -1,0 +1,77 @@
+import SparseCacheEngine
+import SparseCacheStore
+import SparseHTTP
+
+/// What an HTTP cache does with stored responses besides reading them: look one up without
+/// asking the origin, freshen its head after a revalidation, drop it.
+extension ProgressiveCache {
+    /// Opens the resource of `source` only if the store has it (or a reader is bringing it in
+    /// now, whose first contact this one then shares); nil otherwise, with no request to the
+    /// origin. A shared cache looks before it decides to forward (RFC 9111, section 4).
+    public func openIfStored(_ source: any RangeSource) async throws -> CacheReader? {
+        let inUse = resources[source.key].map { $0.handle != nil || $0.opening != nil } ?? false
+        if !inUse {
+            guard let entry = await store.entry(for: source.key), entry.length != nil else { return nil }
+        }
+        return try await open(source)
+    }
+
+    /// Replaces the stored head of `key`, committed before this returns: a revalidation
+    /// answered `304` freshened it (RFC 9111, section 4.3.4). The resource must be open (the
+    /// caller holds a ``CacheReader``); otherwise nothing happens and false is returned.
+    @discardableResult
+    public func updateStoredHead(key: String, _ head: StoredHead) async throws -> Bool {
+        guard let resource = resources[key], let handle = resource.handle else { return false }
+        let file = handle.file
+        try await file.setMetadata(head.stored(in: await file.metadata))
+        try await file.commit()
+        // Re-check after the awaits: a replacement may have come meanwhile.
+        guard resource.handle === handle else { return false }
+        resource.info?.stored = head
+        return true
+    }
+
+    /// Drops `key` from the cache: fetches of it stop, readers that had bytes of it get
+    /// `.originChanged`, and its files are removed. Returns whether there was anything to drop.
+    /// A purge, or what an unsafe request or a changed origin means for a stored response
+    /// (RFC 9111, section 4.4).
+    @discardableResult
+    public func invalidate(key: String) async throws -> Bool {
+        if let resource = resources[key] {
+            // A first contact or a replacement in flight ends first; then its result is dropped.
+            while let opening = resource.opening { _ = try? await opening.value }
+            // Re-check after the awaits: another invalidation may have dropped it meanwhile.
+            if let old = resource.handle {
+                count { $0.invalidations += 1 }
+                resource.handle = nil
+                resource.info = nil
+                resource.generation += 1
+                resource.outcomes.removeAll()
+                let fetches = resource.fetches.values.compactMap(\.task)
+                for task in fetches { task.cancel() }
+                let task = Task {
+                    defer { resource.opening = nil }
+                    for fetch in fetches { await fetch.value }
+                    try await old.release()
+                    _ = try await self.removeStored(key)
+                }
+                resource.opening = task
+                await changed(resource)
+                try await task.value
+                forgetIfIdle(resource)
+                return true
+            }
+        }
+        return try await removeStored(key)
+    }
+
+    /// Removes `key` from the store; false when it was not there.
+    private func removeStored(_ key: String) async throws -> Bool {
+        do {
+            try await store.remove(key: key)
+            return true
+        } catch let error as SparseCacheError where error.code == .notFound {
+            return false
+        }
+    }
+}

@@ -1,0 +1,89 @@
+import SparseCacheEngine
+import SparseHTTP
+
+/// The head of a stored response as a cache keeps it beside the body (RFC 9111, section 3.1):
+/// its end-to-end header fields, when it was requested and received, and the request fields its
+/// `Vary` names. Committed atomically with the resource's index (in the metadata), so what a
+/// client is told about a body always describes the bytes on disk.
+///
+/// The status is not kept: the store holds complete representations (a `206` from the origin
+/// is stored as the `200` it is part of).
+public struct StoredHead: Sendable, Equatable {
+    /// The response's fields without hop-by-hop ones and without the fields that describe one
+    /// message's framing (`Content-Length`, `Content-Range`): those are written per answer.
+    public var headers: HTTPHeaders
+    /// When the request that brought the response was sent, and when its head arrived (seconds
+    /// since 1970; RFC 9111, section 4.2.3).
+    public var requestTime: Int64
+    public var responseTime: Int64
+    /// The fields of the request that brought the response which its `Vary` names, as sent.
+    public var varyRequest: HTTPHeaders
+
+    public init(headers: HTTPHeaders, requestTime: Int64, responseTime: Int64, varyRequest: HTTPHeaders = []) {
+        var kept = headers.removingHopByHop()
+        for name in Self.perMessage { kept.remove(name) }
+        self.headers = kept
+        self.requestTime = requestTime
+        self.responseTime = responseTime
+        self.varyRequest = varyRequest
+    }
+
+    /// Fields that belong to one message, not to the stored representation.
+    static let perMessage = ["content-length", "content-range"]
+
+    /// The stored response as ``CachePolicy`` sees it: the `200` answer to a GET with the
+    /// stored request fields (its `Age` is the origin's, which the current age starts from).
+    public func policy(target: String) -> CachePolicy {
+        CachePolicy(
+            request: HTTPRequestHead(method: "GET", target: target, headers: varyRequest),
+            response: HTTPResponseHead(status: 200, headers: headers), requestTime: requestTime, responseTime: responseTime)
+    }
+
+    /// The validators, for `If-Range` on the fill's range requests.
+    public var validator: ContentValidator {
+        ContentValidator(etag: headers["etag"], lastModified: headers["last-modified"])
+    }
+
+    // MARK: In the resource's metadata
+
+    private static let headersKey = "http.headers"
+    private static let timesKey = "http.times"
+    private static let varyKey = "http.vary-request"
+
+    /// The head kept in `metadata`, or nil when it holds none or a damaged one. A resource
+    /// stored before heads were kept gets one from its content type and validators, with
+    /// times of 0: it is stale, and revalidated before it is used.
+    public init?(_ metadata: ResourceMetadata) {
+        guard let text = metadata.user[Self.headersKey] else {
+            var headers = HTTPHeaders()
+            if let type = metadata.contentType { headers.append(name: "Content-Type", value: type) }
+            if let etag = metadata.etag { headers.append(name: "ETag", value: etag) }
+            if let lastModified = metadata.lastModified { headers.append(name: "Last-Modified", value: lastModified) }
+            self.init(headers: headers, requestTime: 0, responseTime: 0)
+            return
+        }
+        guard let headers = HTTPHeaders(storageText: text), let vary = HTTPHeaders(storageText: metadata.user[Self.varyKey] ?? ""),
+            let times = metadata.user[Self.timesKey]?.split(separator: " ").compactMap({ Int64($0) }), times.count == 2
+        else { return nil }
+        self.init(headers: headers, requestTime: times[0], responseTime: times[1], varyRequest: vary)
+    }
+
+    /// `metadata` with this head in it (and its content type and validators in their own
+    /// fields, for readers that know only those).
+    public func stored(in metadata: ResourceMetadata) -> ResourceMetadata {
+        var metadata = metadata
+        metadata.contentType = headers["content-type"]
+        metadata.etag = headers["etag"]
+        metadata.lastModified = headers["last-modified"]
+        metadata.user[Self.headersKey] = headers.storageText
+        metadata.user[Self.timesKey] = "\(requestTime) \(responseTime)"
+        metadata.user[Self.varyKey] = varyRequest.storageText
+        return metadata
+    }
+
+    /// The most header bytes stored with one resource; a response with more is not stored
+    /// (the index metadata has a hard limit, ``ResourceMetadata/maximumEncodedSize``).
+    public static let maximumSize = 32 * 1024
+
+    var size: Int { headers.storageText.utf8.count + varyRequest.storageText.utf8.count }
+}

@@ -1,0 +1,43 @@
+import SparseHTTP
+
+/// The `Cache-Status` field of one answer (RFC 9211): whether it came from storage, why the
+/// request went to the origin and what came back, and whether the answer was stored.
+struct CacheStatus: Sendable, Equatable {
+    /// Served from storage without asking the origin.
+    var hit = false
+    /// Why the request went to the origin: `uri-miss`, `vary-miss`, `stale`, `request`
+    /// (the client asked for it), `method`, `bypass` (RFC 9211, section 2.2).
+    var forward: String?
+    /// The status the origin answered with.
+    var forwardStatus: Int?
+    /// The answer was stored.
+    var stored = false
+    /// Freshness left in seconds; negative when served stale.
+    var ttl: Int64?
+    /// Anything else worth knowing (why not stored, stale-if-error).
+    var detail: String?
+
+    var value: String {
+        var parts = ["sparsecache"]
+        if hit { parts.append("hit") }
+        if let forward { parts.append("fwd=\(forward)") }
+        if let forwardStatus { parts.append("fwd-status=\(forwardStatus)") }
+        if let ttl { parts.append("ttl=\(ttl)") }
+        if stored { parts.append("stored") }
+        if let detail {
+            let text = detail.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+            parts.append("detail=\"\(text)\"")
+        }
+        return parts.joined(separator: "; ")
+    }
+}
+
+/// The fields a proxy adds to every answer it gives: its `Via` after the origin's (RFC 9110,
+/// section 7.6.3) and the `Cache-Status`.
+func proxyFields(_ headers: HTTPHeaders, status: CacheStatus) -> [(String, String)] {
+    var fields = headers.fields.filter { !$0.hasName("via") }.map { ($0.name, $0.value) }
+    let via = headers.values("via") + ["1.1 sparsecache"]
+    fields.append(("Via", via.joined(separator: ", ")))
+    fields.append(("Cache-Status", status.value))
+    return fields
+}

@@ -1,0 +1,199 @@
+import Foundation
+import SparseCacheEngine
+import SparseHTTP
+
+/// The proxy's requests to the origin: revalidation of stored responses, and answers passed on
+/// as they came.
+extension CachingProxy {
+    /// What a revalidation found (RFC 9111, section 4.3).
+    enum Revalidation: Sendable {
+        /// The stored response is still the origin's: its head, freshened, is now stored.
+        case freshened(StoredHead, status: Int)
+        /// The origin has another version: the stored one was dropped.
+        case changed(status: Int)
+        /// The origin answered with something else (an error page, a response not to store);
+        /// a 2xx or 4xx dropped the stored response, a 5xx did not.
+        case answered(OriginAnswer)
+        /// The origin could not be asked.
+        case failed(Error)
+    }
+
+    /// Starts (or joins) the revalidation of `key`: one conditional request however many
+    /// clients find it stale at once.
+    func startRevalidation(key: String, policy: CachePolicy, length: Int64, source: ProxiedSource) -> Task<Revalidation, Never> {
+        revalidations.withLock { running in
+            if let task = running[key] { return task }
+            let task = Task { [self] in
+                let outcome = await revalidate(key: key, policy: policy, length: length, source: source)
+                _ = revalidations.withLock { $0.removeValue(forKey: key) }
+                return outcome
+            }
+            running[key] = task
+            return task
+        }
+    }
+
+    /// One conditional request for the first byte (`If-None-Match` / `If-Modified-Since`): a
+    /// `304` or a `206` of the same version freshens the stored head; another version drops it.
+    private func revalidate(key: String, policy: CachePolicy, length: Int64, source: ProxiedSource) async -> Revalidation {
+        var headers = source.forwarding.headers
+        for field in policy.revalidationHeaders { headers.append(name: field.name, value: field.value) }
+        let requestTime = Int64(time(nil))
+        let response: RangeResponse
+        do {
+            response = try await source.base.fetch(0..<1, validator: nil, forwarding: HTTPRangeSource.Forwarding(headers: headers))
+        } catch let answer as OriginAnswer {
+            let responseTime = Int64(time(nil))
+            if answer.head.status == 304 {
+                // No body: reading its end finishes the exchange, and the connection is reused.
+                do { for try await _ in answer.body {} } catch { answer.cancel() }
+                if let fresh = policy.freshened(by: answer.head, requestTime: requestTime, responseTime: responseTime) {
+                    let head = StoredHead(
+                        headers: fresh.response.headers, requestTime: requestTime, responseTime: responseTime,
+                        varyRequest: fresh.request.headers)
+                    do {
+                        if try await cache.updateStoredHead(key: key, head) { return .freshened(head, status: 304) }
+                    } catch {
+                        return .failed(error)
+                    }
+                }
+                _ = try? await cache.invalidate(key: key)
+                return .changed(status: 304)
+            }
+            if answer.head.status < 500 { _ = try? await cache.invalidate(key: key) }
+            return .answered(answer)
+        } catch {
+            return .failed(error)
+        }
+        response.cancel()
+        let stored = policy.response.headers
+        if let fresh = response.info.stored, Self.sameVersion(fresh.headers, stored), response.info.length == length {
+            let head = StoredHead(
+                headers: fresh.headers, requestTime: fresh.requestTime, responseTime: fresh.responseTime, varyRequest: fresh.varyRequest)
+            if (try? await cache.updateStoredHead(key: key, head)) == true { return .freshened(head, status: response.offset == 0 ? 200 : 206) }
+        }
+        _ = try? await cache.invalidate(key: key)
+        return .changed(status: 200)
+    }
+
+    /// Whether a new response shows the same version as the stored one: an equal strong entity
+    /// tag, or (both without one) an equal `Last-Modified`. Without any validator nothing
+    /// proves it, and the stored bytes are dropped rather than mixed with the new ones.
+    static func sameVersion(_ new: HTTPHeaders, _ stored: HTTPHeaders) -> Bool {
+        if let etag = new["etag"], let old = stored["etag"] { return Precondition.strongMatch(etag, old) }
+        if new["etag"] != nil || stored["etag"] != nil { return false }
+        guard let modified = new["last-modified"], let old = stored["last-modified"] else { return false }
+        return modified == old
+    }
+
+    /// A stale (or client-refused) stored response: ask the origin, then answer.
+    func revalidateAndAnswer(_ reader: CacheReader, policy: CachePolicy, source: ProxiedSource, _ exchange: Exchange) async throws {
+        let outcome = await startRevalidation(key: source.key, policy: policy, length: reader.length, source: source).value
+        switch outcome {
+        case .freshened(let head, let status):
+            exchange.status.forwardStatus = status
+            exchange.status.ttl = head.policy(target: exchange.target).freshnessLifetime
+            try await send(reader, head: head, exchange)
+        case .changed(let status):
+            await reader.close()
+            exchange.status.forwardStatus = status
+            try await fetchAndAnswer(source, exchange)
+        case .answered(let answer):
+            exchange.status.forwardStatus = answer.head.status
+            if answer.head.status >= 500, policy.mayServeStaleOnError(now: exchange.now) {
+                if answer.claim() { answer.cancel() }
+                exchange.status.detail = "stale-if-error"
+                try await send(reader, head: policy.storedHead, exchange)
+                return
+            }
+            await reader.close()
+            try await passOn(answer, exchange)
+        case .failed(let error):
+            if policy.mayServeStaleOnError(now: exchange.now) {
+                exchange.status.detail = "stale-if-error"
+                try await send(reader, head: policy.storedHead, exchange)
+                return
+            }
+            throw error
+        }
+    }
+
+    /// Hands an origin's answer to the client as it came (without hop-by-hop fields), or, when
+    /// another client already took this shared answer or it answered another request (a
+    /// first contact's range), asks the origin again with the client's own request.
+    func passOn(_ answer: OriginAnswer, _ exchange: Exchange) async throws {
+        exchange.status.forwardStatus = answer.head.status
+        exchange.status.detail = answer.reason
+        let usable = !(200...299).contains(answer.head.status) && answer.head.status != 304
+        guard usable, answer.claim() else {
+            if answer.claim() { answer.cancel() }
+            try await passThrough(exchange)
+            return
+        }
+        try await stream(answer, exchange)
+    }
+
+    /// The client's request sent on as it is (its range and conditionals included), the answer
+    /// streamed back, nothing stored.
+    private func passThrough(_ exchange: Exchange) async throws {
+        var headers = exchange.forwarding.headers
+        for name in ["range", "if-range", "if-match", "if-none-match", "if-modified-since", "if-unmodified-since"] {
+            for value in exchange.request.headers.values(name) { headers.append(name: name, value: value) }
+        }
+        do {
+            let response = try await exchange.base.fetch(nil, validator: nil, forwarding: .init(headers: headers, passOn: true))
+            response.cancel()
+            throw SparseCacheError(.origin, operation: "fetch", path: exchange.target, detail: "a passed-on request came back as cacheable")
+        } catch let answer as OriginAnswer {
+            exchange.status.forwardStatus = answer.head.status
+            try await stream(answer, exchange)
+        }
+    }
+
+    private func stream(_ answer: OriginAnswer, _ exchange: Exchange) async throws {
+        let response = exchange.response
+        var headers = answer.head.headers.removingHopByHop()
+        headers.remove("content-length")
+        let length: Int64?
+        switch answer.head.framing {
+        case .length(let count): length = count
+        case .none: length = 0
+        case .chunked, .untilClose: length = nil
+        }
+        do {
+            try await response.writeHead(status: answer.head.status, headers: proxyFields(headers, status: exchange.status), contentLength: length)
+            if exchange.request.method == "HEAD" || length == 0 {
+                answer.cancel()
+                return
+            }
+            for try await chunk in answer.body {
+                response.countCacheBytes(miss: Int64(chunk.count))
+                try await response.writeBody(chunk)
+            }
+            try await response.finishBody()
+        } catch {
+            answer.cancel()
+            throw error
+        }
+    }
+}
+
+/// A proxy client's view of an origin resource: the shared ``HTTPRangeSource`` of its URL, the
+/// cache key (the URL without credentials, or one of its `Vary` variants) and the client's
+/// request fields to forward.
+struct ProxiedSource: RangeSource {
+    let base: HTTPRangeSource
+    let key: String
+    let forwarding: HTTPRangeSource.Forwarding
+
+    func fetch(_ range: Range<Int64>?, validator: ContentValidator?) async throws -> RangeResponse {
+        try await base.fetch(range, validator: validator, forwarding: forwarding)
+    }
+}
+
+extension CachePolicy {
+    /// The stored response as a ``StoredHead`` again.
+    var storedHead: StoredHead {
+        StoredHead(headers: response.headers, requestTime: requestTime, responseTime: responseTime, varyRequest: request.headers)
+    }
+}
