@@ -190,6 +190,16 @@ public struct CachePolicy: Sendable, Equatable {
         return currentAge(now: now) - freshnessLifetime <= window
     }
 
+    /// Whether a stale response may be sent when the origin cannot be reached at all (RFC 9111,
+    /// section 4.2.4 allows it to a disconnected cache): not when the response says it must be
+    /// revalidated (`must-revalidate`, `proxy-revalidate`, `s-maxage`, `no-cache`). Squid and
+    /// Traffic Server serve stale when the origin is down; sparsecache does too, so a cached
+    /// video plays on while its origin is away.
+    public var mayServeStaleWhenDisconnected: Bool {
+        let directives = responseDirectives
+        return !["must-revalidate", "proxy-revalidate", "s-maxage", "no-cache"].contains { directives.contains($0) }
+    }
+
     /// The stored response matches `newRequest` on every field its `Vary` names (section 4.1):
     /// values compared after joining repeated fields and normalising whitespace around commas.
     public func varyMatches(_ newRequest: HTTPRequestHead) -> Bool {

@@ -109,8 +109,8 @@ extension CachingProxy {
             await reader.close()
             try await passOn(answer, exchange)
         case .failed(let error):
-            if policy.mayServeStaleOnError(now: exchange.now) {
-                exchange.status.detail = "stale-if-error"
+            if policy.mayServeStaleOnError(now: exchange.now) || policy.mayServeStaleWhenDisconnected {
+                exchange.status.detail = "stale: the origin cannot be reached"
                 try await send(reader, head: policy.storedHead, exchange)
                 return
             }
