@@ -17,18 +17,39 @@ extension ProgressiveCache {
     }
 
     /// Replaces the stored head of `key`, committed before this returns: a revalidation
-    /// answered `304` freshened it (RFC 9111, section 4.3.4). The resource must be open (the
-    /// caller holds a ``CacheReader``); otherwise nothing happens and false is returned.
+    /// answered `304` freshened it (RFC 9111, section 4.3.4). Returns false when the store no
+    /// longer has the resource, or it was replaced meanwhile (the head is then not the one of
+    /// the bytes stored, and is dropped).
     @discardableResult
     public func updateStoredHead(key: String, _ head: StoredHead) async throws -> Bool {
-        guard let resource = resources[key], let handle = resource.handle else { return false }
-        let file = handle.file
+        if let resource = resources[key], let handle = resource.handle {
+            try await Self.store(head, in: handle.file)
+            // Re-check after the awaits: a replacement may have come meanwhile.
+            guard resource.handle === handle else { return false }
+            resource.info?.stored = head
+            return true
+        }
+        // Not open here (a background revalidation that outlived its reader): open it for the
+        // update, unless it is gone.
+        guard await store.entry(for: key)?.length != nil else { return false }
+        let handle = try await store.open(key: key)
+        do {
+            try await Self.store(head, in: handle.file)
+        } catch {
+            try? await handle.release()
+            throw error
+        }
+        try await handle.release()
+        // A reader that opened it meanwhile read the old head; the next one reads this.
+        if let resource = resources[key], let handle = resource.handle, resource.info != nil {
+            resource.info?.stored = StoredHead(await handle.file.metadata)
+        }
+        return true
+    }
+
+    private static func store(_ head: StoredHead, in file: SparseFile) async throws {
         try await file.setMetadata(head.stored(in: await file.metadata))
         try await file.commit()
-        // Re-check after the awaits: a replacement may have come meanwhile.
-        guard resource.handle === handle else { return false }
-        resource.info?.stored = head
-        return true
     }
 
     /// Drops `key` from the cache: fetches of it stop, readers that had bytes of it get

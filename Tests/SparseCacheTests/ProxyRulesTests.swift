@@ -1,0 +1,147 @@
+// The proxy's own rules as pure values: client conditionals (RFC 9110 13), Cache-Status
+// (RFC 9211), stored heads in an index's metadata, cache and variant keys, forwarded fields.
+import Foundation
+import Testing
+
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseHTTP
+
+@Suite("proxy rules: conditionals (RFC 9110 13), Cache-Status (RFC 9211), stored heads, keys, forwarding")
+struct ProxyRulesTests {
+    static let lastModified = "Mon, 23 Nov 2026 10:00:00 GMT"
+    static let earlier = "Mon, 23 Nov 2026 09:00:00 GMT"
+    static let later = "Mon, 23 Nov 2026 11:00:00 GMT"
+
+    static func request(_ fields: [(String, String)], method: String = "GET") -> HTTPRequestHead {
+        HTTPRequestHead(method: method, target: "/a", headers: HTTPHeaders(fields))
+    }
+
+    @Test("preconditions in the order of 13.2.2: If-Match, If-Unmodified-Since, If-None-Match, If-Modified-Since")
+    func preconditions() {
+        let etag = "\"v1\""
+        let rows: [([(String, String)], String, Precondition)] = [
+            ([], "GET", .proceed),
+            ([("If-None-Match", "\"v1\"")], "GET", .notModified),
+            ([("If-None-Match", "W/\"v1\"")], "GET", .notModified),  // weak comparison (13.1.2)
+            ([("If-None-Match", "\"v0\", \"v1\"")], "HEAD", .notModified),
+            ([("If-None-Match", "*")], "GET", .notModified),
+            ([("If-None-Match", "\"v2\"")], "GET", .proceed),
+            ([("If-None-Match", "\"v1\"")], "DELETE", .failed),
+            ([("If-Modified-Since", Self.lastModified)], "GET", .notModified),
+            ([("If-Modified-Since", Self.later)], "GET", .notModified),
+            ([("If-Modified-Since", Self.earlier)], "GET", .proceed),
+            ([("If-Modified-Since", "yesterday")], "GET", .proceed),  // not a date: ignored
+            // If-None-Match present: If-Modified-Since is not looked at (13.1.3).
+            ([("If-None-Match", "\"v2\""), ("If-Modified-Since", Self.later)], "GET", .proceed),
+            ([("If-Match", "\"v1\"")], "GET", .proceed),
+            ([("If-Match", "W/\"v1\"")], "GET", .failed),  // strong comparison (13.1.1)
+            ([("If-Match", "\"v2\"")], "GET", .failed),
+            ([("If-Match", "*")], "GET", .proceed),
+            ([("If-Unmodified-Since", Self.earlier)], "GET", .failed),
+            ([("If-Unmodified-Since", Self.lastModified)], "GET", .proceed),
+            // If-Match present: If-Unmodified-Since is not looked at (13.1.4).
+            ([("If-Match", "\"v1\""), ("If-Unmodified-Since", Self.earlier)], "GET", .proceed),
+            // 412 before 304.
+            ([("If-Match", "\"v2\""), ("If-None-Match", "\"v1\"")], "GET", .failed),
+        ]
+        for (fields, method, expected) in rows {
+            let got = Precondition.evaluate(Self.request(fields, method: method), etag: etag, lastModified: Self.lastModified)
+            #expect(got == expected, "\(method) \(fields): \(got), expected \(expected)")
+        }
+        #expect(Precondition.evaluate(Self.request([("If-Match", "*")]), etag: nil, lastModified: nil) == .failed)
+        #expect(Precondition.evaluate(Self.request([("If-None-Match", "*")]), etag: nil, lastModified: nil) == .proceed)
+    }
+
+    @Test("If-Range: a strong entity tag, or the Last-Modified date only when it is strong (13.1.5)")
+    func ifRange() {
+        let date = "Mon, 23 Nov 2026 10:00:05 GMT"
+        #expect(Precondition.ifRangeMatches("\"v1\"", etag: "\"v1\"", lastModified: nil, date: date))
+        #expect(!Precondition.ifRangeMatches("\"v1\"", etag: "W/\"v1\"", lastModified: nil, date: date))
+        #expect(!Precondition.ifRangeMatches("W/\"v1\"", etag: "W/\"v1\"", lastModified: nil, date: date))
+        #expect(Precondition.ifRangeMatches(Self.lastModified, etag: nil, lastModified: Self.lastModified, date: date))
+        // Modified within the second the response was sent: a weak validator.
+        #expect(!Precondition.ifRangeMatches(Self.lastModified, etag: nil, lastModified: Self.lastModified, date: Self.lastModified))
+        #expect(!Precondition.ifRangeMatches(Self.lastModified, etag: nil, lastModified: Self.lastModified, date: nil))
+        #expect(!Precondition.ifRangeMatches(Self.earlier, etag: nil, lastModified: Self.lastModified, date: date))
+    }
+
+    @Test("Cache-Status: the cache's name, then hit or fwd, fwd-status, ttl, stored, a quoted detail (RFC 9211 2)")
+    func cacheStatus() {
+        #expect(CacheStatus(hit: true, ttl: 30).value == "sparsecache; hit; ttl=30")
+        #expect(CacheStatus(forward: "uri-miss", forwardStatus: 200, stored: true).value == "sparsecache; fwd=uri-miss; fwd-status=200; stored")
+        #expect(CacheStatus(forward: "stale", forwardStatus: 304, ttl: -5).value == "sparsecache; fwd=stale; fwd-status=304; ttl=-5")
+        #expect(CacheStatus(detail: "say \"no\"").value == "sparsecache; detail=\"say \\\"no\\\"\"")
+        let fields = proxyFields(HTTPHeaders([("Via", "1.0 upstream"), ("ETag", "\"a\"")]), status: CacheStatus(hit: true))
+        #expect(fields.map(\.0) == ["ETag", "Via", "Cache-Status"])
+        #expect(fields[1].1 == "1.0 upstream, 1.1 sparsecache")
+    }
+
+    @Test("a stored head survives the index metadata; a damaged one is refused; an old resource gets a stale one")
+    func storedHeadInMetadata() {
+        let head = StoredHead(
+            headers: HTTPHeaders([
+                ("Content-Type", "text/plain"), ("ETag", "\"v1\""), ("Cache-Control", "max-age=60"), ("X-Empty", ""),
+                ("Content-Length", "12"), ("Connection", "close, X-Hop"), ("X-Hop", "1"), ("Content-Range", "bytes 0-1/12"),
+            ]), requestTime: 10, responseTime: 11, varyRequest: HTTPHeaders([("Accept-Encoding", "gzip, br")]))
+        #expect(head.headers.map(\.name) == ["Content-Type", "ETag", "Cache-Control", "X-Empty"], "framing and hop-by-hop fields are not stored")
+        let metadata = head.stored(in: ResourceMetadata(key: "http://o/a"))
+        #expect(metadata.contentType == "text/plain" && metadata.etag == "\"v1\"" && metadata.key == "http://o/a")
+        #expect(StoredHead(metadata) == head)
+        var damaged = metadata
+        damaged.user["http.headers"] = "no colon here"
+        #expect(StoredHead(damaged) == nil)
+        damaged.user["http.headers"] = "bad name: x"
+        #expect(StoredHead(damaged) == nil)
+        let old = StoredHead(ResourceMetadata(key: "k", contentType: "video/mp4", etag: "\"e\"", lastModified: Self.lastModified))
+        #expect(old?.headers["etag"] == "\"e\"" && old?.headers["content-type"] == "video/mp4" && old?.responseTime == 0)
+        #expect(old.map { !$0.policy(target: "/a").isFresh(now: 1_795_428_000) } == true, "a head from before heads were stored is stale")
+    }
+
+    @Test("cache keys carry no credentials; a variant key depends on the Vary fields' normalised values only")
+    func keys() throws {
+        let url = try #require(URL(string: "http://user:secret@origin:8080/a.mp4?x=1"))
+        #expect(CachingProxy.cacheKey(url) == "http://origin:8080/a.mp4?x=1")
+        #expect(CachingProxy.cacheKey(try #require(URL(string: "http://origin/a"))) == "http://origin/a")
+        let head = StoredHead(headers: HTTPHeaders([("Vary", "Accept-Encoding, Accept-Language")]), requestTime: 0, responseTime: 0)
+        let gzip = CachingProxy.variantKey("k", of: head, for: Self.request([("Accept-Encoding", "gzip,br"), ("Cookie", "a")]))
+        let spaced = CachingProxy.variantKey("k", of: head, for: Self.request([("accept-encoding", "gzip, br")]))
+        let other = CachingProxy.variantKey("k", of: head, for: Self.request([("Accept-Encoding", "identity")]))
+        let language = CachingProxy.variantKey("k", of: head, for: Self.request([("Accept-Encoding", "gzip,br"), ("Accept-Language", "de")]))
+        #expect(gzip == spaced && gzip != other && gzip != language && gzip.hasPrefix("k#vary="))
+        #expect(!gzip.contains("gzip"), "values are hashed, not written into the key")
+    }
+
+    @Test("forwarded fields: end-to-end ones, without the range, the host and the conditionals the proxy writes")
+    func forwarding() {
+        let request = Self.request([
+            ("Host", "proxy"), ("Authorization", "Basic eA=="), ("Cookie", "c=1"), ("Connection", "X-Secret"), ("X-Secret", "1"),
+            ("Proxy-Authorization", "p"), ("Range", "bytes=0-1"), ("If-None-Match", "\"a\""), ("Accept-Encoding", "gzip"),
+            ("Keep-Alive", "timeout=5"), ("TE", "trailers"),
+        ])
+        let forwarded = HTTPRangeSource.Forwarding(client: request).headers.map(\.name)
+        #expect(forwarded == ["Authorization", "Cookie", "Accept-Encoding"], "\(forwarded)")
+    }
+
+    @Test("same version: an equal strong entity tag, or without tags an equal Last-Modified; nothing else proves it")
+    func sameVersion() {
+        func fields(_ pairs: [(String, String)]) -> HTTPHeaders { HTTPHeaders(pairs) }
+        #expect(CachingProxy.sameVersion(fields([("ETag", "\"a\"")]), fields([("ETag", "\"a\"")])))
+        #expect(!CachingProxy.sameVersion(fields([("ETag", "\"a\"")]), fields([("ETag", "\"b\"")])))
+        #expect(!CachingProxy.sameVersion(fields([("ETag", "W/\"a\"")]), fields([("ETag", "W/\"a\"")])))
+        #expect(CachingProxy.sameVersion(fields([("Last-Modified", Self.lastModified)]), fields([("Last-Modified", Self.lastModified)])))
+        #expect(!CachingProxy.sameVersion(fields([("ETag", "\"a\"")]), fields([("Last-Modified", Self.lastModified)])))
+        #expect(!CachingProxy.sameVersion(fields([]), fields([])), "without validators nothing proves the bytes are the same")
+    }
+
+    @Test("header storage text: fields round-trip in order with their case; control bytes never reach it")
+    func storageText() {
+        let headers = HTTPHeaders([("A", "1"), ("b-B", "two: with colon"), ("C", ""), ("D", "x\r\ny")])
+        let text = headers.storageText
+        #expect(!text.contains("\r"))
+        let back = HTTPHeaders(storageText: text)
+        #expect(back?.map(\.name) == ["A", "b-B", "C", "D"])
+        #expect(back?["b-b"] == "two: with colon" && back?["c"] == "" && back?["d"] == "xy")
+        #expect(HTTPHeaders(storageText: "") == HTTPHeaders())
+    }
+}
