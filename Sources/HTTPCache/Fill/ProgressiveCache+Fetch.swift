@@ -171,7 +171,7 @@ extension ProgressiveCache {
     }
 
     /// Sends one request, retrying failures that may pass with backoff.
-    func fetchWithRetries(_ source: any RangeSource, _ range: Range<Int64>, validator: ContentValidator?, key: String) async throws
+    func fetchWithRetries(_ source: any RangeSource, _ range: Range<Int64>?, validator: ContentValidator?, key: String) async throws
         -> RangeResponse
     {
         var attempt = 0

@@ -218,7 +218,13 @@ extension ProgressiveCache {
         // first), so a reader at 0 needs no second request.
         let response: RangeResponse
         do {
-            response = try await fetchWithRetries(source, 0..<Int64(handle.file.segmentSize), validator: nil, key: resource.key)
+            do {
+                response = try await fetchWithRetries(source, 0..<Int64(handle.file.segmentSize), validator: nil, key: resource.key)
+            } catch let error as SparseCacheError where error.httpStatus == 416 {
+                // No byte range of an empty resource is satisfiable (RFC 9110, section 14.1.1):
+                // some origins say so rather than send the empty 200. Ask for the whole.
+                response = try await fetchWithRetries(source, nil, validator: nil, key: resource.key)
+            }
         } catch {
             // Nothing was learned: leave no empty resource behind (a client asking for missing
             // URLs must not fill the store with them).
