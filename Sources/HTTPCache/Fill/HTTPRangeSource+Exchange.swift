@@ -20,12 +20,17 @@ extension HTTPRangeSource {
                 name: key, timeout: timeout, resolver: resolver, pool: pool)
             let head = exchange.head
             let times = (requestTime, Int64(time(nil)))
-            if let reason = Self.uncached(status: head.status, headers: head.headers, forwarding: forwarding, target: current.path) {
+            var length: Int64?
+            if case .length(let count) = head.framing { length = count }
+            if let reason = Self.uncached(
+                status: head.status, headers: head.headers, contentLength: length, forwarding: forwarding, target: current.path)
+            {
                 exchange.onFinish(release)
                 let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
                 throw OriginAnswer(head: head, body: body, cancel: { exchange.cancel() }, reason: reason)
             }
-            if [301, 302, 303, 307, 308].contains(head.status), let location = head.header("location") {
+            // A proxy hands redirects on (stored or not); only a source of its own follows them.
+            if forwarding == nil, [301, 302, 303, 307, 308].contains(head.status), let location = head.header("location") {
                 exchange.cancel()
                 guard let next = URL(string: location, relativeTo: current)?.absoluteURL, let scheme = next.scheme?.lowercased(),
                     scheme == "http" || scheme == "https"
@@ -40,8 +45,6 @@ extension HTTPRangeSource {
                 continue
             }
             do {
-                var length: Int64?
-                if case .length(let count) = head.framing { length = count }
                 let (info, offset) = try Self.interpret(
                     status: head.status, headers: head.headers, contentLength: length, requested: range, key: key, times: times,
                     forwarding: forwarding)

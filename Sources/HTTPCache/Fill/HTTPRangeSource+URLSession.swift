@@ -64,7 +64,10 @@ extension HTTPRangeSource {
             throw error
         }
         let headers = HTTPHeaders(response)
-        if let reason = Self.uncached(status: response.statusCode, headers: headers, forwarding: forwarding, target: url.path) {
+        let contentLength = response.expectedContentLength >= 0 ? response.expectedContentLength : nil
+        if let reason = Self.uncached(
+            status: response.statusCode, headers: headers, contentLength: contentLength, forwarding: forwarding, target: url.path)
+        {
             let head = HTTPResponseHead(status: response.statusCode, headers: headers)
             throw OriginAnswer(head: head, body: stream.body, cancel: { task.cancel() }, reason: reason)
         }

@@ -139,22 +139,25 @@ public final class HTTPRangeSource: RangeSource {
     }
 
     /// Whether a response to a forwarded request is one to hand on as it is rather than cache
-    /// (see ``fetch(_:validator:forwarding:)``), and why.
-    static func uncached(status: Int, headers: HTTPHeaders, forwarding: Forwarding?, target: String) -> String? {
+    /// (see ``fetch(_:validator:forwarding:)``), and why. A status other than 200 and 206 is
+    /// cached only when a shared cache may store it and its whole body, of a known length of at
+    /// most ``StoredHead/maximumOtherBody``, comes in this one answer.
+    static func uncached(status: Int, headers: HTTPHeaders, contentLength: Int64?, forwarding: Forwarding?, target: String) -> String? {
         guard let forwarding else { return nil }
         if forwarding.passOn { return "passed through" }
-        switch status {
-        case 416: return nil
-        case 200, 206:
-            let stored = StoredHead(headers: headers, requestTime: 0, responseTime: 0)
-            if stored.size > StoredHead.maximumSize { return "header fields too large to store" }
-            let policy = CachePolicy(
-                request: HTTPRequestHead(method: "GET", target: target, headers: forwarding.headers),
-                response: HTTPResponseHead(status: 200, headers: headers), requestTime: 0, responseTime: 0)
-            return policy.storability.reason.map { "not stored: \($0)" }
-        default:
-            return "status \(status) is passed on, not stored"
+        if status == 416 { return nil }
+        if status == 304 || status < 200 { return "status \(status) is passed on" }
+        if status != 200, status != 206 {
+            guard let contentLength, contentLength <= StoredHead.maximumOtherBody else {
+                return "status \(status) with a body of unknown or large size is passed on"
+            }
         }
+        let stored = StoredHead(status: status, headers: headers, requestTime: 0, responseTime: 0)
+        if stored.size > StoredHead.maximumSize { return "header fields too large to store" }
+        let policy = CachePolicy(
+            request: HTTPRequestHead(method: "GET", target: target, headers: forwarding.headers),
+            response: HTTPResponseHead(status: stored.status, headers: headers), requestTime: 0, responseTime: 0)
+        return policy.storability.reason.map { "not stored: \($0)" }
     }
 
     /// The `If-Range` value: a strong ETag, else the Last-Modified date (a weak ETag may not
@@ -192,6 +195,12 @@ public final class HTTPRangeSource: RangeSource {
             return (ContentInfo(length: contentRange.total, contentType: contentType, validator: validator, stored: stored), first.lowerBound)
         case 200:
             return (ContentInfo(length: contentLength, contentType: contentType, validator: validator, stored: stored), 0)
+        case _ where forwarding != nil && status != 416 && (200...599).contains(status):
+            // A response of another status a proxy stores whole (``uncached(status:...)`` let it
+            // through): its body is the resource, from byte 0.
+            var whole = stored
+            whole.status = status
+            return (ContentInfo(length: contentLength, contentType: contentType, validator: validator, stored: whole), 0)
         case 416:
             let total = headers["content-range"].flatMap(ContentRange.init)?.total
             throw SparseCacheError(

@@ -6,9 +6,11 @@ import SparseHTTP
 /// `Vary` names. Committed atomically with the resource's index (in the metadata), so what a
 /// client is told about a body always describes the bytes on disk.
 ///
-/// The status is not kept: the store holds complete representations (a `206` from the origin
-/// is stored as the `200` it is part of).
+/// A `206` from the origin is stored as the `200` representation it is part of; other statuses
+/// (a 404 page, a 301) are stored with their status and served whole.
 public struct StoredHead: Sendable, Equatable {
+    /// The status of the stored response: 200 for a representation filled by ranges.
+    public var status: Int
     /// The response's fields without hop-by-hop ones and without the fields that describe one
     /// message's framing (`Content-Length`, `Content-Range`): those are written per answer.
     public var headers: HTTPHeaders
@@ -19,7 +21,8 @@ public struct StoredHead: Sendable, Equatable {
     /// The fields of the request that brought the response which its `Vary` names, as sent.
     public var varyRequest: HTTPHeaders
 
-    public init(headers: HTTPHeaders, requestTime: Int64, responseTime: Int64, varyRequest: HTTPHeaders = []) {
+    public init(status: Int = 200, headers: HTTPHeaders, requestTime: Int64, responseTime: Int64, varyRequest: HTTPHeaders = []) {
+        self.status = status == 206 ? 200 : status
         var kept = headers.removingHopByHop()
         for name in Self.perMessage { kept.remove(name) }
         self.headers = kept
@@ -36,7 +39,7 @@ public struct StoredHead: Sendable, Equatable {
     public func policy(target: String) -> CachePolicy {
         CachePolicy(
             request: HTTPRequestHead(method: "GET", target: target, headers: varyRequest),
-            response: HTTPResponseHead(status: 200, headers: headers), requestTime: requestTime, responseTime: responseTime)
+            response: HTTPResponseHead(status: status, headers: headers), requestTime: requestTime, responseTime: responseTime)
     }
 
     /// The validators, for `If-Range` on the fill's range requests.
@@ -49,6 +52,7 @@ public struct StoredHead: Sendable, Equatable {
     private static let headersKey = "http.headers"
     private static let timesKey = "http.times"
     private static let varyKey = "http.vary-request"
+    private static let statusKey = "http.status"
 
     /// The head kept in `metadata`, or nil when it holds none or a damaged one. A resource
     /// stored before heads were kept gets one from its content type and validators, with
@@ -63,9 +67,10 @@ public struct StoredHead: Sendable, Equatable {
             return
         }
         guard let headers = HTTPHeaders(storageText: text), let vary = HTTPHeaders(storageText: metadata.user[Self.varyKey] ?? ""),
-            let times = metadata.user[Self.timesKey]?.split(separator: " ").compactMap({ Int64($0) }), times.count == 2
+            let times = metadata.user[Self.timesKey]?.split(separator: " ").compactMap({ Int64($0) }), times.count == 2,
+            let status = Int(metadata.user[Self.statusKey] ?? "200"), (200...599).contains(status)
         else { return nil }
-        self.init(headers: headers, requestTime: times[0], responseTime: times[1], varyRequest: vary)
+        self.init(status: status, headers: headers, requestTime: times[0], responseTime: times[1], varyRequest: vary)
     }
 
     /// `metadata` with this head in it (and its content type and validators in their own
@@ -78,8 +83,14 @@ public struct StoredHead: Sendable, Equatable {
         metadata.user[Self.headersKey] = headers.storageText
         metadata.user[Self.timesKey] = "\(requestTime) \(responseTime)"
         metadata.user[Self.varyKey] = varyRequest.storageText
+        metadata.user[Self.statusKey] = status == 200 ? nil : String(status)
         return metadata
     }
+
+    /// The largest body of a status other than 200 that is stored: it must arrive whole in the
+    /// first answer (ranges are of 200 representations only), and error pages and redirects
+    /// are small.
+    public static let maximumOtherBody: Int64 = 256 * 1024
 
     /// The most header bytes stored with one resource; a response with more is not stored
     /// (the index metadata has a hard limit, ``ResourceMetadata/maximumEncodedSize``).

@@ -73,7 +73,7 @@ extension CachingProxy {
             if (try? await cache.updateStoredHead(key: key, head)) == true { return .freshened(head, status: response.offset == 0 ? 200 : 206) }
         }
         _ = try? await cache.invalidate(key: key)
-        return .changed(status: 200)
+        return .changed(status: response.info.stored?.status ?? 200)
     }
 
     /// Whether a new response shows the same version as the stored one: an equal strong entity

@@ -161,7 +161,7 @@ public final class CachingProxy: Sendable {
             return
         }
         exchange.status.stored = true
-        exchange.status.forwardStatus = exchange.status.forwardStatus ?? 200
+        exchange.status.forwardStatus = exchange.status.forwardStatus ?? reader.info.stored?.status ?? 200
         do {
             try await send(reader, head: reader.info.stored ?? StoredHead(headers: [], requestTime: exchange.now, responseTime: exchange.now), exchange)
         } catch {
@@ -221,7 +221,10 @@ public final class CachingProxy: Sendable {
         var stored = head.headers
         for name in ["age", "accept-ranges", "transfer-encoding", "content-length", "content-range"] { stored.remove(name) }
         let etag = stored["etag"], lastModified = stored["last-modified"]
-        switch Precondition.evaluate(request, etag: etag, lastModified: lastModified) {
+        // Conditionals and ranges select among representations: a stored error page or
+        // redirect is sent as it is (RFC 9110, sections 13.2.1 and 14.2).
+        let representation = head.status == 200
+        switch representation ? Precondition.evaluate(request, etag: etag, lastModified: lastModified) : .proceed {
         case .failed:
             try await response.respond(status: 412, message: "precondition failed", headers: proxyFields([], status: exchange.status))
             return
@@ -235,11 +238,12 @@ public final class CachingProxy: Sendable {
         case .proceed:
             break
         }
-        var headers = proxyFields(stored, status: exchange.status) + [("Age", String(age)), ("Accept-Ranges", "bytes")]
-        if headers.first(where: { $0.0.lowercased() == "content-type" }) == nil {
+        var headers = proxyFields(stored, status: exchange.status) + [("Age", String(age))]
+        if representation { headers.append(("Accept-Ranges", "bytes")) }
+        if representation, headers.first(where: { $0.0.lowercased() == "content-type" }) == nil {
             headers.append(("Content-Type", "application/octet-stream"))
         }
-        var rangeHeader = request.header("range")
+        var rangeHeader = representation ? request.header("range") : nil
         if let ifRange = request.header("if-range"),
             !Precondition.ifRangeMatches(ifRange, etag: etag, lastModified: lastModified, date: stored["date"])
         {
@@ -249,7 +253,7 @@ public final class CachingProxy: Sendable {
         let range: Range<Int64>
         switch RangeRequest.parse(rangeHeader, length: length) {
         case .whole, .multiple:
-            status = 200
+            status = head.status
             range = 0..<length
         case .single(let single):
             status = 206
