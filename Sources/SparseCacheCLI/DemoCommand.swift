@@ -51,7 +51,7 @@ enum DemoCommand: Command {
         var demo = Demo(path: path, length: size, segmentSize: segmentSize, seed: seed)
         let clean = try await demo.run()
         if arguments.has("--keep") { Output.print("kept: \(path) (and \(SparseFile.indexPath(for: path)))") }
-        return clean ? ExitStatus.ok : ExitStatus.notPresentOrDamaged
+        return clean ? ExitStatus.ok : ExitStatus.dataError
     }
 }
 

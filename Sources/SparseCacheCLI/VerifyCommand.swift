@@ -27,7 +27,7 @@ enum VerifyCommand: Command {
           --json        Print the report as JSON
           -h, --help    Show this help
 
-        EXIT STATUS: 0 clean, 1 damage found (repaired or not), 65 no usable index,
+        EXIT STATUS: 0 clean, 65 damage found (repaired or not) or no usable index,
                      74 I/O error, 75 locked (--repair while another process writes).
         """
 
@@ -51,7 +51,7 @@ enum VerifyCommand: Command {
         } else {
             printReport(report)
         }
-        return report.isClean ? ExitStatus.ok : ExitStatus.notPresentOrDamaged
+        return report.isClean ? ExitStatus.ok : ExitStatus.dataError
     }
 
     private static func printReport(_ report: VerifyReport) {
