@@ -1,5 +1,10 @@
 import Foundation
 import SparseCache
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `sparsecache demo`: the main job on an embedded default, no network needed.
 enum DemoCommand: Command {
@@ -31,27 +36,93 @@ enum DemoCommand: Command {
         let segmentSize = Int(try arguments.size("--segment-size") ?? 65536)
         guard size > 0, size <= (64 << 30) else { throw UsageError("--size must be between 1 byte and 64G") }
         guard let seed = UInt64(arguments.options["--seed"] ?? "1") else { throw UsageError("--seed must be a non-negative integer") }
-        let directory: String
-        let temporary = arguments.options["--dir"] == nil
-        if let dir = arguments.options["--dir"] {
-            directory = dir
-            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        } else {
-            directory = FileManager.default.temporaryDirectory.appendingPathComponent("sparsecache-demo-\(getpid())").path
+        let keep = arguments.has("--keep")
+        // SIGPIPE would end the process before it could remove its temporary directory: a
+        // closed standard output is seen as EPIPE instead, and SIGINT/SIGTERM as events.
+        signal(SIGPIPE, SIG_IGN)
+        try ShutdownSignals.install()
+        let scratch: TemporaryDirectory?
+        let path: String
+        if let directory = arguments.options["--dir"] {
+            path = directory + "/movie.bin"
+            // Never overwrite: the demo's resource is made fresh, and a file of that name may
+            // be someone's.
+            for existing in [path, SparseFile.indexPath(for: path)] where pathExists(existing) {
+                Output.error(
+                    "sparsecache demo: '\(existing)' exists; the demo never overwrites a file: remove it or choose another --dir")
+                return ExitStatus.cannotCreate
+            }
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            scratch = nil
+        } else {
+            let made = try TemporaryDirectory(prefix: "sparsecache-demo-")
+            path = made.path + "/movie.bin"
+            scratch = keep ? nil : made
         }
-        let path = directory + "/movie.bin"
-        defer {
-            if temporary, !arguments.has("--keep") { try? FileManager.default.removeItem(atPath: directory) }
+        // Ctrl-C (or SIGTERM): the temporary directory goes too.
+        let interrupted = Task {
+            guard let signal = try? await ShutdownSignals.next(), !Task.isCancelled else { return }
+            scratch?.remove()
+            Output.error(
+                "sparsecache demo: \(signal == SIGINT ? "SIGINT" : "SIGTERM"): stopped"
+                    + (scratch.map { "; removed \($0.path)" } ?? "; kept \(path)"))
+            exit(128 + signal)
         }
-        if FileManager.default.fileExists(atPath: path) {
-            try FileManager.default.removeItem(atPath: path)
-            try? FileManager.default.removeItem(atPath: SparseFile.indexPath(for: path))
-        }
+        defer { interrupted.cancel() }
+
         var demo = Demo(path: path, length: size, segmentSize: segmentSize, seed: seed)
-        let clean = try await demo.run()
-        if arguments.has("--keep") { Output.print("kept: \(path) (and \(SparseFile.indexPath(for: path)))") }
-        return clean ? ExitStatus.ok : ExitStatus.notPresentOrDamaged
+        let clean: Bool
+        do {
+            clean = try await demo.run()
+            if keep { try Demo.say("kept: \(path) (and \(SparseFile.indexPath(for: path)))") }
+        } catch is StandardOutputClosed {
+            scratch?.remove()
+            Output.error("sparsecache demo: standard output was closed; stopped" + (scratch.map { "; removed \($0.path)" } ?? ""))
+            return 128 + SIGPIPE
+        } catch {
+            scratch?.remove()
+            throw error
+        }
+        scratch?.remove()
+        return clean ? ExitStatus.ok : ExitStatus.dataError
+    }
+
+    private static func pathExists(_ path: String) -> Bool {
+        var status = stat()
+        return lstat(path, &status) == 0 || errno != ENOENT
+    }
+}
+
+/// Standard output was closed by its reader (EPIPE): nobody is watching any more.
+struct StandardOutputClosed: Error {}
+
+/// A new directory from mkdtemp(3) under $TMPDIR (or /tmp), removed at most once, from any
+/// thread (the signal task or the command's own).
+final class TemporaryDirectory: Sendable {
+    let path: String
+    private let removed = Mutex(false)
+
+    init(prefix: String) throws {
+        var base = FileManager.default.temporaryDirectory.path
+        while base.count > 1, base.hasSuffix("/") { base.removeLast() }
+        var template = Array((base + "/" + prefix + "XXXXXX").utf8CString)
+        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+            throw SparseCacheError(.io, operation: "mkdtemp", path: base, errno: errno)
+        }
+        path = String(cString: made)
+    }
+
+    /// Deletes the directory and everything in it. A file created in it meanwhile (the demo
+    /// still runs on another thread) makes the first tries fail; a few more settle it.
+    func remove() {
+        guard removed.withLock({ done in
+            defer { done = true }
+            return !done
+        }) else { return }
+        for _ in 0..<5 {
+            if (try? FileManager.default.removeItem(atPath: path)) != nil || !FileManager.default.fileExists(atPath: path) { return }
+        }
+        Output.error("sparsecache demo: could not remove the temporary directory '\(path)'")
     }
 }
 
@@ -76,10 +147,20 @@ struct Demo {
         self.random = SplitMix(seed: seed)
     }
 
+    /// One line on standard output; throws ``StandardOutputClosed`` when its reader is gone.
+    static func say(_ text: String) throws {
+        var line = text + "\n"
+        let written = line.withUTF8 { Output.writeAll(UnsafeRawBufferPointer($0), to: 1) }
+        guard written else {
+            if errno == EPIPE { throw StandardOutputClosed() }
+            throw SparseCacheError(.io, operation: "write", path: "standard output", errno: errno)
+        }
+    }
+
     mutating func run() async throws -> Bool {
         let started = ContinuousClock.now
-        Output.print("sparsecache demo: a \(SizeParser.describe(length)) resource in \(SizeParser.describe(Int64(segmentSize))) segments at \(path)")
-        Output.print("map legend: █ present  ▓ mostly  ▒ partly  · missing\n")
+        try Self.say("sparsecache demo: a \(SizeParser.describe(length)) resource in \(SizeParser.describe(Int64(segmentSize))) segments at \(path)")
+        try Self.say("map legend: █ present  ▓ mostly  ▒ partly  · missing\n")
         var options = SparseFileOptions()
         options.length = length
         options.segmentSize = segmentSize
@@ -99,35 +180,35 @@ struct Demo {
         let before = await file.presentBytes
         let held = await file.incompleteRanges().reduce(Int64(0)) { $0 + Int64($1.count) }
         droppedAtRestart = held
-        Output.print("\nrestart: closing with \(SizeParser.describe(before)) present; \(held) bytes of incomplete segments are dropped")
+        try Self.say("\nrestart: closing with \(SizeParser.describe(before)) present; \(held) bytes of incomplete segments are dropped")
         try await file.close()
         file = try await SparseFile.open(path, options: options)
         let after = await file.presentBytes
-        Output.print("reopened: index recovered \(SizeParser.describe(after)) present (\(after == before ? "same as before" : "DIFFERENT"))")
-        Output.print("          " + SegmentMap.render(present: await file.presentRanges(), length: length, width: 64))
+        try Self.say("reopened: index recovered \(SizeParser.describe(after)) present (\(after == before ? "same as before" : "DIFFERENT"))")
+        try Self.say("          " + SegmentMap.render(present: await file.presentRanges(), length: length, width: 64))
 
-        Output.print("\nresume: fetching only what is missing")
+        try Self.say("\nresume: fetching only what is missing")
         try await play(file, label: "play to the end from 0", from: 0, budget: length)
         try await file.close()
 
         let elapsed = ContinuousClock.now - started
-        Output.print("\nverify:")
+        try Self.say("\nverify:")
         let report = try await Verifier.verify(path: path)
-        Output.print("  \(report.segmentsChecked) segments, \(report.bytesChecked) bytes checked against their CRC32C: \(report.isClean ? "clean" : "DAMAGED")")
+        try Self.say("  \(report.segmentsChecked) segments, \(report.bytesChecked) bytes checked against their CRC32C: \(report.isClean ? "clean" : "DAMAGED")")
         let identical = try await compareWithSource()
-        Output.print("  every byte equals the source: \(identical ? "yes" : "NO")")
+        try Self.say("  every byte equals the source: \(identical ? "yes" : "NO")")
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         let refetched = fetched - length
-        Output.print(
+        try Self.say(
             "\nsummary: fetched \(SizeParser.describe(fetched)) for a \(SizeParser.describe(length)) resource; the \(refetched) bytes fetched twice are exactly the incomplete segments dropped at the restart: \(refetched == droppedAtRestart ? "yes" : "NO")")
-        Output.print("         served \(SizeParser.describe(served)) to the player while filling; \(partialReads) reads got a partial prefix because the fill had not got that far; \(String(Int(seconds * 1000))) ms in all")
+        try Self.say("         served \(SizeParser.describe(served)) to the player while filling; \(partialReads) reads got a partial prefix because the fill had not got that far; \(String(Int(seconds * 1000))) ms in all")
         return report.isClean && identical && refetched == droppedAtRestart
     }
 
     /// Fills from `from` forward (skipping what is present) in unaligned network-sized chunks,
     /// committing every 1 MiB, while the player reads whatever is present at its playhead.
     mutating func play(_ file: SparseFile, label: String, from start: Int64, budget: Int64) async throws {
-        Output.print("\(label) (offset \(start))")
+        try Self.say("\(label) (offset \(start))")
         var playhead = start
         var spent: Int64 = 0
         var sinceCommit: Int64 = 0
@@ -148,13 +229,13 @@ struct Demo {
                     try await file.commit()
                     sinceCommit = 0
                     playhead = try await consume(file, playhead: playhead)
-                    await picture(file)
+                    try await picture(file)
                 }
             }
         }
         try await file.commit()
         playhead = try await consume(file, playhead: playhead)
-        await picture(file, force: true)
+        try await picture(file, force: true)
     }
 
     /// The player: reads what is present at the playhead, a partial read when the fill has
@@ -176,7 +257,7 @@ struct Demo {
         return playhead
     }
 
-    mutating func picture(_ file: SparseFile, force: Bool = false) async {
+    mutating func picture(_ file: SparseFile, force: Bool = false) async throws {
         let present = await file.presentBytes
         let step = Int(present * 10 / length)
         guard (force && present != lastPictured) || step != lastPicture else { return }
@@ -184,7 +265,7 @@ struct Demo {
         lastPictured = present
         let ranges = await file.presentRanges()
         let share = percent(present, of: length)
-        Output.print("  " + SegmentMap.render(present: ranges, length: length, width: 64) + "  \(share) present")
+        try Self.say("  " + SegmentMap.render(present: ranges, length: length, width: 64) + "  \(share) present")
     }
 
     func compareWithSource() async throws -> Bool {

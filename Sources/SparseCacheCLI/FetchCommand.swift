@@ -46,6 +46,7 @@ enum FetchCommand: Command {
         let budget = try arguments.size("--max-size") ?? .max
         let output = try arguments.options["--output"].map(OutputFile.init)
         let source = try HTTPRangeSource(url: url)
+        noteIfNewCacheDirectory(directory, command: name)
         let store = try await SparseStore.open(directory: directory, options: StoreOptions(budget: budget))
         let cache = ProgressiveCache(store: store)
         let meter = ProgressMeter(terminal: Output.isTerminal(2))

@@ -62,7 +62,7 @@ enum ReadCommand: Command {
         if !missing.isEmpty {
             guard arguments.has("--partial") else {
                 Output.error("sparsecache read: '\(path)': \(missing.reduce(0) { $0 + $1.count }) of \(length) bytes not present: missing \(describe(missing))")
-                return ExitStatus.notPresentOrDamaged
+                return ExitStatus.notPresent
             }
             end = missing[0].lowerBound
             Output.error("sparsecache read: '\(path)': \(end - offset) of \(length) bytes present from offset \(offset); output stops at \(end)")

@@ -70,6 +70,7 @@ enum ServeCommand: Command {
 
         // Before anything is in flight: a signal from here on shuts down gracefully.
         try ShutdownSignals.install()
+        noteIfNewCacheDirectory(directory, command: name)
         let store = try await SparseStore.open(directory: directory, options: StoreOptions(budget: budget))
         let cache = ProgressiveCache(store: store)
         let proxy = CachingProxy(cache: cache, origin: origin)

@@ -35,9 +35,7 @@ enum SparseCacheTool {
         OPTIONS:
           -h, --help    Show help; 'sparsecache <command> --help' for a command
 
-        EXIT STATUS: 0 ok, 1 not present or damage found, 64 usage error, 65 malformed index,
-                     69 origin unreachable, 74 I/O error, 75 locked by another process (or the
-                     resource changed on its origin), 76 the origin answered with an error.
+        \(ExitStatus.helpText)
         """
 
     static func run(_ arguments: [String]) async -> Int32 {
@@ -102,23 +100,49 @@ protocol Command: SendableMetatype {
     static func run(_ arguments: ParsedArguments) async throws -> Int32
 }
 
-/// sysexits-style statuses.
+/// Exit statuses, from sysexits(3), the same in every verb.
 enum ExitStatus {
     static let ok: Int32 = 0
-    static let notPresentOrDamaged: Int32 = 1
+    /// `read`: the range is not (fully) present. An answer, not a failure.
+    static let notPresent: Int32 = 1
+    /// EX_USAGE: a malformed command line or an argument that does not fit the resource.
     static let usage: Int32 = 64
-    static let malformedIndex: Int32 = 65
-    static let software: Int32 = 70
-    static let ioError: Int32 = 74
-    static let locked: Int32 = 75
+    /// EX_DATAERR: bad data. A damaged segment or index, no usable index state, an index
+    /// from a newer format; `verify` found damage.
+    static let dataError: Int32 = 65
+    /// EX_NOINPUT: a missing file, resource, key or cache directory.
+    static let noInput: Int32 = 66
+    /// EX_UNAVAILABLE: the origin could not be reached.
     static let originUnavailable: Int32 = 69
+    /// EX_SOFTWARE: a bug.
+    static let software: Int32 = 70
+    /// EX_CANTCREAT: an output that must not be overwritten already exists.
+    static let cannotCreate: Int32 = 73
+    /// EX_IOERR.
+    static let ioError: Int32 = 74
+    /// EX_TEMPFAIL: locked by another process, or the resource changed on its origin.
+    static let locked: Int32 = 75
+    /// EX_PROTOCOL: the origin answered with an error.
     static let originError: Int32 = 76
+    /// EX_NOPERM: permission denied.
+    static let noPermission: Int32 = 77
+
+    /// The lines of `EXIT STATUS:` shared by every help text.
+    static let helpText = """
+        EXIT STATUS (sysexits, the same for every command): 0 ok, 1 'read': not present,
+          64 usage error, 65 bad data (damage found, unusable index), 66 no such file,
+          resource, key or cache directory, 69 origin unreachable, 73 would overwrite a file,
+          74 I/O error, 75 locked by another process (or the resource changed on its
+          origin), 76 the origin answered with an error, 77 permission denied.
+        """
 
     static func of(_ error: SparseCacheError) -> Int32 {
         switch error.code {
-        case .notPresent, .corruptData: notPresentOrDamaged
-        case .invalidArgument, .notFound: usage
-        case .corruptIndex, .unsupportedVersion: malformedIndex
+        case .notPresent: notPresent
+        case .corruptData, .corruptIndex, .unsupportedVersion: dataError
+        case .invalidArgument: usage
+        case .notFound: noInput
+        case .io where error.errno == EACCES || error.errno == EPERM: noPermission
         case .io, .needsReopen, .closed: ioError
         case .locked, .originChanged: locked
         case .originUnavailable: originUnavailable

@@ -8,8 +8,11 @@ func defaultCacheDirectory() -> String {
     return (environment["HOME"] ?? NSHomeDirectory()) + "/.cache/sparsecache"
 }
 
-/// Opens a store for a maintenance command: no budget enforcement on open.
+/// Opens a store for a maintenance command: no budget enforcement on open. The directory
+/// must already be a cache directory: a mistyped `--cache-dir` is an error (exit 66), never
+/// a new empty cache.
 func withStore<T>(_ directory: String, _ body: (SparseStore) async throws -> T) async throws -> T {
+    try SparseStore.requireCacheDirectory(directory, operation: "open cache directory")
     let store = try await SparseStore.open(directory: directory, options: StoreOptions(budget: .max))
     do {
         let result = try await body(store)
@@ -21,6 +24,14 @@ func withStore<T>(_ directory: String, _ body: (SparseStore) async throws -> T) 
     }
 }
 
+/// For the commands that fill a cache (fetch, serve), which create a missing cache
+/// directory: says so on stderr, so a mistyped `--cache-dir` does not pass unnoticed.
+func noteIfNewCacheDirectory(_ directory: String, command: String) {
+    if (try? FileSystem.exists(directory)) == false {
+        Output.error("sparsecache \(command): creating the cache directory '\(directory)' (it did not exist)")
+    }
+}
+
 /// `sparsecache ls [--cache-dir DIR] [--json]`
 enum ListCommand: Command {
     static let name = "ls"
@@ -29,6 +40,9 @@ enum ListCommand: Command {
         OVERVIEW: List the resources in a cache directory, least recently used first.
 
         Reads the directory without taking its lock, so it works while a cache or proxy runs.
+        Lengths and present bytes are read from each resource's index (the truth, also after
+        a crash); the catalog gives the last access. FILE is the data file in DIR/resources
+        (its index is FILE.scidx).
 
         USAGE: sparsecache ls [--cache-dir DIR] [--json]
 
@@ -55,13 +69,14 @@ enum ListCommand: Command {
             Output.print("no resources")
             return ExitStatus.ok
         }
-        Output.print(pad("PRESENT", 12) + pad("LENGTH", 12) + pad("%", 8) + pad("ON DISK", 12) + pad("LAST ACCESS", 22) + "KEY")
+        Output.print(
+            pad("PRESENT", 12) + pad("LENGTH", 12) + pad("%", 8) + pad("ON DISK", 12) + pad("LAST ACCESS", 22) + pad("FILE", 20) + "KEY")
         for entry in summary.entries {
             let share = entry.percentPresent.map { String(format: "%.1f", $0) } ?? "?"
             Output.print(
                 pad(SizeParser.describe(entry.presentBytes), 12) + pad(entry.length.map(SizeParser.describe) ?? "unknown", 12)
                     + pad(share, 8) + pad(SizeParser.describe(entry.allocatedBytes), 12) + pad(timestamp(entry.lastAccess), 22)
-                    + entry.key)
+                    + pad(entry.name, 20) + entry.key)
         }
         Output.print("\(summary.entries.count) resources, \(SizeParser.describe(summary.presentBytes)) present, \(SizeParser.describe(summary.allocatedBytes)) on disk")
         return ExitStatus.ok
@@ -90,6 +105,7 @@ enum EvictCommand: Command {
         With --key, removes that resource. With --to-size, removes least-recently-used
         resources (keeping pinned prefixes first) until the directory takes at most SIZE on
         disk. Takes the directory's lock: fails with exit 75 while a cache or proxy owns it.
+        An unknown key or a directory that is not a cache directory is an error (exit 66).
 
         USAGE: sparsecache evict [--cache-dir DIR] (--key K | --to-size SIZE)
 
@@ -128,7 +144,8 @@ enum ClearCommand: Command {
         OVERVIEW: Remove every resource from a cache directory.
 
         Takes the directory's lock: fails with exit 75 while a cache or proxy owns it. Files in
-        the directory that sparsecache did not make are left alone.
+        the directory that sparsecache did not make are left alone. A directory that is not a
+        cache directory is an error (exit 66).
 
         USAGE: sparsecache clear [--cache-dir DIR]
 

@@ -1,12 +1,12 @@
 import Foundation
 import SparseCache
 
-/// `sparsecache verify <file> [--repair] [--json]`
+/// `sparsecache verify (<file> | --cache-dir DIR) [--repair] [--json]`
 enum VerifyCommand: Command {
     static let name = "verify"
-    static let spec = ArgumentSpec(positionals: ["file"], flags: ["--repair", "--json"])
+    static let spec = ArgumentSpec(positionals: ["file"], optionalPositionals: 1, options: ["--cache-dir"], flags: ["--repair", "--json"])
     static let help = """
-        OVERVIEW: Check a resource after a crash.
+        OVERVIEW: Check a resource, or a whole cache directory, after a crash.
 
         Checks every index checksum (both superblock copies, the checkpoint, each journal
         record), every present segment's CRC32C against the bytes on disk, and that the data
@@ -14,25 +14,50 @@ enum VerifyCommand: Command {
         segment is named, and so is each one that cannot be read (EIO): verify goes on past it.
         A torn last journal record left by a crash is normal and only noted.
 
+        With --cache-dir, checks every resource of the directory that way (one line each), the
+        catalog against the indexes (which are the truth: the catalog lags them after a crash),
+        and the files no resource accounts for: data files without an index and temporary
+        files (what a crash leaves; noted), indexes without their data file (damage). Then
+        totals. Without --repair it takes no lock and changes nothing, so it can run beside a
+        'serve' of the same directory: each resource is checked as committed when it is
+        reached, and catalog lag and temporary files are then expected.
+
         USAGE: sparsecache verify <file> [--repair] [--json]
+               sparsecache verify --cache-dir DIR [--repair] [--json]
 
         ARGUMENTS:
-          <file>        The resource's data file
+          <file>            The resource's data file
 
         OPTIONS:
-          --repair      Drop damaged segments from the index and punch their holes, fold a torn
-                        or damaged journal into a fresh checkpoint, and rewrite an invalid
-                        superblock copy. The resource stays usable; dropped segments are
-                        simply missing. Takes the resource's write lock.
-          --json        Print the report as JSON
-          -h, --help    Show this help
+          --cache-dir DIR   Check every resource of this cache directory instead
+          --repair          Drop damaged segments from the index and punch their holes, fold a
+                            torn or damaged journal into a fresh checkpoint, and rewrite an
+                            invalid superblock copy. The resource stays usable; dropped
+                            segments are simply missing. Takes the resource's write lock. With
+                            --cache-dir, also removes resources whose index is unusable and the
+                            leftover files, and rewrites the catalog from the indexes; takes
+                            the directory's lock, so stop a 'serve' of it first (exit 75).
+          --json            Print the report as JSON
+          -h, --help        Show this help
 
-        EXIT STATUS: 0 clean, 1 damage found (repaired or not), 65 no usable index,
-                     74 I/O error, 75 locked (--repair while another process writes).
+        Progress goes to stderr when it is a terminal.
+
+        EXIT STATUS: 0 clean, 65 damage found (repaired or not) or no usable index, 66 no such
+                     file or cache directory, 74 I/O error, 75 locked (--repair while another
+                     process writes the resource or owns the directory), 77 permission denied.
         """
 
     static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        let path = arguments.positionals[0]
+        let directory = arguments.options["--cache-dir"]
+        switch (arguments.positionals.first, directory) {
+        case (nil, nil): throw UsageError("missing <file> (or --cache-dir DIR)")
+        case (.some, .some): throw UsageError("give a <file> or --cache-dir, not both")
+        case (nil, let directory?): return try await verifyDirectory(directory, arguments: arguments)
+        case (let path?, nil): return try await verifyFile(path, arguments: arguments)
+        }
+    }
+
+    private static func verifyFile(_ path: String, arguments: ParsedArguments) async throws -> Int32 {
         let json = arguments.has("--json")
         let showProgress = !json && Output.isTerminal(2)
         let report = try await Verifier.verify(path: path, repair: arguments.has("--repair")) { checked, total in
@@ -42,16 +67,97 @@ enum VerifyCommand: Command {
         }
         if showProgress { Output.status("") }
         if json {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            var object = try JSONSerialization.jsonObject(with: try encoder.encode(report)) as? [String: Any] ?? [:]
-            object["clean"] = report.isClean
-            let data = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys])
-            Output.print(String(decoding: data, as: UTF8.self))
+            Output.print(try jsonText(report, clean: report.isClean))
         } else {
             printReport(report)
         }
-        return report.isClean ? ExitStatus.ok : ExitStatus.notPresentOrDamaged
+        return report.isClean ? ExitStatus.ok : ExitStatus.dataError
+    }
+
+    private static func verifyDirectory(_ directory: String, arguments: ParsedArguments) async throws -> Int32 {
+        let json = arguments.has("--json")
+        let showProgress = Output.isTerminal(2)
+        let report = try await StoreVerifier.verify(directory: directory, repair: arguments.has("--repair")) {
+            resource, resources, checked, total in
+            if showProgress {
+                Output.status(
+                    "verify: resource \(resource) of \(resources), \(percent(checked, of: total)) of its \(SizeParser.describe(total))")
+            }
+        }
+        if showProgress { Output.status("") }
+        if json {
+            Output.print(try jsonText(report, clean: report.isClean))
+        } else {
+            printDirectoryReport(report)
+        }
+        return report.isClean ? ExitStatus.ok : ExitStatus.dataError
+    }
+
+    /// The report as sorted, pretty JSON with "clean" added.
+    private static func jsonText(_ report: some Encodable, clean: Bool) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        var object = try JSONSerialization.jsonObject(with: try encoder.encode(report)) as? [String: Any] ?? [:]
+        object["clean"] = clean
+        let data = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys])
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    private static func printDirectoryReport(_ report: StoreVerifyReport) {
+        Output.print("verify cache directory '\(report.directory)'")
+        if report.inUse {
+            Output.print(
+                "  in use by another process (a serve?): checked read-only; a lagging catalog and temporary files are expected")
+        }
+        for resource in report.resources {
+            let size = "\(SizeParser.describe(resource.presentBytes)) of \(resource.length.map(SizeParser.describe) ?? "unknown length")"
+            let status = resource.status.uppercased() == "CLEAN" ? "clean" : resource.status.uppercased()
+            Output.print("  " + pad(status, 10) + pad("resources/" + resource.name, 30) + pad(size, 26) + (resource.key ?? "?"))
+            if let problem = resource.problem { Output.print("      \(problem)") }
+            if resource.removed { Output.print("      removed (repair): the next fetch starts it again") }
+            guard let verify = resource.report else { continue }
+            for note in verify.notes { Output.print("      note: \(note)") }
+            for damage in verify.indexDamage { Output.print("      index damage: \(damage)") }
+            for segment in verify.damaged {
+                Output.print("      damaged segment \(segment.segment) [\(segment.start), \(segment.end)): \(segment.reason)")
+            }
+            if verify.lostSegments > 0 {
+                Output.print("      lost: at least \(verify.lostSegments) segment(s) (about \(verify.lostBytes) bytes) of the newest committed state")
+            }
+            if verify.reclaimedBytes > 0 { Output.print("      reclaimed: \(verify.reclaimedBytes) bytes never committed") }
+            if verify.repaired { Output.print("      repaired: dropped \(verify.damaged.count) segment(s) from the index") }
+        }
+        if let problem = report.catalogProblem { Output.print("  catalog: \(problem) (rebuilt from the indexes by --repair or the next open)") }
+        if !report.catalogDifferences.isEmpty {
+            Output.print(
+                "  catalog: \(report.catalogDifferences.count) difference(s) from the indexes (the indexes hold the truth; "
+                    + (report.catalogRewritten ? "rewritten from them)" : "normal after a crash; --repair rewrites it)"))
+            for line in report.catalogDifferences { Output.print("    \(line)") }
+        } else if report.catalogRewritten {
+            Output.print("  catalog: rewritten from the indexes")
+        }
+        for leftover in report.leftovers {
+            Output.print(
+                "  leftover: \(leftover.path): \(leftover.kind), \(SizeParser.describe(leftover.allocatedBytes)) on disk"
+                    + (leftover.removed ? " (removed)" : ""))
+        }
+        if report.foreignFiles > 0 { Output.print("  \(report.foreignFiles) file(s) in resources/ not made by sparsecache, left alone") }
+        let clean = report.resources.filter { $0.status == "clean" }.count
+        Output.print(
+            "totals: \(report.resources.count) resources (\(clean) clean, \(report.damagedResources) damaged), "
+                + "\(report.segmentsChecked) segments and \(SizeParser.describe(report.bytesChecked)) checked, "
+                + "\(SizeParser.describe(report.presentBytes)) present, \(SizeParser.describe(report.allocatedBytes)) on disk, "
+                + "\(report.leftovers.count) leftover file(s)")
+        if report.isClean {
+            Output.print("clean")
+        } else {
+            let advice = report.repaired ? " (repaired)" : "; run with --repair (after stopping any serve of it) to fix"
+            Output.print("DAMAGED: \(report.damagedResources) resource(s), \(report.orphanedIndexes) index(es) without data\(advice)")
+        }
+    }
+
+    private static func pad(_ text: String, _ width: Int) -> String {
+        text.count >= width ? text + " " : text + String(repeating: " ", count: width - text.count)
     }
 
     private static func printReport(_ report: VerifyReport) {

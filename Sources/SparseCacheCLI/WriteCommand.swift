@@ -50,6 +50,9 @@ enum WriteCommand: Command {
         }
         let input = try InputStream(path: arguments.options["--input"])
         defer { input.close() }
+        // A failed write that created the resource and committed nothing removes it again:
+        // a failed command leaves nothing behind.
+        let created = !fileExists(path) && !fileExists(SparseFile.indexPath(for: path))
         let file = try await SparseFile.open(path, mode: .readWrite, options: options)
         if file.recovery.reclaimedBytes > 0 {
             Output.print("reclaimed \(file.recovery.reclaimedBytes) bytes of disk left by an earlier write that was never committed")
@@ -75,7 +78,9 @@ enum WriteCommand: Command {
             }
             try await file.commit()
         } catch {
+            let keptNothing = await file.presentBytes == 0
             try? await file.close()
+            if created, keptNothing { removeCreatedResource(path) }
             throw error
         }
         let incomplete = await file.incompleteRanges()
@@ -118,6 +123,20 @@ private func commitOnSignal(_ file: SparseFile, path: String, offset: Int64, wri
     }
     try? await file.close()
     exit(128 + signal)
+}
+
+/// Whether anything (a file, a directory, a dangling link) has this name.
+private func fileExists(_ path: String) -> Bool {
+    var status = stat()
+    return lstat(path, &status) == 0 || errno != ENOENT
+}
+
+/// Deletes a resource this command created and left empty: the index first, as the store
+/// does, so a crash in between leaves a data file that claims nothing.
+private func removeCreatedResource(_ path: String) {
+    for file in [SparseFile.indexPath(for: path), path] where unlink(file) != 0 && errno != ENOENT {
+        Output.error("sparsecache write: could not remove '\(file)', created by this failed write: \(SparseCacheError.errnoText(errno))")
+    }
 }
 
 /// Input bytes handed to the resource so far, read by the signal handler's task.
@@ -166,6 +185,13 @@ final class InputStream {
         guard opened >= 0 else {
             let code = errno
             throw SparseCacheError(code == ENOENT ? .notFound : .io, operation: "open input", path: path, errno: code)
+        }
+        // Checked before the resource is opened: reading a directory fails only at the first
+        // read, after an empty resource was created.
+        var status = stat()
+        if fstat(opened, &status) == 0, (status.st_mode & S_IFMT) == S_IFDIR {
+            _ = Glibc.close(opened)
+            throw SparseCacheError(.invalidArgument, operation: "open input", path: path, detail: "is a directory, expected a file")
         }
         fd = opened
         ownsDescriptor = true

@@ -409,13 +409,13 @@ struct CLITests {
         let bytes = Int64(segment) * 16384..<Int64(segment + 1) * 16384
 
         let damaged = try await CLI.run(["verify", resource])
-        #expect(damaged.status == 1, "\(context)\n\(damaged)")
+        #expect(damaged.status == 65, "\(context)\n\(damaged)")
         let damageLines = damaged.out.split(separator: "\n").filter { $0.contains("damaged segment") }
         #expect(damageLines.count == 1, "\(context)\n\(damaged)")
         #expect(damaged.out.contains("damaged segment \(segment) [\(bytes.lowerBound), \(bytes.upperBound)): checksum mismatch"), "\(context)\n\(damaged)")
 
         let json = try await CLI.run(["verify", resource, "--json"])
-        #expect(json.status == 1, "\(context)\n\(json)")
+        #expect(json.status == 65, "\(context)\n\(json)")
         let report = try json.json()
         #expect(CLIJSON.bool(report["clean"]) == false, "\(context)\n\(json)")
         let segments = try damagedSegments(json)
@@ -426,10 +426,10 @@ struct CLITests {
 
         // Reads check every segment's checksum: the damaged one is never served.
         let bad = try await CLI.run(["read", resource, "--offset", "\(bytes.lowerBound)", "--length", "16384"])
-        #expect(bad.status == 1 && bad.stdout.isEmpty, "\(context)\n\(bad)")
+        #expect(bad.status == 65 && bad.stdout.isEmpty, "\(context)\n\(bad)")
 
         let repair = try await CLI.run(["verify", resource, "--repair"])
-        #expect(repair.status == 1, "\(context)\n\(repair)")
+        #expect(repair.status == 65, "\(context)\n\(repair)")
         #expect(repair.out.contains("repaired"), "\(context)\n\(repair)")
         let after = try await CLI.run(["verify", resource])
         #expect(after.status == 0 && after.out.hasSuffix("clean\n"), "\(context)\n\(after)")
@@ -466,17 +466,17 @@ struct CLITests {
         close(fd)
         try #require(punched == 0, "punch hole failed: errno \(errno)")
         let hole = try await CLI.run(["verify", resource, "--json"])
-        #expect(hole.status == 1, "seed \(seed)\n\(hole)")
+        #expect(hole.status == 65, "seed \(seed)\n\(hole)")
         #expect(try damagedSegments(hole) == [7], "seed \(seed)\n\(hole)")
         let holeText = try await CLI.run(["verify", resource])
-        #expect(holeText.status == 1 && holeText.out.contains("damaged segment 7 [114688, 131072)"), "\(holeText)")
+        #expect(holeText.status == 65 && holeText.out.contains("damaged segment 7 [114688, 131072)"), "\(holeText)")
 
         // Cut the data file inside segment 10: segments 10, 11 and 12 lose their bytes.
         let handle = try FileHandle(forUpdating: URL(fileURLWithPath: resource))
         try handle.truncate(atOffset: 10 * 16384 + 100)
         try handle.close()
         let short = try await CLI.run(["verify", resource, "--json"])
-        #expect(short.status == 1, "seed \(seed)\n\(short)")
+        #expect(short.status == 65, "seed \(seed)\n\(short)")
         #expect(try damagedSegments(short) == [7, 10, 11, 12], "seed \(seed)\n\(short)")
         let shortText = try await CLI.run(["verify", resource])
         for segment in [10, 11, 12] {
@@ -485,11 +485,11 @@ struct CLITests {
 
         // A writer refuses a data file shorter than the index says and points at the repair.
         let refused = try await CLI.run(["write", resource, "--offset", "0", "--input", try scratch.write("empty", [UInt8]())])
-        #expect(refused.status == 1 && refused.stdout.isEmpty, "\(refused)")
+        #expect(refused.status == 65 && refused.stdout.isEmpty, "\(refused)")
         #expect(refused.err.contains("verify --repair"), "\(refused)")
 
         let repair = try await CLI.run(["verify", resource, "--repair"])
-        #expect(repair.status == 1 && repair.out.contains("repaired"), "\(repair)")
+        #expect(repair.status == 65 && repair.out.contains("repaired"), "\(repair)")
         let after = try await CLI.run(["verify", resource])
         #expect(after.status == 0, "\(after)")
         let info = try await CLI.run(["info", resource, "--json"])
@@ -507,13 +507,13 @@ struct CLITests {
 
     // MARK: - Bad input
 
-    @Test("a missing file or input: exit 64 naming the path")
+    @Test("a missing file or input: exit 66 naming the path (issue 14, item 9)")
     func missingFile() async throws {
         let scratch = try CLIScratch("missing")
         let nothing = scratch.file("nothing.bin")
         for arguments in [["info", nothing], ["read", nothing], ["verify", nothing], ["info", nothing, "--json"]] {
             let result = try await CLI.run(arguments)
-            #expect(result.status == 64, "\(result)")
+            #expect(result.status == 66, "\(result)")
             #expect(result.stdout.isEmpty, "\(result)")
             #expect(result.err.contains(nothing), "\(result)")
         }
@@ -521,14 +521,14 @@ struct CLITests {
 
         let noInput = scratch.file("no-such-input")
         let write = try await CLI.run(["write", nothing, "--offset", "0", "--input", noInput])
-        #expect(write.status == 64 && write.stdout.isEmpty, "\(write)")
+        #expect(write.status == 66 && write.stdout.isEmpty, "\(write)")
         #expect(write.err.contains(noInput), "\(write)")
         #expect(!FileManager.default.fileExists(atPath: nothing), "a write with a missing input created the resource")
 
         // A data file without its index is not a resource.
         try scratch.write("plain.bin", [1, 2, 3])
         let plain = try await CLI.run(["read", scratch.file("plain.bin")])
-        #expect(plain.status == 64 && plain.err.contains("plain.bin.scidx"), "\(plain)")
+        #expect(plain.status == 66 && plain.err.contains("plain.bin.scidx"), "\(plain)")
     }
 
     @Test("a directory given as the file: a usage error")
@@ -536,9 +536,10 @@ struct CLITests {
         let scratch = try CLIScratch("directory")
         let directory = scratch.file("dir")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+        // Without an index beside it, it is no resource: a missing file (66), as for any path.
         for arguments in [["info", directory], ["read", directory], ["verify", directory]] {
             let result = try await CLI.run(arguments)
-            #expect(result.status == 64 && result.stdout.isEmpty, "\(result)")
+            #expect(result.status == 66 && result.stdout.isEmpty, "\(result)")
             #expect(result.err.contains(directory), "\(result)")
         }
 
@@ -719,7 +720,7 @@ struct CLITests {
         try await waitForLock(holder, index: resource + ".scidx")
 
         let verify = try await CLI.run(["verify", resource, "--json"])
-        #expect(verify.status == 1 && (try? damagedSegments(verify)) == [1], "\(verify)")
+        #expect(verify.status == 65 && (try? damagedSegments(verify)) == [1], "\(verify)")
         let repair = try await CLI.run(["verify", resource, "--repair"])
         #expect(repair.status == 75, "\(repair)")
         #expect(repair.err.contains("locked"), "\(repair)")
@@ -727,7 +728,7 @@ struct CLITests {
         let first = try await holder.finish()
         #expect(first.status == 0, "\(first)")
         let repaired = try await CLI.run(["verify", resource, "--repair"])
-        #expect(repaired.status == 1 && repaired.out.contains("repaired"), "\(repaired)")
+        #expect(repaired.status == 65 && repaired.out.contains("repaired"), "\(repaired)")
         let clean = try await CLI.run(["verify", resource])
         #expect(clean.status == 0, "\(clean)")
     }

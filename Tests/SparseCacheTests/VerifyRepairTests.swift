@@ -245,7 +245,7 @@ struct VerifyRepairTests {
         try Self.inflict(.bitFlip, on: 4, path: path, length: length, random: &random)
 
         let result = try await CLI.run(["verify", path, "--json"])
-        #expect(result.status == 1, "\(result)")
+        #expect(result.status == 65, "\(result)")
         let json = try result.json()
         #expect(json["segmentsChecked"] as? Int == 6)
         #expect(json["bytesChecked"] as? Int == Int(length))

@@ -220,19 +220,6 @@ public actor SparseStore {
         return data + index
     }
 
-    /// Reads a store directory without taking its lock (for `sparsecache ls`): the catalog
-    /// reconciled with the files, changing nothing on disk.
-    public static func inspect(directory: String) async throws -> StoreSummary {
-        let io = BlockingExecutor(label: "sparsecache.inspect")
-        return try await io.run {
-            guard try FileSystem.status(ofPath: directory)?.isDirectory == true else {
-                throw SparseCacheError(.notFound, operation: "inspect store", path: directory, detail: "no such cache directory")
-            }
-            let (entries, _) = try scan(directory: directory, removing: false)
-            return summarize(directory: directory, budget: 0, entries: entries, open: [])
-        }
-    }
-
     static func summarize(directory: String, budget: Int64, entries: [StoreEntry], open: Set<String>) -> StoreSummary {
         let sorted = entries.map { entry -> StoreEntry in
             var entry = entry

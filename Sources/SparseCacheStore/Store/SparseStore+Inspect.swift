@@ -1,0 +1,68 @@
+import SparseCacheEngine
+
+extension SparseStore {
+    /// Reads a store directory without taking its lock (for `sparsecache ls`), changing
+    /// nothing on disk.
+    ///
+    /// Lengths and present bytes come from each resource's index, the truth: the catalog lags
+    /// it by up to ``StoreOptions/catalogSaveDelay`` while a store runs, and by everything
+    /// since the last save after a crash (a `serve` killed with SIGKILL). The catalog gives
+    /// only what no index holds: last access and pinned prefix. A resource whose index
+    /// cannot be used is left out, as the next open of the store removes it.
+    ///
+    /// Cost: one index recovery per resource (superblocks, checkpoint, journal; no data).
+    ///
+    /// - Throws: `.notFound` when `directory` is not a cache directory; `.io`.
+    public static func inspect(directory: String) async throws -> StoreSummary {
+        let io = BlockingExecutor(label: "sparsecache.inspect")
+        return try await io.run {
+            try requireCacheDirectory(directory, operation: "inspect store")
+            let entries = try indexedEntries(directory: directory)
+            return summarize(directory: directory, budget: 0, entries: entries, open: [])
+        }
+    }
+
+    /// Throws unless `directory` is a store directory (it has a `resources` directory).
+    package static func requireCacheDirectory(_ directory: String, operation: String) throws {
+        guard let status = try FileSystem.status(ofPath: directory) else {
+            throw SparseCacheError(.notFound, operation: operation, path: directory, detail: "no such cache directory")
+        }
+        guard status.isDirectory else {
+            throw SparseCacheError(.invalidArgument, operation: operation, path: directory, detail: "not a directory")
+        }
+        guard try FileSystem.status(ofPath: directory + "/resources")?.isDirectory == true else {
+            throw SparseCacheError(
+                .notFound, operation: operation, path: directory,
+                detail: "not a sparsecache cache directory (it has no 'resources' directory)")
+        }
+    }
+
+    /// One entry per resource whose data file and usable index are both there, with the
+    /// index's numbers and the catalog's access time and pinned prefix.
+    static func indexedEntries(directory: String) throws -> [StoreEntry] {
+        let resources = directory + "/resources"
+        let catalog = Dictionary(
+            (try StoreCatalog.load(directory: directory) ?? []).map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        let names = Set(try FileSystem.listDirectory(resources))
+        var entries: [StoreEntry] = []
+        for name in names.sorted() where ResourceNaming.isResourceName(name) && names.contains(name + SparseFile.indexSuffix) {
+            let path = resources + "/" + name
+            let stored: SparseFile.StoredSummary
+            do {
+                stored = try SparseFile.storedSummary(path: path)
+            } catch let error as SparseCacheError
+                where error.code == .corruptIndex || error.code == .unsupportedVersion || error.code == .notFound
+            {
+                continue  // unusable, or removed since the listing
+            }
+            guard let key = stored.metadata.key else { continue }
+            let known = catalog[name].flatMap { $0.key == key ? $0 : nil }
+            entries.append(
+                StoreEntry(
+                    key: key, name: name, length: stored.length, presentBytes: stored.presentBytes,
+                    allocatedBytes: try allocatedBytes(path), lastAccess: known?.lastAccess ?? 0,
+                    pinnedPrefix: known?.pinnedPrefix ?? 0, isOpen: false))
+        }
+        return entries
+    }
+}
