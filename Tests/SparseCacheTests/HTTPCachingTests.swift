@@ -548,6 +548,8 @@ struct HTTPCachingTests {
         #expect((200..<300).contains(post.status), "the POST is forwarded and answered 2xx, got \(post)")
         #expect(rig.requests("item").last?.method == "POST", "the POST reached the origin: \(rig.requests("item"))")
         #expect(
+            (post.headers["via"] ?? "").contains("1.1 sparsecache"), "a forwarded POST's answer carries Via too: \(post.headers)")
+        #expect(
             post.cacheStatus.contains("fwd=method"),
             "a method served only by the origin is 'fwd=method', got \(post.headers["cache-status"] ?? "none")")
         let before = rig.count("item")
@@ -575,6 +577,9 @@ struct HTTPCachingTests {
         for round in 1...2 {
             let answer = try await rig.get("gone")
             #expect(answer.status == 404 && answer.text == page, "404 #\(round): status and page byte for byte: \(answer)")
+            #expect(
+                (answer.headers["via"] ?? "").contains("1.1 sparsecache") && (answer.headers["cache-status"] ?? "").hasPrefix("sparsecache;"),
+                "404 #\(round): every answer carries Via and Cache-Status: \(answer.headers)")
         }
 
         try rig.script("moved", status: 301, [("Location", "/elsewhere"), ("Content-Type", "text/plain")], body: "moved to /elsewhere\n")
