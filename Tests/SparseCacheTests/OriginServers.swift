@@ -1,6 +1,7 @@
 // Real HTTP origins on 127.0.0.1, started and stopped by the tests: nginx (Debian's package,
 // installed by .ci/run), Python's http.server (which ignores Range), and a small origin of our
-// own, in Python, that can cut connections and slow down.
+// own, in Python, that can cut connections and slow down, and a scripted one that answers each
+// path as a JSON file the test writes says (the HTTP caching tests).
 import Foundation
 import LoopbackOrigins
 
@@ -70,6 +71,26 @@ final class OriginServer: @unchecked Sendable {
         return try await launch(process, root: root, port: port, work: work, log: log)
     }
 
+    /// A scripted origin for the HTTP caching tests: `<METHOD> /<name>` is answered as
+    /// `<root>/<name>.json` says (an ``OriginScript``, written by the test; rewrite it to change
+    /// the answer for the next request). It serves `Range: bytes=` on 200 answers (206 with
+    /// Content-Range, 416) and `If-Range` (strong comparison); with `"conditional": true` it
+    /// answers If-None-Match (weak comparison with its ETag) and If-Modified-Since (against
+    /// its Last-Modified) with a 304 carrying the same header fields, no Content-Length. No
+    /// script is a 404. Every request goes to a JSON-lines log before it is answered (see
+    /// ``requestLog()``).
+    static func scripted(root: String) async throws -> OriginServer {
+        let work = try TemporaryDirectory("scripted")
+        let port = try Loopback.freePort()
+        try scriptedOriginScript.write(toFile: work.file("origin.py"), atomically: true, encoding: .utf8)
+        let log = work.file("requests.jsonl")
+        guard FileManager.default.createFile(atPath: log, contents: nil) else { throw OriginFailure("cannot create '\(log)'") }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", work.file("origin.py"), root, String(port), log]
+        return try await launch(process, root: root, port: port, work: work, log: log)
+    }
+
     private static func launch(_ process: Process, root: String, port: Int, work: TemporaryDirectory, log: String?) async throws -> OriginServer {
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: try touch(work.file("stdout"))))
@@ -110,6 +131,47 @@ final class OriginServer: @unchecked Sendable {
             let connection = rest[quoteEnd...].dropFirst().trimmingCharacters(in: .whitespaces)
             return (String(fields[1]), status, bytes, range, connection)
         }
+    }
+
+    /// One request the scripted origin received, as it logged it before answering.
+    struct LoggedRequest: Decodable, Sendable, CustomStringConvertible {
+        var method: String
+        /// The request target, query included.
+        var path: String
+        var status: Int
+        /// Request header fields as received, in order, duplicates kept.
+        var headers: [[String]]
+        /// Response header fields the origin sent (Content-Length aside).
+        var responseHeaders: [[String]]
+        /// Body bytes in the answer.
+        var bytes: Int
+
+        enum CodingKeys: String, CodingKey {
+            case method, path, status, headers, bytes
+            case responseHeaders = "response_headers"
+        }
+
+        /// The first value of request field `name` (any case), or nil.
+        func header(_ name: String) -> String? {
+            headers.first { $0.first?.lowercased() == name.lowercased() }.flatMap { $0.count > 1 ? $0[1] : nil }
+        }
+
+        /// The first value of response field `name` (any case), or nil.
+        func responseHeader(_ name: String) -> String? {
+            responseHeaders.first { $0.first?.lowercased() == name.lowercased() }.flatMap { $0.count > 1 ? $0[1] : nil }
+        }
+
+        var description: String { "\(method) \(path) -> \(status) (\(bytes) bytes) \(headers.map { $0.joined(separator: ": ") })" }
+    }
+
+    /// Every request the scripted origin received so far, oldest first. The origin writes a
+    /// line before it answers, so any request whose answer a client has seen is here; a line
+    /// still being written (no newline yet) is left for the next call.
+    func requestLog() -> [LoggedRequest] {
+        guard let logPath, let data = FileManager.default.contents(atPath: logPath) else { return [] }
+        let complete = data.lastIndex(of: UInt8(ascii: "\n")).map { data[...$0] } ?? Data()
+        let decoder = JSONDecoder()
+        return complete.split(separator: UInt8(ascii: "\n")).compactMap { try? decoder.decode(LoggedRequest.self, from: Data($0)) }
     }
 
     /// Body bytes the origin sent for `name` (waits briefly for the log to catch up).
@@ -220,6 +282,172 @@ class Handler(BaseHTTPRequestHandler):
             except (BrokenPipeError, ConnectionResetError):
                 pass
         self.record(status, sent)
+
+ThreadingHTTPServer.daemon_threads = True
+ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""#
+
+/// The scripted origin (see ``OriginServer/scripted(root:)`` and ``OriginScript``).
+private let scriptedOriginScript = #"""
+import os, sys, json, time, gzip, threading, email.utils
+from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
+
+root, port, log_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+lock = threading.Lock()
+
+def pattern(size, seed):
+    # Deterministic bytes; OriginScript.pattern in Swift computes the same.
+    return bytes(((i * 131 + seed * 17 + (i >> 8)) & 0xFF) for i in range(size))
+
+def load(name):
+    # The script and when it was written. Tests replace it by rename, so one open sees one version.
+    try:
+        with open(os.path.join(root, name + ".json")) as f:
+            return json.load(f), os.fstat(f.fileno()).st_mtime
+    except FileNotFoundError:
+        return None, None
+
+def tokens(value):
+    return [part.split(";")[0].strip().lower() for part in value.split(",") if part.strip()]
+
+def opaque(tag):
+    # Weak comparison (RFC 9110 8.8.3.2): W/ does not count.
+    tag = tag.strip()
+    return tag[2:] if tag.startswith("W/") else tag
+
+def seconds(value):
+    parsed = email.utils.parsedate_tz(value) if value else None
+    return email.utils.mktime_tz(parsed) if parsed else None
+
+def field(headers, name):
+    for key, value in headers:
+        if key.lower() == name.lower():
+            return value
+    return None
+
+def byte_range(header, size):
+    # One range of bytes=a-b, a- or -n: (start, end) with end exclusive; "unsatisfiable";
+    # or None to ignore the header (several ranges, other units, nonsense).
+    if not header.startswith("bytes=") or "," in header:
+        return None
+    first, dash, last = header[6:].strip().partition("-")
+    try:
+        if not dash:
+            return None
+        if first == "":
+            count = int(last)
+            return (max(0, size - count), size) if count > 0 and size > 0 else "unsatisfiable"
+        start = int(first)
+        end = min(size, int(last) + 1) if last else size
+        if last and int(last) < start:
+            return None
+        return (start, end) if start < size else "unsatisfiable"
+    except ValueError:
+        return None
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def answer(self):
+        method = self.command
+        name = self.path.split("?")[0].lstrip("/")
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > 0:
+            self.rfile.read(length)
+        spec, written = load(name)
+        if spec is None:
+            self.reply(404, [("Content-Type", "text/plain")], b"no script for /%s\n" % name.encode())
+            return
+        accepted = tokens(self.headers.get("Accept-Encoding", ""))
+        for key, override in spec.get("variants", {}).items():
+            if key.lower() in accepted:
+                spec = override
+                break
+        status = spec.get("status", 200)
+        headers = [(key, value) for key, value in spec.get("headers", []) if key.lower() != "content-length"]
+        # Date moves with the clock; Last-Modified and Expires are fixed when the script is
+        # written (its mtime), so a revalidation sees the same validator.
+        for header, key, base in (
+            ("Date", "date_offset", time.time()), ("Last-Modified", "last_modified_offset", written),
+            ("Expires", "expires_offset", written)):
+            if field(headers, header) is None and (key in spec or header == "Date"):
+                headers.append((header, email.utils.formatdate(int(base) + spec.get(key, 0), usegmt=True)))
+        if "body_file" in spec:
+            with open(os.path.join(root, spec["body_file"]), "rb") as f:
+                body = f.read()
+        elif "body_size" in spec:
+            body = pattern(spec["body_size"], spec.get("body_seed", 0))
+        else:
+            body = spec.get("body", "").encode()
+        if spec.get("gzip"):
+            body = gzip.compress(body, mtime=0)
+            if field(headers, "Content-Encoding") is None:
+                headers.append(("Content-Encoding", "gzip"))
+        etag, last_modified = field(headers, "ETag"), field(headers, "Last-Modified")
+        if status != 200 or method not in ("GET", "HEAD"):
+            self.reply(status, headers, body)
+            return
+        if spec.get("conditional"):
+            # RFC 9110 13.2.2: If-None-Match first; If-Modified-Since only without it.
+            match = self.headers.get("If-None-Match")
+            since = self.headers.get("If-Modified-Since")
+            if match is not None:
+                tags = [opaque(tag) for tag in match.split(",")]
+                fresh = "*" in tags or (etag is not None and opaque(etag) in tags)
+            else:
+                stamp, modified = seconds(since), seconds(last_modified)
+                fresh = stamp is not None and modified is not None and modified <= stamp
+            if fresh:
+                self.reply(304, headers, b"")
+                return
+        header = self.headers.get("Range")
+        if header:
+            condition = self.headers.get("If-Range")
+            applies = True
+            if condition is not None:
+                condition = condition.strip()
+                if condition.startswith('"') or condition.startswith("W/"):
+                    # Strong comparison only.
+                    applies = etag is not None and condition == etag and not etag.startswith("W/")
+                else:
+                    applies = last_modified is not None and condition == last_modified
+            found = byte_range(header, len(body)) if applies else None
+            if found == "unsatisfiable":
+                self.reply(416, headers + [("Content-Range", "bytes */%d" % len(body))], b"")
+                return
+            if found is not None:
+                start, end = found
+                self.reply(206, headers + [("Content-Range", "bytes %d-%d/%d" % (start, end - 1, len(body)))], body[start:end])
+                return
+        self.reply(200, headers, body)
+
+    def reply(self, status, headers, body):
+        bodyless = self.command == "HEAD" or status in (204, 304) or status < 200
+        sent = 0 if bodyless else len(body)
+        # Logged before the answer goes out: a request whose answer anyone saw is in the log.
+        entry = {
+            "method": self.command, "path": self.path, "status": status,
+            "headers": [[key, value] for key, value in self.headers.items()],
+            "response_headers": [[key, value] for key, value in headers], "bytes": sent,
+        }
+        with lock, open(log_path, "a") as log:
+            log.write(json.dumps(entry) + "\n")
+        try:
+            self.send_response_only(status)
+            for key, value in headers:
+                self.send_header(key, value)
+            if status not in (204, 304) and status >= 200:
+                self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if sent:
+                self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_PURGE = answer
 
 ThreadingHTTPServer.daemon_threads = True
 ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()

@@ -1,0 +1,598 @@
+// Issue 15: `serve` as a shared HTTP cache (RFC 9110, RFC 9111; Cache-Status is RFC 9211).
+// Black-box: the proxy in process in front of the scripted origin (OriginServer.scripted),
+// curl as the client. Every test asserts what the client got and what reached the origin
+// (how many requests, which header fields). Short lifetimes (max-age=1) and a ~2 s wait are
+// how staleness is reached; no test asserts a duration.
+import Foundation
+import Testing
+
+@Suite("HTTP caching (RFC 9111)", .serialized, .timeLimit(.minutes(2)))
+struct HTTPCachingTests {
+    /// Waits until answers with `max-age=1` are stale.
+    static func waitForExpiry() async throws { try await Task.sleep(for: .milliseconds(2100)) }
+
+    // MARK: stored header fields, Via, Cache-Status, Age
+
+    @Test("a hit replays every end-to-end field and the origin's Date; hop-by-hop fields never reach the client; Via, Cache-Status, Age (RFC 9111 3.1, 4.2.3, 5.1; RFC 9110 7.6.1, 7.6.3; RFC 9211)")
+    func storedFieldsReplayed() async throws {
+        let rig = try await ScriptedProxy()
+        let endToEnd = [
+            ("Cache-Control", "max-age=60"), ("Content-Disposition", "attachment; filename=\"report.txt\""), ("Vary", "Accept-Encoding"),
+            ("X-Custom", "kept as sent"), ("Content-Type", "text/plain; charset=utf-8"), ("Content-Language", "en"), ("ETag", "\"e2e-1\""),
+            ("Last-Modified", ScriptedProxy.httpDate(-3600)), ("Expires", ScriptedProxy.httpDate(120)),
+        ]
+        // Hop-by-hop (RFC 9110 7.6.1): Connection and the field it names, and the fixed list.
+        let hopByHop = [
+            ("Connection", "X-Hop-Secret"), ("X-Hop-Secret", "1"), ("Keep-Alive", "timeout=5"), ("Trailer", "X-Checksum"),
+            ("Upgrade", "h2c"), ("Proxy-Authenticate", "Basic realm=\"origin\""), ("TE", "trailers"),
+        ]
+        let body = "the report body\n"
+        try rig.script("report", endToEnd + hopByHop, body: body)
+
+        let miss = try await rig.get("report")
+        let originDate = rig.requests("report").first?.responseHeader("Date")
+        #expect(originDate != nil, "the origin logged the Date it sent: \(rig.requests("report"))")
+        let hit = try await rig.get("report")
+        #expect(rig.count("report") == 1, "max-age=60: the second request is a hit, yet the origin saw \(rig.requests("report"))")
+        for (label, answer) in [("miss", miss), ("hit", hit)] {
+            #expect(answer.status == 200 && answer.text == body, "\(label): expected 200 with the origin's body, got \(answer)")
+            for (name, value) in endToEnd {
+                #expect(
+                    answer.headers[name.lowercased()] == value,
+                    "\(label): \(name) is \(answer.headers[name.lowercased()] ?? "missing"), the origin sent '\(value)'")
+            }
+            #expect(
+                answer.headers["date"] == originDate,
+                "\(label): Date is \(answer.headers["date"] ?? "missing"), the origin sent \(originDate ?? "-") (RFC 9110 6.6.1: kept)")
+            for (name, _) in hopByHop where name != "Connection" {
+                #expect(answer.headers[name.lowercased()] == nil, "\(label): hop-by-hop \(name) reached the client: \(answer.headers)")
+            }
+            #expect(
+                !(answer.headers["connection"] ?? "").lowercased().contains("x-hop-secret"),
+                "\(label): the origin's Connection field reached the client: \(answer.headers["connection"] ?? "")")
+            #expect(
+                (answer.headers["via"] ?? "").contains("1.1 sparsecache"),
+                "\(label): Via should contain '1.1 sparsecache', got \(answer.headers["via"] ?? "none") (RFC 9110 7.6.3)")
+            #expect(
+                (answer.headers["cache-status"] ?? "").hasPrefix("sparsecache;"),
+                "\(label): Cache-Status should start 'sparsecache;', got \(answer.headers["cache-status"] ?? "none") (RFC 9211)")
+        }
+        #expect(
+            miss.cacheStatus.contains("fwd=uri-miss") && miss.cacheStatus.contains("stored"),
+            "a stored miss is 'fwd=uri-miss; stored', got \(miss.headers["cache-status"] ?? "none")")
+        #expect(hit.isHit, "a fresh hit is 'hit' with no fwd=, got \(hit.headers["cache-status"] ?? "none")")
+        let firstAge = hit.headers["age"].flatMap { Int($0) }
+        #expect((firstAge ?? -1) >= 0, "a hit carries Age, an integer >= 0 (RFC 9111 4.2.3, 5.1), got \(hit.headers["age"] ?? "none")")
+
+        try await Self.waitForExpiry()
+        let later = try await rig.get("report")
+        #expect(later.isHit && later.text == body, "still fresh after 2 s of max-age=60: \(later)")
+        let laterAge = later.headers["age"].flatMap { Int($0) }
+        #expect((laterAge ?? -1) >= 1, "after waiting 2 s, Age is at least 1, got \(later.headers["age"] ?? "none")")
+        #expect(later.headers["date"] == originDate, "Date stays the origin's on a later hit, got \(later.headers["date"] ?? "none")")
+
+        // A 206 from the stored answer carries the stored fields too.
+        let part = try await rig.get("report", ["-r", "4-9"])
+        #expect(part.status == 206 && part.text == "report", "bytes 4-9 of the stored body: \(part)")
+        for name in ["Cache-Control", "X-Custom", "Content-Disposition", "ETag", "Vary"] {
+            #expect(part.headers[name.lowercased()] != nil, "the 206 from storage lacks \(name): \(part.headers)")
+        }
+        #expect(part.isHit && part.headers["age"] != nil, "a 206 from storage is a hit with Age: \(part.headers)")
+        #expect(rig.count("report") == 1, "everything after the first request was a hit: \(rig.requests("report"))")
+        await rig.stop()
+    }
+
+    // MARK: what is stored (RFC 9111 3)
+
+    @Test("no-store, private, Set-Cookie and answers to Authorization are not stored: every request reaches the origin; public, s-maxage, must-revalidate allow Authorization (RFC 9111 3, 3.5)")
+    func storability() async throws {
+        let rig = try await ScriptedProxy()
+        let token = ["-H", "Authorization: Bearer secret-token"]
+        let unstorable: [(name: String, headers: [(String, String)], arguments: [String])] = [
+            ("no-store", [("Cache-Control", "no-store")], []),
+            ("private", [("Cache-Control", "private, max-age=60")], []),
+            ("set-cookie", [("Cache-Control", "max-age=60"), ("Set-Cookie", "session=abc123; Path=/")], []),
+            ("authorized", [("Cache-Control", "max-age=60")], token),
+        ]
+        for (name, headers, arguments) in unstorable {
+            let body = "the body of \(name), for one client only"
+            try rig.script(name, headers + [("ETag", "\"\(name)-1\"")], body: body)
+            for round in 1...3 {
+                let before = rig.count(name)
+                let answer = try await rig.get(name, arguments)
+                #expect(answer.status == 200 && answer.text == body, "\(name) #\(round): the origin's body passes through unchanged: \(answer)")
+                #expect(rig.count(name) > before, "\(name) #\(round): not storable, so it must reach the origin: \(rig.requests(name))")
+                #expect(
+                    answer.cacheStatus.contains("fwd=uri-miss") && !answer.cacheStatus.contains("stored"),
+                    "\(name) #\(round): Cache-Status should be fwd=uri-miss without 'stored', got \(answer.headers["cache-status"] ?? "none")")
+                if name == "set-cookie" {
+                    #expect(answer.headers["set-cookie"] == "session=abc123; Path=/", "Set-Cookie reaches its client: \(answer.headers)")
+                }
+            }
+        }
+        let authorized = rig.requests("authorized")
+        #expect(
+            !authorized.isEmpty && authorized.allSatisfy { $0.header("Authorization") == "Bearer secret-token" },
+            "Authorization is forwarded to the origin: \(authorized)")
+        // Another client, without credentials, is not served the authorized answer.
+        let before = rig.count("authorized")
+        let anonymous = try await rig.get("authorized")
+        #expect(anonymous.status == 200 && rig.count("authorized") > before, "an anonymous request goes to the origin: \(rig.requests("authorized"))")
+        #expect(rig.requests("authorized").last?.header("Authorization") == nil, "no credentials invented for the anonymous request")
+
+        // RFC 9111 3.5: these directives allow storing an answer to an authorized request.
+        for (name, cacheControl) in [("public", "public, max-age=60"), ("s-maxage", "s-maxage=60"), ("must-revalidate", "must-revalidate, max-age=60")] {
+            try rig.script("auth-\(name)", [("Cache-Control", cacheControl), ("ETag", "\"\(name)\"")], body: "shared \(name)")
+            let first = try await rig.get("auth-\(name)", token)
+            let second = try await rig.get("auth-\(name)", token)
+            #expect(first.text == "shared \(name)" && second.text == "shared \(name)", "\(cacheControl): bodies \(first) / \(second)")
+            #expect(first.cacheStatus.contains("stored"), "\(cacheControl) with Authorization is stored: \(first.headers["cache-status"] ?? "none")")
+            #expect(
+                second.isHit && rig.count("auth-\(name)") == 1,
+                "\(cacheControl) with Authorization: the second request is a hit: \(second.headers["cache-status"] ?? "none"), origin \(rig.requests("auth-\(name)"))")
+        }
+        await rig.stop()
+    }
+
+    // MARK: freshness (RFC 9111 4.2)
+
+    @Test("freshness lifetime: max-age, s-maxage over max-age, Expires in the past or invalid, heuristic from Last-Modified, max-age=0 and no-cache stored but revalidated (RFC 9111 4.2.1, 4.2.2, 4.2.4, 5.2.2.4, 5.3)")
+    func freshnessLifetime() async throws {
+        let rig = try await ScriptedProxy()
+        try rig.script("max-age-60", [("Cache-Control", "max-age=60"), ("ETag", "\"a\"")], body: "fresh for a minute")
+        try rig.script("s-maxage-fresh", [("Cache-Control", "max-age=0, s-maxage=60"), ("ETag", "\"b\"")], body: "shared lifetime wins")
+        try rig.script("s-maxage-stale", [("Cache-Control", "max-age=60, s-maxage=1"), ("ETag", "\"c\"")], body: "shared lifetime is short")
+        try rig.script("expires-past", [("ETag", "\"d\"")], body: "expired an hour ago") { $0.expiresOffset = -3600 }
+        try rig.script("expires-invalid", [("Expires", "0"), ("ETag", "\"e\"")], body: "an invalid Expires is in the past")
+        try rig.script("heuristic", [("ETag", "\"f\"")], body: "modified an hour ago") { $0.lastModifiedOffset = -3600 }
+        try rig.script("max-age-0", [("Cache-Control", "max-age=0"), ("ETag", "\"g\"")], body: "stored, stale at once")
+        try rig.script("no-cache", [("Cache-Control", "no-cache"), ("ETag", "\"h\"")], body: "stored, revalidated every time")
+
+        // Fresh: the second request is a hit.
+        for name in ["max-age-60", "s-maxage-fresh", "heuristic"] {
+            let first = try await rig.get(name)
+            let second = try await rig.get(name)
+            #expect(first.status == 200 && second.status == 200 && first.body == second.body, "\(name): \(first) / \(second)")
+            #expect(rig.count(name) == 1, "\(name) is fresh: the second request must not reach the origin: \(rig.requests(name))")
+            #expect(second.isHit, "\(name): the second answer is a hit, Cache-Status \(second.headers["cache-status"] ?? "none")")
+        }
+        // Stale from the start: the second request reaches the origin.
+        for name in ["expires-past", "expires-invalid"] {
+            let first = try await rig.get(name)
+            let second = try await rig.get(name)
+            #expect(first.status == 200 && second.status == 200 && first.body == second.body, "\(name): \(first) / \(second)")
+            #expect(rig.count(name) == 2, "\(name) is stale: the second request must reach the origin: \(rig.requests(name))")
+            #expect(!second.isHit, "\(name): a stale answer is not a hit: \(second.headers["cache-status"] ?? "none")")
+        }
+        // max-age=0 is stored, then revalidated (RFC 9111 4.3.1) and answered from storage on 304.
+        let zero = try await rig.get("max-age-0")
+        #expect(zero.cacheStatus.contains("stored"), "max-age=0 is storable: Cache-Status \(zero.headers["cache-status"] ?? "none")")
+        let zeroAgain = try await rig.get("max-age-0")
+        let zeroCheck = rig.requests("max-age-0").last
+        #expect(
+            rig.count("max-age-0") == 2 && zeroCheck?.header("If-None-Match") == "\"g\"" && zeroCheck?.status == 304,
+            "max-age=0: the second request revalidates with If-None-Match \"g\" and gets 304: \(rig.requests("max-age-0"))")
+        #expect(zeroAgain.status == 200 && zeroAgain.text == "stored, stale at once", "after a 304 the stored body is served: \(zeroAgain)")
+        #expect(
+            zeroAgain.cacheStatus.contains("fwd=stale") && zeroAgain.cacheStatus.contains("fwd-status=304"),
+            "a revalidation answered 304 is 'fwd=stale; fwd-status=304', got \(zeroAgain.headers["cache-status"] ?? "none")")
+        // Response no-cache (RFC 9111 5.2.2.4): every request revalidates; the body comes from storage.
+        for round in 1...3 {
+            let answer = try await rig.get("no-cache")
+            #expect(answer.status == 200 && answer.text == "stored, revalidated every time", "no-cache #\(round): \(answer)")
+            #expect(rig.count("no-cache") == round, "no-cache #\(round): every request reaches the origin: \(rig.requests("no-cache"))")
+        }
+        let noCacheChecks = rig.requests("no-cache").dropFirst()
+        #expect(
+            noCacheChecks.count == 2 && noCacheChecks.allSatisfy { $0.header("If-None-Match") == "\"h\"" && $0.status == 304 && $0.bytes == 0 },
+            "no-cache: the later requests are conditional (If-None-Match \"h\") and answered 304: \(noCacheChecks)")
+        // s-maxage=1 overrides max-age=60 for a shared cache (RFC 9111 5.2.2.10).
+        _ = try await rig.get("s-maxage-stale")
+        try await Self.waitForExpiry()
+        let shared = try await rig.get("s-maxage-stale")
+        #expect(shared.status == 200 && shared.text == "shared lifetime is short", "\(shared)")
+        #expect(
+            rig.count("s-maxage-stale") == 2 && rig.requests("s-maxage-stale").last?.header("If-None-Match") == "\"c\"",
+            "s-maxage=1 wins over max-age=60: after 2 s the request revalidates: \(rig.requests("s-maxage-stale"))")
+        await rig.stop()
+    }
+
+    // MARK: validation (RFC 9111 4.3)
+
+    @Test("a stale answer is revalidated with its validators: 304 freshens it and updates stored fields; 200 replaces it, at any length (RFC 9111 3.2, 4.3.1, 4.3.3, 4.3.4)")
+    func revalidation() async throws {
+        let rig = try await ScriptedProxy()
+        let lastModified = ScriptedProxy.httpDate(-3600)
+        try rig.script(
+            "same", [("Cache-Control", "max-age=1"), ("ETag", "\"same-1\""), ("Last-Modified", lastModified), ("X-Version", "1")],
+            body: "version one of same")
+        try rig.script("changed", [("Cache-Control", "max-age=1"), ("ETag", "\"changed-1\"")], body: "the old, short body")
+        try rig.script("shrunk", [("Cache-Control", "max-age=1"), ("ETag", "\"shrunk-1\"")]) { $0.bodySize = 5000 }
+        try rig.script("dated", [("Cache-Control", "max-age=1"), ("Last-Modified", lastModified)], body: "validated by date only")
+        for name in ["same", "changed", "shrunk", "dated"] {
+            let first = try await rig.get(name)
+            #expect(first.status == 200 && rig.count(name) == 1, "\(name): first request: \(first)")
+        }
+        try await Self.waitForExpiry()
+
+        // Same version: the origin answers 304 with new field values; they replace the stored ones.
+        try rig.script(
+            "same", [("Cache-Control", "max-age=60"), ("ETag", "\"same-1\""), ("Last-Modified", lastModified), ("X-Version", "2")],
+            body: "version one of same")
+        let same = try await rig.get("same")
+        let check = rig.requests("same").last
+        #expect(rig.count("same") == 2, "stale after 2 s: the request reaches the origin: \(rig.requests("same"))")
+        #expect(check?.header("If-None-Match") == "\"same-1\"", "the revalidation carries If-None-Match with the stored ETag: \(String(describing: check))")
+        #expect(check?.status == 304, "the origin answered the revalidation 304: \(String(describing: check))")
+        #expect(same.status == 200 && same.text == "version one of same", "after a 304 the client gets 200 and the stored body: \(same)")
+        #expect(same.headers["x-version"] == "2", "the 304's X-Version replaces the stored one (RFC 9111 3.2): \(same.headers)")
+        #expect(same.headers["cache-control"] == "max-age=60", "the 304's Cache-Control replaces the stored one: \(same.headers)")
+        #expect(
+            same.cacheStatus.contains("fwd=stale") && same.cacheStatus.contains("fwd-status=304"),
+            "Cache-Status for a 304 revalidation: \(same.headers["cache-status"] ?? "none")")
+        let sameAgain = try await rig.get("same")
+        #expect(sameAgain.isHit && rig.count("same") == 2, "freshened by the 304 (max-age=60): a hit: \(sameAgain), \(rig.requests("same"))")
+        #expect(sameAgain.headers["x-version"] == "2", "the updated field was stored, not only sent once: \(sameAgain.headers)")
+
+        // A new version, longer: the client gets it whole, and it replaces the stored one.
+        try rig.script("changed", [("Cache-Control", "max-age=60"), ("ETag", "\"changed-2\"")]) { $0.bodySize = 70_000 }
+        let newBody = OriginScript.pattern(count: 70_000)
+        let changed = try await rig.get("changed")
+        let changedCheck = rig.requests("changed").last
+        #expect(
+            changedCheck?.header("If-None-Match") == "\"changed-1\"" && changedCheck?.status == 200,
+            "revalidated with the old ETag and answered 200: \(rig.requests("changed"))")
+        let changedIsNew = changed.body == newBody
+        #expect(changed.status == 200 && changedIsNew, "the new 70000-byte version reaches the client: \(changed)")
+        #expect(changed.headers["etag"] == "\"changed-2\"", "with its new ETag: \(changed.headers)")
+        #expect(
+            changed.cacheStatus.contains("fwd=stale") && changed.cacheStatus.contains("fwd-status=200"),
+            "Cache-Status for a revalidation answered with a new version: \(changed.headers["cache-status"] ?? "none")")
+        let count = rig.count("changed")
+        let tail = try await rig.get("changed", ["-r", "65000-65099"])
+        let tailIsNew = tail.body == Array(newBody[65000..<65100])
+        #expect(tail.status == 206 && tailIsNew, "a range past the old end has the new bytes: \(tail)")
+        let whole = try await rig.get("changed")
+        let wholeIsNew = whole.body == newBody
+        #expect(whole.isHit && wholeIsNew, "the next request is a hit on the new version: \(whole)")
+        #expect(rig.count("changed") == count, "no origin request for the new version once stored: \(rig.requests("changed"))")
+
+        // A new version, shorter: a range past its end is 416, never old bytes.
+        try rig.script("shrunk", [("Cache-Control", "max-age=60"), ("ETag", "\"shrunk-2\"")], body: "tiny")
+        let beyond = try await rig.get("shrunk", ["-r", "4000-4099"])
+        #expect(beyond.status == 416, "the version is now 4 bytes long: bytes 4000-4099 are unsatisfiable, got \(beyond)")
+        let shrunk = try await rig.get("shrunk")
+        #expect(shrunk.status == 200 && shrunk.text == "tiny", "the new short version: \(shrunk)")
+
+        // No ETag: revalidated with If-Modified-Since (RFC 9111 4.3.1).
+        let dated = try await rig.get("dated")
+        let datedCheck = rig.requests("dated").last
+        #expect(
+            rig.count("dated") == 2 && datedCheck?.header("If-Modified-Since") == lastModified && datedCheck?.status == 304,
+            "revalidated with If-Modified-Since \(lastModified) and answered 304: \(rig.requests("dated"))")
+        #expect(dated.status == 200 && dated.text == "validated by date only", "the stored body after a 304: \(dated)")
+        await rig.stop()
+    }
+
+    // MARK: request directives (RFC 9111 5.2.1, 5.4)
+
+    @Test("request max-age=0, no-cache and Pragma: no-cache go to the origin; only-if-cached answers from storage or 504 (RFC 9111 5.2.1.1, 5.2.1.4, 5.2.1.7, 5.4)")
+    func requestDirectives() async throws {
+        let rig = try await ScriptedProxy()
+        let body = "a fresh stored answer"
+        try rig.script("stored", [("Cache-Control", "max-age=60"), ("ETag", "\"r1\"")], body: body)
+        try rig.script("never-fetched", [("Cache-Control", "max-age=60")], body: "not in the cache")
+        _ = try await rig.get("stored")
+        let hit = try await rig.get("stored")
+        #expect(hit.isHit && rig.count("stored") == 1, "fresh: a hit before the directives: \(hit)")
+
+        let maxAgeZero = try await rig.get("stored", ["-H", "Cache-Control: max-age=0"])
+        #expect(maxAgeZero.status == 200 && maxAgeZero.text == body, "\(maxAgeZero)")
+        #expect(
+            rig.count("stored") == 2 && rig.requests("stored").last?.header("If-None-Match") == "\"r1\"",
+            "request max-age=0 forces a revalidation with the stored ETag: \(rig.requests("stored"))")
+
+        for (label, field) in [("Cache-Control: no-cache", "Cache-Control: no-cache"), ("Pragma: no-cache", "Pragma: no-cache")] {
+            let before = rig.count("stored")
+            let answer = try await rig.get("stored", ["-H", field])
+            #expect(answer.status == 200 && answer.text == body, "\(label): \(answer)")
+            #expect(rig.count("stored") == before + 1, "\(label) must reach the origin: \(rig.requests("stored"))")
+            #expect(
+                answer.cacheStatus.contains("fwd=request"),
+                "\(label): Cache-Status should say fwd=request, got \(answer.headers["cache-status"] ?? "none")")
+        }
+
+        let before = rig.count("stored")
+        let cachedOnly = try await rig.get("stored", ["-H", "Cache-Control: only-if-cached"])
+        #expect(cachedOnly.status == 200 && cachedOnly.text == body && rig.count("stored") == before, "only-if-cached on a stored URL: \(cachedOnly)")
+        let notCached = try await rig.get("never-fetched", ["-H", "Cache-Control: only-if-cached"])
+        #expect(notCached.status == 504, "only-if-cached on an uncached URL is 504 (RFC 9111 5.2.1.7), got \(notCached)")
+        #expect(rig.count("never-fetched") == 0, "only-if-cached never reaches the origin: \(rig.requests("never-fetched"))")
+        await rig.stop()
+    }
+
+    // MARK: client conditionals (RFC 9110 13)
+
+    @Test("conditionals on a fresh stored answer are answered by the cache: If-None-Match (weak, list, *), If-Modified-Since, If-Match, If-Unmodified-Since, precedence, If-Range (RFC 9110 13.1, 13.2.2)")
+    func clientConditionals() async throws {
+        let rig = try await ScriptedProxy()
+        let lastModified = ScriptedProxy.httpDate(-3600)
+        let before = ScriptedProxy.httpDate(-7200)
+        let now = ScriptedProxy.httpDate(0)
+        let body = "0123456789 a conditional body"
+        try rig.script("doc", [("Cache-Control", "max-age=60"), ("ETag", "\"c1\""), ("Last-Modified", lastModified)], body: body)
+        let first = try await rig.get("doc")
+        #expect(first.status == 200 && first.text == body, "\(first)")
+
+        // (fields, expected status). RFC 9110 13.1.2 If-None-Match uses weak comparison; 13.1.1
+        // If-Match strong; 13.2.2: If-None-Match present means If-Modified-Since is ignored.
+        let cases: [(fields: [String], status: Int)] = [
+            (["If-None-Match: \"c1\""], 304),
+            (["If-None-Match: W/\"c1\""], 304),
+            (["If-None-Match: \"other\", \"c1\""], 304),
+            (["If-None-Match: *"], 304),
+            (["If-None-Match: \"other\""], 200),
+            (["If-Modified-Since: \(lastModified)"], 304),
+            (["If-Modified-Since: \(now)"], 304),
+            (["If-Modified-Since: \(before)"], 200),
+            (["If-Match: \"other\""], 412),
+            (["If-Match: \"c1\""], 200),
+            (["If-Unmodified-Since: \(before)"], 412),
+            (["If-Unmodified-Since: \(now)"], 200),
+            (["If-None-Match: \"other\"", "If-Modified-Since: \(now)"], 200),
+            (["If-None-Match: \"c1\"", "If-Modified-Since: \(before)"], 304),
+        ]
+        for (fields, status) in cases {
+            let answer = try await rig.get("doc", fields.flatMap { ["-H", $0] })
+            #expect(answer.status == status, "\(fields): expected \(status), got \(answer)")
+            switch status {
+            case 304:
+                #expect(answer.body.isEmpty && answer.headers["etag"] == "\"c1\"", "\(fields): a 304 has the ETag and no body: \(answer)")
+            case 200:
+                #expect(answer.text == body, "\(fields): the full stored body: \(answer)")
+            default: break
+            }
+        }
+        // If-Range (RFC 9110 13.1.5): a weak ETag or a date that is not Last-Modified means the whole body.
+        let ranges: [(ifRange: String, status: Int)] = [
+            ("\"c1\"", 206), (lastModified, 206), ("W/\"c1\"", 200), (before, 200), ("\"other\"", 200),
+        ]
+        for (ifRange, status) in ranges {
+            let answer = try await rig.get("doc", ["-r", "0-9", "-H", "If-Range: \(ifRange)"])
+            #expect(answer.status == status, "If-Range: \(ifRange): expected \(status), got \(answer)")
+            #expect(answer.text == (status == 206 ? "0123456789" : body), "If-Range: \(ifRange): body \(answer.text.debugDescription)")
+        }
+        #expect(rig.count("doc") == 1, "every conditional was answered from storage: \(rig.requests("doc"))")
+        await rig.stop()
+    }
+
+    // MARK: Vary (RFC 9111 4.1)
+
+    @Test("Vary: each Accept-Encoding gets its own variant, variants are stored side by side, whitespace is normalised, Vary: * never matches (RFC 9111 4.1)")
+    func vary() async throws {
+        let rig = try await ScriptedProxy()
+        let plain = OriginScript(headers: [("Cache-Control", "max-age=60"), ("Vary", "Accept-Encoding"), ("ETag", "\"plain\"")], body: "identity variant")
+        var script = plain
+        script.variants = [
+            "gzip": OriginScript(
+                headers: [("Cache-Control", "max-age=60"), ("Vary", "Accept-Encoding"), ("ETag", "\"gz\""), ("X-Variant", "gzip")],
+                body: "gzip variant")
+        ]
+        try rig.script("page", script)
+        let gzip = ["-H", "Accept-Encoding: gzip"]
+        let identity = ["-H", "Accept-Encoding: identity"]
+
+        let first = try await rig.get("page", gzip)
+        #expect(first.text == "gzip variant" && rig.count("page") == 1, "gzip variant first: \(first)")
+        let second = try await rig.get("page", identity)
+        #expect(second.text == "identity variant", "identity gets its own variant, not the stored gzip one: \(second)")
+        #expect(rig.count("page") == 2, "a Vary mismatch reaches the origin: \(rig.requests("page"))")
+        #expect(
+            second.cacheStatus.contains("fwd=vary-miss"),
+            "a Vary mismatch is 'fwd=vary-miss', got \(second.headers["cache-status"] ?? "none")")
+        #expect(
+            rig.requests("page").map { $0.header("Accept-Encoding") ?? "-" } == ["gzip", "identity"],
+            "each request's Accept-Encoding reached the origin: \(rig.requests("page"))")
+        let third = try await rig.get("page", gzip)
+        let fourth = try await rig.get("page", identity)
+        #expect(third.isHit && third.text == "gzip variant", "repeating the first request is a hit on its variant: \(third)")
+        #expect(fourth.isHit && fourth.text == "identity variant", "both variants are stored side by side: \(fourth)")
+        #expect(rig.count("page") == 2, "the repeats were hits: \(rig.requests("page"))")
+
+        // Whitespace in the listed field is normalised: "gzip,br" and "gzip, br" select the same variant.
+        try rig.script("spaced", plain)
+        _ = try await rig.get("spaced", ["-H", "Accept-Encoding: gzip,br"])
+        let spaced = try await rig.get("spaced", ["-H", "Accept-Encoding: gzip, br"])
+        #expect(spaced.isHit && rig.count("spaced") == 1, "'gzip,br' then 'gzip, br' is a hit: \(spaced), \(rig.requests("spaced"))")
+
+        // Vary: * never matches.
+        try rig.script("star", [("Cache-Control", "max-age=60"), ("Vary", "*")], body: "varies on everything")
+        for round in 1...3 {
+            let answer = try await rig.get("star")
+            #expect(answer.text == "varies on everything" && !answer.isHit, "Vary: * #\(round): \(answer)")
+            #expect(rig.count("star") == round, "Vary: * #\(round) reaches the origin: \(rig.requests("star"))")
+        }
+        await rig.stop()
+    }
+
+    // MARK: Content-Encoding (RFC 9110 8.4, 14.1)
+
+    @Test("Content-Encoding is stored and replayed as sent: --compressed decodes the original, a Range is of the encoded bytes, Accept-Encoding reaches the origin (RFC 9110 8.4, 14.1.1)")
+    func contentEncoding() async throws {
+        let rig = try await ScriptedProxy()
+        let original = (0..<400).map { "line \($0) of a compressible text\n" }.joined()
+        var script = OriginScript(
+            headers: [("Cache-Control", "max-age=60"), ("Vary", "Accept-Encoding"), ("Content-Type", "text/plain"), ("ETag", "\"text\"")],
+            body: original)
+        var encoded = script
+        encoded.headers = [("Cache-Control", "max-age=60"), ("Vary", "Accept-Encoding"), ("Content-Type", "text/plain"), ("ETag", "\"text-gz\"")]
+        encoded.gzip = true
+        script.variants = ["gzip": encoded]
+        try rig.script("text", script)
+        // The same script under another name: what the origin itself sends, without the proxy.
+        try rig.script("text-direct", script)
+        let gzipBytes = try await rig.direct("text-direct", ["-H", "Accept-Encoding: gzip"]).body
+        #expect(gzipBytes.starts(with: [0x1f, 0x8b]) && gzipBytes.count > 20, "the origin sends gzip bytes: \(gzipBytes.prefix(4))")
+
+        let decoded = try await rig.get("text", ["--compressed", "-H", "Accept-Encoding: gzip"])
+        let decodedIsOriginal = decoded.text == original
+        #expect(decoded.exitCode == 0 && decodedIsOriginal, "curl --compressed decodes the original text: \(decoded)")
+        #expect(decoded.headers["content-encoding"] == "gzip", "Content-Encoding reaches the client: \(decoded.headers)")
+        #expect(rig.requests("text").first?.header("Accept-Encoding") == "gzip", "the client's Accept-Encoding reached the origin: \(rig.requests("text"))")
+
+        let raw = try await rig.get("text", ["-H", "Accept-Encoding: gzip"])
+        let rawIsEncoded = sameBytes(raw.body, gzipBytes[...])
+        #expect(rawIsEncoded, "without --compressed the stored gzip bytes as sent: \(raw)")
+        #expect(raw.isHit && rig.count("text") == 1, "the same Accept-Encoding is a hit: \(raw.headers), \(rig.requests("text"))")
+        let part = try await rig.get("text", ["-r", "10-19", "-H", "Accept-Encoding: gzip"])
+        #expect(
+            part.status == 206 && part.body == Array(gzipBytes[10..<20]),
+            "a Range is of the encoded bytes (RFC 9110 14.1.1): got \(part.body), the encoded bytes 10-19 are \(Array(gzipBytes[10..<20]))")
+        #expect(part.headers["content-range"] == "bytes 10-19/\(gzipBytes.count)", "Content-Range of the encoded length: \(part.headers)")
+        #expect(part.headers["content-encoding"] == "gzip", "the 206 keeps Content-Encoding: \(part.headers)")
+
+        let plain = try await rig.get("text", ["-H", "Accept-Encoding: identity"])
+        let plainIsOriginal = plain.text == original
+        #expect(plainIsOriginal && plain.headers["content-encoding"] == nil, "identity gets the unencoded variant: \(plain)")
+        await rig.stop()
+    }
+
+    // MARK: request fields forwarded (RFC 9110 7.6.1)
+
+    @Test("request fields reach the origin except hop-by-hop ones: Connection-named fields, Keep-Alive, Proxy-Authorization (RFC 9110 7.6.1, 11.7.2)")
+    func requestFieldsForwarded() async throws {
+        let rig = try await ScriptedProxy()
+        try rig.script("echo", [("Cache-Control", "no-store")], body: "fields seen")
+        let forwarded = [
+            ("Authorization", "Bearer token-1"), ("Cookie", "theme=dark; session=42"), ("Accept-Language", "fr-CH, fr;q=0.9"),
+            ("User-Agent", "sparsecache-tests/1.0"), ("X-Header", "custom value"),
+        ]
+        let dropped = [("Connection", "X-Secret"), ("X-Secret", "1"), ("Keep-Alive", "timeout=30"), ("Proxy-Authorization", "Basic cHJveHk6cGFzcw==")]
+        let answer = try await rig.get("echo", (forwarded + dropped).flatMap { ["-H", "\($0.0): \($0.1)"] })
+        #expect(answer.status == 200 && answer.text == "fields seen", "\(answer)")
+        let seen = rig.requests("echo").last
+        #expect(seen != nil, "the request reached the origin")
+        for (name, value) in forwarded {
+            #expect(seen?.header(name) == value, "\(name) should reach the origin as '\(value)', got \(seen?.header(name) ?? "nothing")")
+        }
+        for (name, _) in dropped where name != "Connection" {
+            #expect(seen?.header(name) == nil, "hop-by-hop \(name) must not reach the origin: \(String(describing: seen))")
+        }
+        let connection = seen?.header("Connection")?.lowercased() ?? ""
+        #expect(!connection.contains("x-secret"), "the client's Connection field must not be forwarded: \(String(describing: seen))")
+        await rig.stop()
+    }
+
+    // MARK: the range machinery stays
+
+    @Test("ranges on a stored answer: 206 with the right bytes and Content-Range, 416 past the end, no origin request")
+    func rangesOnStoredAnswer() async throws {
+        let rig = try await ScriptedProxy()
+        try rig.script("clip", [("Cache-Control", "max-age=60"), ("ETag", "\"clip\""), ("Content-Type", "video/mp4")]) { $0.bodySize = 1000 }
+        let source = OriginScript.pattern(count: 1000)
+        let whole = try await rig.get("clip")
+        let wholeIsSource = whole.body == source
+        #expect(whole.status == 200 && wholeIsSource, "the whole body first: \(whole)")
+        let stored = rig.count("clip")
+        let cases: [(range: String, status: Int, bytes: Range<Int>?, contentRange: String)] = [
+            ("10-19", 206, 10..<20, "bytes 10-19/1000"), ("990-", 206, 990..<1000, "bytes 990-999/1000"),
+            ("-5", 206, 995..<1000, "bytes 995-999/1000"), ("0-5000", 206, 0..<1000, "bytes 0-999/1000"),
+            ("2000-", 416, nil, "bytes */1000"),
+        ]
+        for (range, status, bytes, contentRange) in cases {
+            let answer = try await rig.get("clip", ["-r", range])
+            #expect(answer.status == status, "range \(range): expected \(status), got \(answer)")
+            #expect(answer.headers["content-range"] == contentRange, "range \(range): Content-Range \(answer.headers["content-range"] ?? "none")")
+            if let bytes {
+                let right = answer.body == Array(source[bytes])
+                #expect(right, "range \(range): wrong bytes (\(answer.body.count) bytes)")
+            }
+        }
+        #expect(rig.count("clip") == stored, "ranges of a stored answer never reach the origin: \(rig.requests("clip"))")
+        await rig.stop()
+    }
+
+    // MARK: refresh while serving, unsafe methods
+
+    @Test("PURGE from loopback evicts a stored URL while serving: the next GET reaches the origin; PURGE of an uncached URL is 404")
+    func purge() async throws {
+        let rig = try await ScriptedProxy()
+        try rig.script("page", [("Cache-Control", "max-age=60"), ("ETag", "\"p1\"")], body: "purge me")
+        _ = try await rig.get("page")
+        let hit = try await rig.get("page")
+        #expect(hit.text == "purge me" && rig.count("page") == 1, "stored before the purge: \(hit), \(rig.requests("page"))")
+
+        let purged = try await rig.get("page", ["-X", "PURGE"])
+        #expect(purged.status == 200 || purged.status == 204, "PURGE of a stored URL from loopback is 200 or 204, got \(purged)")
+        #expect(rig.count("page") == 1, "PURGE is the cache's, not forwarded to the origin: \(rig.requests("page"))")
+        let after = try await rig.get("page")
+        #expect(after.status == 200 && after.text == "purge me", "\(after)")
+        #expect(rig.count("page") == 2, "after PURGE the next GET reaches the origin: \(rig.requests("page"))")
+        #expect(!after.isHit, "after PURGE the next GET is not a hit: \(after.headers["cache-status"] ?? "none")")
+
+        try rig.script("untouched", [("Cache-Control", "max-age=60")], body: "never fetched")
+        let unknown = try await rig.get("untouched", ["-X", "PURGE"])
+        #expect(unknown.status == 404, "PURGE of an uncached URL is 404, got \(unknown)")
+        await rig.stop()
+    }
+
+    @Test("an unsafe method goes to the origin and invalidates the stored answer: the next GET is a miss (RFC 9111 4.4)")
+    func unsafeMethodsInvalidate() async throws {
+        let rig = try await ScriptedProxy()
+        try rig.script("item", [("Cache-Control", "max-age=60"), ("ETag", "\"i1\"")], body: "item version 1")
+        _ = try await rig.get("item")
+        let hit = try await rig.get("item")
+        #expect(hit.isHit && rig.count("item") == 1, "stored before the POST: \(hit)")
+
+        let post = try await rig.get("item", ["-d", "name=changed"])
+        #expect((200..<300).contains(post.status), "the POST is forwarded and answered 2xx, got \(post)")
+        #expect(rig.requests("item").last?.method == "POST", "the POST reached the origin: \(rig.requests("item"))")
+        #expect(
+            (post.headers["via"] ?? "").contains("1.1 sparsecache"), "a forwarded POST's answer carries Via too: \(post.headers)")
+        #expect(
+            post.cacheStatus.contains("fwd=method"),
+            "a method served only by the origin is 'fwd=method', got \(post.headers["cache-status"] ?? "none")")
+        let before = rig.count("item")
+        let after = try await rig.get("item")
+        #expect(after.status == 200 && after.text == "item version 1", "\(after)")
+        #expect(rig.count("item") == before + 1, "after a POST the next GET is a miss: \(rig.requests("item"))")
+        #expect(rig.requests("item").last?.method == "GET", "the GET after the POST reached the origin: \(rig.requests("item"))")
+        await rig.stop()
+    }
+
+    // MARK: bodies of any size
+
+    @Test("bodies of any size: an empty 200 is stored and hit with 0 bytes; a 404 page, a 301 and a small JSON pass through byte for byte")
+    func bodiesOfAnySize() async throws {
+        let rig = try await ScriptedProxy()
+        try rig.script("empty", [("Cache-Control", "max-age=60"), ("ETag", "\"empty\"")], body: "")
+        let empty = try await rig.get("empty")
+        #expect(empty.status == 200 && empty.body.isEmpty && empty.headers["content-length"] == "0", "an empty 200: \(empty)")
+        let emptyAgain = try await rig.get("empty")
+        #expect(emptyAgain.status == 200 && emptyAgain.body.isEmpty && emptyAgain.headers["content-length"] == "0", "\(emptyAgain)")
+        #expect(emptyAgain.isHit && rig.count("empty") == 1, "the empty body is stored: the second request is a hit: \(rig.requests("empty"))")
+
+        let page = "<html><body><h1>Not here</h1><p>nothing at this address</p></body></html>\n"
+        try rig.script("gone", status: 404, [("Content-Type", "text/html"), ("Cache-Control", "max-age=60")], body: page)
+        for round in 1...2 {
+            let answer = try await rig.get("gone")
+            #expect(answer.status == 404 && answer.text == page, "404 #\(round): status and page byte for byte: \(answer)")
+            #expect(
+                (answer.headers["via"] ?? "").contains("1.1 sparsecache") && (answer.headers["cache-status"] ?? "").hasPrefix("sparsecache;"),
+                "404 #\(round): every answer carries Via and Cache-Status: \(answer.headers)")
+        }
+
+        try rig.script("moved", status: 301, [("Location", "/elsewhere"), ("Content-Type", "text/plain")], body: "moved to /elsewhere\n")
+        let moved = try await rig.get("moved")
+        #expect(moved.status == 301 && moved.headers["location"] == "/elsewhere", "a 301 keeps its status and Location: \(moved)")
+        #expect(moved.text == "moved to /elsewhere\n", "a 301's small body byte for byte: \(moved.text.debugDescription)")
+
+        let json = #"{"ok":true,"items":[1,2,3]}"#
+        try rig.script("small.json", [("Content-Type", "application/json"), ("Cache-Control", "max-age=60")], body: json)
+        let small = try await rig.get("small.json")
+        let smallAgain = try await rig.get("small.json")
+        #expect(small.status == 200 && small.text == json && smallAgain.text == json, "a small JSON: \(small) / \(smallAgain)")
+        #expect(smallAgain.isHit && rig.count("small.json") == 1, "a small JSON is stored and hit: \(rig.requests("small.json"))")
+        await rig.stop()
+    }
+}

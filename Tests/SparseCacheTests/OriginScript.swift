@@ -1,0 +1,74 @@
+// What the scripted origin answers for one path: the test writes it as `<root>/<name>.json`
+// and rewrites it to change the answer (a new version, updated headers).
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One path's answer from ``OriginServer/scripted(root:)``.
+struct OriginScript: Encodable, Sendable {
+    var status = 200
+    /// Header fields in order. `Date` defaults to now; Content-Length is always the origin's own.
+    var headers: [(String, String)] = []
+    /// The body as text; or `bodyFile`, a file under the root; or `bodySize` bytes of
+    /// ``pattern(count:seed:)``.
+    var body: String?
+    var bodyFile: String?
+    var bodySize: Int?
+    var bodySeed: Int?
+    /// Answer If-None-Match / If-Modified-Since with 304 when they match.
+    var conditional = false
+    /// Seconds added to now for the Date field (when `headers` has none).
+    var dateOffset: Int?
+    /// Seconds added to the time the script was written, for Last-Modified and Expires (when
+    /// `headers` has none): fixed until the script is rewritten, so revalidations see the
+    /// same validator.
+    var lastModifiedOffset: Int?
+    var expiresOffset: Int?
+    /// Send the body gzip-compressed (Python's gzip, mtime 0, so the bytes are the same
+    /// every time) with `Content-Encoding: gzip`.
+    var gzip: Bool?
+    /// Other answers chosen by the request's Accept-Encoding: the first key the request lists
+    /// as a coding names the whole script to answer with instead (e.g. `["gzip": ...]`).
+    var variants: [String: OriginScript]?
+
+    enum CodingKeys: String, CodingKey {
+        case status, headers, body, conditional, gzip, variants
+        case bodyFile = "body_file"
+        case bodySize = "body_size"
+        case bodySeed = "body_seed"
+        case dateOffset = "date_offset"
+        case lastModifiedOffset = "last_modified_offset"
+        case expiresOffset = "expires_offset"
+    }
+
+    func encode(to encoder: Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(status, forKey: .status)
+        try container.encode(headers.map { [$0.0, $0.1] }, forKey: .headers)
+        try container.encodeIfPresent(body, forKey: .body)
+        try container.encodeIfPresent(bodyFile, forKey: .bodyFile)
+        try container.encodeIfPresent(bodySize, forKey: .bodySize)
+        try container.encodeIfPresent(bodySeed, forKey: .bodySeed)
+        try container.encode(conditional, forKey: .conditional)
+        try container.encodeIfPresent(dateOffset, forKey: .dateOffset)
+        try container.encodeIfPresent(lastModifiedOffset, forKey: .lastModifiedOffset)
+        try container.encodeIfPresent(expiresOffset, forKey: .expiresOffset)
+        try container.encodeIfPresent(gzip, forKey: .gzip)
+        try container.encodeIfPresent(variants, forKey: .variants)
+    }
+
+    /// Writes the script as `<root>/<name>.json` by rename, so the origin never reads half of it.
+    func write(root: String, name: String) throws {
+        let data = try JSONEncoder().encode(self)
+        let path = root + "/" + name + ".json"
+        try data.write(to: URL(fileURLWithPath: path + ".tmp"))
+        guard rename(path + ".tmp", path) == 0 else { throw OriginFailure("cannot rename '\(path).tmp' into place (errno \(errno))") }
+    }
+
+    /// The body `bodySize`/`bodySeed` stand for; the origin computes the same bytes.
+    static func pattern(count: Int, seed: Int = 0) -> [UInt8] {
+        (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ seed &* 17 &+ ($0 >> 8)) }
+    }
+}
