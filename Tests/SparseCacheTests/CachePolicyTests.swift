@@ -209,4 +209,12 @@ struct CachePolicyTests {
         #expect(stored.freshened(by: other, requestTime: Self.t0, responseTime: Self.t0) == nil)
         #expect(stored.freshened(by: HTTPResponseHead(status: 200), requestTime: Self.t0, responseTime: Self.t0) == nil)
     }
+
+    @Test("request max-age=0 revalidates even a response received this second (5.2.1.1, as Squid)")
+    func requestMaxAgeZero() {
+        let stored = Self.policy([("Cache-Control", "max-age=60")])
+        #expect(stored.use(for: Self.request([("Cache-Control", "max-age=0")]), now: Self.t0) == .revalidate)
+        #expect(stored.use(for: Self.request([("Cache-Control", "max-age=5")]), now: Self.t0 + 3) == .fresh(age: 3))
+        #expect(stored.use(for: Self.request(), now: Self.t0) == .fresh(age: 0))
+    }
 }

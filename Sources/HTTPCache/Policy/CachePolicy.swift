@@ -157,7 +157,9 @@ public struct CachePolicy: Sendable, Equatable {
         if directives.contains("no-cache") || requestDirectives.contains("no-cache") || pragmaNoCache { return .revalidate }
         // The client's limits on age (5.2.1.1) and remaining freshness (5.2.1.3).
         switch requestDirectives.seconds("max-age") {
-        case .seconds(let limit) where age > limit: return .revalidate
+        // `max-age=0` asks for revalidation even of a response received this second (ages are
+        // whole seconds): what clients mean by it, and what Squid does.
+        case .seconds(let limit) where age > limit || limit == 0: return .revalidate
         case .invalid: return .revalidate
         default: break
         }

@@ -124,13 +124,27 @@ extension CachingProxy {
     func passOn(_ answer: OriginAnswer, _ exchange: Exchange) async throws {
         exchange.status.forwardStatus = answer.head.status
         exchange.status.detail = answer.reason
-        let usable = !(200...299).contains(answer.head.status) && answer.head.status != 304
+        var head = answer.head
+        let status = head.status
+        // The proxy asked for a range of its own: a 206 answers the client only when it holds
+        // the whole representation and the client asked for no range (it is then the 200).
+        if status == 206, exchange.request.header("range") == nil,
+            let range = head.headers["content-range"].flatMap(ContentRange.init), let total = range.total,
+            range.range == 0..<total
+        {
+            head.status = 200
+            head.reason = "OK"
+            head.headers.remove("content-range")
+        }
+        let usable = head.status != 206 && status != 304
         guard usable, answer.claim() else {
             if answer.claim() { answer.cancel() }
             try await passThrough(exchange)
             return
         }
-        try await stream(answer, exchange)
+        var whole = answer
+        whole.head = head
+        try await stream(whole, exchange)
     }
 
     /// The client's request sent on as it is (its range and conditionals included), the answer
