@@ -3,7 +3,9 @@ import LoopbackOrigins
 import SeededRandom
 
 /// The nginx origin of the HTTP scenarios (9 and 10): a directory with one generated resource,
-/// served on a free loopback port until ``stop()``.
+/// served on a free loopback port until ``stop()``, with an hour of freshness (`expires 1h`,
+/// as an operator configures static media): the proxy's cached rows measure answers from
+/// storage, not revalidations (a file written a moment ago has no heuristic freshness).
 struct BenchOrigin {
     let root: String
     let port: Int
@@ -16,7 +18,7 @@ struct BenchOrigin {
     static func start(root: String, work: String, resource name: String, length: Int64, seed: UInt64) async throws -> BenchOrigin {
         try writeResource(root + "/" + name, length: length, seed: seed)
         let port = try Loopback.freePort()
-        let process = try NginxServer.process(root: root, work: work, port: port, accessLog: nil)
+        let process = try NginxServer.process(root: root, work: work, port: port, accessLog: nil, locations: "expires 1h;")
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice

@@ -16,8 +16,8 @@ extension ProgressiveCache {
         return try await open(source)
     }
 
-    /// Replaces the stored head of `key`, committed before this returns: a revalidation
-    /// answered `304` freshened it (RFC 9111, section 4.3.4). Returns false when the store no
+    /// Replaces the stored head of `key` (committed with the resource's next commit): a
+    /// revalidation answered `304` freshened it (RFC 9111, section 4.3.4). Returns false when the store no
     /// longer has the resource, or it was replaced meanwhile (the head is then not the one of
     /// the bytes stored, and is dropped).
     @discardableResult
@@ -47,9 +47,11 @@ extension ProgressiveCache {
         return true
     }
 
+    /// The head goes in with the resource's next commit (at the latest when it closes), not
+    /// at once: a freshening lost in a crash costs one more revalidation, never a wrong
+    /// answer, and a commit per 304 would put an fsync on every revalidated hit.
     private static func store(_ head: StoredHead, in file: SparseFile) async throws {
         try await file.setMetadata(head.stored(in: await file.metadata))
-        try await file.commit()
     }
 
     /// Drops `key` from the cache: fetches of it stop, readers that had bytes of it get

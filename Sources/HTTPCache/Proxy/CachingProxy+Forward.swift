@@ -21,15 +21,12 @@ extension CachingProxy {
     /// Starts (or joins) the revalidation of `key`: one conditional request however many
     /// clients find it stale at once.
     func startRevalidation(key: String, policy: CachePolicy, length: Int64, source: ProxiedSource) -> Task<Revalidation, Never> {
-        revalidations.withLock { running in
-            if let task = running[key] { return task }
-            let task = Task { [self] in
+        revalidations.task(for: key) {
+            Task { [self] in
                 let outcome = await revalidate(key: key, policy: policy, length: length, source: source)
-                _ = revalidations.withLock { $0.removeValue(forKey: key) }
+                revalidations.remove(key)
                 return outcome
             }
-            running[key] = task
-            return task
         }
     }
 
@@ -91,9 +88,11 @@ extension CachingProxy {
         let outcome = await startRevalidation(key: source.key, policy: policy, length: reader.length, source: source).value
         switch outcome {
         case .freshened(let head, let status):
+            let fresh = head.policy(target: exchange.target)
+            let age = fresh.currentAge(now: exchange.now)
             exchange.status.forwardStatus = status
-            exchange.status.ttl = head.policy(target: exchange.target).freshnessLifetime
-            try await send(reader, head: head, exchange)
+            exchange.status.ttl = fresh.freshnessLifetime - age
+            try await send(reader, head: head, age: age, exchange)
         case .changed(let status):
             await reader.close()
             exchange.status.forwardStatus = status
@@ -103,7 +102,7 @@ extension CachingProxy {
             if answer.head.status >= 500, policy.mayServeStaleOnError(now: exchange.now) {
                 if answer.claim() { answer.cancel() }
                 exchange.status.detail = "stale-if-error"
-                try await send(reader, head: policy.storedHead, exchange)
+                try await send(reader, head: policy.storedHead, age: policy.currentAge(now: exchange.now), exchange)
                 return
             }
             await reader.close()
@@ -111,7 +110,7 @@ extension CachingProxy {
         case .failed(let error):
             if policy.mayServeStaleOnError(now: exchange.now) || policy.mayServeStaleWhenDisconnected {
                 exchange.status.detail = "stale: the origin cannot be reached"
-                try await send(reader, head: policy.storedHead, exchange)
+                try await send(reader, head: policy.storedHead, age: policy.currentAge(now: exchange.now), exchange)
                 return
             }
             throw error
@@ -209,5 +208,28 @@ extension CachePolicy {
     /// The stored response as a ``StoredHead`` again.
     var storedHead: StoredHead {
         StoredHead(headers: response.headers, requestTime: requestTime, responseTime: responseTime, varyRequest: request.headers)
+    }
+}
+
+/// The revalidations in flight, by cache key.
+final class RevalidationTable: @unchecked Sendable {
+    // @unchecked: every access holds `lock`.
+    private let lock = NSLock()
+    private var running: [String: Task<CachingProxy.Revalidation, Never>] = [:]
+
+    /// The task running for `key`, or the one `start` makes (registered before it can end).
+    func task(for key: String, start: () -> Task<CachingProxy.Revalidation, Never>) -> Task<CachingProxy.Revalidation, Never> {
+        lock.lock()
+        defer { lock.unlock() }
+        if let task = running[key] { return task }
+        let task = start()
+        running[key] = task
+        return task
+    }
+
+    func remove(_ key: String) {
+        lock.lock()
+        running[key] = nil
+        lock.unlock()
     }
 }

@@ -29,7 +29,7 @@ public final class CachingProxy: Sendable {
     public let origin: URL?
     private let sources = Mutex(SourceTable())
     /// Revalidations in flight, by cache key: concurrent clients of one stale response share one.
-    let revalidations = Mutex<[String: Task<Revalidation, Never>]>([:])
+    let revalidations = RevalidationTable()
 
     public init(cache: ProgressiveCache, origin: URL? = nil) {
         self.cache = cache
@@ -109,7 +109,9 @@ public final class CachingProxy: Sendable {
         var reader = try await openIfStored(source, exchange)
         // Vary (section 4.1): the stored response names the request fields it varies on; a
         // request that differs in them is another variant, stored under a key of its own.
-        if let found = reader, let head = found.info.stored, !head.policy(target: exchange.target).varyMatches(exchange.request) {
+        if let found = reader, let head = found.info.stored, head.headers.contains("vary"),
+            !head.policy(target: exchange.target).varyMatches(exchange.request)
+        {
             await found.close()
             source = exchange.source(key: Self.variantKey(key, of: head, for: exchange.request))
             reader = try await openIfStored(source, exchange)
@@ -162,8 +164,9 @@ public final class CachingProxy: Sendable {
         }
         exchange.status.stored = true
         exchange.status.forwardStatus = exchange.status.forwardStatus ?? reader.info.stored?.status ?? 200
+        let head = reader.info.stored ?? StoredHead(headers: [], requestTime: exchange.now, responseTime: exchange.now)
         do {
-            try await send(reader, head: reader.info.stored ?? StoredHead(headers: [], requestTime: exchange.now, responseTime: exchange.now), exchange)
+            try await send(reader, head: head, age: head.policy(target: exchange.target).currentAge(now: exchange.now), exchange)
         } catch {
             await reader.close()
             throw error
@@ -176,20 +179,16 @@ public final class CachingProxy: Sendable {
         guard let head = reader.info.stored else { return }
         let policy = head.policy(target: exchange.target)
         switch policy.use(for: exchange.request, now: exchange.now) {
-        case .fresh(let age):
+        case .fresh(let age), .staleAllowed(let age):
             exchange.status.hit = true
             exchange.status.ttl = policy.freshnessLifetime - age
-            try await send(reader, head: head, exchange)
-        case .staleAllowed(let age):
-            exchange.status.hit = true
-            exchange.status.ttl = policy.freshnessLifetime - age
-            try await send(reader, head: head, exchange)
+            try await send(reader, head: head, age: age, exchange)
         case .staleWhileRevalidate(let age):
             exchange.status.hit = true
             exchange.status.ttl = policy.freshnessLifetime - age
             exchange.status.detail = "stale-while-revalidate"
             _ = startRevalidation(key: source.key, policy: policy, length: reader.length, source: source)
-            try await send(reader, head: head, exchange)
+            try await send(reader, head: head, age: age, exchange)
         case .revalidate, .mismatch:
             if exchange.onlyIfCached {
                 try await gatewayTimeout(exchange)
@@ -214,10 +213,9 @@ public final class CachingProxy: Sendable {
 
     /// Sends a stored response (or the part of it the request asks for): its stored fields with
     /// `Age`, `Via` and `Cache-Status`, after the client's conditionals.
-    func send(_ reader: CacheReader, head: StoredHead, _ exchange: Exchange) async throws {
+    func send(_ reader: CacheReader, head: StoredHead, age: Int64, _ exchange: Exchange) async throws {
         let request = exchange.request, response = exchange.response
         let length = reader.length
-        let age = head.policy(target: exchange.target).currentAge(now: exchange.now)
         var stored = head.headers
         for name in ["age", "accept-ranges", "transfer-encoding", "content-length", "content-range"] { stored.remove(name) }
         let etag = stored["etag"], lastModified = stored["last-modified"]
