@@ -87,6 +87,10 @@ enum ServeCommand: Command {
             throw error
         }
         let shown = options.host.contains(":") ? "[\(options.host)]" : options.host
+        // Where `sparsecache evict` finds the server that owns the directory.
+        let connectHost = options.host == "0.0.0.0" ? "127.0.0.1" : options.host == "::" ? "::1" : options.host
+        RunningServer.publish(host: connectHost, port: server.port, in: directory)
+        defer { RunningServer.withdraw(in: directory) }
         Output.error(
             "sparsecache serve: listening on http://\(shown):\(server.port)/ "
                 + (origin.map { "as a reverse proxy for \($0.absoluteString)" } ?? "in URL mode (/<name>?url=<percent-encoded URL>)")

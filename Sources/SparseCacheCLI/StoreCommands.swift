@@ -104,7 +104,10 @@ enum EvictCommand: Command {
 
         With --key, removes that resource. With --to-size, removes least-recently-used
         resources (keeping pinned prefixes first) until the directory takes at most SIZE on
-        disk. Takes the directory's lock: fails with exit 75 while a cache or proxy owns it.
+        disk. Takes the directory's lock: fails with exit 75 while a cache or proxy owns it,
+        except --key while `sparsecache serve` runs on the directory: the server is asked to
+        drop the key (a PURGE over loopback), with the same effect while it keeps serving. A
+        key ending in `*` drops every key with that prefix (through the server only).
         An unknown key or a directory that is not a cache directory is an error (exit 66).
 
         USAGE: sparsecache evict [--cache-dir DIR] (--key K | --to-size SIZE)
@@ -122,12 +125,27 @@ enum EvictCommand: Command {
         let key = arguments.options["--key"]
         let size = try arguments.size("--to-size")
         guard (key == nil) != (size == nil) else { throw UsageError("give exactly one of --key and --to-size") }
-        let evicted: [String] = try await withStore(directory) { store in
-            if let key {
-                try await store.remove(key: key)
-                return [key]
+        let evicted: [String]
+        do {
+            evicted = try await withStore(directory) { store in
+                if let key {
+                    try await store.remove(key: key)
+                    return [key]
+                }
+                return try await store.evict(toSize: size!)
             }
-            return try await store.evict(toSize: size!)
+        } catch let error as SparseCacheError where error.code == .locked && key != nil {
+            // A running `serve` owns the directory: it drops the key itself (PURGE).
+            guard let key, let address = RunningServer.address(in: directory) else { throw error }
+            let server = address.host.contains(":") ? "[\(address.host)]:\(address.port)" : "\(address.host):\(address.port)"
+            let (status, message) = try await RunningServer.purge(key, at: address)
+            guard (200...299).contains(status) else {
+                throw SparseCacheError(
+                    status == 404 ? .notFound : .io, operation: "evict", path: directory,
+                    detail: "the server at \(server) answered \(status): \(message)")
+            }
+            Output.print("evicted through the running server at \(server): \(message)")
+            return ExitStatus.ok
         }
         let remaining = try await SparseStore.inspect(directory: directory)
         for key in evicted { Output.print("evicted: \(key)") }

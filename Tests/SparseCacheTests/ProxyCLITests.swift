@@ -182,6 +182,37 @@ struct ProxyCLITests {
         _ = try await server.finish()
     }
 
+    @Test("evict --key while serve runs: the server drops the key (PURGE over loopback), the next request goes to the origin; a prefix with *")
+    func evictThroughServer() async throws {
+        let scratch = try CLIScratch("serve-evict")
+        let files = try TemporaryDirectory("serve-evict-origin")
+        defer { files.remove() }
+        for name in ["a.bin", "b.bin"] { _ = try originFile(files.path, name, count: 10_000, seed: 3) }
+        let origin = try await OriginServer.nginx(root: files.path, locations: "expires 1h;")
+        defer { origin.stop() }
+        let cacheDir = scratch.file("cache")
+        let (server, base) = try await Self.serve(cacheDir: cacheDir, origin: origin.baseURL)
+        for name in ["a.bin", "b.bin", "a.bin"] { _ = try await Curl.run(base + "/" + name) }
+        let hit = try await Curl.run(base + "/a.bin")
+        #expect(hit.headers["cache-status"]?.contains("hit") == true, "stored before the evict: \(hit)")
+        let before = origin.requests().count
+
+        let key = origin.url("a.bin").absoluteString
+        let evicted = try await CLI.run(["evict", "--cache-dir", cacheDir, "--key", key])
+        #expect(evicted.status == 0 && evicted.out.contains("purged"), "evict beside a running serve goes through it: \(evicted)")
+        let again = try await Curl.run(base + "/a.bin")
+        #expect(again.status == 200 && again.headers["cache-status"]?.contains("fwd=uri-miss") == true, "\(again)")
+        #expect(origin.requests().count > before, "the evicted key is fetched again")
+        let unknown = try await CLI.run(["evict", "--cache-dir", cacheDir, "--key", origin.url("nope.bin").absoluteString])
+        #expect(unknown.status == 66 && unknown.err.contains("404"), "an unknown key is an error through the server too: \(unknown)")
+        let prefix = try await CLI.run(["evict", "--cache-dir", cacheDir, "--key", origin.baseURL.absoluteString + "/*"])
+        #expect(prefix.status == 0 && prefix.out.contains("2 stored responses"), "a prefix drops both: \(prefix)")
+        let bySize = try await CLI.run(["evict", "--cache-dir", cacheDir, "--to-size", "0"])
+        #expect(bySize.status == 75, "--to-size still needs the lock: \(bySize)")
+        server.kill()
+        _ = try await server.finish()
+    }
+
     @Test("serve: usage errors name the problem (exit 64); a port in use is an I/O error (74), a cache directory in use 75; --help")
     func serveErrors() async throws {
         let scratch = try CLIScratch("serve-errors")

@@ -306,17 +306,23 @@ public final class CachingProxy: Sendable {
         return key + "#vary=" + String(UInt64(high) << 32 | UInt64(low), radix: 16)
     }
 
-    /// `PURGE` from loopback: drops the URL and every stored variant of it, as
-    /// `sparsecache evict` does, while the server runs.
+    /// `PURGE` from loopback: drops the URL and every stored variant of it (or, for a URL
+    /// ending in `*`, every key with that prefix), as `sparsecache evict` does, while the server
+    /// runs.
     private func purge(_ key: String, _ request: HTTPRequestHead, _ response: HTTPResponseWriter) async throws {
         let host = response.peer.split(separator: ":").dropLast().joined(separator: ":")
         guard ["127.0.0.1", "::1", "[::1]", "localhost"].contains(host) || host.hasPrefix("127.") || host.hasPrefix("::ffff:127.") else {
             try await response.respond(status: 403, message: "PURGE is allowed from loopback only")
             return
         }
-        let variants = await cache.store.summary().entries.map(\.key).filter { $0.hasPrefix(key + "#vary=") }
+        // `<url>*` drops every key with that prefix.
+        let prefix = key.hasSuffix("*") ? String(key.dropLast()) : nil
+        let keys = await cache.store.summary().entries.map(\.key).filter { stored in
+            if let prefix { return stored.hasPrefix(prefix) }
+            return stored == key || stored.hasPrefix(key + "#vary=")
+        }
         var dropped = 0
-        for variant in [key] + variants where try await cache.invalidate(key: variant) { dropped += 1 }
+        for stored in Set(keys + (prefix == nil ? [key] : [])).sorted() where try await cache.invalidate(key: stored) { dropped += 1 }
         if dropped == 0 {
             try await response.respond(status: 404, message: "not cached: \(key)")
         } else {

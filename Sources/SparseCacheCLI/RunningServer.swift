@@ -1,0 +1,44 @@
+import Foundation
+import SparseCache
+
+/// The address of the `sparsecache serve` that owns a cache directory, in `serve.address` beside
+/// its catalog, so `sparsecache evict` can ask it to drop a key while it runs.
+enum RunningServer {
+    static func path(in directory: String) -> String { directory + "/serve.address" }
+
+    /// Writes `host port` (replacing a stale file atomically). Best effort: without it, evict
+    /// reports the lock as before.
+    static func publish(host: String, port: Int, in directory: String) {
+        let temporary = path(in: directory) + ".tmp"
+        guard (try? "\(host) \(port)\n".write(toFile: temporary, atomically: false, encoding: .utf8)) != nil else { return }
+        if rename(temporary, path(in: directory)) != 0 { unlink(temporary) }
+    }
+
+    static func withdraw(in directory: String) {
+        unlink(path(in: directory))
+    }
+
+    /// The server's host and port, when one published them.
+    static func address(in directory: String) -> (host: String, port: Int)? {
+        guard let text = try? String(contentsOfFile: path(in: directory), encoding: .utf8) else { return nil }
+        let parts = text.split(whereSeparator: \.isWhitespace)
+        guard parts.count == 2, let port = Int(parts[1]) else { return nil }
+        return (String(parts[0]), port)
+    }
+
+    /// `PURGE <key>` (the absolute URL as the request target) to the server: its status and
+    /// the first line of its answer.
+    static func purge(_ key: String, at server: (host: String, port: Int)) async throws -> (Int, String) {
+        let hostField = server.host.contains(":") ? "[\(server.host)]:\(server.port)" : "\(server.host):\(server.port)"
+        let request = HTTPRequestHead(
+            method: "PURGE", target: key, headers: HTTPHeaders([("Host", hostField), ("Connection", "close")]))
+        let exchange = try await HTTPExchange.start(
+            host: server.host, port: server.port, request: request.encoded(), name: "\(hostField)", timeout: .seconds(30),
+            resolver: BlockingExecutor(label: "sparsecache.evict"), pool: nil)
+        var body: [UInt8] = []
+        while let chunk = try await exchange.nextChunk(), body.count < 4096 { body += chunk }
+        exchange.cancel()
+        let text = String(decoding: body, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
+        return (exchange.head.status, text)
+    }
+}
