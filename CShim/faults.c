@@ -42,6 +42,8 @@ static int64_t operation_index = 0;
 #define MAX_FIRE_IDS 4096
 static int64_t fire_counts[MAX_FIRE_IDS];
 static int64_t match_counts[MAX_FIRE_IDS];
+/// Calls sleeping in each rule's delay right now.
+static atomic_llong delaying[MAX_FIRE_IDS];
 
 static void rearm_locked(void) {
     int armed = rule_count > 0 || counting || sc_pl_active();
@@ -133,6 +135,11 @@ int64_t sc_faults_matches(int64_t id) {
     return count;
 }
 
+int64_t sc_faults_delaying(int64_t id) {
+    if (id <= 0 || id >= MAX_FIRE_IDS) return 0;
+    return atomic_load(&delaying[id]);
+}
+
 int64_t sc_faults_calls(int op) {
     if (op < 0 || op >= SC_OP_COUNT) return 0;
     pthread_mutex_lock(&table_lock);
@@ -175,6 +182,7 @@ typedef struct decision {
     int64_t short_bytes;
     int64_t torn_bytes;
     int64_t delay_us;
+    int64_t delay_rule;         // the first rule that asked for a delay (counted while it sleeps)
     int snapshot_variants;
     uint64_t snapshot_seed;
     char snapshot_dir[MAX_PATH_MATCH];
@@ -238,6 +246,7 @@ static void decide(int op, const char *path, int fd, decision *d) {
         if (d->short_bytes < 0) d->short_bytes = rule->short_bytes;
         if (d->torn_bytes < 0) d->torn_bytes = rule->torn_bytes;
         d->delay_us += rule->delay_us;
+        if (rule->delay_us > 0 && d->delay_rule == 0) d->delay_rule = slot->id;
         if (rule->snapshot_variants > 0 && d->snapshot_variants == 0) {
             d->snapshot_variants = rule->snapshot_variants;
             d->snapshot_seed = rule->seed;
@@ -256,8 +265,11 @@ static void crash_now(const decision *d) {
 /// Effects that come before the call: latency, snapshots, and a plain crash.
 static void before_call(const decision *d) {
     if (d->delay_us > 0) {
+        int counted = d->delay_rule > 0 && d->delay_rule < MAX_FIRE_IDS;
+        if (counted) atomic_fetch_add(&delaying[d->delay_rule], 1);
         struct timespec ts = {.tv_sec = d->delay_us / 1000000, .tv_nsec = (d->delay_us % 1000000) * 1000};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+        if (counted) atomic_fetch_sub(&delaying[d->delay_rule], 1);
     }
     if (d->snapshot_variants > 0 && sc_pl_active()) {
         sc_pl_lock();
@@ -408,6 +420,26 @@ int sc_fault_fallocate(int fd, int64_t offset, int64_t length, int punch) {
     sc_pl_unlock();
     errno = saved;
     return result;
+}
+
+int sc_fault_reserve(int fd, int64_t offset, int64_t length) {
+    decision d;
+    decide(SC_OP_FALLOCATE, NULL, fd, &d);
+    before_call(&d);
+    if (injected_failure(&d)) return -1;
+    // No power-loss record: a reservation changes neither the size nor any byte.
+    return fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)offset, (off_t)length);
+}
+
+int sc_fault_check_read(int fd, int64_t offset, int64_t count) {
+    (void)offset;
+    (void)count;
+    if (!SC_FAULTS_ARMED()) return 0;
+    decision d;
+    decide(SC_OP_PREAD, NULL, fd, &d);
+    before_call(&d);
+    if (injected_failure(&d)) return errno;
+    return 0;
 }
 
 int sc_fault_rename(const char *from, const char *to) {

@@ -23,6 +23,7 @@ ssize_t sc_fault_pwrite(int fd, const void *buffer, size_t count, int64_t offset
 int sc_fault_fsync(int fd, int data_only);
 int sc_fault_ftruncate(int fd, int64_t length);
 int sc_fault_fallocate(int fd, int64_t offset, int64_t length, int punch);
+int sc_fault_reserve(int fd, int64_t offset, int64_t length);
 int sc_fault_rename(const char *from, const char *to);
 int sc_fault_unlink(const char *path);
 

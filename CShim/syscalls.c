@@ -82,6 +82,11 @@ int sc_fallocate(int fd, int64_t offset, int64_t length) {
     return fallocate(fd, 0, (off_t)offset, (off_t)length);
 }
 
+int sc_reserve(int fd, int64_t offset, int64_t length) {
+    SC_FAULT_HOOK(sc_fault_reserve(fd, offset, length));
+    return fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)offset, (off_t)length);
+}
+
 int sc_punch_hole(int fd, int64_t offset, int64_t length) {
     SC_FAULT_HOOK(sc_fault_fallocate(fd, offset, length, 1));
     return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset, (off_t)length);

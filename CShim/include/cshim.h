@@ -50,6 +50,10 @@ int sc_ftruncate(int fd, int64_t length);
 int sc_fallocate(int fd, int64_t offset, int64_t length);
 /// fallocate(2) with FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE: free the blocks, keep the size.
 int sc_punch_hole(int fd, int64_t offset, int64_t length);
+/// fallocate(2) with FALLOC_FL_KEEP_SIZE: reserve blocks for [offset, offset+length) without
+/// changing the file size or any byte (room past the end that later writes use). A fault rule
+/// matches it as `fallocate`.
+int sc_reserve(int fd, int64_t offset, int64_t length);
 
 /// lseek(2) with SEEK_DATA / SEEK_HOLE. Returns the offset or -1 (ENXIO past the end).
 int64_t sc_seek_data(int fd, int64_t offset);
@@ -202,6 +206,13 @@ int64_t sc_faults_fired(int64_t id);
 /// Calls the rule matched (operation and path), whether it fired or not. A snapshot rule
 /// names its snapshots by this count: "<dir>/<k>-<v>" is taken before its k-th match (from 0).
 int64_t sc_faults_matches(int64_t id);
+/// Calls sleeping in the rule's `delay` right now (for tests that must know a call really
+/// waits: while it sleeps, its thread is taken).
+int64_t sc_faults_delaying(int64_t id);
+/// The fault hook of a read the shim does not issue (DispatchIO's own preads): counts it as a
+/// pread of `fd`, applies a matching rule's delay on the calling thread, and returns the
+/// errno of a failure to inject, or 0 to go on with the read.
+int sc_fault_check_read(int fd, int64_t offset, int64_t count);
 /// Calls of one operation seen while armed (counting on, a rule set, or power loss on).
 int64_t sc_faults_calls(int op);
 /// All calls seen while armed: the index of the next call.

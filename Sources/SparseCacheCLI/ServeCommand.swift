@@ -71,7 +71,11 @@ enum ServeCommand: Command {
         // Before anything is in flight: a signal from here on shuts down gracefully.
         try ShutdownSignals.install()
         noteIfNewCacheDirectory(directory, command: name)
-        let store = try await SparseStore.open(directory: directory, options: StoreOptions(budget: budget))
+        var storeOptions = StoreOptions(budget: budget)
+        // Housekeeping that fails without failing a request (an eviction, a background release)
+        // is logged as it happens, whatever --quiet says.
+        storeOptions.log = { line in RequestLog.problem(line) }
+        let store = try await SparseStore.open(directory: directory, options: storeOptions)
         let cache = ProgressiveCache(store: store)
         let proxy = CachingProxy(cache: cache, origin: origin)
         let log: @Sendable (HTTPLogEntry) -> Void = { entry in
@@ -105,10 +109,13 @@ enum ServeCommand: Command {
         await server.shutdown(grace: .seconds(2))
         await cache.shutdown()
         let statistics = cache.statistics
+        let failures = await store.housekeepingFailures
         try await store.close()
         Output.error(
             "sparsecache serve: stopped; \(SizeParser.describe(statistics.bytesReceived)) from origins in \(statistics.requests) "
-                + "request\(statistics.requests == 1 ? "" : "s"), \(SizeParser.describe(statistics.bytesFromCache)) served from the cache")
+                + "request\(statistics.requests == 1 ? "" : "s"), \(SizeParser.describe(statistics.bytesFromCache)) served from the cache"
+                + (failures.total == 0
+                    ? "" : "; housekeeping failures: \(failures.evictions) eviction(s), \(failures.releases) release(s)"))
         return ExitStatus.ok
     }
 
@@ -151,5 +158,11 @@ enum RequestLog {
     static func write(_ entry: HTTPLogEntry) {
         let line = entry.description
         queue.async(execute: { @Sendable in Output.print(line) })
+    }
+
+    /// A problem the cache got past (on stderr, in order with the request log).
+    static func problem(_ text: String) {
+        let line = "sparsecache serve: " + text
+        queue.async(execute: { @Sendable in Output.error(line) })
     }
 }

@@ -1,6 +1,7 @@
 // Many tasks on one SparseFile at once: overlapping unaligned writes and reads with racing
 // commits checked against a model, close racing in-flight work, and a check that reads and
 // syncs never hold the cooperative pool.
+import Foundation
 import SeededRandom
 import Synchronization
 import Testing
@@ -21,11 +22,9 @@ private final class Shared: Sendable {
     func addCompleted(_ ranges: [Range<Int64>]) { completed.withLock { $0 += ranges } }
 }
 
-/// Counters for the pool test.
-private final class TickCounters: Sendable {
+/// Counters for the large-reads test.
+private final class ReadCounters: Sendable {
     let outstanding = Atomic<Int>(0)
-    let ticks = Atomic<Int>(0)
-    let ticksDuringReads = Atomic<Int>(0)
     let wrong = Atomic<Int>(0)
 }
 
@@ -283,8 +282,8 @@ struct ConcurrencyTests {
         }
     }
 
-    @Test("the cooperative pool keeps running while 64 large reads and syncing commits are in flight")
-    func ioStaysOffThePool() async throws {
+    @Test("64 large reads through the DispatchIO channel and syncing commits in flight at once: every read gets its bytes")
+    func largeReadsWithCommits() async throws {
         let segmentSize = 256 * 1024
         let length = Int64(32 << 20)
         let presentLength = Int64(24 << 20)
@@ -302,18 +301,9 @@ struct ConcurrencyTests {
             }
             try await file.commit()
 
-            let counters = TickCounters()
-            let ticker = Task {
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: .milliseconds(1))
-                    counters.ticks.add(1, ordering: .relaxed)
-                    if counters.outstanding.load(ordering: .relaxed) > 0 { counters.ticksDuringReads.add(1, ordering: .relaxed) }
-                }
-            }
+            let counters = ReadCounters()
             try await withThrowingTaskGroup(of: Void.self) { group in
                 var generator = SplitMix64(seed: 64)
-                // Everything is counted as outstanding before any task starts, so a tick
-                // counts only while reads have really not all finished.
                 counters.outstanding.add(64, ordering: .relaxed)
                 for _ in 0..<64 {
                     let start = Int64.random(in: 0..<(presentLength - Int64(3 << 20)), using: &generator)
@@ -335,14 +325,69 @@ struct ConcurrencyTests {
                 }
                 try await group.waitForAll()
             }
-            ticker.cancel()
-            await ticker.value
             #expect(counters.wrong.load(ordering: .relaxed) == 0, "reads returned wrong bytes")
             #expect(counters.outstanding.load(ordering: .relaxed) == 0)
-            let during = counters.ticksDuringReads.load(ordering: .relaxed)
-            #expect(during > 0, "the ticker never ran while reads were in flight (\(counters.ticks.load(ordering: .relaxed)) ticks in all)")
+            // Whether the pool stays free is judged by `readsWaitOffThePool`: these reads are
+            // page-cache fast, so a ticker would run between them even if they blocked it.
             #expect(await file.isComplete)
             try await file.close()
+        }
+    }
+
+    @Test("reads that really wait (a 1 s delay fault on every read) leave the pool free: a ticker runs while all of them wait")
+    func readsWaitOffThePool() async throws {
+        // As many waiting reads as the pool has threads, and one more: were reads to wait on the
+        // pool, every pool thread would be asleep while they all wait, and the ticker (a pool
+        // task) could not run then at all. Each read is of its own resource, because one
+        // resource's channel reads one at a time.
+        let poolWidth = max(2, ProcessInfo.processInfo.activeProcessorCount)
+        let readers = poolWidth + 1
+        try await withTemporaryDirectory("pool-wait") { directory in
+            var files: [SparseFile] = []
+            for index in 0..<readers {
+                let file = try await SparseFile.open(directory.file("r\(index).bin"), options: .testing(segmentSize: 65536, length: 65536))
+                try await file.write(sourceBytes(0..<65536, salt: UInt64(index)), at: 0)
+                try await file.commit()
+                files.append(file)
+            }
+            // Reads try the page cache first (RWF_NOWAIT: under a delay rule it answers "not
+            // cached" at once, never sleeping on the caller's thread), then the DispatchIO
+            // channel, whose fault hook sleeps on the channel's queue.
+            let rule = try FaultInjection.add(FaultRule([.pread], pathContains: directory.path + "/r", delay: .seconds(1)))
+            defer { FaultInjection.remove(rule) }
+            let ticksWhileAllWait = Atomic<Int>(0)
+            let mostWaiting = Atomic<Int>(0)
+            let ticker = Task {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .milliseconds(1))
+                    let waiting = FaultInjection.delaying(rule)
+                    if waiting > mostWaiting.load(ordering: .relaxed) { mostWaiting.store(waiting, ordering: .relaxed) }
+                    if waiting >= poolWidth { ticksWhileAllWait.add(1, ordering: .relaxed) }
+                }
+            }
+            // Rounds of reads until the ticker has run while they all wait: on a loaded machine
+            // (other suites in parallel) other work may hold the pool through one window. Reads
+            // that wait on the pool fail every round, however many.
+            var rounds = 0
+            while ticksWhileAllWait.load(ordering: .relaxed) == 0, rounds < 20 {
+                rounds += 1
+                try await withThrowingTaskGroup(of: Bool.self) { group in
+                    for (index, file) in files.enumerated() {
+                        group.addTask { try await file.read(offset: 0, length: 65536) == sourceBytes(0..<65536, salt: UInt64(index)) }
+                    }
+                    for try await right in group { #expect(right, "a read returned wrong bytes") }
+                }
+            }
+            ticker.cancel()
+            await ticker.value
+            #expect(FaultInjection.fired(rule) >= readers * rounds, "every read went through the delay")
+            // Deterministic either way: with reads off the pool the ticker runs while all of them
+            // sleep; with reads on it, no pool thread is free then, and it cannot run at all.
+            let most = mostWaiting.load(ordering: .relaxed)
+            #expect(
+                ticksWhileAllWait.load(ordering: .relaxed) > 0,
+                "no tick while \(poolWidth) or more reads waited (at most \(most) at once, \(rounds) rounds): reads hold the pool")
+            for file in files { try await file.close() }
         }
     }
 }

@@ -79,6 +79,10 @@ public struct FillStatistics: Sendable, Equatable {
     public var retries = 0
     /// Resources found changed on their origin (their cached bytes were dropped).
     public var invalidations = 0
+    /// Handles released in the background whose release failed (the resource's last commit or
+    /// close, or the budget pass after it); each is also reported to the store
+    /// (``SparseStore/housekeepingFailures``, ``StoreOptions/log``).
+    public var releaseFailures = 0
 
     public init() {}
 }

@@ -192,10 +192,21 @@ extension ProgressiveCache {
         resource.outcomes.removeAll()
         let id = takeID()
         releases[id] = Task {
-            try? await handle.release()
+            await self.release(handle)
             self.releases[id] = nil
         }
         forgetIfIdle(resource)
+    }
+
+    /// Releases a handle no caller waits on: a failure is counted (``FillStatistics/releaseFailures``)
+    /// and reported to the store, which logs it.
+    func release(_ handle: ResourceHandle) async {
+        do {
+            try await handle.release()
+        } catch {
+            count { $0.releaseFailures += 1 }
+            await store.noteHousekeepingFailure(.release, key: handle.key, error)
+        }
     }
 
     private func open(_ resource: FillResource) async throws {
@@ -230,7 +241,7 @@ extension ProgressiveCache {
             // URLs must not fill the store with them).
             if resource.handle === handle, await handle.file.length == nil, await handle.file.presentBytes == 0 {
                 resource.handle = nil
-                try? await handle.release()
+                await release(handle)
                 try? await store.remove(key: resource.key)
             }
             throw error

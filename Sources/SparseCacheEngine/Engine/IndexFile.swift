@@ -19,6 +19,15 @@ final class IndexFile: @unchecked Sendable {
     /// checkpoint went to the front): the live journal must never grow into it, or that copy
     /// would be gone while it is still the fallback.
     private(set) var fallbackStart: Int64?
+    /// Where the blocks this session reserved for the journal end (0: none known). Past the
+    /// end of the file, so neither the size nor any byte changes (fallocate KEEP_SIZE).
+    private var reservedEnd: Int64 = 0
+
+    /// Journal room kept reserved ahead of the next record, so that on a full disk a commit
+    /// whose data already reached the data file still has blocks for its record: a commit of
+    /// a few segments writes one 4 KiB record, so at least four commits fit in the half that
+    /// is always left. Released at close (``releaseReservation()``).
+    static let journalReserve: Int64 = 32 << 10
 
     /// Journal bytes since the last checkpoint.
     var journalBytes: Int64 { journalEnd - superblock.journalOffset }
@@ -360,10 +369,35 @@ final class IndexFile: @unchecked Sendable {
             try checkpoint(committed)
             record = JournalRecord.encode(change, sequence: nextSequence, salt: superblock.journalSalt, generation: superblock.generation)
         }
+        reserveJournalRoom(past: journalEnd + Int64(record.count))
         try fd.write(toAbsoluteOffset: journalEnd, record)
         try fd.dataSync()
         journalEnd += Int64(record.count)
         nextSequence += 1
+    }
+
+    /// Tops up the reserved journal room when less than half of ``journalReserve`` would be
+    /// left past `end` (one fallocate every few commits). A failure is not the commit's: on a
+    /// full disk the room reserved earlier, while there was space, is what the journal writes
+    /// into, and a record that needs more fails on its own write with the error that names
+    /// the full disk. A file system without fallocate (EOPNOTSUPP) behaves as before.
+    private func reserveJournalRoom(past end: Int64) {
+        guard reservedEnd < end + Self.journalReserve / 2 else { return }
+        let reserveEnd = end + Self.journalReserve
+        if (try? fd.reserve(offset: journalEnd, length: reserveEnd - journalEnd)) != nil {
+            reservedEnd = reserveEnd
+        }
+    }
+
+    /// Gives back the journal room reserved past the end of the file (a truncate to the file's
+    /// own size frees the blocks beyond it on ext4, XFS and tmpfs), so a closed resource takes
+    /// only the space its index uses. Called when a writable resource closes. Best effort: a
+    /// failure leaves at most ``journalReserve`` bytes allocated, and the next writable open
+    /// that commits reuses them.
+    func releaseReservation() {
+        guard reservedEnd > 0 else { return }
+        reservedEnd = 0
+        if let size = try? fd.status().size { try? fd.truncate(to: size) }
     }
 
     /// Before the first commit through an index that was opened rather than created: fsync of
@@ -413,6 +447,9 @@ final class IndexFile: @unchecked Sendable {
         // other copy's checkpoint: one damaged checkpoint then lost every committed segment.)
         let keep = max(journalEnd, folded.end)
         if let size = try? fd.status().size, size > keep { try? fd.truncate(to: keep) }
+        // The truncate may have freed the reserved journal room: the next append reserves again
+        // (a no-op where blocks are still there).
+        if reservedEnd > 0 { reservedEnd = journalEnd }
     }
 }
 

@@ -372,6 +372,8 @@ public actor SparseFile {
         let dataFile = self.dataFile
         let index = self.index
         _ = try? await io.run {
+            // The journal room a writer keeps for a full disk is not kept by a closed resource.
+            index.releaseReservation()
             dataFile.close()
             index.close()
         }

@@ -66,6 +66,10 @@ public enum FaultInjection {
     /// commit returns: a snapshot rule's snapshot `k` is taken before its k-th match.
     public static func matches(_ id: RuleID) -> Int { Int(sc_faults_matches(id.rawValue)) }
 
+    /// Calls sleeping in the rule's ``FaultRule/delay`` right now. A test that must know a call
+    /// really waits (its thread taken, not merely slow) watches this.
+    public static func delaying(_ id: RuleID) -> Int { Int(sc_faults_delaying(id.rawValue)) }
+
     /// Calls of `operation` seen while the slow path was armed (a rule set, ``counting`` on,
     /// or power loss recording).
     public static func callCount(_ operation: FaultOperation) -> Int { Int(sc_faults_calls(operation.rawValue)) }

@@ -16,6 +16,8 @@ final class DispatchReadChannel: @unchecked Sendable {
     // are immutable after init.
     private let channel: DispatchIO
     private let queue: DispatchQueue
+    /// The channel's descriptor, for the fault hook (the channel closes it).
+    private let rawDescriptor: Int32
     let path: String
 
     init(path: String) throws {
@@ -23,6 +25,7 @@ final class DispatchReadChannel: @unchecked Sendable {
         let queue = DispatchQueue(label: "sparsecache.read")
         self.queue = queue
         self.path = path
+        self.rawDescriptor = fd.rawValue
         self.channel = Self.makeChannel(fd: fd.rawValue, queue: queue)
     }
 
@@ -39,21 +42,45 @@ final class DispatchReadChannel: @unchecked Sendable {
         let channel = self.channel
         let queue = self.queue
         let path = self.path
+        let descriptor = rawDescriptor
+        let faultsArmed = sc_faults_is_armed() != 0
         return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[UInt8], Error>) in
-            channel.read(
-                offset: off_t(offset), length: length, queue: queue,
-                ioHandler: { @Sendable done, data, error in
-                    if let data, !data.isEmpty { accumulator.append(data) }
-                    guard done else { return }
-                    if error != 0 {
+            if faultsArmed {
+                // libdispatch issues its own preads, which the shim never sees: the fault table is
+                // consulted here instead, on the channel's queue (a delay rule then takes that
+                // queue's thread, as a slow device would, never a cooperative one).
+                queue.async { @Sendable in
+                    let injected = sc_fault_check_read(descriptor, offset, Int64(length))
+                    if injected != 0 {
                         continuation.resume(throwing: SparseCacheError(
-                            .io, operation: "read", path: path, offset: offset, length: Int64(length),
-                            errno: error))
+                            .io, operation: "read", path: path, offset: offset, length: Int64(length), errno: injected))
                     } else {
-                        continuation.resume(returning: accumulator.take())
+                        Self.read(channel, offset: offset, length: length, queue: queue, path: path, into: accumulator, continuation)
                     }
-                })
+                }
+                return
+            }
+            Self.read(channel, offset: offset, length: length, queue: queue, path: path, into: accumulator, continuation)
         }
+    }
+
+    private static func read(
+        _ channel: DispatchIO, offset: Int64, length: Int, queue: DispatchQueue, path: String, into accumulator: ReadAccumulator,
+        _ continuation: CheckedContinuation<[UInt8], Error>
+    ) {
+        channel.read(
+            offset: off_t(offset), length: length, queue: queue,
+            ioHandler: { @Sendable done, data, error in
+                if let data, !data.isEmpty { accumulator.append(data) }
+                guard done else { return }
+                if error != 0 {
+                    continuation.resume(throwing: SparseCacheError(
+                        .io, operation: "read", path: path, offset: offset, length: Int64(length),
+                        errno: error))
+                } else {
+                    continuation.resume(returning: accumulator.take())
+                }
+            })
     }
 
     /// Stops the channel; the descriptor is closed once libdispatch is done with it.

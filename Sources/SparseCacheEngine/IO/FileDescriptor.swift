@@ -158,6 +158,14 @@ package struct FileDescriptor: Sendable, Hashable {
         }
     }
 
+    /// Reserves blocks for the range without changing the file size or any byte (fallocate
+    /// with FALLOC_FL_KEEP_SIZE): later writes there, past the end included, need no new blocks.
+    func reserve(offset: Int64, length: Int64) throws {
+        _ = try retryingSyscall("fallocate", path: path, offset: offset, length: Int(length)) {
+            Int(sc_reserve(rawValue, offset, length))
+        }
+    }
+
     /// Frees the blocks of the range and keeps the file size (reads of it return zeros).
     func punchHole(offset: Int64, length: Int64) throws {
         _ = try retryingSyscall("punch hole", path: path, offset: offset, length: Int(length)) {

@@ -38,7 +38,9 @@ extension SparseStore {
             try await handle.release()
             return result
         } catch {
-            try? await handle.release()
+            // The body's error is the one the caller gets; a release failing after it is counted
+            // and logged, not lost.
+            do { try await handle.release() } catch let releaseError { noteHousekeepingFailure(.release, key: key, releaseError) }
             throw error
         }
     }
@@ -186,7 +188,11 @@ extension SparseStore {
             }
         }
         markCatalogDirty()
-        if written > 0, allocatedBytes > options.budget { try? await enforceBudget() }
+        // The write succeeded whatever the pass does: a failed pass is counted and logged, and
+        // the next write or release runs another.
+        if written > 0, allocatedBytes > options.budget {
+            do { try await enforceBudget() } catch { noteHousekeepingFailure(.eviction, key: key, error) }
+        }
     }
 
     func noteRead(key: String, range: Range<Int64>) async {

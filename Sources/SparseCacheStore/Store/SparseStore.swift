@@ -37,6 +37,8 @@ public actor SparseStore {
     var pendingEnforcement: Task<[String], Error>?
     var touchClock: UInt64 = 0
     var isClosed = false
+    /// Housekeeping that failed without failing its caller, counted since the store opened.
+    public private(set) var housekeepingFailures = HousekeepingFailures()
     /// What start-up found and did, for `ls` and logs.
     public nonisolated let startup: StartupReport
 
@@ -260,7 +262,18 @@ public actor SparseStore {
     /// Every resource with its sizes and last access, least recently used first, plus totals.
     /// Answered from memory.
     public func summary() -> StoreSummary {
-        Self.summarize(directory: directory, budget: options.budget, entries: Array(entries.values), open: Set(live.keys))
+        var summary = Self.summarize(directory: directory, budget: options.budget, entries: Array(entries.values), open: Set(live.keys))
+        summary.housekeepingFailures = housekeepingFailures
+        return summary
+    }
+
+    /// Counts a housekeeping failure that no caller sees and logs it through
+    /// ``StoreOptions/log``. The fill reports the releases it runs in the background here.
+    package func noteHousekeepingFailure(_ kind: HousekeepingFailures.Kind, key: String, _ error: Error) {
+        let what = kind == .eviction ? "eviction after a write to '\(key)'" : "release of '\(key)'"
+        let line = "\(what) failed: \(error)"
+        housekeepingFailures.record(kind, line: line)
+        options.log?(line)
     }
 
     /// The entry for `key`, if the store has it.

@@ -17,6 +17,11 @@ public struct StoreOptions: Sendable {
     public var commitPolicy = CommitPolicy.automatic
     /// How long after a change the catalog (keys, sizes, access times) is saved.
     public var catalogSaveDelay: Duration = .seconds(2)
+    /// Where the store reports housekeeping that failed without failing a caller (an eviction
+    /// after a write, a release in the background), one line each; nil: counted only (see
+    /// ``SparseStore/housekeepingFailures``). Called on the store's actor: hand the line off,
+    /// do not block.
+    public var log: (@Sendable (String) -> Void)?
 
     public init(budget: Int64) {
         self.budget = budget
@@ -53,4 +58,7 @@ public struct StoreSummary: Sendable, Equatable, Codable {
     public var allocatedBytes: Int64
     public var presentBytes: Int64
     public var entries: [StoreEntry]
+    /// Housekeeping that failed in this process (a live store's summary); nil when the
+    /// directory was only inspected.
+    public var housekeepingFailures: HousekeepingFailures?
 }
