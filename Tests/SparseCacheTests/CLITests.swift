@@ -766,7 +766,7 @@ struct CLITests {
     private func waitForLock(_ holder: RunningCLI, index: String) async throws {
         let indexPath = URL(fileURLWithPath: index).resolvingSymlinksInPath().path
         let pid = String(holder.pid)
-        let deadline = ContinuousClock.now + .seconds(20)
+        let deadline = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < deadline {
             guard holder.isRunning else {
                 let result = try await holder.finish()
@@ -785,7 +785,7 @@ struct CLITests {
             }
             try await Task.sleep(for: .milliseconds(20))
         }
-        throw CLIFailure("the lock holder did not take its lock within 20 s")
+        throw CLIFailure("the lock holder did not take its lock within 60 s")
     }
 }
 

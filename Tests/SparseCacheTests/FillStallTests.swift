@@ -80,7 +80,7 @@ extension ProgressiveCache {
     }
 }
 
-@Suite("Fill-through: a reader never waits for a change that already happened", .serialized, .timeLimit(.minutes(1)))
+@Suite("Fill-through: a reader never waits for a change that already happened", .serialized, .timeLimit(.minutes(3)))
 struct FillStallTests {
     @Test("the fetch a reader joined ends while its read-ahead looks further: the reader still gets its bytes")
     func fetchEndsWhileReadAheadLooks() async throws {
@@ -96,7 +96,7 @@ struct FillStallTests {
                 guard let (cache, source) = stash.withLock({ $0 }) else { return }
                 let before = await cache.fetchState(key: source.key)
                 source.release()
-                let deadline = ContinuousClock.now + .seconds(10)
+                let deadline = ContinuousClock.now + .seconds(60)
                 while ContinuousClock.now < deadline {
                     let now = await cache.fetchState(key: source.key)
                     if now.ended > before.ended, now.running == 0 { break }
@@ -120,13 +120,13 @@ struct FillStallTests {
             defer { done.withLock { $0 = true } }
             return try await collect(cache.read(source))
         }
-        let deadline = ContinuousClock.now + .seconds(5)
+        let deadline = ContinuousClock.now + .seconds(60)
         while !firstCall.finished, ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(5))
         }
         #expect(firstCall.finished, "the reader's read-ahead never looked at segments 2 and 3")
         // Nothing changes in the resource from here on: a reader still waiting waits forever.
-        let settled = ContinuousClock.now + .seconds(3)
+        let settled = ContinuousClock.now + .seconds(30)
         while !done.withLock({ $0 }), ContinuousClock.now < settled {
             try await Task.sleep(for: .milliseconds(5))
         }

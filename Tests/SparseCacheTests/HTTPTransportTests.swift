@@ -136,10 +136,10 @@ struct HTTPTransportTests {
         do {
             let response = try await source.fetch(range, validator: validator)
             // The stored head compared as a set of fields: URLSession reorders them and changes
-            // the case of names, and the two requests may straddle a second.
+            // the case of names, and the two requests may be seconds apart (Date, times).
             var info = response.info
             info.stored = info.stored.map { head in
-                let fields = head.headers.map { ($0.name.lowercased(), $0.value) }.sorted { $0.0 < $1.0 }
+                let fields = head.headers.filter { !$0.hasName("date") }.map { ($0.name.lowercased(), $0.value) }.sorted { $0.0 < $1.0 }
                 return StoredHead(headers: HTTPHeaders(fields), requestTime: 0, responseTime: 0)
             }
             return (Outcome(info: info, offset: response.offset, body: try await body(response)), "")

@@ -84,7 +84,9 @@ struct ProxyTests {
         // resource (the same cache key), served from the cache.
         let before = await origin.bytesSent("movie.mp4")
         let forward = try await Curl.run(origin.url("movie.mp4").absoluteString, ["-x", proxy.baseURL, "-r", "1000-1999"])
-        #expect(forward.status == 206 && forward.body == Array(source[1000..<2000]) && forward.headers["server"] == "sparsecache", "\(forward)")
+        #expect(
+            forward.status == 206 && forward.body == Array(source[1000..<2000]) && forward.headers["via"]?.contains("sparsecache") == true,
+            "\(forward)")
         #expect(await origin.bytesSent("movie.mp4") == before, "forward proxying found the bytes already cached")
 
         let missingEncoded = origin.url("nope.mp4").absoluteString.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
@@ -113,7 +115,7 @@ struct ProxyTests {
     func connections() async throws {
         let files = try TemporaryDirectory("proxy-origin")
         let source = try originFile(files.path, "a.bin", count: 100_000, seed: 73)
-        let origin = try await OriginServer.nginx(root: files.path)
+        let origin = try await OriginServer.nginx(root: files.path, locations: "expires 1h;")
         defer { origin.stop() }
         let proxy = try await ProxyFixture(origin: origin.baseURL)
         let port = proxy.server.port

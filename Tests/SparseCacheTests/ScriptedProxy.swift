@@ -37,12 +37,12 @@ final class ScriptedProxy: Sendable {
 
     /// curl through the proxy for `/<name>`, with curl `arguments` (e.g. `["-H", "If-None-Match: \"v1\""]`).
     func get(_ name: String, _ arguments: [String] = []) async throws -> CurlResult {
-        try await Curl.run(proxy.baseURL + "/" + name, arguments, timeout: 8)
+        try await Curl.run(proxy.baseURL + "/" + name, arguments, timeout: 30)
     }
 
     /// curl straight to the origin (what the origin itself answers), for `/<name>`.
     func direct(_ name: String, _ arguments: [String] = []) async throws -> CurlResult {
-        try await Curl.run(origin.url(name).absoluteString, arguments, timeout: 8)
+        try await Curl.run(origin.url(name).absoluteString, arguments, timeout: 30)
     }
 
     /// The requests for `/<name>` (query aside) that reached the origin, oldest first.

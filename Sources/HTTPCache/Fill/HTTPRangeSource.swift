@@ -157,7 +157,13 @@ public final class HTTPRangeSource: RangeSource {
         let policy = CachePolicy(
             request: HTTPRequestHead(method: "GET", target: target, headers: forwarding.headers),
             response: HTTPResponseHead(status: stored.status, headers: headers), requestTime: 0, responseTime: 0)
-        return policy.storability.reason.map { "not stored: \($0)" }
+        if let reason = policy.storability.reason { return "not stored: \(reason)" }
+        // A page that is stale at once and cannot be revalidated would be fetched again for
+        // every request: passed on, as nginx does with what it has no lifetime for.
+        if stored.status != 200, policy.freshnessLifetime == 0, policy.revalidationHeaders.isEmpty {
+            return "not stored: no freshness and no validator"
+        }
+        return nil
     }
 
     /// The `If-Range` value: a strong ETag, else the Last-Modified date (a weak ETag may not
