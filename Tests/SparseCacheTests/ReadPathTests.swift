@@ -129,8 +129,9 @@ struct ReadPathTests {
         FaultInjection.remove(failing)
 
         // A delay rule stands for a slow device: the read that may not wait reports the data
-        // uncached instead of sleeping on the cooperative pool, and the channel serves it.
-        let slow = try FaultInjection.add(FaultRule([.pread], pathContains: path, delay: .seconds(5)))
+        // uncached instead of sleeping on the cooperative pool, and the channel serves it (after
+        // the delay, on the channel's queue: DispatchIO reads go through the fault table too).
+        let slow = try FaultInjection.add(FaultRule([.pread], pathContains: path, delay: .milliseconds(500)))
         let before = await file.readStatistics
         let bytes = try await file.read(offset: 5000, length: 3 * Self.segment)
         FaultInjection.remove(slow)
