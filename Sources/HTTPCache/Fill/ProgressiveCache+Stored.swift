@@ -10,9 +10,9 @@ extension ProgressiveCache {
     /// origin. A shared cache looks before it decides to forward (RFC 9111, section 4).
     public func openIfStored(_ source: any RangeSource) async throws -> CacheReader? {
         let inUse = resources[source.key].map { $0.handle != nil || $0.opening != nil } ?? false
-        if !inUse {
-            guard let entry = await store.entry(for: source.key), entry.length != nil else { return nil }
-        }
+        // The store's entry, not its length: the catalog learns a resource's length only when
+        // the resource is released, and one closing after its last reader is still stored.
+        if !inUse, await store.entry(for: source.key) == nil { return nil }
         return try await open(source)
     }
 
@@ -31,7 +31,7 @@ extension ProgressiveCache {
         }
         // Not open here (a background revalidation that outlived its reader): open it for the
         // update, unless it is gone.
-        guard await store.entry(for: key)?.length != nil else { return false }
+        guard await store.entry(for: key) != nil else { return false }
         let handle = try await store.open(key: key)
         do {
             try await Self.store(head, in: handle.file)
