@@ -98,6 +98,19 @@ struct ProxyRulesTests {
         #expect(old.map { !$0.policy(target: "/a").isFresh(now: 1_795_428_000) } == true, "a head from before heads were stored is stale")
     }
 
+    @Test("a stored head read back from its policy keeps its status, also after a 304 freshened it")
+    func storedHeadKeepsStatus() throws {
+        let moved = StoredHead(
+            status: 301, headers: HTTPHeaders([("Location", "/b"), ("ETag", "\"m\""), ("Cache-Control", "max-age=1")]),
+            requestTime: 10, responseTime: 11)
+        let policy = moved.policy(target: "/a")
+        #expect(policy.storedHead == moved)
+        let notModified = HTTPResponseHead(status: 304, headers: HTTPHeaders([("ETag", "\"m\""), ("Cache-Control", "max-age=60")]))
+        let fresh = try #require(policy.freshened(by: notModified, requestTime: 20, responseTime: 21))
+        #expect(fresh.storedHead.status == 301 && fresh.storedHead.headers["cache-control"] == "max-age=60")
+        #expect(fresh.storedHead.requestTime == 20 && fresh.storedHead.responseTime == 21)
+    }
+
     @Test("cache keys carry no credentials; a variant key depends on the Vary fields' normalised values only")
     func keys() throws {
         let url = try #require(URL(string: "http://user:secret@origin:8080/a.mp4?x=1"))

@@ -154,7 +154,7 @@ public struct CachePolicy: Sendable, Equatable {
         let pragmaNoCache =
             !newRequest.headers.contains("cache-control")
             && newRequest.headers.listElements("pragma").contains { $0.lowercased() == "no-cache" }
-        if directives.contains("no-cache") || requestDirectives.contains("no-cache") || pragmaNoCache { return .revalidate }
+        if alwaysRevalidates || requestDirectives.contains("no-cache") || pragmaNoCache { return .revalidate }
         // The client's limits on age (5.2.1.1) and remaining freshness (5.2.1.3).
         switch requestDirectives.seconds("max-age") {
         // `max-age=0` asks for revalidation even of a response received this second (ages are
@@ -167,9 +167,7 @@ public struct CachePolicy: Sendable, Equatable {
         if lifetime > age { return .fresh(age: age) }
         // Stale. A shared cache never serves a stale response marked must-revalidate,
         // proxy-revalidate or s-maxage (sections 4.2.4, 5.2.2.2, 5.2.2.8, 5.2.2.10).
-        if directives.contains("must-revalidate") || directives.contains("proxy-revalidate") || directives.contains("s-maxage") {
-            return .revalidate
-        }
+        if forbidsStale { return .revalidate }
         if let maxStale = requestDirectives.argument("max-stale") {
             // A bare max-stale accepts any staleness.
             if maxStale.isEmpty { return .staleAllowed(age: age) }
@@ -184,23 +182,25 @@ public struct CachePolicy: Sendable, Equatable {
     /// Whether a stale response may be sent when the origin cannot be reached or answers 5xx
     /// (`stale-if-error`, RFC 5861 section 4; never past must-revalidate, section 4.2.4).
     public func mayServeStaleOnError(now: Int64) -> Bool {
-        let directives = responseDirectives
-        if directives.contains("must-revalidate") || directives.contains("proxy-revalidate") || directives.contains("s-maxage") {
-            return false
-        }
-        guard case .seconds(let window) = directives.seconds("stale-if-error") else { return false }
+        guard !forbidsStale, case .seconds(let window) = responseDirectives.seconds("stale-if-error") else { return false }
         return currentAge(now: now) - freshnessLifetime <= window
     }
+
+    /// A shared cache never serves this response stale: `must-revalidate`, `proxy-revalidate`
+    /// or `s-maxage` (sections 4.2.4, 5.2.2.2, 5.2.2.8, 5.2.2.10).
+    var forbidsStale: Bool {
+        ["must-revalidate", "proxy-revalidate", "s-maxage"].contains { responseDirectives.contains($0) }
+    }
+
+    /// The response's own `no-cache`: it is revalidated before every use, fresh or not.
+    public var alwaysRevalidates: Bool { responseDirectives.contains("no-cache") }
 
     /// Whether a stale response may be sent when the origin cannot be reached at all (RFC 9111,
     /// section 4.2.4 allows it to a disconnected cache): not when the response says it must be
     /// revalidated (`must-revalidate`, `proxy-revalidate`, `s-maxage`, `no-cache`). Squid and
     /// Traffic Server serve stale when the origin is down; sparsecache does too, so a cached
     /// video plays on while its origin is away.
-    public var mayServeStaleWhenDisconnected: Bool {
-        let directives = responseDirectives
-        return !["must-revalidate", "proxy-revalidate", "s-maxage", "no-cache"].contains { directives.contains($0) }
-    }
+    public var mayServeStaleWhenDisconnected: Bool { !forbidsStale && !alwaysRevalidates }
 
     /// The stored response matches `newRequest` on every field its `Vary` names (section 4.1):
     /// values compared after joining repeated fields and normalising whitespace around commas.

@@ -45,9 +45,7 @@ extension CachingProxy {
                 // No body: reading its end finishes the exchange, and the connection is reused.
                 do { for try await _ in answer.body {} } catch { answer.cancel() }
                 if let fresh = policy.freshened(by: answer.head, requestTime: requestTime, responseTime: responseTime) {
-                    let head = StoredHead(
-                        headers: fresh.response.headers, requestTime: requestTime, responseTime: responseTime,
-                        varyRequest: fresh.request.headers)
+                    let head = fresh.storedHead
                     do {
                         if try await cache.updateStoredHead(key: key, head) { return .freshened(head, status: 304) }
                     } catch {
@@ -64,10 +62,10 @@ extension CachingProxy {
         }
         response.cancel()
         let stored = policy.response.headers
-        if let fresh = response.info.stored, Self.sameVersion(fresh.headers, stored), response.info.length == length {
-            let head = StoredHead(
-                headers: fresh.headers, requestTime: fresh.requestTime, responseTime: fresh.responseTime, varyRequest: fresh.varyRequest)
-            if (try? await cache.updateStoredHead(key: key, head)) == true { return .freshened(head, status: response.offset == 0 ? 200 : 206) }
+        if let fresh = response.info.stored, Self.sameVersion(fresh.headers, stored), response.info.length == length,
+            (try? await cache.updateStoredHead(key: key, fresh)) == true
+        {
+            return .freshened(fresh, status: response.offset == 0 ? 200 : 206)
         }
         _ = try? await cache.invalidate(key: key)
         return .changed(status: response.info.stored?.status ?? 200)
@@ -205,9 +203,11 @@ struct ProxiedSource: RangeSource {
 }
 
 extension CachePolicy {
-    /// The stored response as a ``StoredHead`` again.
+    /// The stored response as a ``StoredHead`` again (its status too: a stored 404 stays one).
     var storedHead: StoredHead {
-        StoredHead(headers: response.headers, requestTime: requestTime, responseTime: responseTime, varyRequest: request.headers)
+        StoredHead(
+            status: response.status, headers: response.headers, requestTime: requestTime, responseTime: responseTime,
+            varyRequest: request.headers)
     }
 }
 

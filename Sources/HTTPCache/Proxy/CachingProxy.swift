@@ -194,12 +194,10 @@ public final class CachingProxy: Sendable {
                 try await gatewayTimeout(exchange)
                 return
             }
-            let directives = CacheControl(exchange.request.headers)
-            let clientAsked =
-                directives.contains("no-cache") || directives.seconds("max-age") != nil || directives.contains("min-fresh")
-                || (!exchange.request.headers.contains("cache-control")
-                    && exchange.request.headers.listElements("pragma").contains { $0.lowercased() == "no-cache" })
-            exchange.status.forward = clientAsked && policy.isFresh(now: exchange.now) ? "request" : "stale"
+            // Fresh, yet to be revalidated, and not by the response's own `no-cache`: the
+            // client's directives asked for it.
+            let clientAsked = policy.isFresh(now: exchange.now) && !policy.alwaysRevalidates
+            exchange.status.forward = clientAsked ? "request" : "stale"
             try await revalidateAndAnswer(reader, policy: policy, source: source, exchange)
         }
     }
