@@ -43,9 +43,8 @@ extension SparseStore {
         let resources = directory + "/resources"
         let catalog = Dictionary(
             (try StoreCatalog.load(directory: directory) ?? []).map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
-        let names = Set(try FileSystem.listDirectory(resources))
         var entries: [StoreEntry] = []
-        for name in names.sorted() where ResourceNaming.isResourceName(name) && names.contains(name + SparseFile.indexSuffix) {
+        for name in try ResourceFiles(directory: directory).resources {
             let path = resources + "/" + name
             let stored: SparseFile.StoredSummary
             do {

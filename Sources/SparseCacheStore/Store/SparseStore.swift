@@ -152,7 +152,8 @@ public actor SparseStore {
         var report = StartupReport()
         let catalog = try StoreCatalog.load(directory: directory)
         report.catalogFound = catalog != nil
-        let names = Set(try FileSystem.listDirectory(resources))
+        let files = try ResourceFiles(directory: directory)
+        let names = Set(files.resources)
         var entries: [StoreEntry] = []
         var known = Set<String>()
         /// Deletes a leftover; a failure is reported, never counted as removed.
@@ -167,31 +168,19 @@ public actor SparseStore {
                 return false
             }
         }
-        for var entry in catalog ?? [] where names.contains(entry.name) && names.contains(entry.name + SparseFile.indexSuffix) {
+        for var entry in catalog ?? [] where names.contains(entry.name) {
             guard !known.contains(entry.name) else { continue }
             known.insert(entry.name)
             entry.allocatedBytes = try allocatedBytes(resources + "/" + entry.name)
             entries.append(entry)
         }
-        for name in names.sorted() {
-            if name.hasSuffix(SparseFile.indexSuffix + ".tmp") {
-                if removing { _ = remove(resources + "/" + name) }
-                continue
-            }
-            if name.hasSuffix(SparseFile.indexSuffix) {
-                if !ResourceNaming.isResourceName(String(name.dropLast(SparseFile.indexSuffix.count))) { report.foreignFiles += 1 }
-                continue
-            }
-            guard ResourceNaming.isResourceName(name) else {
-                report.foreignFiles += 1
-                continue
-            }
-            if known.contains(name) { continue }
+        report.foreignFiles = files.foreignFiles
+        if removing {
+            for name in files.temporaryIndexes { _ = remove(resources + "/" + name) }
+            for name in files.dataWithoutIndex where remove(resources + "/" + name) { report.orphansRemoved += 1 }
+        }
+        for name in files.resources where !known.contains(name) {
             let path = resources + "/" + name
-            guard names.contains(name + SparseFile.indexSuffix) else {
-                if removing, remove(path) { report.orphansRemoved += 1 }
-                continue
-            }
             do {
                 let stored = try SparseFile.storedSummary(path: path)
                 guard let key = stored.metadata.key else {

@@ -31,14 +31,12 @@ public enum StoreVerifier {
         defer { lock?.close() }
         var report = StoreVerifyReport(directory: directory, inUse: inUse)
         let resources = directory + "/resources"
-        let (names, catalog, catalogExists) = try await io.run { () -> ([String], [StoreEntry]?, Bool) in
-            let names = try FileSystem.listDirectory(resources).sorted()
+        let (files, catalog, catalogExists) = try await io.run { () -> (ResourceFiles, [StoreEntry]?, Bool) in
             let catalogExists = try FileSystem.exists(directory + "/" + StoreCatalog.fileName)
-            return (names, try StoreCatalog.load(directory: directory), catalogExists)
+            return (try ResourceFiles(directory: directory), try StoreCatalog.load(directory: directory), catalogExists)
         }
         if catalog == nil { report.catalogProblem = catalogExists ? "the catalog is damaged" : "there is no catalog" }
-        let present = Set(names)
-        let resourceNames = names.filter { ResourceNaming.isResourceName($0) && present.contains($0 + SparseFile.indexSuffix) }
+        let resourceNames = files.resources
 
         for (number, name) in resourceNames.enumerated() {
             let path = resources + "/" + name
@@ -48,21 +46,12 @@ public enum StoreVerifier {
             report.resources.append(resource)
         }
 
-        for name in names {
-            if name.hasSuffix(SparseFile.indexSuffix + ".tmp") {
-                report.leftovers.append(.init(path: "resources/" + name, kind: StoreVerifyReport.temporaryFile, allocatedBytes: 0))
-            } else if name.hasSuffix(SparseFile.indexSuffix) {
-                let dataName = String(name.dropLast(SparseFile.indexSuffix.count))
-                if !ResourceNaming.isResourceName(dataName) {
-                    report.foreignFiles += 1
-                } else if !present.contains(dataName) {
-                    report.leftovers.append(.init(path: "resources/" + name, kind: StoreVerifyReport.indexWithoutData, allocatedBytes: 0))
-                }
-            } else if !ResourceNaming.isResourceName(name) {
-                report.foreignFiles += 1
-            } else if !present.contains(name + SparseFile.indexSuffix) {
-                report.leftovers.append(.init(path: "resources/" + name, kind: StoreVerifyReport.dataWithoutIndex, allocatedBytes: 0))
-            }
+        report.foreignFiles = files.foreignFiles
+        for (names, kind) in [
+            (files.temporaryIndexes, StoreVerifyReport.temporaryFile), (files.indexesWithoutData, StoreVerifyReport.indexWithoutData),
+            (files.dataWithoutIndex, StoreVerifyReport.dataWithoutIndex),
+        ] {
+            report.leftovers += names.map { .init(path: "resources/" + $0, kind: kind, allocatedBytes: 0) }
         }
         if try await io.run({ try FileSystem.exists(directory + "/" + StoreCatalog.fileName + ".tmp") }) {
             report.leftovers.append(.init(path: StoreCatalog.fileName + ".tmp", kind: StoreVerifyReport.temporaryFile, allocatedBytes: 0))
