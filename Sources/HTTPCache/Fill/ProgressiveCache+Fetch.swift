@@ -201,8 +201,19 @@ extension ProgressiveCache {
         guard info.length != nil else {
             throw SparseCacheError(.origin, operation: "fetch", path: resource.key, detail: "the changed resource came without a length")
         }
-        // From here on nobody reads the old bytes: readers that had some get .originChanged,
-        // the others wait for the replacement (it stands in `opening`, as first contact does).
+        try await retire(resource, except: fetchID) {
+            try await self.store.remove(key: resource.key)
+            resource.handle = try await self.store.open(key: resource.key)
+            try await self.adopt(info, in: resource)
+        }
+    }
+
+    /// Takes the resource's bytes out of use at once, then finishes in `opening`: waits for
+    /// every fetch but `fetchID` to stop, releases the old handle and runs `then` (which
+    /// removes the stored files, and for a replacement opens the new version). From the first
+    /// line nobody reads the old bytes: readers that had some get `.originChanged`, the others
+    /// wait on `opening`, as for first contact. No await before the generation moves on.
+    func retire(_ resource: FillResource, except fetchID: Int? = nil, then: sending @escaping () async throws -> Void) async throws {
         let old = resource.handle
         resource.handle = nil
         resource.info = nil
@@ -210,23 +221,17 @@ extension ProgressiveCache {
         resource.outcomes.removeAll()
         let others = resource.fetches.filter { $0.key != fetchID }.compactMap(\.value.task)
         for task in others { task.cancel() }
-        let task = Task { try await self.finishReplacing(resource, old: old, with: info, after: others) }
+        let task = Task {
+            defer { resource.opening = nil }
+            // They stop at their next step and write nothing more once the generation moved on.
+            for fetch in others { await fetch.value }
+            try await old?.release()
+            try await then()
+            await self.changed(resource)
+        }
         resource.opening = task
         await changed(resource)
         try await task.value
-    }
-
-    private func finishReplacing(
-        _ resource: FillResource, old: ResourceHandle?, with info: ContentInfo, after fetches: [Task<Void, Never>]
-    ) async throws {
-        defer { resource.opening = nil }
-        // They stop at their next step and write nothing more once the generation moved on.
-        for fetch in fetches { await fetch.value }
-        try await old?.release()
-        try await store.remove(key: resource.key)
-        resource.handle = try await store.open(key: resource.key)
-        try await adopt(info, in: resource)
-        await changed(resource)
     }
 }
 

@@ -64,23 +64,9 @@ extension ProgressiveCache {
             // A first contact or a replacement in flight ends first; then its result is dropped.
             while let opening = resource.opening { _ = try? await opening.value }
             // Re-check after the awaits: another invalidation may have dropped it meanwhile.
-            if let old = resource.handle {
+            if resource.handle != nil {
                 count { $0.invalidations += 1 }
-                resource.handle = nil
-                resource.info = nil
-                resource.generation += 1
-                resource.outcomes.removeAll()
-                let fetches = resource.fetches.values.compactMap(\.task)
-                for task in fetches { task.cancel() }
-                let task = Task {
-                    defer { resource.opening = nil }
-                    for fetch in fetches { await fetch.value }
-                    try await old.release()
-                    _ = try await self.removeStored(key)
-                }
-                resource.opening = task
-                await changed(resource)
-                try await task.value
+                try await retire(resource) { _ = try await self.removeStored(key) }
                 forgetIfIdle(resource)
                 return true
             }
