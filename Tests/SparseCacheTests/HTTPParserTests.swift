@@ -178,4 +178,37 @@ struct HTTPResponseWriterTests {
         #expect(HTTPSyntax.sanitizedFieldValue("video/mp4\r\nSet-Cookie: x=1") == "video/mp4Set-Cookie: x=1")
         #expect(HTTPSyntax.sanitizedFieldValue("a\tb\u{7F}\u{0}c") == "a\tbc")
     }
+
+    @Test("a body of unknown length: chunked to HTTP/1.1 (the connection stays), until close to HTTP/1.0; 304 and 204 carry no length (RFC 9112 6, 7.1; RFC 9110 8.6)")
+    func unannouncedBodies() async throws {
+        var options = HTTPServer.Options()
+        options.port = 0
+        let server = try HTTPServer.start(options: options, log: { _ in }) { request, response in
+            switch request.target {
+            case "/304":
+                try await response.writeHead(status: 304, headers: [("ETag", "\"a\"")], contentLength: 0)
+            case "/204":
+                try await response.writeHead(status: 204, contentLength: 0)
+            default:
+                try await response.writeHead(status: 200, headers: [("Date", "Mon, 23 Nov 2026 10:00:00 GMT")], contentLength: nil)
+                try await response.writeBody(Array("hello, ".utf8))
+                try await response.writeBody([])
+                try await response.writeBody(Array("world".utf8))
+                try await response.finishBody()
+            }
+        }
+        let get = "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n"
+        let kept = await RawHTTP.exchange(port: server.port, get + get, timeout: .seconds(2))
+        let framed = "Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n7\r\nhello, \r\n5\r\nworld\r\n0\r\n\r\n"
+        #expect(kept.statuses == [200, 200] && kept.text.components(separatedBy: framed).count == 3, "\(kept.text)")
+        #expect(!kept.closedByServer && kept.text.contains("Date: Mon, 23 Nov 2026 10:00:00 GMT") && !kept.text.contains("Content-Length"))
+        let old = await RawHTTP.exchange(port: server.port, "GET /stream HTTP/1.0\r\n\r\n")
+        #expect(old.closedByServer && old.text.hasSuffix("\r\n\r\nhello, world") && old.text.contains("Connection: close"), "\(old.text)")
+        #expect(!old.text.contains("chunked") && !old.text.contains("Content-Length"))
+        for status in [304, 204] {
+            let answer = await RawHTTP.exchange(port: server.port, "GET /\(status) HTTP/1.1\r\nHost: x\r\n\r\n" + get, timeout: .seconds(2))
+            #expect(answer.statuses == [status, 200] && answer.text.components(separatedBy: "Content-Length").count == 1, "\(answer.text)")
+        }
+        await server.shutdown(grace: .seconds(1))
+    }
 }

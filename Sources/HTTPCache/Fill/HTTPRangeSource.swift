@@ -185,7 +185,8 @@ public final class HTTPRangeSource: RangeSource {
         // The request fields the response varies on, as they were sent (RFC 9111, section 4.1).
         let varyNames = headers.listElements("vary").map { $0.lowercased() }
         let varyRequest = HTTPHeaders((forwarding?.headers ?? []).filter { field in varyNames.contains { field.hasName($0) } })
-        let stored = StoredHead(headers: headers, requestTime: times.request, responseTime: times.response, varyRequest: varyRequest)
+        let stored = StoredHead(
+            status: status, headers: headers, requestTime: times.request, responseTime: times.response, varyRequest: varyRequest)
         switch status {
         case 206:
             guard let value = headers["content-range"], let contentRange = ContentRange(value), let first = contentRange.range else {
@@ -204,9 +205,7 @@ public final class HTTPRangeSource: RangeSource {
         case _ where forwarding != nil && status != 416 && (200...599).contains(status):
             // A response of another status a proxy stores whole (``uncached(status:...)`` let it
             // through): its body is the resource, from byte 0.
-            var whole = stored
-            whole.status = status
-            return (ContentInfo(length: contentLength, contentType: contentType, validator: validator, stored: whole), 0)
+            return (ContentInfo(length: contentLength, contentType: contentType, validator: validator, stored: stored), 0)
         case 416:
             let total = headers["content-range"].flatMap(ContentRange.init)?.total
             throw SparseCacheError(
