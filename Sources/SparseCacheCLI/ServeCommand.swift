@@ -9,7 +9,9 @@ import Glibc
 /// `sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE] [--origin URL] ...`
 enum ServeCommand: Command {
     static let name = "serve"
-    static let spec = ArgumentSpec(options: ["--cache-dir", "--listen", "--max-size", "--origin", "--max-connections"], flags: ["--quiet"])
+    static let spec = ArgumentSpec(
+        options: ["--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--admin-listen", "--log-format"],
+        flags: ["--quiet"])
     static let help = """
         OVERVIEW: Serve cached resources over HTTP, filling the cache from their origin.
 
@@ -20,6 +22,7 @@ enum ServeCommand: Command {
 
         USAGE: sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE]
                                  [--origin URL] [--max-connections N] [--quiet]
+                                 [--admin-listen ADDR:PORT|off] [--log-format text|json]
 
         Requests:
           with --origin http://host:port   GET /path is the origin's /path (reverse proxy)
@@ -45,10 +48,19 @@ enum ServeCommand: Command {
           --origin URL           Reverse-proxy mode: the http(s) origin every path is fetched from
           --max-connections N    Connections served at once; more are answered 503 (default 256)
           --quiet                No request log
+          --admin-listen ADDR:PORT
+                                 The admin listener: GET /metrics (Prometheus), GET /status
+                                 (JSON), POST /purge?key=URL, /budget?bytes=N,
+                                 /prefetch?url=URL (default 127.0.0.1 on a free port, written
+                                 to DIR/serve.admin for 'sparsecache stats'; 'off' for none).
+                                 No authentication: keep it on loopback or a private network.
+          --log-format FORMAT    text (default) or json: one JSON object per line with a
+                                 request id, the time, and the cache outcome
           -h, --help             Show this help
 
         One line per request goes to stdout: client, method, target, range, status, body bytes,
-        bytes from the cache (hit) and from the origin (miss), duration. SIGINT or SIGTERM
+        bytes from the cache (hit) and from the origin (miss), duration, and what the cache made
+        of it (hit, stale, revalidated, miss, pass, error). Credentials in URLs are hidden. SIGINT or SIGTERM
         stops accepting, lets responses in progress finish for 2 seconds, stops the fetches,
         commits what they received and exits 0; a second signal exits at once.
 
@@ -58,7 +70,7 @@ enum ServeCommand: Command {
 
     static func run(_ arguments: ParsedArguments) async throws -> Int32 {
         var options = HTTPServer.Options()
-        (options.host, options.port) = try parseListen(arguments.options["--listen"] ?? "127.0.0.1:8080")
+        (options.host, options.port) = try parseListen(arguments.options["--listen"] ?? "127.0.0.1:8080", option: "--listen")
         if let text = arguments.options["--max-connections"] {
             guard let count = Int(text), count > 0 else { throw UsageError("invalid --max-connections '\(text)': use a positive number") }
             options.maximumConnections = count
@@ -67,6 +79,14 @@ enum ServeCommand: Command {
         let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
         let budget = try arguments.size("--max-size") ?? .max
         let quiet = arguments.has("--quiet")
+        let adminListen = arguments.options["--admin-listen"] ?? "127.0.0.1:0"
+        let admin = adminListen == "off" ? nil : try parseListen(adminListen, option: "--admin-listen")
+        let json: Bool
+        switch arguments.options["--log-format"] ?? "text" {
+        case "text": json = false
+        case "json": json = true
+        case let other: throw UsageError("invalid --log-format '\(other)': use text or json")
+        }
 
         // Before anything is in flight: a signal from here on shuts down gracefully.
         try ShutdownSignals.install()
@@ -78,8 +98,10 @@ enum ServeCommand: Command {
         let store = try await SparseStore.open(directory: directory, options: storeOptions)
         let cache = ProgressiveCache(store: store)
         let proxy = CachingProxy(cache: cache, origin: origin)
+        let metrics = ProxyMetrics()
         let log: @Sendable (HTTPLogEntry) -> Void = { entry in
-            if !quiet { RequestLog.write(entry) }
+            metrics.record(entry)
+            if !quiet { RequestLog.write(entry, json: json) }
         }
         let server: HTTPServer
         do {
@@ -95,10 +117,28 @@ enum ServeCommand: Command {
         let connectHost = options.host == "0.0.0.0" ? "127.0.0.1" : options.host == "::" ? "::1" : options.host
         RunningServer.publish(host: connectHost, port: server.port, in: directory)
         defer { RunningServer.withdraw(in: directory) }
+        var adminServer: HTTPServer?
+        if let admin {
+            let service = AdminService(proxy: proxy, metrics: metrics) { [server] in (server.connectionCount, server.rejectedConnections) }
+            var adminOptions = HTTPServer.Options()
+            (adminOptions.host, adminOptions.port) = admin
+            adminOptions.maximumConnections = 16
+            do {
+                adminServer = try HTTPServer.start(options: adminOptions) { request, response in try await service.handle(request, response) }
+            } catch {
+                await server.shutdown(grace: .zero)
+                try? await store.close()
+                throw error
+            }
+            let adminHost = admin.0 == "0.0.0.0" ? "127.0.0.1" : admin.0 == "::" ? "::1" : admin.0
+            RunningServer.publish(host: adminHost, port: adminServer?.port ?? 0, in: directory, file: RunningServer.adminFile)
+        }
+        defer { RunningServer.withdraw(in: directory, file: RunningServer.adminFile) }
         Output.error(
             "sparsecache serve: listening on http://\(shown):\(server.port)/ "
                 + (origin.map { "as a reverse proxy for \($0.absoluteString)" } ?? "in URL mode (/<name>?url=<percent-encoded URL>)")
-                + "; cache \(directory)" + (budget == .max ? "" : ", budget \(SizeParser.describe(budget))"))
+                + "; cache \(directory)" + (budget == .max ? "" : ", budget \(SizeParser.describe(budget))")
+                + (adminServer.map { "; admin on http://\(admin.map { $0.0.contains(":") ? "[\($0.0)]" : $0.0 } ?? ""):\($0.port)/" } ?? ""))
 
         let signal = try await ShutdownSignals.next()
         Output.error("sparsecache serve: \(signal == SIGINT ? "SIGINT" : "SIGTERM"): shutting down (a second signal stops at once)")
@@ -107,6 +147,7 @@ enum ServeCommand: Command {
             if let second = try? await ShutdownSignals.next() { exit(128 + second) }
         }
         await server.shutdown(grace: .seconds(2))
+        await adminServer?.shutdown(grace: .zero)
         await cache.shutdown()
         let statistics = cache.statistics
         let failures = await store.housekeepingFailures
@@ -120,7 +161,7 @@ enum ServeCommand: Command {
     }
 
     /// "host:port", "[v6]:port" or a bare port.
-    static func parseListen(_ text: String) throws -> (String, Int) {
+    static func parseListen(_ text: String, option: String) throws -> (String, Int) {
         var host = "127.0.0.1"
         var portText = text
         if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
@@ -131,11 +172,11 @@ enum ServeCommand: Command {
             portText = String(text[text.index(after: colon)...])
         }
         guard let port = Int(portText), (0...65535).contains(port), !host.isEmpty else {
-            throw UsageError("invalid --listen '\(text)': use ADDR:PORT, e.g. 127.0.0.1:8080 or [::1]:8080")
+            throw UsageError("invalid \(option) '\(text)': use ADDR:PORT, e.g. 127.0.0.1:8080 or [::1]:8080")
         }
         var address = in6_addr()
         guard inet_pton(AF_INET, host, &address) == 1 || inet_pton(AF_INET6, host, &address) == 1 else {
-            throw UsageError("invalid --listen '\(text)': the address must be numeric, e.g. 127.0.0.1, ::1 or 0.0.0.0")
+            throw UsageError("invalid \(option) '\(text)': the address must be numeric, e.g. 127.0.0.1, ::1 or 0.0.0.0")
         }
         return (host, port)
     }
@@ -155,8 +196,8 @@ enum ServeCommand: Command {
 enum RequestLog {
     private static let queue = DispatchQueue(label: "sparsecache.serve.log")
 
-    static func write(_ entry: HTTPLogEntry) {
-        let line = entry.description
+    static func write(_ entry: HTTPLogEntry, json: Bool = false) {
+        let line = json ? entry.json : entry.description
         queue.async(execute: { @Sendable in Output.print(line) })
     }
 
