@@ -49,15 +49,26 @@ enum RunningServer {
 
     /// `GET path` from the server: the body of a 2xx answer, else an error naming the status.
     static func get(_ path: String, at server: (host: String, port: Int)) async throws -> [UInt8] {
+        try await ask("GET", path, at: server)
+    }
+
+    /// `POST path` (no body) to the server: the body of a 2xx answer.
+    static func post(_ path: String, at server: (host: String, port: Int)) async throws -> [UInt8] {
+        try await ask("POST", path, at: server)
+    }
+
+    private static func ask(_ method: String, _ path: String, at server: (host: String, port: Int)) async throws -> [UInt8] {
         let hostField = server.host.contains(":") ? "[\(server.host)]:\(server.port)" : "\(server.host):\(server.port)"
-        let request = HTTPRequestHead(method: "GET", target: path, headers: HTTPHeaders([("Host", hostField), ("Connection", "close")]))
+        let request = HTTPRequestHead(method: method, target: path, headers: HTTPHeaders([("Host", hostField), ("Connection", "close")]))
         let exchange = try await HTTPExchange.start(
             host: server.host, port: server.port, request: request.encoded(), name: hostField, timeout: .seconds(30),
             resolver: BlockingExecutor(label: "sparsecache.admin"), pool: nil)
         var body: [UInt8] = []
         while let chunk = try await exchange.nextChunk() { body += chunk }
         guard (200...299).contains(exchange.head.status) else {
-            throw SparseCacheError(.io, operation: "GET \(path)", path: hostField, detail: "answered \(exchange.head.status)")
+            throw SparseCacheError(
+                .io, operation: "\(method) \(path)", path: hostField,
+                detail: "answered \(exchange.head.status): \(String(decoding: body.prefix(300), as: UTF8.self))")
         }
         return body
     }

@@ -12,6 +12,7 @@ import SparseHTTP
 /// | `GET /status` | JSON: the store, what is in flight, connections, request totals |
 /// | `POST /purge?key=URL` | drops the URL and its variants; `key=URL*` every key with the prefix |
 /// | `POST /budget?bytes=N` | changes the budget and evicts down to it |
+/// | `POST /evict?bytes=N` | evicts least recently used resources down to N bytes on disk, once |
 /// | `POST /prefetch?url=URL` | brings the whole URL into the cache (first contact now, the rest in the background) |
 ///
 /// It has no authentication of its own: it is for the machine (or the private network) it
@@ -49,6 +50,15 @@ public final class AdminService: Sendable {
                 return try await refuse(response, 400, "\(error)")
             }
             try await sendJSON(response, await status())
+        case ("POST", "/evict"):
+            guard let text = query["bytes"], let bytes = Int64(text), bytes >= 0 else {
+                return try await refuse(response, 400, "POST /evict needs ?bytes=<size on disk to evict down to>")
+            }
+            // Resources kept open for the next reader would be skipped: they are closed first.
+            await proxy.cache.closeIdle()
+            let evicted = try await proxy.cache.store.evict(toSize: bytes)
+            let left = await proxy.cache.store.summary()
+            try await sendJSON(response, Evicted(evicted: evicted, resources: left.entries.count, allocatedBytes: left.allocatedBytes))
         case ("POST", "/prefetch"):
             guard let text = query["url"], let url = URL(string: text), let scheme = url.scheme?.lowercased(),
                 scheme == "http" || scheme == "https", url.host != nil
@@ -61,10 +71,10 @@ public final class AdminService: Sendable {
             } catch {
                 try await refuse(response, 502, "prefetch of \(text) failed: \(error)")
             }
-        case (_, "/metrics"), (_, "/status"), (_, "/purge"), (_, "/budget"), (_, "/prefetch"):
+        case (_, "/metrics"), (_, "/status"), (_, "/purge"), (_, "/budget"), (_, "/evict"), (_, "/prefetch"):
             try await refuse(response, 405, "method \(request.method) not allowed on \(path)")
         default:
-            try await refuse(response, 404, "no such admin endpoint \(path): use /metrics, /status, /purge, /budget or /prefetch")
+            try await refuse(response, 404, "no such admin endpoint \(path): use /metrics, /status, /purge, /budget, /evict or /prefetch")
         }
     }
 
@@ -75,6 +85,13 @@ public final class AdminService: Sendable {
         return MetricsExposition.render(
             requests: metrics.snapshot, fill: proxy.cache.statistics, activity: activity, connections: connections.open,
             rejectedConnections: connections.rejected, store: store)
+    }
+
+    /// What `POST /evict` answers.
+    public struct Evicted: Codable, Sendable {
+        public var evicted: [String]
+        public var resources: Int
+        public var allocatedBytes: Int64
     }
 
     /// What `GET /status` answers (and `sparsecache stats` prints).
