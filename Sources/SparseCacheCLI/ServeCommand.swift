@@ -10,7 +10,9 @@ import Glibc
 enum ServeCommand: Command {
     static let name = "serve"
     static let spec = ArgumentSpec(
-        options: ["--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--admin-listen", "--log-format"],
+        options: [
+            "--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--admin-listen", "--log-format", "--access-log",
+        ],
         flags: ["--quiet"])
     static let help = """
         OVERVIEW: Serve cached resources over HTTP, filling the cache from their origin.
@@ -23,6 +25,7 @@ enum ServeCommand: Command {
         USAGE: sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE]
                                  [--origin URL] [--max-connections N] [--quiet]
                                  [--admin-listen ADDR:PORT|off] [--log-format text|json]
+                                 [--access-log FILE]
 
         Requests:
           with --origin http://host:port   GET /path is the origin's /path (reverse proxy)
@@ -56,13 +59,16 @@ enum ServeCommand: Command {
                                  No authentication: keep it on loopback or a private network.
           --log-format FORMAT    text (default) or json: one JSON object per line with a
                                  request id, the time, and the cache outcome
+          --access-log FILE      The request log goes to FILE (appended) instead of stdout;
+                                 SIGHUP reopens it (after logrotate moved it)
           -h, --help             Show this help
 
         One line per request goes to stdout: client, method, target, range, status, body bytes,
         bytes from the cache (hit) and from the origin (miss), duration, and what the cache made
         of it (hit, stale, revalidated, miss, pass, error). Credentials in URLs are hidden. SIGINT or SIGTERM
         stops accepting, lets responses in progress finish for 2 seconds, stops the fetches,
-        commits what they received and exits 0; a second signal exits at once.
+        commits what they received and exits 0; a second signal exits at once. SIGHUP reopens
+        the access log. (Settings change live through the admin listener: /budget.)
 
         EXIT STATUS: 0 after a signal, 64 usage error, 74 cannot listen or I/O error,
                      75 the cache directory is used by another process.
@@ -88,8 +94,9 @@ enum ServeCommand: Command {
         case let other: throw UsageError("invalid --log-format '\(other)': use text or json")
         }
 
+        if let path = arguments.options["--access-log"] { try RequestLog.open(path) }
         // Before anything is in flight: a signal from here on shuts down gracefully.
-        try ShutdownSignals.install()
+        try ShutdownSignals.install(hangup: true)
         noteIfNewCacheDirectory(directory, command: name)
         var storeOptions = StoreOptions(budget: budget)
         // Housekeeping that fails without failing a request (an eviction, a background release)
@@ -140,11 +147,17 @@ enum ServeCommand: Command {
                 + "; cache \(directory)" + (budget == .max ? "" : ", budget \(SizeParser.describe(budget))")
                 + (adminServer.map { "; admin on http://\(admin.map { $0.0.contains(":") ? "[\($0.0)]" : $0.0 } ?? ""):\($0.port)/" } ?? ""))
 
-        let signal = try await ShutdownSignals.next()
+        var signal = try await ShutdownSignals.next()
+        while signal == SIGHUP {
+            RequestLog.reopen()
+            signal = try await ShutdownSignals.next()
+        }
         Output.error("sparsecache serve: \(signal == SIGINT ? "SIGINT" : "SIGTERM"): shutting down (a second signal stops at once)")
         Task {
             // The committed index is crash-safe: stopping at once loses only uncommitted bytes.
-            if let second = try? await ShutdownSignals.next() { exit(128 + second) }
+            while let second = try? await ShutdownSignals.next() {
+                if second != SIGHUP { exit(128 + second) }
+            }
         }
         await server.shutdown(grace: .seconds(2))
         await adminServer?.shutdown(grace: .zero)
@@ -191,14 +204,41 @@ enum ServeCommand: Command {
     }
 }
 
-/// Request log lines go out on a serial queue: a full stdout pipe must not stall a connection
-/// (nor block the cooperative pool).
+/// Request log lines go out on a serial queue: a full stdout pipe (or a slow disk under the
+/// access log) must not stall a connection, nor block the cooperative pool.
 enum RequestLog {
     private static let queue = DispatchQueue(label: "sparsecache.serve.log")
+    /// The access log file, when there is one (else lines go to stdout). Touched on `queue`
+    /// only, after `open`.
+    private nonisolated(unsafe) static var file: (path: String, fd: Int32)?
+
+    /// Sends the log to `path` (appended, created if missing). Throws when it cannot be opened.
+    static func open(_ path: String) throws {
+        let fd = Glibc.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw SparseCacheError(.io, operation: "open access log", path: path, errno: errno) }
+        queue.sync(execute: { file = (path, fd) })
+    }
+
+    /// Opens the access log's path again (SIGHUP after a rotation); the old file is closed once
+    /// the new one is open, so no line is lost.
+    static func reopen() {
+        queue.async(execute: { @Sendable in
+            guard let current = file else { return }
+            let fd = Glibc.open(current.path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
+            guard fd >= 0 else {
+                Output.error("sparsecache serve: SIGHUP: cannot reopen the access log '\(current.path)': \(String(cString: strerror(errno))); still writing to the old file")
+                return
+            }
+            close(current.fd)
+            file = (current.path, fd)
+        })
+    }
 
     static func write(_ entry: HTTPLogEntry, json: Bool = false) {
         let line = json ? entry.json : entry.description
-        queue.async(execute: { @Sendable in Output.print(line) })
+        queue.async(execute: { @Sendable in
+            if let file { Output.write(line + "\n", to: file.fd) } else { Output.print(line) }
+        })
     }
 
     /// A problem the cache got past (on stderr, in order with the request log).

@@ -154,4 +154,38 @@ struct AdminTests {
         server.kill()
         _ = try await server.finish()
     }
+
+    @Test("--access-log: the request log goes to a file; after a rotation SIGHUP reopens it and no line is lost; serve keeps serving")
+    func accessLogRotation() async throws {
+        let scratch = try CLIScratch("serve-access-log")
+        let files = try TemporaryDirectory("serve-access-log-origin")
+        defer { files.remove() }
+        let body = try originFile(files.path, "a.bin", count: 5_000, seed: 4)
+        let origin = try await OriginServer.nginx(root: files.path, locations: "expires 1h;")
+        defer { origin.stop() }
+        let log = scratch.file("access.log")
+        let (server, base) = try await ProxyCLITests.serve(cacheDir: scratch.file("cache"), origin: origin.baseURL, extra: ["--access-log", log])
+        func lines(_ path: String) -> [Substring] { ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n") }
+        func waitFor(_ path: String, count: Int) async throws {
+            let deadline = ContinuousClock.now + .seconds(30)
+            while lines(path).count < count, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        #expect(try await Curl.run(base + "/a.bin").body == body)
+        try await waitFor(log, count: 1)
+        try FileManager.default.moveItem(atPath: log, toPath: log + ".1")
+        #expect(try await Curl.run(base + "/a.bin?second").body == body)
+        kill(server.process.processIdentifier, SIGHUP)
+        // The reopen is queued behind the lines before it: wait for the new file.
+        let deadline = ContinuousClock.now + .seconds(30)
+        while !FileManager.default.fileExists(atPath: log), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(try await Curl.run(base + "/a.bin?third").body == body)
+        try await waitFor(log, count: 1)
+        let rotated = lines(log + ".1"), current = lines(log)
+        #expect(rotated.count == 2 && rotated[0].contains("GET /a.bin ") && rotated[1].contains("/a.bin?second"), "\(rotated)")
+        #expect(current.count == 1 && current[0].contains("/a.bin?third"), "\(current)")
+        #expect(server.process.isRunning, "SIGHUP does not stop serve")
+        server.kill()
+        let result = try await server.finish()
+        #expect(!result.out.contains("GET /a.bin"), "nothing of the log on stdout: \(result.out)")
+    }
 }
