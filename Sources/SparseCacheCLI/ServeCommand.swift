@@ -9,7 +9,11 @@ import Glibc
 /// `sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE] [--origin URL] ...`
 enum ServeCommand: Command {
     static let name = "serve"
-    static let spec = ArgumentSpec(options: ["--cache-dir", "--listen", "--max-size", "--origin", "--max-connections"], flags: ["--quiet"])
+    static let spec = ArgumentSpec(
+        options: [
+            "--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--max-connections-per-client", "--allow-origin",
+            "--server-name",
+        ], flags: ["--quiet"])
     static let help = """
         OVERVIEW: Serve cached resources over HTTP, filling the cache from their origin.
 
@@ -19,7 +23,8 @@ enum ServeCommand: Command {
         play of the same bytes needs no origin.
 
         USAGE: sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE]
-                                 [--origin URL] [--max-connections N] [--quiet]
+                                 [--origin URL] [--allow-origin PATTERN]... [--server-name NAME]...
+                                 [--max-connections N] [--max-connections-per-client N] [--quiet]
 
         Requests:
           with --origin http://host:port   GET /path is the origin's /path (reverse proxy)
@@ -41,9 +46,21 @@ enum ServeCommand: Command {
                                  other machines use this proxy and, in URL mode, fetch any URL
                                  through it.
           --max-size SIZE        The cache directory's budget; least recently used resources
-                                 are evicted beyond it (default: no limit)
+                                 are evicted beyond it (default: a quarter of the free space of
+                                 its file system at start, at least 64 MiB; printed at start)
           --origin URL           Reverse-proxy mode: the http(s) origin every path is fetched from
-          --max-connections N    Connections served at once; more are answered 503 (default 256)
+          --allow-origin PATTERN URL mode: also fetch from this origin although it is loopback,
+                                 private or local (refused by default: no server-side request
+                                 forgery). HOST, HOST:PORT or *.DOMAIN; repeatable
+          --server-name NAME     A Host name this server answers besides loopback and the
+                                 listen address (others get 421, against DNS rebinding);
+                                 repeatable. Listening beyond loopback, the check applies only
+                                 once a name is given
+          --max-connections N    Connection slots (default 256). When all are taken, a newcomer
+                                 takes the slot of the connection that has waited longest
+                                 without a request; 503 only when every slot is busy
+          --max-connections-per-client N
+                                 Slots one client address may hold (default 128)
           --quiet                No request log
           -h, --help             Show this help
 
@@ -63,9 +80,21 @@ enum ServeCommand: Command {
             guard let count = Int(text), count > 0 else { throw UsageError("invalid --max-connections '\(text)': use a positive number") }
             options.maximumConnections = count
         }
+        if let text = arguments.options["--max-connections-per-client"] {
+            guard let count = Int(text), count > 0 else {
+                throw UsageError("invalid --max-connections-per-client '\(text)': use a positive number")
+            }
+            options.maximumConnectionsPerAddress = count
+        }
+        let allowed = arguments.repeated["--allow-origin", default: []]
+        for pattern in allowed where OriginAddressPolicy.Pattern(pattern) == nil {
+            throw UsageError("invalid --allow-origin '\(pattern)': use HOST, HOST:PORT or *.DOMAIN, e.g. 127.0.0.1:9000")
+        }
+        let hostCheck = HostCheck(listenHost: options.host, names: arguments.repeated["--server-name", default: []])
         let origin = try arguments.options["--origin"].map(parseOrigin)
         let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
-        let budget = try arguments.size("--max-size") ?? .max
+        let givenBudget = try arguments.size("--max-size")
+        let budget = givenBudget ?? DefaultBudget.compute(directory: directory) ?? .max
         let quiet = arguments.has("--quiet")
 
         // Before anything is in flight: a signal from here on shuts down gracefully.
@@ -77,13 +106,17 @@ enum ServeCommand: Command {
         storeOptions.log = { line in RequestLog.problem(line) }
         let store = try await SparseStore.open(directory: directory, options: storeOptions)
         let cache = ProgressiveCache(store: store)
-        let proxy = CachingProxy(cache: cache, origin: origin)
+        let proxy = CachingProxy(cache: cache, origin: origin, allowedOrigins: allowed)
         let log: @Sendable (HTTPLogEntry) -> Void = { entry in
             if !quiet { RequestLog.write(entry) }
         }
         let server: HTTPServer
         do {
             server = try HTTPServer.start(options: options, log: log) { request, response in
+                if let refusal = hostCheck.refusal(for: request) {
+                    try await response.respond(status: 421, message: refusal)
+                    return
+                }
                 try await proxy.handle(request, response)
             }
         } catch {
@@ -98,7 +131,9 @@ enum ServeCommand: Command {
         Output.error(
             "sparsecache serve: listening on http://\(shown):\(server.port)/ "
                 + (origin.map { "as a reverse proxy for \($0.absoluteString)" } ?? "in URL mode (/<name>?url=<percent-encoded URL>)")
-                + "; cache \(directory)" + (budget == .max ? "" : ", budget \(SizeParser.describe(budget))"))
+                + "; cache \(directory)"
+                + (budget == .max
+                    ? "" : ", budget \(SizeParser.describe(budget))" + (givenBudget == nil ? " (a quarter of the free space; --max-size sets it)" : "")))
 
         let signal = try await ShutdownSignals.next()
         Output.error("sparsecache serve: \(signal == SIGINT ? "SIGINT" : "SIGTERM"): shutting down (a second signal stops at once)")

@@ -31,6 +31,8 @@ public final class HTTPRangeSource: RangeSource {
     let pool: OriginConnectionPool
     /// Made on first use (``urlSession()``).
     let session = Mutex<(URLSession, SessionDelegate)?>(nil)
+    /// The origins a proxy in URL mode may reach (no server-side request forgery); nil: any.
+    package let addressPolicy: OriginAddressPolicy?
 
     /// How requests travel.
     public enum Transport: Sendable {
@@ -52,8 +54,12 @@ public final class HTTPRangeSource: RangeSource {
         try self.init(url: url, timeout: timeout, limiter: limiter, transport: transport, pool: .shared)
     }
 
-    init(url: URL, timeout: Duration, limiter: ConnectionLimiter?, transport: Transport, pool: OriginConnectionPool) throws {
+    init(
+        url: URL, timeout: Duration, limiter: ConnectionLimiter?, transport: Transport, pool: OriginConnectionPool,
+        addressPolicy: OriginAddressPolicy? = nil
+    ) throws {
         self.pool = pool
+        self.addressPolicy = addressPolicy
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil else {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: url.absoluteString, detail: "not an http(s) URL")
         }
@@ -124,6 +130,7 @@ public final class HTTPRangeSource: RangeSource {
         if let range, range.isEmpty || range.lowerBound < 0 {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: key, detail: "empty or negative range \(range)")
         }
+        try await checkAddressPolicy()
         try await limiter.acquire()
         let limiter = self.limiter
         let release = FinishAction { Task { await limiter.release() } }
@@ -136,6 +143,14 @@ public final class HTTPRangeSource: RangeSource {
             release.run()
             throw error
         }
+    }
+
+    /// URLSession resolves names by itself: its origins are checked here, before the request
+    /// (a rebinding window remains, docs/SECURITY.md). `http://` ones are checked at connect.
+    private func checkAddressPolicy() async throws {
+        guard let addressPolicy, transport == .urlSession || url.scheme?.lowercased() == "https", let host = url.host else { return }
+        let name = host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host
+        try await addressPolicy.check(name: name, port: url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80), resolver: resolver)
     }
 
     /// Whether a response to a forwarded request is one to hand on as it is rather than cache
