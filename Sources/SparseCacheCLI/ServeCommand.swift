@@ -12,7 +12,7 @@ enum ServeCommand: Command {
     static let spec = ArgumentSpec(
         options: [
             "--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--max-connections-per-client", "--allow-origin",
-            "--server-name",
+            "--server-name", "--max-resource-size",
         ], flags: ["--quiet"])
     static let help = """
         OVERVIEW: Serve cached resources over HTTP, filling the cache from their origin.
@@ -24,6 +24,7 @@ enum ServeCommand: Command {
 
         USAGE: sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE]
                                  [--origin URL] [--allow-origin PATTERN]... [--server-name NAME]...
+                                 [--max-resource-size SIZE]
                                  [--max-connections N] [--max-connections-per-client N] [--quiet]
 
         Requests:
@@ -48,6 +49,9 @@ enum ServeCommand: Command {
           --max-size SIZE        The cache directory's budget; least recently used resources
                                  are evicted beyond it (default: a quarter of the free space of
                                  its file system at start, at least 64 MiB; printed at start)
+          --max-resource-size SIZE
+                                 Resources longer than this (as the origin states their
+                                 length) are passed on, not stored (default 256G)
           --origin URL           Reverse-proxy mode: the http(s) origin every path is fetched from
           --allow-origin PATTERN URL mode: also fetch from this origin although it is loopback,
                                  private or local (refused by default: no server-side request
@@ -93,6 +97,7 @@ enum ServeCommand: Command {
         let hostCheck = HostCheck(listenHost: options.host, names: arguments.repeated["--server-name", default: []])
         let origin = try arguments.options["--origin"].map(parseOrigin)
         let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
+        let maximumResourceLength = try arguments.size("--max-resource-size")
         let givenBudget = try arguments.size("--max-size")
         let budget = givenBudget ?? DefaultBudget.compute(directory: directory) ?? .max
         let quiet = arguments.has("--quiet")
@@ -106,7 +111,9 @@ enum ServeCommand: Command {
         storeOptions.log = { line in RequestLog.problem(line) }
         let store = try await SparseStore.open(directory: directory, options: storeOptions)
         let cache = ProgressiveCache(store: store)
-        let proxy = CachingProxy(cache: cache, origin: origin, allowedOrigins: allowed)
+        let proxy = CachingProxy(
+            cache: cache, origin: origin, allowedOrigins: allowed,
+            maximumResourceLength: maximumResourceLength ?? CachingProxy.defaultMaximumResourceLength)
         let log: @Sendable (HTTPLogEntry) -> Void = { entry in
             if !quiet { RequestLog.write(entry) }
         }

@@ -136,3 +136,21 @@ final class ConnectionHolders: Sendable {
         for fd in descriptors.withLock({ list in defer { list = [] }; return list }) { Glibc.close(fd) }
     }
 }
+
+@Suite("Hostile origins")
+struct HostileOriginTests {
+    @Test("an origin claiming an 8 TiB resource: passed on unstored, no index for 8 TiB")
+    func absurdLength() async throws {
+        let rig = try await ScriptedProxy()
+        let body = String(repeating: "x", count: 65536)
+        for index in 0..<8 {
+            try rig.script("huge\(index)", status: 206, [("Content-Range", "bytes 0-65535/8796093022208"), ("ETag", "\"h\(index)\"")], body: body)
+        }
+        for index in 0..<8 {
+            let answer = try await rig.get("huge\(index)", ["-r", "0-99"])
+            #expect(answer.status == 206 && answer.headers["cache-status"]?.contains("longer than the maximum resource size") == true, "\(answer.headers)")
+            #expect(await rig.proxy.store.entry(for: rig.origin.url("huge\(index)").absoluteString) == nil, "nothing stored for huge\(index)")
+        }
+        await rig.stop()
+    }
+}

@@ -100,6 +100,10 @@ public final class HTTPRangeSource: RangeSource {
         public var headers: HTTPHeaders
         /// Every answer is to be passed on, none stored: the request is the client's own.
         public var passOn: Bool
+        /// A resource longer than this (its Content-Length, or the total of its Content-Range)
+        /// is passed on unstored: an origin claiming 8 TiB must not make the cache hold an
+        /// index for 8 TiB. Nil: no limit.
+        public var maximumLength: Int64?
 
         public init(headers: HTTPHeaders, passOn: Bool = false) {
             self.headers = headers
@@ -161,6 +165,10 @@ public final class HTTPRangeSource: RangeSource {
         guard let forwarding else { return nil }
         if forwarding.passOn { return "passed through" }
         if status == 416 { return nil }
+        let length = status == 206 ? headers["content-range"].flatMap(ContentRange.init)?.total : contentLength
+        if let limit = forwarding.maximumLength, let length, length > limit {
+            return "not stored: the resource (\(length) bytes) is longer than the maximum resource size (\(limit) bytes)"
+        }
         if status == 304 || status < 200 { return "status \(status) is passed on" }
         if status != 200, status != 206 {
             guard let contentLength, contentLength <= StoredHead.maximumOtherBody else {

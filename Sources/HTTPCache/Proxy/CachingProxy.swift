@@ -33,13 +33,24 @@ public final class CachingProxy: Sendable {
     /// In URL mode, the origins clients may have fetched (``OriginAddressPolicy``); nil in
     /// reverse-proxy mode, where the operator chose the origin.
     let addressPolicy: OriginAddressPolicy?
+    /// Longer resources are passed on unstored (``HTTPRangeSource/Forwarding/maximumLength``).
+    public let maximumResourceLength: Int64?
+
+    /// The default ``maximumResourceLength``: 256 GiB (the largest disk images and model files),
+    /// whose index costs at most 512 KiB of memory with 64 KiB segments.
+    public static let defaultMaximumResourceLength: Int64 = 256 << 30
 
     /// - Parameter allowedOrigins: in URL mode, the loopback, private and local origins that
     ///   may be fetched (`host`, `host:port`, `*.domain`; see ``OriginAddressPolicy``); public
     ///   ones always may. Ignored in reverse-proxy mode.
-    public init(cache: ProgressiveCache, origin: URL? = nil, allowedOrigins: [String] = []) {
+    ///   - maximumResourceLength: longer resources are passed on unstored; nil for no limit.
+    public init(
+        cache: ProgressiveCache, origin: URL? = nil, allowedOrigins: [String] = [],
+        maximumResourceLength: Int64? = CachingProxy.defaultMaximumResourceLength
+    ) {
         self.cache = cache
         self.origin = origin
+        self.maximumResourceLength = maximumResourceLength
         addressPolicy = origin == nil ? OriginAddressPolicy(allowing: allowedOrigins.compactMap(OriginAddressPolicy.Pattern.init)) : nil
     }
 
@@ -71,9 +82,10 @@ public final class CachingProxy: Sendable {
             try await response.respond(status: status, message: message)
             return
         }
+        var forwarding = HTTPRangeSource.Forwarding(client: request)
+        forwarding.maximumLength = maximumResourceLength
         let exchange = Exchange(
-            request: request, response: response, base: base, target: url.path, now: Int64(time(nil)),
-            forwarding: HTTPRangeSource.Forwarding(client: request))
+            request: request, response: response, base: base, target: url.path, now: Int64(time(nil)), forwarding: forwarding)
         do {
             try await answer(exchange, key: key)
         } catch let error where !response.headSent {
