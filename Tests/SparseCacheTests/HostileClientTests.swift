@@ -153,4 +153,23 @@ struct HostileOriginTests {
         }
         await rig.stop()
     }
+
+    @Test("an origin that ignores Range: one linear download, origin bytes at most 1.05 times the size")
+    func rangeIgnoringOrigin() async throws {
+        let files = try TemporaryDirectory("ignores-range")
+        let size = 40 << 20
+        let source = try originFile(files.path, "big.bin", count: size, seed: 176)
+        let origin = try await OriginServer.pythonStatic(root: files.path)
+        defer { origin.stop() }
+        let proxy = try await ProxyFixture(origin: origin.baseURL)
+        let started = ContinuousClock.now
+        let whole = try await Curl.run(proxy.baseURL + "/big.bin", timeout: 120)
+        print("[ignores-range] whole download through the proxy in \(ContinuousClock.now - started)")
+        #expect(whole.status == 200 && sameBytes(whole.body, source[...]), "\(whole.status) \(whole.body.count) bytes")
+        let received = proxy.cache.statistics.bytesReceived
+        let ratio = Double(received) / Double(size)
+        print("[ignores-range] \(size) bytes through a Range-ignoring origin: \(received) bytes from the origin (\(ratio)x)")
+        #expect(ratio <= 1.05, "origin bytes \(received) for \(size)")
+        await proxy.stop()
+    }
 }
