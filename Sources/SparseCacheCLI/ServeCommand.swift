@@ -193,18 +193,18 @@ enum ServeCommand: Command {
 }
 
 /// Request log lines go out on a serial queue: a full stdout pipe must not stall a connection
-/// (nor block the cooperative pool).
+/// (nor block the cooperative pool). At most 10,000 lines wait; past that they are dropped
+/// and counted (``LogQueue``).
 enum RequestLog {
-    private static let queue = DispatchQueue(label: "sparsecache.serve.log")
+    private static let requests = LogQueue(label: "sparsecache.serve.log") { Output.print($0) }
+    private static let problems = LogQueue(label: "sparsecache.serve.problems") { Output.error($0) }
 
     static func write(_ entry: HTTPLogEntry) {
-        let line = entry.description
-        queue.async(execute: { @Sendable in Output.print(line) })
+        requests.enqueue(entry.description)
     }
 
-    /// A problem the cache got past (on stderr, in order with the request log).
+    /// A problem the cache got past (on stderr).
     static func problem(_ text: String) {
-        let line = "sparsecache serve: " + text
-        queue.async(execute: { @Sendable in Output.error(line) })
+        problems.enqueue("sparsecache serve: " + text)
     }
 }

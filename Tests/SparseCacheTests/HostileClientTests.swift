@@ -173,3 +173,34 @@ struct HostileOriginTests {
         await proxy.stop()
     }
 }
+
+@Suite("Bounded tables and queues")
+struct BoundedStateTests {
+    @Test("the request log queue holds at most its capacity while the log is not read, and says how many lines it dropped")
+    func logQueueBounded() {
+        let gate = DispatchSemaphore(value: 0)
+        let written = Mutex<[String]>([])
+        let queue = LogQueue(label: "test.log", capacity: 100) { line in
+            if line == "first" { gate.wait() }  // stdout that nobody reads
+            written.withLock { $0.append(line) }
+        }
+        queue.enqueue("first")
+        for index in 0..<10_000 { queue.enqueue("line \(index)") }
+        #expect(queue.droppedLines == 10_000 - 99, "first plus 99 wait; the rest are dropped")
+        gate.signal()
+        queue.drain()
+        queue.enqueue("after")
+        queue.drain()
+        let lines = written.withLock { $0 }
+        #expect(lines.count == 100 + 2 && lines.suffix(2).first?.contains("9901 log lines dropped") == true, "\(lines.suffix(3))")
+    }
+
+    @Test("the per-origin limiter table does not keep an entry for every host ever fetched")
+    func limiterTablePruned() throws {
+        for index in 0..<5_000 {
+            let source = try HTTPRangeSource(url: URL(string: "http://host\(index).invalid/x")!)
+            _ = source.limiter
+        }
+        #expect(HTTPRangeSource.limiterTableCount < 200, "\(HTTPRangeSource.limiterTableCount) entries")
+    }
+}

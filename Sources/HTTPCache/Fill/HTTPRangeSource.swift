@@ -76,18 +76,31 @@ public final class HTTPRangeSource: RangeSource {
     /// Connections per origin (scheme, host and port) for sources made without a limiter.
     public static let connectionsPerOrigin = OriginConnectionPool.connectionsPerOrigin
 
-    private static let limiters = Mutex<[String: ConnectionLimiter]>([:])
+    /// Held weakly: a limiter lives as long as a source of its origin does, and the table,
+    /// swept as it grows, does not keep an entry for every host a proxy ever fetched from.
+    private static let limiters = Mutex<(table: [String: WeakLimiter], sweepAt: Int)>(([:], 64))
+
+    private struct WeakLimiter {
+        weak var limiter: ConnectionLimiter?
+    }
 
     /// The limiter shared by every source of `url`'s origin.
     public static func limiter(for url: URL) -> ConnectionLimiter {
         let origin = "\(url.scheme ?? "")://\(url.host ?? ""):\(url.port ?? -1)"
         return limiters.withLock { limiters in
-            if let existing = limiters[origin] { return existing }
+            if let existing = limiters.table[origin]?.limiter { return existing }
             let made = ConnectionLimiter(limit: connectionsPerOrigin)
-            limiters[origin] = made
+            limiters.table[origin] = WeakLimiter(limiter: made)
+            if limiters.table.count >= limiters.sweepAt {
+                limiters.table = limiters.table.filter { $0.value.limiter != nil }
+                limiters.sweepAt = max(64, limiters.table.count * 2)
+            }
             return made
         }
     }
+
+    /// Entries in the per-origin limiter table (for tests).
+    static var limiterTableCount: Int { limiters.withLock { $0.table.count } }
 
     public func fetch(_ range: Range<Int64>?, validator: ContentValidator?) async throws -> RangeResponse {
         try await fetch(range, validator: validator, forwarding: nil)
