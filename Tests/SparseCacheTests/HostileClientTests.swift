@@ -6,6 +6,7 @@ import Synchronization
 import Testing
 
 @testable import HTTPCache
+@testable import SparseCacheEngine
 @testable import SparseHTTP
 
 #if canImport(Glibc)
@@ -202,5 +203,26 @@ struct BoundedStateTests {
             _ = source.limiter
         }
         #expect(HTTPRangeSource.limiterTableCount < 200, "\(HTTPRangeSource.limiterTableCount) entries")
+    }
+}
+
+@Suite("Bounded https bodies")
+struct BoundedResponseStreamTests {
+    @Test("an https body stream holds at most its bound unread, then ends with a cut the fill resumes from")
+    func responseStreamBounded() async throws {
+        let stream = ResponseStream(maximumBuffered: 1 << 20)
+        let chunk = Data(repeating: 7, count: 64 << 10)
+        // A fast origin, a reader that takes nothing: 4 MiB offered.
+        for _ in 0..<64 { stream.received(data: chunk) }
+        var taken = 0
+        var failure: SparseCacheError?
+        do {
+            for try await bytes in stream.body { taken += bytes.count }
+        } catch let error as SparseCacheError {
+            failure = error
+        }
+        #expect(taken <= (1 << 20) + chunk.count && taken > 0, "\(taken) bytes were held for the reader")
+        #expect(failure?.code == .originUnavailable, "\(String(describing: failure))")
+        #expect(stream.bufferedBytes == 0)
     }
 }
