@@ -149,6 +149,7 @@ public final class HTTPRangeSource: RangeSource {
         }
         try await checkAddressPolicy()
         try await limiter.acquire()
+        ProxyMetrics.originRequests.add()
         let limiter = self.limiter
         let release = FinishAction { Task { await limiter.release() } }
         do {
@@ -158,6 +159,7 @@ public final class HTTPRangeSource: RangeSource {
             return try await fetchThroughSession(url, range, validator: validator, forwarding: forwarding, release: release)
         } catch {
             release.run()
+            if !(error is OriginAnswer) { ProxyMetrics.originFailures.add() }
             throw error
         }
     }

@@ -47,4 +47,15 @@ package final class LogQueue: Sendable {
     package func drain() {
         queue.sync {}
     }
+
+    /// Runs `work` on the queue, in order with the lines, and waits for it (not counted).
+    package func sync(execute work: () -> Void) {
+        queue.sync(execute: work)
+    }
+
+    /// Runs `work` on the queue, in order with the lines (not counted: for rare work such as
+    /// reopening a file or a problem report).
+    package func async(execute work: @escaping @Sendable () -> Void) {
+        queue.async(execute: work)
+    }
 }
