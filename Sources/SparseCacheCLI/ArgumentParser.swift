@@ -9,7 +9,10 @@ struct ArgumentSpec: Sendable {
 
 struct ParsedArguments {
     var positionals: [String] = []
+    /// The last value of each option given.
     var options: [String: String] = [:]
+    /// Every value of each option, in order (for options that may be repeated).
+    var repeated: [String: [String]] = [:]
     var flags: Set<String> = []
 
     func has(_ flag: String) -> Bool { flags.contains(flag) }
@@ -64,6 +67,7 @@ enum ArgumentParser {
                     parsed.options[name] = arguments[index]
                     index += 1
                 }
+                parsed.repeated[name, default: []].append(parsed.options[name]!)
             } else {
                 let known = (spec.options.union(spec.flags)).sorted().joined(separator: ", ")
                 throw UsageError("unknown option '\(name)'" + (known.isEmpty ? "" : " (known: \(known))"))

@@ -11,7 +11,8 @@ enum ServeCommand: Command {
     static let name = "serve"
     static let spec = ArgumentSpec(
         options: [
-            "--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--admin-listen", "--log-format", "--access-log",
+            "--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--max-connections-per-client", "--allow-origin",
+            "--server-name", "--max-resource-size", "--admin-listen", "--log-format", "--access-log",
         ],
         flags: ["--quiet"])
     static let help = """
@@ -23,7 +24,9 @@ enum ServeCommand: Command {
         play of the same bytes needs no origin.
 
         USAGE: sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE]
-                                 [--origin URL] [--max-connections N] [--quiet]
+                                 [--origin URL] [--allow-origin PATTERN]... [--server-name NAME]...
+                                 [--max-resource-size SIZE]
+                                 [--max-connections N] [--max-connections-per-client N] [--quiet]
                                  [--admin-listen ADDR:PORT|off] [--log-format text|json]
                                  [--access-log FILE]
 
@@ -47,9 +50,24 @@ enum ServeCommand: Command {
                                  other machines use this proxy and, in URL mode, fetch any URL
                                  through it.
           --max-size SIZE        The cache directory's budget; least recently used resources
-                                 are evicted beyond it (default: no limit)
+                                 are evicted beyond it (default: a quarter of the free space of
+                                 its file system at start, at least 64 MiB; printed at start)
+          --max-resource-size SIZE
+                                 Resources longer than this (as the origin states their
+                                 length) are passed on, not stored (default 256G)
           --origin URL           Reverse-proxy mode: the http(s) origin every path is fetched from
-          --max-connections N    Connections served at once; more are answered 503 (default 256)
+          --allow-origin PATTERN URL mode: also fetch from this origin although it is loopback,
+                                 private or local (refused by default: no server-side request
+                                 forgery). HOST, HOST:PORT or *.DOMAIN; repeatable
+          --server-name NAME     A Host name this server answers besides loopback and the
+                                 listen address (others get 421, against DNS rebinding);
+                                 repeatable. Listening beyond loopback, the check applies only
+                                 once a name is given
+          --max-connections N    Connection slots (default 256). When all are taken, a newcomer
+                                 takes the slot of the connection that has waited longest
+                                 without a request; 503 only when every slot is busy
+          --max-connections-per-client N
+                                 Slots one client address may hold (default 128)
           --quiet                No request log
           --admin-listen ADDR:PORT
                                  The admin listener: GET /metrics (Prometheus), GET /status
@@ -81,9 +99,22 @@ enum ServeCommand: Command {
             guard let count = Int(text), count > 0 else { throw UsageError("invalid --max-connections '\(text)': use a positive number") }
             options.maximumConnections = count
         }
+        if let text = arguments.options["--max-connections-per-client"] {
+            guard let count = Int(text), count > 0 else {
+                throw UsageError("invalid --max-connections-per-client '\(text)': use a positive number")
+            }
+            options.maximumConnectionsPerAddress = count
+        }
+        let allowed = arguments.repeated["--allow-origin", default: []]
+        for pattern in allowed where OriginAddressPolicy.Pattern(pattern) == nil {
+            throw UsageError("invalid --allow-origin '\(pattern)': use HOST, HOST:PORT or *.DOMAIN, e.g. 127.0.0.1:9000")
+        }
+        let hostCheck = HostCheck(listenHost: options.host, names: arguments.repeated["--server-name", default: []])
         let origin = try arguments.options["--origin"].map(parseOrigin)
         let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
-        let budget = try arguments.size("--max-size") ?? .max
+        let maximumResourceLength = try arguments.size("--max-resource-size")
+        let givenBudget = try arguments.size("--max-size")
+        let budget = givenBudget ?? DefaultBudget.compute(directory: directory) ?? .max
         let quiet = arguments.has("--quiet")
         let adminListen = arguments.options["--admin-listen"] ?? "127.0.0.1:0"
         let admin = adminListen == "off" ? nil : try parseListen(adminListen, option: "--admin-listen")
@@ -106,7 +137,9 @@ enum ServeCommand: Command {
         var fillOptions = FillOptions()
         fillOptions.maximumKeptOpen = keptOpenBudget(descriptors: raiseDescriptorLimit(), connections: options.maximumConnections)
         let cache = ProgressiveCache(store: store, options: fillOptions)
-        let proxy = CachingProxy(cache: cache, origin: origin)
+        let proxy = CachingProxy(
+            cache: cache, origin: origin, allowedOrigins: allowed,
+            maximumResourceLength: maximumResourceLength ?? CachingProxy.defaultMaximumResourceLength)
         let metrics = ProxyMetrics()
         let log: @Sendable (HTTPLogEntry) -> Void = { entry in
             metrics.record(entry)
@@ -115,6 +148,10 @@ enum ServeCommand: Command {
         let server: HTTPServer
         do {
             server = try HTTPServer.start(options: options, log: log) { request, response in
+                if let refusal = hostCheck.refusal(for: request) {
+                    try await response.respond(status: 421, message: refusal)
+                    return
+                }
                 try await proxy.handle(request, response)
             }
         } catch {
@@ -146,7 +183,9 @@ enum ServeCommand: Command {
         Output.error(
             "sparsecache serve: listening on http://\(shown):\(server.port)/ "
                 + (origin.map { "as a reverse proxy for \($0.absoluteString)" } ?? "in URL mode (/<name>?url=<percent-encoded URL>)")
-                + "; cache \(directory)" + (budget == .max ? "" : ", budget \(SizeParser.describe(budget))")
+                + "; cache \(directory)"
+                + (budget == .max
+                    ? "" : ", budget \(SizeParser.describe(budget))" + (givenBudget == nil ? " (a quarter of the free space; --max-size sets it)" : ""))
                 + (adminServer.map { "; admin on http://\(admin.map { $0.0.contains(":") ? "[\($0.0)]" : $0.0 } ?? ""):\($0.port)/" } ?? ""))
 
         var signal = try await ShutdownSignals.next()
@@ -229,9 +268,12 @@ enum ServeCommand: Command {
 }
 
 /// Request log lines go out on a serial queue: a full stdout pipe (or a slow disk under the
-/// access log) must not stall a connection, nor block the cooperative pool.
+/// access log) must not stall a connection, nor block the cooperative pool. At most 10,000
+/// lines wait; past that they are dropped and counted (``LogQueue``).
 enum RequestLog {
-    private static let queue = DispatchQueue(label: "sparsecache.serve.log")
+    private static let queue = LogQueue(label: "sparsecache.serve.log") { line in
+        if let file { Output.write(line + "\n", to: file.fd) } else { Output.print(line) }
+    }
     /// The access log file, when there is one (else lines go to stdout). Touched on `queue`
     /// only, after `open`.
     private nonisolated(unsafe) static var file: (path: String, fd: Int32)?
@@ -259,10 +301,7 @@ enum RequestLog {
     }
 
     static func write(_ entry: HTTPLogEntry, json: Bool = false) {
-        let line = json ? entry.json : entry.description
-        queue.async(execute: { @Sendable in
-            if let file { Output.write(line + "\n", to: file.fd) } else { Output.print(line) }
-        })
+        queue.enqueue(json ? entry.json : entry.description)
     }
 
     /// A problem the cache got past (on stderr, in order with the request log).

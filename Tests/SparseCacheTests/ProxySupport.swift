@@ -21,11 +21,16 @@ final class ProxyFixture: Sendable {
     let server: HTTPServer
     let log = LogCollector()
 
-    init(origin: URL?, options: HTTPServer.Options = ProxyFixture.defaultOptions, budget: Int64 = .max) async throws {
+    /// - Parameter allowedOrigins: in URL mode, the local origins the proxy may fetch from (the
+    ///   test origins listen on 127.0.0.1, which the proxy refuses by default, issue 17).
+    init(
+        origin: URL?, options: HTTPServer.Options = ProxyFixture.defaultOptions, budget: Int64 = .max,
+        allowedOrigins: [String] = ["127.0.0.1"]
+    ) async throws {
         directory = try TemporaryDirectory("proxy")
         store = try await SparseStore.open(directory: directory.file("cache"), options: StoreOptions(budget: budget))
         cache = ProgressiveCache(store: store, options: .testing)
-        let proxy = CachingProxy(cache: cache, origin: origin)
+        let proxy = CachingProxy(cache: cache, origin: origin, allowedOrigins: allowedOrigins)
         let log = self.log
         server = try HTTPServer.start(options: options, log: { log.append($0) }) { request, response in
             try await proxy.handle(request, response)

@@ -194,7 +194,9 @@ struct ProxyTests {
 
         await proxy.stop()
 
-        // Over the connection limit: 503; once the held connections go, service resumes.
+        // Over the connection limit, a connection that sent nothing gives its slot to the
+        // newcomer (issue 17; a 503 only when every slot is busy with a request: see
+        // HostileClientTests.slotPolicy); once the held connections go, service goes on.
         var limited = ProxyFixture.defaultOptions
         limited.maximumConnections = 4
         let small = try await ProxyFixture(origin: origin.baseURL, options: limited)
@@ -203,10 +205,10 @@ struct ProxyTests {
         while small.server.connectionCount < 4, ContinuousClock.now - waitStart < .seconds(2) {
             try await Task.sleep(for: .milliseconds(10))
         }
-        let refused = await RawHTTP.exchange(port: small.server.port, "GET /a.bin HTTP/1.1\r\nHost: x\r\n\r\n")
-        #expect(refused.statuses == [503] && refused.closedByServer, "\(refused.text)")
+        let admitted = await RawHTTP.exchange(port: small.server.port, "GET /a.bin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        #expect(admitted.statuses == [200] && admitted.closedByServer, "\(admitted.text.prefix(200))")
         for holder in holders { _ = await holder.value }
-        #expect(small.server.rejectedConnections >= 1)
+        #expect(small.server.evictedConnections >= 1 && small.server.rejectedConnections == 0)
         // The holders closed their ends; the server notices each close a moment later.
         let closeStart = ContinuousClock.now
         while small.server.connectionCount > 0, ContinuousClock.now - closeStart < .seconds(2) { try await Task.sleep(for: .milliseconds(10)) }

@@ -17,7 +17,7 @@ extension HTTPRangeSource {
             let requestTime = Int64(time(nil))
             let exchange = try await HTTPExchange.start(
                 host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host, port: current.port ?? 80, request: request,
-                name: key, timeout: timeout, resolver: resolver, pool: pool)
+                name: key, timeout: timeout, resolver: resolver, pool: pool, policy: addressPolicy)
             let head = exchange.head
             let times = (requestTime, Int64(time(nil)))
             var length: Int64?

@@ -31,6 +31,8 @@ public final class HTTPRangeSource: RangeSource {
     let pool: OriginConnectionPool
     /// Made on first use (``urlSession()``).
     let session = Mutex<(URLSession, SessionDelegate)?>(nil)
+    /// The origins a proxy in URL mode may reach (no server-side request forgery); nil: any.
+    package let addressPolicy: OriginAddressPolicy?
 
     /// How requests travel.
     public enum Transport: Sendable {
@@ -52,8 +54,12 @@ public final class HTTPRangeSource: RangeSource {
         try self.init(url: url, timeout: timeout, limiter: limiter, transport: transport, pool: .shared)
     }
 
-    init(url: URL, timeout: Duration, limiter: ConnectionLimiter?, transport: Transport, pool: OriginConnectionPool) throws {
+    init(
+        url: URL, timeout: Duration, limiter: ConnectionLimiter?, transport: Transport, pool: OriginConnectionPool,
+        addressPolicy: OriginAddressPolicy? = nil
+    ) throws {
         self.pool = pool
+        self.addressPolicy = addressPolicy
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil else {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: url.absoluteString, detail: "not an http(s) URL")
         }
@@ -70,18 +76,31 @@ public final class HTTPRangeSource: RangeSource {
     /// Connections per origin (scheme, host and port) for sources made without a limiter.
     public static let connectionsPerOrigin = OriginConnectionPool.connectionsPerOrigin
 
-    private static let limiters = Mutex<[String: ConnectionLimiter]>([:])
+    /// Held weakly: a limiter lives as long as a source of its origin does, and the table,
+    /// swept as it grows, does not keep an entry for every host a proxy ever fetched from.
+    private static let limiters = Mutex<(table: [String: WeakLimiter], sweepAt: Int)>(([:], 64))
+
+    private struct WeakLimiter {
+        weak var limiter: ConnectionLimiter?
+    }
 
     /// The limiter shared by every source of `url`'s origin.
     public static func limiter(for url: URL) -> ConnectionLimiter {
         let origin = "\(url.scheme ?? "")://\(url.host ?? ""):\(url.port ?? -1)"
         return limiters.withLock { limiters in
-            if let existing = limiters[origin] { return existing }
+            if let existing = limiters.table[origin]?.limiter { return existing }
             let made = ConnectionLimiter(limit: connectionsPerOrigin)
-            limiters[origin] = made
+            limiters.table[origin] = WeakLimiter(limiter: made)
+            if limiters.table.count >= limiters.sweepAt {
+                limiters.table = limiters.table.filter { $0.value.limiter != nil }
+                limiters.sweepAt = max(64, limiters.table.count * 2)
+            }
             return made
         }
     }
+
+    /// Entries in the per-origin limiter table (for tests).
+    static var limiterTableCount: Int { limiters.withLock { $0.table.count } }
 
     public func fetch(_ range: Range<Int64>?, validator: ContentValidator?) async throws -> RangeResponse {
         try await fetch(range, validator: validator, forwarding: nil)
@@ -94,6 +113,10 @@ public final class HTTPRangeSource: RangeSource {
         public var headers: HTTPHeaders
         /// Every answer is to be passed on, none stored: the request is the client's own.
         public var passOn: Bool
+        /// A resource longer than this (its Content-Length, or the total of its Content-Range)
+        /// is passed on unstored: an origin claiming 8 TiB must not make the cache hold an
+        /// index for 8 TiB. Nil: no limit.
+        public var maximumLength: Int64?
 
         public init(headers: HTTPHeaders, passOn: Bool = false) {
             self.headers = headers
@@ -124,6 +147,7 @@ public final class HTTPRangeSource: RangeSource {
         if let range, range.isEmpty || range.lowerBound < 0 {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: key, detail: "empty or negative range \(range)")
         }
+        try await checkAddressPolicy()
         try await limiter.acquire()
         ProxyMetrics.originRequests.add()
         let limiter = self.limiter
@@ -140,6 +164,14 @@ public final class HTTPRangeSource: RangeSource {
         }
     }
 
+    /// URLSession resolves names by itself: its origins are checked here, before the request
+    /// (a rebinding window remains, docs/SECURITY.md). `http://` ones are checked at connect.
+    private func checkAddressPolicy() async throws {
+        guard let addressPolicy, transport == .urlSession || url.scheme?.lowercased() == "https", let host = url.host else { return }
+        let name = host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host
+        try await addressPolicy.check(name: name, port: url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80), resolver: resolver)
+    }
+
     /// Whether a response to a forwarded request is one to hand on as it is rather than cache
     /// (see ``fetch(_:validator:forwarding:)``), and why. A status other than 200 and 206 is
     /// cached only when a shared cache may store it and its whole body, of a known length of at
@@ -148,6 +180,10 @@ public final class HTTPRangeSource: RangeSource {
         guard let forwarding else { return nil }
         if forwarding.passOn { return "passed through" }
         if status == 416 { return nil }
+        let length = status == 206 ? headers["content-range"].flatMap(ContentRange.init)?.total : contentLength
+        if let limit = forwarding.maximumLength, let length, length > limit {
+            return "not stored: the resource (\(length) bytes) is longer than the maximum resource size (\(limit) bytes)"
+        }
         if status == 304 || status < 200 { return "status \(status) is passed on" }
         if status != 200, status != 206 {
             guard let contentLength, contentLength <= StoredHead.maximumOtherBody else {

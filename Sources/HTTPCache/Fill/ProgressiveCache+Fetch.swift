@@ -71,7 +71,7 @@ extension ProgressiveCache {
         let generation = resource.generation
         guard let length = info.length else { return }
         var position = Int64(segments.lowerBound) << Int64(file.segmentShift)
-        let end = min(Int64(segments.upperBound) << Int64(file.segmentShift), length)
+        var end = min(Int64(segments.upperBound) << Int64(file.segmentShift), length)
         var attempt = 0
         var sinceCommit: Int64 = 0
         while position < end {
@@ -93,8 +93,12 @@ extension ProgressiveCache {
                 try await replace(resource, with: response.info, by: id)
                 return
             }
-            // An origin that ignores ranges sends the whole resource: skip to the position.
+            // An origin that ignores ranges sends the whole resource: skip to the position, and
+            // read on past the span (below) rather than ask again for every span, each
+            // answered from byte 0 again (quadratic in the length).
             var skip = position - response.offset
+            let whole = skip > 0
+            if whole { resource.ignoresRanges = true }
             var pending = PendingWrite(offset: position)
             do {
                 for try await chunk in response.body {
@@ -108,19 +112,34 @@ extension ProgressiveCache {
                         skip -= dropped
                         if bytes.isEmpty { continue }
                     }
-                    let take = Int(min(Int64(bytes.count), end - position))
-                    pending.bytes.append(contentsOf: bytes.prefix(take))
-                    position += Int64(take)
-                    sinceCommit += Int64(take)
-                    attempt = 0
-                    let completed = Int(position >> Int64(file.segmentShift))
-                    if pending.bytes.count >= Self.writeBatch || position >= end
-                        || resource.waiters.values.contains(where: { $0.segment < completed })
-                    {
-                        try await pending.flush(to: handle)
-                        if try await commitIfDue(resource, file: file, position: position, sinceCommit: sinceCommit) { sinceCommit = 0 }
+                    // A whole-resource answer may carry on past `end` within this chunk: what
+                    // follows is written once the next segments are claimed, never dropped.
+                    var reachedEnd = false
+                    while !bytes.isEmpty {
+                        let take = Int(min(Int64(bytes.count), end - position))
+                        pending.bytes.append(contentsOf: bytes.prefix(take))
+                        bytes = bytes.dropFirst(take)
+                        position += Int64(take)
+                        sinceCommit += Int64(take)
+                        attempt = 0
+                        let completed = Int(position >> Int64(file.segmentShift))
+                        if pending.bytes.count >= Self.writeBatch || position >= end
+                            || resource.waiters.values.contains(where: { $0.segment < completed })
+                        {
+                            try await pending.flush(to: handle)
+                            if try await commitIfDue(resource, file: file, position: position, sinceCommit: sinceCommit) { sinceCommit = 0 }
+                        }
+                        if position >= end {
+                            guard whole, position < length, resource.generation == generation,
+                                let more = await claimOnward(resource, id: id, from: position, length: length)
+                            else {
+                                reachedEnd = true
+                                break
+                            }
+                            end = more
+                        }
                     }
-                    if position >= end { break }
+                    if reachedEnd { break }
                 }
                 try await pending.flush(to: handle)
                 if position < end {
@@ -140,6 +159,25 @@ extension ProgressiveCache {
                 throw error
             }
         }
+    }
+
+    /// For a fetch reading a whole-resource answer: takes the missing segments from `position`
+    /// (a segment boundary) that no other fetch brings, up to one more span, as this fetch's.
+    /// Returns the new end, or nil when the next segment is present or someone else's.
+    private func claimOnward(_ resource: FillResource, id: Int, from position: Int64, length: Int64) async -> Int64? {
+        guard let file = resource.handle?.file else { return nil }
+        let shift = Int64(file.segmentShift)
+        let missing = await file.missingRanges(in: position..<min(length, position + options.maximumFetch))
+        // Re-check after the await: another fetch may have taken these segments meanwhile.
+        guard let first = missing.first, first.lowerBound == position, var segments = resource.fetches[id]?.segments else { return nil }
+        let from = Int(position >> shift)
+        let upTo = Int((first.upperBound + Int64(file.segmentSize) - 1) >> shift)
+        let claimed = (from..<upTo).first { resource.owner[$0] != nil } ?? upTo
+        guard claimed > from, segments.upperBound == from else { return nil }
+        for segment in from..<claimed { resource.owner[segment] = id }
+        segments = segments.lowerBound..<claimed
+        resource.fetches[id]?.segments = segments
+        return min(Int64(claimed) << shift, length)
     }
 
     /// Network chunks are gathered up to this many bytes per write: one hop to the resource

@@ -120,7 +120,7 @@ extension ProgressiveCache {
     /// origin does not idle between spans for a request and the span's last commit. Returns the
     /// fetch bringing it, which the reader then holds an interest in (leaving cancels it), or nil.
     private func readAhead(_ resource: FillResource, after span: Range<Int>, before stop: Int, generation: Int) async -> Int? {
-        guard options.readAhead, span.upperBound < stop, resource.owner[span.upperBound] == nil, let file = resource.handle?.file,
+        guard options.readAhead, !resource.ignoresRanges, span.upperBound < stop, resource.owner[span.upperBound] == nil, let file = resource.handle?.file,
             fetchesRunning < options.readAheadLimit
         else { return nil }
         let shift = Int64(file.segmentShift)
@@ -280,28 +280,42 @@ extension ProgressiveCache {
                 .origin, operation: "fetch", path: resource.key, detail: "the origin gave no length (no Content-Range or Content-Length)")
         }
         try await adopt(response.info, in: resource)
-        try await keepFirstSegment(of: response, length: length, in: handle)
+        // More than the first segment came: the origin ignores ranges, so no read-ahead may
+        // split the fill into spans that each download from byte 0 again.
+        if try await keepFirstSegment(of: response, length: length, in: handle) { resource.ignoresRanges = true }
     }
 
     /// Writes and commits the first segment from the first-contact answer. Best effort: a
     /// body cut short leaves the segment to the first fetch, as if nothing had arrived.
-    private func keepFirstSegment(of response: RangeResponse, length: Int64, in handle: ResourceHandle) async throws {
-        guard response.offset == 0 else { return }
+    /// Returns whether the answer went on past the segment asked for (a range ignored).
+    private func keepFirstSegment(of response: RangeResponse, length: Int64, in handle: ResourceHandle) async throws -> Bool {
+        guard response.offset == 0 else { return false }
         let wanted = Int(min(Int64(handle.file.segmentSize), length))
         var bytes: [UInt8] = []
         bytes.reserveCapacity(wanted)
+        var more = false
         do {
             for try await chunk in response.body {
                 count { $0.bytesReceived += Int64(chunk.count) }
+                if chunk.count > wanted - bytes.count { more = true }
                 bytes.append(contentsOf: chunk.prefix(wanted - bytes.count))
                 if bytes.count >= wanted { break }
             }
+            // A range answer ends here; a whole-resource answer has more (one more chunk tells).
+            if !more, bytes.count == wanted, Int64(wanted) < length {
+                var rest = response.body.makeAsyncIterator()
+                if let chunk = try await rest.next() {
+                    count { $0.bytesReceived += Int64(chunk.count) }
+                    more = !chunk.isEmpty
+                }
+            }
         } catch let error as SparseCacheError where error.code == .originUnavailable {
-            return
+            return more
         }
-        guard bytes.count == wanted else { return }
+        guard bytes.count == wanted else { return more }
         try await handle.write(bytes, at: 0)
         try await handle.file.commit()
+        return more
     }
 
     /// Stores what the origin said: the length, the content type and the validators.

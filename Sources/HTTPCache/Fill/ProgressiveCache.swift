@@ -162,6 +162,9 @@ final class FillResource {
     /// Opening and first contact, shared by the readers that arrive meanwhile.
     var opening: Task<Void, Error>?
     var fetches: [Int: Fetch] = [:]
+    /// The origin answered a range request with the whole resource: one fetch reads it on to
+    /// the end (``ProgressiveCache/claimOnward``) and no read-ahead splits it further.
+    var ignoresRanges = false
     /// Segment -> the fetch bringing it.
     var owner: [Int: Int] = [:]
     /// Fetches that have handed their segments back. A look at the missing ranges taken

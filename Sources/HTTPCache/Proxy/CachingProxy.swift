@@ -30,10 +30,28 @@ public final class CachingProxy: Sendable {
     private let sources = Mutex(SourceTable())
     /// Revalidations in flight, by cache key: concurrent clients of one stale response share one.
     let revalidations = RevalidationTable()
+    /// In URL mode, the origins clients may have fetched (``OriginAddressPolicy``); nil in
+    /// reverse-proxy mode, where the operator chose the origin.
+    let addressPolicy: OriginAddressPolicy?
+    /// Longer resources are passed on unstored (``HTTPRangeSource/Forwarding/maximumLength``).
+    public let maximumResourceLength: Int64?
 
-    public init(cache: ProgressiveCache, origin: URL? = nil) {
+    /// The default ``maximumResourceLength``: 256 GiB (the largest disk images and model files),
+    /// whose index costs at most 512 KiB of memory with 64 KiB segments.
+    public static let defaultMaximumResourceLength: Int64 = 256 << 30
+
+    /// - Parameter allowedOrigins: in URL mode, the loopback, private and local origins that
+    ///   may be fetched (`host`, `host:port`, `*.domain`; see ``OriginAddressPolicy``); public
+    ///   ones always may. Ignored in reverse-proxy mode.
+    ///   - maximumResourceLength: longer resources are passed on unstored; nil for no limit.
+    public init(
+        cache: ProgressiveCache, origin: URL? = nil, allowedOrigins: [String] = [],
+        maximumResourceLength: Int64? = CachingProxy.defaultMaximumResourceLength
+    ) {
         self.cache = cache
         self.origin = origin
+        self.maximumResourceLength = maximumResourceLength
+        addressPolicy = origin == nil ? OriginAddressPolicy(allowing: allowedOrigins.compactMap(OriginAddressPolicy.Pattern.init)) : nil
     }
 
     /// The ``HTTPServer`` handler.
@@ -60,19 +78,20 @@ public final class CachingProxy: Sendable {
         do {
             base = try source(for: url)
         } catch {
-            let (status, message) = Self.status(for: error)
+            let (status, message) = status(for: error, url: url)
             try await response.respond(status: status, message: message)
             return
         }
+        var forwarding = HTTPRangeSource.Forwarding(client: request)
+        forwarding.maximumLength = maximumResourceLength
         let exchange = Exchange(
-            request: request, response: response, base: base, target: url.path, now: Int64(time(nil)),
-            forwarding: HTTPRangeSource.Forwarding(client: request))
+            request: request, response: response, base: base, target: url.path, now: Int64(time(nil)), forwarding: forwarding)
         defer { response.setCacheOutcome(exchange.status.outcome) }
         do {
             try await answer(exchange, key: key)
         } catch let error where !response.headSent {
             exchange.status.failed = true
-            let (status, message) = Self.status(for: error)
+            let (status, message) = status(for: error, url: url)
             try await response.respond(status: status, message: message, headers: [("Cache-Status", exchange.status.value)])
         }
     }
@@ -408,7 +427,8 @@ public final class CachingProxy: Sendable {
     /// One source per URL, kept for the next request (each holds a URLSession).
     private func source(for url: URL) throws -> HTTPRangeSource {
         if let known = sources.withLock({ $0.sources[url.absoluteString] }) { return known }
-        let made = try HTTPRangeSource(url: url)
+        let made = try HTTPRangeSource(
+            url: url, timeout: .seconds(30), limiter: nil, transport: .automatic, pool: .shared, addressPolicy: addressPolicy)
         return sources.withLock { $0.insert(made) }
     }
 
@@ -427,6 +447,18 @@ public final class CachingProxy: Sendable {
     }
 
     // MARK: Answers
+
+    /// ``status(for:)``, and in URL mode nothing about why an origin could not be reached:
+    /// "connection refused" against "timed out" would make the proxy a port scanner of
+    /// whatever it can reach. A policy refusal says "not allowed" and nothing else.
+    func status(for error: Error, url: URL) -> (Int, String) {
+        guard let error = error as? SparseCacheError, origin == nil else { return Self.status(for: error) }
+        if error.operation == "policy", error.httpStatus == 403 { return (403, "origin \(error.path ?? "") not allowed") }
+        if error.code == .originUnavailable, error.httpStatus == nil {
+            return (502, "origin unavailable: \(url.host ?? "the origin") could not be fetched")
+        }
+        return Self.status(for: error)
+    }
 
     /// The status and message for a request that failed before its head was sent.
     static func status(for error: Error) -> (Int, String) {

@@ -115,14 +115,18 @@ package actor HTTPExchange {
     /// Sends `request` (a complete head) on an idle connection from `pool` or a new one, and
     /// waits for the response head, skipping interim (1xx) responses; all of it within `timeout`.
     ///
-    /// - Parameter name: the URL, for error messages.
+    /// - Parameters:
+    ///   - name: the URL, for error messages.
+    ///   - policy: the addresses a new connection may go to (``OriginAddressPolicy``); pooled
+    ///     connections made under a policy are kept apart from those made without one.
     /// - Throws: `.originUnavailable` when the origin cannot be reached, cuts the connection or
-    ///   stalls for `timeout`; `.origin` for a response that is not HTTP/1.x or is malformed.
+    ///   stalls for `timeout`; `.origin` for a response that is not HTTP/1.x or is malformed,
+    ///   or (403) an origin the policy refuses.
     package static func start(
         host: String, port: Int, request: [UInt8], name: String, timeout: Duration, resolver: BlockingExecutor,
-        pool: OriginConnectionPool?
+        pool: OriginConnectionPool?, policy: OriginAddressPolicy? = nil
     ) async throws -> HTTPExchange {
-        let origin = TCPConnection.address(host: host, port: port)
+        let origin = TCPConnection.address(host: host, port: port) + (policy == nil ? "" : " (checked)")
         do {
             let started = try await withDeadline(timeout, name: name) {
                 if let pool, let idle = pool.take(origin) {
@@ -134,7 +138,7 @@ package actor HTTPExchange {
                         idle.close()
                     }
                 }
-                let connection = try await TCPConnection.connect(host: host, port: port, resolver: resolver)
+                let connection = try await TCPConnection.connect(host: host, port: port, resolver: resolver, policy: policy)
                 do {
                     return try await Self.exchange(on: connection, request: request, name: name, pool: pool, origin: origin)
                 } catch let failure as NoAnswer {

@@ -43,8 +43,14 @@ package final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecke
 ///
 /// There is no flow control here: suspending a URLSessionTask mid-transfer traps inside
 /// FoundationNetworking on Linux (NativeProtocol.swift). Callers bound the memory a fast
-/// origin can fill by asking for bounded ranges (``FillOptions/maximumFetch``).
+/// origin can fill by asking for bounded ranges (``FillOptions/maximumFetch``), and the stream
+/// bounds what waits unread: past ``maximumBuffered`` bytes it cancels the transfer and ends
+/// the body, after what was received, with `.originUnavailable`, from which a fill resumes at
+/// its last byte (one more request instead of unbounded memory).
 package final class ResponseStream: Sendable {
+    /// Bytes received and not yet taken by the consumer, at most.
+    package static let maximumBuffered = 32 << 20
+
     private struct State {
         var task: URLSessionTask?
         var response: HTTPURLResponse?
@@ -57,10 +63,20 @@ package final class ResponseStream: Sendable {
     private let state = Mutex(State())
     private let continuation: AsyncThrowingStream<[UInt8], Error>.Continuation
     package let body: AsyncThrowingStream<[UInt8], Error>
+    private let buffered: BufferedBytes
+    private let limit: Int
 
-    package init() {
-        (body, continuation) = AsyncThrowingStream<[UInt8], Error>.makeStream()
+    package init(maximumBuffered: Int = ResponseStream.maximumBuffered) {
+        let (raw, continuation) = AsyncThrowingStream<[UInt8], Error>.makeStream()
+        let buffered = BufferedBytes(raw)
+        self.continuation = continuation
+        self.buffered = buffered
+        limit = maximumBuffered
+        body = AsyncThrowingStream(unfolding: { try await buffered.next() })
     }
+
+    /// Bytes waiting unread now (for tests).
+    package var bufferedBytes: Int { buffered.count.load(ordering: .relaxed) }
 
     func attach(_ task: URLSessionTask) {
         state.withLock { $0.task = task }
@@ -100,7 +116,21 @@ package final class ResponseStream: Sendable {
     }
 
     func received(data: Data) {
-        continuation.yield([UInt8](data))
+        // Counted only when the stream took it (not after the end); the consumer may take it
+        // before the count goes up, which only makes the count low for a moment.
+        guard case .enqueued = continuation.yield([UInt8](data)) else { return }
+        let waiting = buffered.count.add(data.count, ordering: .relaxed).newValue
+        if waiting > limit {
+            let task = state.withLock { $0.task }
+            let key = task?.originalRequest?.url?.absoluteString ?? ""
+            // The chunks already yielded are delivered first; then the consumer sees a cut it
+            // resumes from.
+            continuation.finish(
+                throwing: SparseCacheError(
+                    .originUnavailable, operation: "fetch", path: key,
+                    detail: "more than \(limit) bytes arrived ahead of the reader; stopped, to resume from the last byte"))
+            task?.cancel()
+        }
     }
 
     func finished(error: Error?, key: String) {
@@ -120,6 +150,24 @@ package final class ResponseStream: Sendable {
         if let waiter, let failure { waiter.resume(throwing: failure) }
         if let mapped { continuation.finish(throwing: mapped) } else { continuation.finish() }
         for action in actions { action() }
+    }
+
+    /// The raw stream's consumer side, counting what it takes. One consumer at a time, as for
+    /// any AsyncThrowingStream.
+    private final class BufferedBytes: @unchecked Sendable {
+        // @unchecked: `iterator` is used by the body's single consumer only; `count` is atomic.
+        let count = Atomic<Int>(0)
+        private var iterator: AsyncThrowingStream<[UInt8], Error>.Iterator
+
+        init(_ raw: AsyncThrowingStream<[UInt8], Error>) {
+            iterator = raw.makeAsyncIterator()
+        }
+
+        func next() async throws -> [UInt8]? {
+            let chunk = try await iterator.next()
+            if let chunk { count.subtract(chunk.count, ordering: .relaxed) }
+            return chunk
+        }
     }
 
     /// URLSession's errors as sparsecache errors: cut connections and timeouts may pass;

@@ -220,14 +220,12 @@ final class TCPConnection: Sendable {
         host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
     }
 
-    /// Connects to `host` (a name or a numeric address) on `port`, trying each address the
-    /// resolver gives in turn. Name resolution may wait for DNS, so it runs on `resolver`.
+    /// The addresses of `host` (a name or a numeric address), resolved on `resolver` (DNS may wait).
     ///
-    /// - Throws: `.originUnavailable` naming the host when it cannot be resolved or no address
-    ///   accepts the connection; `CancellationError` when the task is cancelled meanwhile.
-    static func connect(host: String, port: Int, resolver: BlockingExecutor) async throws -> TCPConnection {
+    /// - Throws: `.originUnavailable` naming the host when it cannot be resolved.
+    static func resolve(host: String, port: Int, resolver: BlockingExecutor) async throws -> [sc_address] {
         let name = address(host: host, port: port)
-        let addresses = try await resolver.run { () throws -> [sc_address] in
+        return try await resolver.run { () throws -> [sc_address] in
             var found = [sc_address](repeating: sc_address(), count: 8)
             let count = sc_resolve(host, Int32(port), &found, Int32(found.count))
             guard count > 0 else {
@@ -235,6 +233,24 @@ final class TCPConnection: Sendable {
                 throw SparseCacheError(.originUnavailable, operation: "connect", path: name, detail: "cannot resolve the host: \(detail)")
             }
             return Array(found.prefix(Int(count)))
+        }
+    }
+
+    /// Connects to `host` (a name or a numeric address) on `port`, trying each address the
+    /// resolver gives in turn. Name resolution may wait for DNS, so it runs on `resolver`.
+    /// With a `policy`, every address is checked first and the connection goes to the checked
+    /// addresses: the name is not resolved a second time.
+    ///
+    /// - Throws: `.originUnavailable` naming the host when it cannot be resolved or no address
+    ///   accepts the connection; `.origin` (403, "not allowed") when the policy refuses an
+    ///   address; `CancellationError` when the task is cancelled meanwhile.
+    static func connect(
+        host: String, port: Int, resolver: BlockingExecutor, policy: OriginAddressPolicy? = nil
+    ) async throws -> TCPConnection {
+        let name = address(host: host, port: port)
+        let addresses = try await resolve(host: host, port: port, resolver: resolver)
+        if let policy, !policy.permits(name: host, port: port, addresses: addresses.compactMap(IPAddress.init)) {
+            throw OriginAddressPolicy.refusal(name: host, port: port)
         }
         var refusal: Int32 = 0
         for var address in addresses {

@@ -7,11 +7,14 @@ import Synchronization
 /// (``HTTPRequestParser``) and handing each to a handler with an ``HTTPResponseWriter``, and a
 /// watchdog that closes connections past their deadline.
 ///
-/// Keep-alive and pipelining; no request bodies. A slow or hostile client cannot hold it: a
-/// head must arrive whole within ``Options/headTimeout``, a kept-alive connection with no
-/// request closes after ``Options/idleTimeout``, a client that stops taking bytes is dropped
-/// after ``Options/sendTimeout``, and connections beyond ``Options/maximumConnections`` are
-/// answered 503 and closed.
+/// Keep-alive and pipelining; no request bodies. A slow or hostile client cannot hold it: the
+/// first head must arrive whole within ``Options/headTimeout`` of the accept (a later one within
+/// that time of its first byte), a kept-alive connection with no request closes after
+/// ``Options/idleTimeout``, a client that stops taking bytes is dropped after
+/// ``Options/sendTimeout``. When ``Options/maximumConnections`` (or one address's
+/// ``Options/maximumConnectionsPerAddress``) are open, a newcomer takes the slot of the
+/// connection that has waited longest without a request (``ConnectionSlots``); only when every
+/// slot is busy with a request is it answered 503.
 public final class HTTPServer: Sendable {
     public struct Options: Sendable {
         /// A numeric IPv4 or IPv6 address. Loopback by default: the proxy is for this machine.
@@ -19,7 +22,10 @@ public final class HTTPServer: Sendable {
         /// 0 picks a free port (see ``HTTPServer/port``).
         public var port = 8080
         public var maximumConnections = 256
-        /// A request head must arrive whole within this time of its first byte.
+        /// Connections one client address may hold (half the slots by default).
+        public var maximumConnectionsPerAddress = 128
+        /// A connection's first request head must arrive whole within this time of the accept;
+        /// a later one within this time of its first byte.
         public var headTimeout: Duration = .seconds(10)
         /// A kept-alive connection with no request in this time is closed.
         public var idleTimeout: Duration = .seconds(60)
@@ -38,7 +44,7 @@ public final class HTTPServer: Sendable {
     private let listener: TCPListener
     private let handler: Handler
     private let log: @Sendable (HTTPLogEntry) -> Void
-    private let registry = Mutex(Registry())
+    private let registry: Mutex<Registry>
     private let requestCount = Atomic<Int>(0)
     private let watchdog: Watchdog
 
@@ -49,6 +55,8 @@ public final class HTTPServer: Sendable {
         var acceptLoop: Task<Void, Never>?
         var shuttingDown = false
         var rejected = 0
+        var evicted = 0
+        var slots: ConnectionSlots
     }
 
     /// Starts listening and serving. `log` gets one entry per request.
@@ -68,14 +76,17 @@ public final class HTTPServer: Sendable {
         self.options = options
         self.log = log
         self.handler = handler
+        registry = Mutex(Registry(slots: ConnectionSlots(limit: options.maximumConnections, perAddress: options.maximumConnectionsPerAddress)))
         let shortest = min(options.headTimeout, options.idleTimeout, options.sendTimeout)
         watchdog = Watchdog(interval: max(.milliseconds(10), min(.seconds(1), shortest / 4)))
     }
 
     /// Connections open now.
     public var connectionCount: Int { registry.withLock { $0.clients.count } }
-    /// Connections refused with 503 because ``Options/maximumConnections`` were open.
+    /// Connections refused with 503 because every slot they could take was busy with a request.
     public var rejectedConnections: Int { registry.withLock { $0.rejected } }
+    /// Waiting connections closed to make room for a newcomer.
+    public var evictedConnections: Int { registry.withLock { $0.evicted } }
 
     /// Stops accepting, closes idle connections, lets requests in progress finish for up to
     /// `grace` (their connections close after the response), then cancels the rest: a cancelled
@@ -111,16 +122,28 @@ public final class HTTPServer: Sendable {
             } catch {
                 return
             }
-            let admitted = registry.withLock { registry -> Client? in
-                guard !registry.shuttingDown, registry.clients.count < options.maximumConnections else {
+            let now = DispatchTime.now().uptimeNanoseconds
+            let address = ConnectionSlots.address(ofPeer: connection.peer)
+            let (admitted, evicted) = registry.withLock { registry -> (Client?, Client?) in
+                guard !registry.shuttingDown else { return (nil, nil) }
+                let id = registry.nextID + 1
+                var evicted: Client?
+                switch registry.slots.admit(id: id, address: address, now: now) {
+                case .refuse:
                     registry.rejected += 1
-                    return nil
+                    return (nil, nil)
+                case .evict(let victim):
+                    registry.evicted += 1
+                    evicted = registry.clients[victim]
+                case .admit:
+                    break
                 }
-                registry.nextID += 1
-                let client = Client(id: registry.nextID, connection: connection)
+                registry.nextID = id
+                let client = Client(id: id, connection: connection)
                 registry.clients[client.id] = client
-                return client
+                return (client, evicted)
             }
+            evicted?.connection.close("closed for a newcomer: every connection slot was taken and this one had waited longest")
             guard let client = admitted else {
                 Task { await Self.refuse(connection) }
                 continue
@@ -159,13 +182,22 @@ public final class HTTPServer: Sendable {
             registry.withLock { registry in
                 registry.clients[client.id] = nil
                 registry.tasks[client.id] = nil
+                registry.slots.release(client.id)
             }
         }
         var buffer: [UInt8] = []
+        // The first head must arrive whole within the head timeout of the accept: a connection
+        // that sends nothing, or a byte now and then, does not hold its slot for longer.
+        var first = true
         while !Task.isCancelled {
             // Between requests the connection is idle: shutdown closes it at once.
-            client.setDeadline(
-                buffer.isEmpty ? options.idleTimeout : options.headTimeout, reason: buffer.isEmpty ? "idle" : "request head timeout")
+            if first {
+                client.setDeadline(options.headTimeout, reason: "request head timeout")
+            } else {
+                client.setDeadline(
+                    buffer.isEmpty ? options.idleTimeout : options.headTimeout, reason: buffer.isEmpty ? "idle" : "request head timeout")
+                setWaiting(client, true)
+            }
             client.isIdle = buffer.isEmpty
             var result = HTTPRequestParser.parse(buffer, limits: options.parserLimits)
             while result == .incomplete {
@@ -178,7 +210,7 @@ public final class HTTPServer: Sendable {
                 if bytes.isEmpty { return }
                 if buffer.isEmpty {
                     client.isIdle = false
-                    client.setDeadline(options.headTimeout, reason: "request head timeout")
+                    if !first { client.setDeadline(options.headTimeout, reason: "request head timeout") }
                 }
                 buffer += bytes
                 // Only a line break (or a head past a limit) can change the answer: parsing
@@ -189,6 +221,9 @@ public final class HTTPServer: Sendable {
             }
             client.isIdle = false
             client.clearDeadline()
+            // A head that completed just as its slot went to a newcomer is not served.
+            guard setWaiting(client, false) else { return }
+            first = false
             let started = ContinuousClock.now
             let wallClock = Date().timeIntervalSince1970
             switch result {
@@ -226,6 +261,13 @@ public final class HTTPServer: Sendable {
                 }
             }
         }
+    }
+
+    /// Marks `client` as waiting for a request (its slot may go to a newcomer) or busy with one.
+    @discardableResult
+    private func setWaiting(_ client: Client, _ waiting: Bool) -> Bool {
+        let now = waiting ? DispatchTime.now().uptimeNanoseconds : nil
+        return registry.withLock { $0.slots.setWaiting(client.id, since: now) }
     }
 
     /// Ends our side and reads (and drops) what the client still sends until it closes, for at
