@@ -36,7 +36,7 @@ struct CacheStatus: Sendable, Equatable {
 /// section 7.6.3) and the `Cache-Status`.
 func proxyFields(_ headers: HTTPHeaders, status: CacheStatus) -> [(String, String)] {
     var fields = headers.fields.filter { !$0.hasName("via") }.map { ($0.name, $0.value) }
-    let via = headers.values("via") + ["1.1 sparsecache"]
+    let via = headers.values("via") + [ProxyVia.element]
     fields.append(("Via", via.joined(separator: ", ")))
     fields.append(("Cache-Status", status.value))
     return fields

@@ -38,6 +38,14 @@ public final class CachingProxy: Sendable {
 
     /// The ``HTTPServer`` handler.
     public func handle(_ request: HTTPRequestHead, _ response: HTTPResponseWriter) async throws {
+        // A request that already passed through this process would come back for ever: refused
+        // at once, 400 as Traffic Server answers a detected cycle (RFC 9110, section 7.6.3).
+        if ProxyVia.isLoop(request.headers) {
+            try await response.respond(
+                status: 400, message: "loop detected: this request already passed through this proxy (its Via names us)",
+                headers: [("Via", ProxyVia.element), ("Cache-Status", CacheStatus(detail: "loop detected").value)])
+            return
+        }
         guard ["GET", "HEAD", "PURGE"].contains(request.method) else {
             try await response.respond(
                 status: 405, message: "method \(request.method) not allowed: GET and HEAD only",
@@ -352,7 +360,7 @@ public final class CachingProxy: Sendable {
             var base = origin.absoluteString
             while base.hasSuffix("/") { base.removeLast() }
             guard target.hasPrefix("/"), let url = URL(string: base + target) else {
-                return .failure(TargetProblem(message: "cannot map '\(target)' onto the origin \(origin.absoluteString)"))
+                return .failure(TargetProblem(message: "cannot map '\(target)' onto the origin: a path must start with /"))
             }
             return .success(url)
         }
@@ -393,23 +401,32 @@ public final class CachingProxy: Sendable {
 
     // MARK: Answers
 
-    /// The status and message for a request that failed before its head was sent.
+    /// The status and message for a request that failed before its head was sent: the proxy's
+    /// own errors only (an origin's answer is passed on as it came). The message names the
+    /// problem, never the origin URL or a cache file: in reverse mode the client did not give
+    /// the origin's address, and must not learn it from an error page (the request log has it).
     static func status(for error: Error) -> (Int, String) {
-        guard let error = error as? SparseCacheError else { return (500, "internal error: \(error)") }
+        if let answer = error as? OriginAnswer {
+            answer.cancel()
+            return (502, "bad answer from the origin: HTTP \(answer.head.status) where a part of a stored response was expected")
+        }
+        guard let error = error as? SparseCacheError else { return (500, "internal error") }
+        let detail = error.detail ?? error.code.rawValue
         switch error.code {
         case .origin:
-            if let status = error.httpStatus, (400..<500).contains(status), status != 416 {
-                return (status, "the origin answered \(status): \(error)")
-            }
-            return (502, "bad answer from the origin: \(error)")
+            return (502, "bad answer from the origin: \(detail)")
+        case .originUnavailable where error.isTimeout:
+            return (504, "the origin did not answer in time: \(detail)")
         case .originUnavailable:
-            return (502, "origin unavailable: \(error)")
+            var reason = detail
+            if let errno = error.errno { reason += " (\(SparseCacheError.errnoText(errno)))" }
+            return (502, "the origin cannot be reached: \(reason)")
         case .originChanged:
-            return (503, "the resource changed on the origin; try again: \(error)")
+            return (503, "the resource changed on the origin; try again")
         case .invalidArgument:
-            return (400, "\(error)")
+            return (400, detail)
         default:
-            return (500, "cache error: \(error)")
+            return (500, "cache error: \(error.code.rawValue)")
         }
     }
 }
