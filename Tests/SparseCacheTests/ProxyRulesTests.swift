@@ -72,9 +72,13 @@ struct ProxyRulesTests {
         #expect(CacheStatus(forward: "uri-miss", forwardStatus: 200, stored: true).value == "sparsecache; fwd=uri-miss; fwd-status=200; stored")
         #expect(CacheStatus(forward: "stale", forwardStatus: 304, ttl: -5).value == "sparsecache; fwd=stale; fwd-status=304; ttl=-5")
         #expect(CacheStatus(detail: "say \"no\"").value == "sparsecache; detail=\"say \\\"no\\\"\"")
-        let fields = proxyFields(HTTPHeaders([("Via", "1.0 upstream"), ("ETag", "\"a\"")]), status: CacheStatus(hit: true))
+        let via = ProxyVia()
+        let fields = proxyFields(HTTPHeaders([("Via", "1.0 upstream"), ("ETag", "\"a\"")]), status: CacheStatus(hit: true), via: via.element)
         #expect(fields.map(\.0) == ["ETag", "Via", "Cache-Status"])
-        #expect(fields[1].1 == "1.0 upstream, 1.1 sparsecache")
+        #expect(fields[1].1 == "1.0 upstream, 1.1 \(via.pseudonym)" && via.pseudonym.hasPrefix("sparsecache-"))
+        // Loop detection (RFC 9110 7.6.3): our own received-by, not another sparsecache's.
+        #expect(via.isLoop(HTTPHeaders([("Via", "1.0 upstream, 1.1 \(via.pseudonym) (note)")])))
+        #expect(!via.isLoop(HTTPHeaders([("Via", "1.1 \(ProxyVia().pseudonym), 1.1 sparsecache")])))
     }
 
     @Test("a stored head survives the index metadata; a damaged one is refused; an old resource gets a stale one")

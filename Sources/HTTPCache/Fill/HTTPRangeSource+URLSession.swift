@@ -44,7 +44,7 @@ extension HTTPRangeSource {
         for field in forwarding?.headers ?? [] where !field.hasName("accept-encoding") {
             request.addValue(field.value, forHTTPHeaderField: field.name)
         }
-        if forwarding != nil { request.addValue(ProxyVia.element, forHTTPHeaderField: "Via") }
+        if let via = forwarding?.via { request.addValue(via, forHTTPHeaderField: "Via") }
         // Bytes as they are stored: a compressed transfer would make ranges mean something else.
         request.setValue("identity", forHTTPHeaderField: "Accept-Encoding")
         if let range {

@@ -142,6 +142,8 @@ final class FillResource {
     /// Opening and first contact, shared by the readers that arrive meanwhile.
     var opening: Task<Void, Error>?
     var fetches: [Int: Fetch] = [:]
+    /// The answer of unknown length being received, while it is (``StreamFill``).
+    var stream: StreamFill?
     /// Segment -> the fetch bringing it.
     var owner: [Int: Int] = [:]
     /// Fetches that have handed their segments back. A look at the missing ranges taken

@@ -30,6 +30,8 @@ public final class CachingProxy: Sendable {
     private let sources = Mutex(SourceTable())
     /// Revalidations in flight, by cache key: concurrent clients of one stale response share one.
     let revalidations = RevalidationTable()
+    /// This proxy's name in `Via`, and its loop detection.
+    public let via = ProxyVia()
 
     public init(cache: ProgressiveCache, origin: URL? = nil) {
         self.cache = cache
@@ -40,10 +42,10 @@ public final class CachingProxy: Sendable {
     public func handle(_ request: HTTPRequestHead, _ response: HTTPResponseWriter) async throws {
         // A request that already passed through this process would come back for ever: refused
         // at once, 400 as Traffic Server answers a detected cycle (RFC 9110, section 7.6.3).
-        if ProxyVia.isLoop(request.headers) {
+        if via.isLoop(request.headers) {
             try await response.respond(
                 status: 400, message: "loop detected: this request already passed through this proxy (its Via names us)",
-                headers: [("Via", ProxyVia.element), ("Cache-Status", CacheStatus(detail: "loop detected").value)])
+                headers: [("Via", via.element), ("Cache-Status", CacheStatus(detail: "loop detected").value)])
             return
         }
         guard ["GET", "HEAD", "PURGE"].contains(request.method) else {
@@ -74,7 +76,7 @@ public final class CachingProxy: Sendable {
         }
         let exchange = Exchange(
             request: request, response: response, base: base, target: url.path, now: Int64(time(nil)),
-            forwarding: HTTPRangeSource.Forwarding(client: request))
+            forwarding: HTTPRangeSource.Forwarding(client: request, via: via.element))
         do {
             try await answer(exchange, key: key)
         } catch let error where !response.headSent {
@@ -186,6 +188,16 @@ public final class CachingProxy: Sendable {
     private func answerStored(_ reader: CacheReader, source: ProxiedSource, _ exchange: Exchange) async throws {
         guard let head = reader.info.stored else { return }
         let policy = head.policy(target: exchange.target)
+        if !reader.isLengthKnown {
+            // An answer without a length still arriving from the origin: this client joins it
+            // (collapsed forwarding, RFC 9211 section 2.7) instead of asking again, whatever its
+            // freshness: it is the origin's answer of now. Varnish's waiting list does the same.
+            exchange.status.forward = "uri-miss"
+            exchange.status.collapsed = true
+            exchange.status.forwardStatus = head.status
+            try await send(reader, head: head, age: policy.currentAge(now: exchange.now), exchange)
+            return
+        }
         switch policy.use(for: exchange.request, now: exchange.now) {
         case .fresh(let age), .staleAllowed(let age):
             exchange.status.hit = true
@@ -230,22 +242,26 @@ public final class CachingProxy: Sendable {
         let representation = head.status == 200
         switch representation ? Precondition.evaluate(request, etag: etag, lastModified: lastModified) : .proceed {
         case .failed:
-            try await response.respond(status: 412, message: "precondition failed", headers: proxyFields([], status: exchange.status))
+            try await response.respond(status: 412, message: "precondition failed", headers: proxyFields([], status: exchange.status, via: via.element))
             return
         case .notModified:
             // The fields a 304 carries (RFC 9110, section 15.4.5), and Last-Modified as nginx does.
             let kept = ["cache-control", "content-location", "date", "etag", "expires", "vary", "last-modified"]
             let fields = HTTPHeaders(stored.filter { field in kept.contains { field.hasName($0) } })
             try await response.writeHead(
-                status: 304, headers: proxyFields(fields, status: exchange.status) + [("Age", String(age))], contentLength: 0)
+                status: 304, headers: proxyFields(fields, status: exchange.status, via: via.element) + [("Age", String(age))], contentLength: 0)
             return
         case .proceed:
             break
         }
-        var headers = proxyFields(stored, status: exchange.status) + [("Age", String(age))]
-        if representation { headers.append(("Accept-Ranges", "bytes")) }
+        var headers = proxyFields(stored, status: exchange.status, via: via.element) + [("Age", String(age))]
+        if representation, reader.isLengthKnown { headers.append(("Accept-Ranges", "bytes")) }
         if representation, headers.first(where: { $0.0.lowercased() == "content-type" }) == nil {
             headers.append(("Content-Type", "application/octet-stream"))
+        }
+        guard reader.isLengthKnown else {
+            try await sendArriving(reader, status: head.status, headers: headers, exchange)
+            return
         }
         var rangeHeader = representation ? request.header("range") : nil
         if let ifRange = request.header("if-range"),
@@ -284,6 +300,20 @@ public final class CachingProxy: Sendable {
             response.countCacheBytes(hit: Int64(bytes.count) - fetched, miss: fetched)
             try await response.writeBody(bytes)
         }
+    }
+
+    /// A stored response whose body is still arriving without a length: sent whole as it
+    /// comes (a `Range` is ignored, as RFC 9110 section 14.2 allows: there is no length to
+    /// place it in yet), chunked to an HTTP/1.1 client, until the connection closes to 1.0.
+    private func sendArriving(_ reader: CacheReader, status: Int, headers: [(String, String)], _ exchange: Exchange) async throws {
+        let response = exchange.response
+        try await response.writeHead(status: status, headers: headers, contentLength: nil)
+        if exchange.request.method == "HEAD" { return }
+        try await reader.read(0..<Int64.max) { bytes in
+            response.countCacheBytes(miss: Int64(bytes.count))
+            try await response.writeBody(bytes)
+        }
+        try await response.finishBody()
     }
 
     /// The cache key of a URL: the URL without credentials (a key is a catalog entry and a log
