@@ -115,6 +115,30 @@ struct OriginAnswersTests {
         await rig.stop()
     }
 
+    @Test("bytes without a length left by a process that stopped while an answer arrived are not served: the next request fetches the whole answer again")
+    func leftoverWithoutLengthDropped() async throws {
+        let rig = try await ScriptedProxy()
+        let size = 150_000
+        var script = OriginScript(headers: [("Cache-Control", "max-age=600")])
+        script.bodySize = size
+        script.bodySeed = 21
+        script.framing = "chunked"
+        try rig.script("left", script)
+        // What a crash mid-answer leaves: committed segments, no length.
+        let handle = try await rig.proxy.store.open(key: rig.origin.url("left").absoluteString)
+        try await handle.write([UInt8](repeating: 0xEE, count: 2 * 65_536), at: 0)
+        try await handle.file.commit()
+        try await handle.release()
+
+        let answer = try await rig.get("left")
+        let body = OriginScript.pattern(count: size, seed: 21)
+        #expect(answer.status == 200 && answer.body == body, "the origin's body, not the leftover bytes: \(answer)")
+        #expect(rig.count("left") == 1, "\(rig.requests("left"))")
+        let ranged = try await Self.poll(rig, "left", ["-H", "Range: bytes=0-9"]) { $0.status == 206 }
+        #expect(ranged.status == 206 && ranged.body == Array(body[0..<10]) && ranged.isHit, "\(ranged)")
+        await rig.stop()
+    }
+
     @Test("500 and 401 pages pass through byte for byte with their fields (WWW-Authenticate); a 500 is asked once; proxy errors name no origin address")
     func errorPagesPassThrough() async throws {
         let rig = try await ScriptedProxy()

@@ -227,6 +227,8 @@ extension ProgressiveCache {
         resource.outcomes.removeAll()
         let others = resource.fetches.filter { $0.key != fetchID }.compactMap(\.value.task)
         for task in others { task.cancel() }
+        // An answer without a length may be waiting on a silent origin: cut it now.
+        resource.stream?.cancel()
         let task = Task {
             defer { resource.opening = nil }
             // They stop at their next step and write nothing more once the generation moved on.
