@@ -190,6 +190,11 @@ struct OriginAnswersTests {
         #expect(gone.status == 301 && gone.headers["location"] == location && gone.text == "moved for good\n", "\(gone)")
         #expect(goneAgain.status == 301 && goneAgain.isHit && rig.count("gone") == 1, "a 301 with max-age is stored: \(goneAgain)")
         #expect(target.count("target") == 0, "the proxy followed no redirect: \(target.origin.requestLog())")
+        // A redirect back to the proxy itself is an answer like any other: passed on at once.
+        let selfLocation = rig.proxy.baseURL + "/home"
+        try rig.script("home", status: 302, [("Location", selfLocation)], body: "")
+        let home = try await rig.get("home")
+        #expect(home.status == 302 && home.headers["location"] == selfLocation && rig.count("home") == 1, "\(home)")
 
         // URLSession (https, or transport .urlSession) refuses redirects when forwarding too.
         let session = try HTTPRangeSource(url: rig.origin.url("moved"), transport: .urlSession)
