@@ -115,6 +115,34 @@ struct OriginAnswersTests {
         await rig.stop()
     }
 
+    @Test("a PURGE while an answer without a length arrives stops it: its client is cut, nothing is stored, the next request asks the origin again")
+    func purgeDuringStream() async throws {
+        let rig = try await ScriptedProxy()
+        let size = 200_000
+        var script = OriginScript(headers: [("Cache-Control", "max-age=600")])
+        script.bodySize = size
+        script.bodySeed = 17
+        script.framing = "chunked"
+        script.chunkSize = 10_000
+        script.chunkDelayMs = 300
+        try rig.script("purged", script)
+
+        async let first = rig.get("purged")
+        for _ in 0..<300 where rig.count("purged") == 0 { try await Task.sleep(for: .milliseconds(20)) }
+        try await Task.sleep(for: .milliseconds(300))
+        let purge = try await Curl.run(rig.proxy.baseURL + "/purged", ["-X", "PURGE"], timeout: 30)
+        #expect(purge.status == 200, "PURGE of the answer in flight: \(purge)")
+        let cut = try await first
+        #expect(cut.exitCode != 0 && cut.body.count < size, "the client of the purged answer is cut: \(cut)")
+
+        script.chunkDelayMs = nil
+        try rig.script("purged", script)
+        let again = try await rig.get("purged")
+        #expect(again.status == 200 && again.body == OriginScript.pattern(count: size, seed: 17), "\(again)")
+        #expect(rig.count("purged") == 2, "asked again after the purge: \(rig.requests("purged"))")
+        await rig.stop()
+    }
+
     @Test("bytes without a length left by a process that stopped while an answer arrived are not served: the next request fetches the whole answer again")
     func leftoverWithoutLengthDropped() async throws {
         let rig = try await ScriptedProxy()
