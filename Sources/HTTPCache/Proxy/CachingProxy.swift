@@ -120,12 +120,12 @@ public final class CachingProxy: Sendable {
         // Vary (section 4.1): the stored response names the request fields it varies on; a
         // request that differs in them is another variant, stored under a key of its own.
         if let found = reader, let head = found.info.stored, head.headers.contains("vary"),
-            !head.policy(target: exchange.target).varyMatches(exchange.request)
+            !head.policy.varyMatches(exchange.request)
         {
             await found.close()
             source = exchange.source(key: Self.variantKey(key, of: head, for: exchange.request))
             reader = try await openIfStored(source, exchange)
-            if let variant = reader, let stored = variant.info.stored, !stored.policy(target: exchange.target).varyMatches(exchange.request) {
+            if let variant = reader, let stored = variant.info.stored, !stored.policy.varyMatches(exchange.request) {
                 // The variant's own Vary names other fields now: it is replaced.
                 await variant.close()
                 try await cache.invalidate(key: source.key)
@@ -176,7 +176,7 @@ public final class CachingProxy: Sendable {
         exchange.status.forwardStatus = exchange.status.forwardStatus ?? reader.info.stored?.status ?? 200
         let head = reader.info.stored ?? StoredHead(headers: [], requestTime: exchange.now, responseTime: exchange.now)
         do {
-            try await send(reader, head: head, age: head.policy(target: exchange.target).currentAge(now: exchange.now), exchange)
+            try await send(reader, head: head, age: head.policy.currentAge(now: exchange.now), exchange)
         } catch {
             await reader.close()
             throw error
@@ -187,7 +187,7 @@ public final class CachingProxy: Sendable {
     /// A stored response for this request: fresh, allowed stale, or revalidated first.
     private func answerStored(_ reader: CacheReader, source: ProxiedSource, _ exchange: Exchange) async throws {
         guard let head = reader.info.stored else { return }
-        let policy = head.policy(target: exchange.target)
+        let policy = head.policy
         if !reader.isLengthKnown {
             // An answer without a length still arriving from the origin: this client joins it
             // (collapsed forwarding, RFC 9211 section 2.7) instead of asking again, whatever its
@@ -234,8 +234,7 @@ public final class CachingProxy: Sendable {
     func send(_ reader: CacheReader, head: StoredHead, age: Int64, _ exchange: Exchange) async throws {
         let request = exchange.request, response = exchange.response
         let length = reader.length
-        var stored = head.headers
-        for name in ["age", "accept-ranges", "transfer-encoding", "content-length", "content-range"] { stored.remove(name) }
+        let stored = head.replayed
         let etag = stored["etag"], lastModified = stored["last-modified"]
         // Conditionals and ranges select among representations: a stored error page or
         // redirect is sent as it is (RFC 9110, sections 13.2.1 and 14.2).
@@ -256,7 +255,7 @@ public final class CachingProxy: Sendable {
         }
         var headers = proxyFields(stored, status: exchange.status, via: via.element) + [("Age", String(age))]
         if representation, reader.isLengthKnown { headers.append(("Accept-Ranges", "bytes")) }
-        if representation, headers.first(where: { $0.0.lowercased() == "content-type" }) == nil {
+        if representation, !stored.contains("content-type") {
             headers.append(("Content-Type", "application/octet-stream"))
         }
         guard reader.isLengthKnown else {

@@ -19,12 +19,14 @@ public struct HTTPLogEntry: Sendable, CustomStringConvertible {
     public var complete: Bool
     public var note: String?
 
+    /// The line, with the user information of any URL in it (the target, an error in the
+    /// note) hidden: see ``CredentialRedaction``.
     public var description: String {
         let milliseconds = Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15
         var text = "\(peer) \(method) \(target) range=\(range ?? "-") \(status) \(bytes) hit=\(cacheHitBytes) miss=\(cacheMissBytes) "
         text += String(format: "%.1fms", milliseconds)
         if !complete { text += " incomplete" }
         if let note { text += " (\(note))" }
-        return text
+        return CredentialRedaction.redacting(text)
     }
 }
