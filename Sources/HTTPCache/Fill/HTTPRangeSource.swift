@@ -13,7 +13,8 @@ import Synchronization
 /// - Sends `Range: bytes=a-b` and, once the cache holds a version, `If-Range` with its ETag
 ///   (or its Last-Modified date when the ETag is weak or missing), so a changed resource comes
 ///   back whole (200) instead of as a range of the new version.
-/// - Follows redirects; times out a request that stalls for ``timeout``.
+/// - Follows redirects, except for a proxy (``Forwarding``), which hands them to its client;
+///   times out a request that stalls for ``timeout``.
 /// - Limits connections to one origin (``ConnectionLimiter``): callers over the limit wait.
 /// - `http://` goes over the project's own HTTP/1.1 client (``HTTPExchange``): the body is
 ///   received straight into the chunks handed out, and only as fast as the caller takes them.

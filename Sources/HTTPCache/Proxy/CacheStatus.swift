@@ -12,7 +12,7 @@ struct CacheStatus: Sendable, Equatable {
     var forwardStatus: Int?
     /// The answer was stored.
     var stored = false
-    /// This request joined another one's request to the origin (RFC 9211, section 2.7).
+    /// This request joined another one's request to the origin (RFC 9211, section 2.6).
     var collapsed = false
     /// Freshness left in seconds; negative when served stale.
     var ttl: Int64?

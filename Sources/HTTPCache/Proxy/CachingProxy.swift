@@ -40,7 +40,7 @@ public final class CachingProxy: Sendable {
 
     /// The ``HTTPServer`` handler.
     public func handle(_ request: HTTPRequestHead, _ response: HTTPResponseWriter) async throws {
-        // A request that already passed through this process would come back for ever: refused
+        // A request that already passed through this proxy would come back for ever: refused
         // at once, 400 as Traffic Server answers a detected cycle (RFC 9110, section 7.6.3).
         if via.isLoop(request.headers) {
             try await response.respond(
@@ -190,7 +190,7 @@ public final class CachingProxy: Sendable {
         let policy = head.policy
         if !reader.isLengthKnown {
             // An answer without a length still arriving from the origin: this client joins it
-            // (collapsed forwarding, RFC 9211 section 2.7) instead of asking again, whatever its
+            // (collapsed forwarding, RFC 9211 section 2.6) instead of asking again, whatever its
             // freshness: it is the origin's answer of now. Varnish's waiting list does the same.
             exchange.status.forward = "uri-miss"
             exchange.status.collapsed = true
