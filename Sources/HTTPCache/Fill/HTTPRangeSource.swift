@@ -131,6 +131,7 @@ public final class HTTPRangeSource: RangeSource {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: key, detail: "empty or negative range \(range)")
         }
         try await limiter.acquire()
+        ProxyMetrics.originRequests.add()
         let limiter = self.limiter
         let release = FinishAction { Task { await limiter.release() } }
         do {
@@ -140,6 +141,7 @@ public final class HTTPRangeSource: RangeSource {
             return try await fetchThroughSession(url, range, validator: validator, forwarding: forwarding, release: release)
         } catch {
             release.run()
+            if !(error is OriginAnswer) { ProxyMetrics.originFailures.add() }
             throw error
         }
     }

@@ -28,11 +28,31 @@ public actor ProgressiveCache {
     /// ``shutdown()`` so the store is closed only after them.
     var releases: [Int: Task<Void, Never>] = [:]
     var nextID = 0
+    /// Resources open with no user, kept for ``FillOptions/keepOpen``, by when they went idle.
+    var keptOpen: [String: UInt64] = [:]
+    var nextKeptOpen: UInt64 = 0
     /// Totals over every resource, counted from the actor and from readers' own tasks.
     private nonisolated let counters = Mutex(FillStatistics())
 
     /// Totals over every resource.
     public nonisolated var statistics: FillStatistics { counters.withLock { $0 } }
+
+    /// What is going on now: resources open, range fetches running, readers attached.
+    public struct Activity: Sendable, Equatable {
+        public var openResources = 0
+        public var fetchesInFlight = 0
+        public var readers = 0
+    }
+
+    public var activity: Activity {
+        var activity = Activity()
+        for resource in resources.values where resource.handle != nil || resource.opening != nil {
+            activity.openResources += 1
+            activity.fetchesInFlight += resource.fetches.values.filter { $0.task != nil }.count
+            activity.readers += resource.users
+        }
+        return activity
+    }
 
     public init(store: SparseStore, options: FillOptions = FillOptions()) {
         self.store = store
