@@ -40,7 +40,9 @@ enum ServeCommand: Command {
         GET and HEAD, keep-alive, Range in all forms (a-b, a-, -n): 206 with Content-Range,
         200 without a Range, 416 when no range overlaps or the ranges are malformed, and the
         whole resource (200) for a request of several ranges. Content-Type, ETag and
-        Last-Modified are the origin's; an origin 404 is a 404, an unreachable origin 502.
+        Last-Modified are the origin's; its 4xx/5xx pages and redirects pass through as sent,
+        answers without a length stream and are stored once complete; an unreachable origin is
+        502, one that does not answer in time 504.
 
         OPTIONS:
           --cache-dir DIR        The cache directory (default: $XDG_CACHE_HOME/sparsecache, or

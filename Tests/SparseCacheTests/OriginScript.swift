@@ -32,6 +32,14 @@ struct OriginScript: Encodable, Sendable {
     /// Other answers chosen by the request's Accept-Encoding: the first key the request lists
     /// as a coding names the whole script to answer with instead (e.g. `["gzip": ...]`).
     var variants: [String: OriginScript]?
+    /// How the body is delimited: "length" (Content-Length, the default), "chunked", or
+    /// "close" (until the connection closes). Without a length the origin ignores Range.
+    var framing: String?
+    /// Bytes per write, and the pause between writes (a body that trickles in).
+    var chunkSize: Int?
+    var chunkDelayMs: Int?
+    /// Close the connection after this many body bytes (a body cut off before its end).
+    var cutAfter: Int?
 
     enum CodingKeys: String, CodingKey {
         case status, headers, body, conditional, gzip, variants
@@ -41,6 +49,10 @@ struct OriginScript: Encodable, Sendable {
         case dateOffset = "date_offset"
         case lastModifiedOffset = "last_modified_offset"
         case expiresOffset = "expires_offset"
+        case framing
+        case chunkSize = "chunk_size"
+        case chunkDelayMs = "chunk_delay_ms"
+        case cutAfter = "cut_after"
     }
 
     func encode(to encoder: Encoder) throws {
@@ -57,6 +69,10 @@ struct OriginScript: Encodable, Sendable {
         try container.encodeIfPresent(expiresOffset, forKey: .expiresOffset)
         try container.encodeIfPresent(gzip, forKey: .gzip)
         try container.encodeIfPresent(variants, forKey: .variants)
+        try container.encodeIfPresent(framing, forKey: .framing)
+        try container.encodeIfPresent(chunkSize, forKey: .chunkSize)
+        try container.encodeIfPresent(chunkDelayMs, forKey: .chunkDelayMs)
+        try container.encodeIfPresent(cutAfter, forKey: .cutAfter)
     }
 
     /// Writes the script as `<root>/<name>.json` by rename, so the origin never reads half of it.

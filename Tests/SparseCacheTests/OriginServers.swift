@@ -358,6 +358,7 @@ class Handler(BaseHTTPRequestHandler):
         if length > 0:
             self.rfile.read(length)
         spec, written = load(name)
+        self.spec = spec or {}
         if spec is None:
             self.reply(404, [("Content-Type", "text/plain")], b"no script for /%s\n" % name.encode())
             return
@@ -404,7 +405,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.reply(304, headers, b"")
                 return
         header = self.headers.get("Range")
-        if header:
+        # An answer without a length (a dynamic page) ignores Range, as such origins do.
+        if header and spec.get("framing", "length") == "length":
             condition = self.headers.get("If-Range")
             applies = True
             if condition is not None:
@@ -435,15 +437,53 @@ class Handler(BaseHTTPRequestHandler):
         }
         with lock, open(log_path, "a") as log:
             log.write(json.dumps(entry) + "\n")
+        # "framing": "length" (Content-Length), "chunked", or "close" (the body ends when the
+        # connection closes); "chunk_size" bytes per write, "chunk_delay_ms" between writes;
+        # "cut_after": close the connection after that many body bytes (a chunked body then
+        # lacks its last chunk).
+        framing = self.spec.get("framing", "length") if status >= 200 and status not in (204, 304) else "length"
+        size = self.spec.get("chunk_size") or max(1, len(body))
+        delay = self.spec.get("chunk_delay_ms", 0) / 1000.0
+        cut = self.spec.get("cut_after")
         try:
             self.send_response_only(status)
             for key, value in headers:
                 self.send_header(key, value)
-            if status not in (204, 304) and status >= 200:
+            if framing == "chunked":
+                self.send_header("Transfer-Encoding", "chunked")
+            elif framing == "close":
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            elif status not in (204, 304) and status >= 200:
                 self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            if sent:
-                self.wfile.write(body)
+            if framing == "length" and cut is None:
+                if sent:
+                    self.wfile.write(body)
+                return
+            position = 0
+            while position < sent:
+                if cut is not None and position >= cut:
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                piece = body[position:position + size]
+                if cut is not None:
+                    piece = piece[:cut - position]
+                position += len(piece)
+                if framing == "chunked":
+                    self.wfile.write(b"%x\r\n" % len(piece) + piece + b"\r\n")
+                else:
+                    self.wfile.write(piece)
+                self.wfile.flush()
+                if delay and position < sent:
+                    time.sleep(delay)
+            if cut is not None and position >= cut:
+                self.close_connection = True
+                return
+            if framing == "chunked" and not bodyless:
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 

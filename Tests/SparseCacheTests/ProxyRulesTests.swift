@@ -72,9 +72,31 @@ struct ProxyRulesTests {
         #expect(CacheStatus(forward: "uri-miss", forwardStatus: 200, stored: true).value == "sparsecache; fwd=uri-miss; fwd-status=200; stored")
         #expect(CacheStatus(forward: "stale", forwardStatus: 304, ttl: -5).value == "sparsecache; fwd=stale; fwd-status=304; ttl=-5")
         #expect(CacheStatus(detail: "say \"no\"").value == "sparsecache; detail=\"say \\\"no\\\"\"")
-        let fields = proxyFields(HTTPHeaders([("Via", "1.0 upstream"), ("ETag", "\"a\"")]), status: CacheStatus(hit: true))
+        let via = ProxyVia()
+        let fields = proxyFields(HTTPHeaders([("Via", "1.0 upstream"), ("ETag", "\"a\"")]), status: CacheStatus(hit: true), via: via.element)
         #expect(fields.map(\.0) == ["ETag", "Via", "Cache-Status"])
-        #expect(fields[1].1 == "1.0 upstream, 1.1 sparsecache")
+        #expect(fields[1].1 == "1.0 upstream, 1.1 \(via.pseudonym)" && via.pseudonym.hasPrefix("sparsecache-"))
+        // Loop detection (RFC 9110 7.6.3): our own received-by, not another sparsecache's.
+        #expect(via.isLoop(HTTPHeaders([("Via", "1.0 upstream, 1.1 \(via.pseudonym) (note)")])))
+        #expect(!via.isLoop(HTTPHeaders([("Via", "1.1 \(ProxyVia().pseudonym), 1.1 sparsecache")])))
+    }
+
+    @Test("the proxy's own error pages: 502 unreachable, 504 timeout, never the origin URL or a cache path (RFC 9110 15.6.3, 15.6.5)")
+    func ownErrorPages() {
+        let secret = "http://10.1.2.3:8081/internal/path.bin"
+        let cases: [(SparseCacheError, Int)] = [
+            (SparseCacheError(.originUnavailable, operation: "connect", path: "10.1.2.3", errno: 111, detail: "connection refused"), 502),
+            (SparseCacheError(.originUnavailable, operation: "fetch", path: secret, detail: "timed out: no answer from the origin within 30 seconds"), 504),
+            (SparseCacheError(.originUnavailable, operation: "fetch", path: secret, detail: "timed out waiting for the origin"), 504),
+            (SparseCacheError(.origin, operation: "fetch", path: secret, detail: "206 with a missing or malformed Content-Range ''"), 502),
+            (SparseCacheError(.io, operation: "pwrite", path: "/var/cache/sparsecache/ab/cd.data", detail: "No space left on device"), 500),
+        ]
+        for (error, status) in cases {
+            let (answered, message) = CachingProxy.status(for: error)
+            #expect(answered == status, "\(error) -> \(answered) \(message)")
+            #expect(!message.contains("10.1.2.3") && !message.contains("/internal/") && !message.contains("/var/cache"), "\(message)")
+        }
+        #expect(!SparseCacheError(.originUnavailable, operation: "fetch", detail: "the connection was cut").isTimeout)
     }
 
     @Test("a stored head survives the index metadata; a damaged one is refused; an old resource gets a stale one")

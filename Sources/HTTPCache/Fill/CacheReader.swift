@@ -7,14 +7,16 @@ extension ProgressiveCache {
     /// Opens a resource for reading and tells what its origin said about it (length, type,
     /// validators) before any byte is read: what an HTTP server needs to write a response head.
     /// A new resource costs one request to the origin (for its first segment, which is kept);
-    /// a known one none.
+    /// a known one none. An origin that answered without a length (chunked, or until the
+    /// connection closes) gives a reader of unknown ``CacheReader/length`` that follows the
+    /// answer as it arrives; the answer is stored, with its length, once it has ended.
     ///
     /// The resource stays open (and pinned in the store) until ``CacheReader/close()``.
     public func open(_ source: any RangeSource) async throws -> CacheReader {
         let resource = try await attach(source)
-        guard let info = resource.info, info.length != nil else {
+        guard let info = resource.info else {
             detach(resource)
-            throw SparseCacheError(.origin, operation: "open", path: source.key, detail: "the origin gave no length")
+            throw SparseCacheError(.closed, operation: "open", path: source.key, detail: "the resource is not open")
         }
         guard let handle = resource.handle else {
             detach(resource)
@@ -33,6 +35,8 @@ extension ProgressiveCache {
     public func shutdown() async {
         let tasks = resources.values.flatMap { $0.fetches.values.compactMap(\.task) }
         for task in tasks { task.cancel() }
+        // Answers without a length stop now, not at their next chunk (and are dropped).
+        for resource in resources.values { resource.stream?.cancel() }
         for task in tasks { await task.value }
         for key in Array(resources.keys) { closeIfIdle(key: key, force: true) }
         for release in Array(releases.values) { await release.value }
@@ -48,7 +52,8 @@ extension ProgressiveCache {
 /// (Each request of a player used to pass through the actor for every chunk: under wrk, the
 /// actor hops cost more than the reads.)
 public final class CacheReader: Sendable {
-    /// What the origin said when the resource was opened; `length` is always set.
+    /// What the origin said when the resource was opened; `length` is nil while an answer
+    /// without a length is still arriving (see ``isLengthKnown``).
     public let info: ContentInfo
     public let cache: ProgressiveCache
     public let source: any RangeSource
@@ -73,8 +78,12 @@ public final class CacheReader: Sendable {
         }
     }
 
-    /// The resource length.
+    /// The resource length (0 while it is not known).
     public var length: Int64 { info.length ?? 0 }
+
+    /// False while the origin's answer has no length yet: it is still arriving, and a read of
+    /// `0..<Int64.max` follows it to its end.
+    public var isLengthKnown: Bool { info.length != nil }
 
     /// Hands the bytes of `range` to `deliver` in order, in chunks of at most
     /// ``FillOptions/readChunk`` bytes, each as soon as it is durable. The next chunk is read
@@ -92,6 +101,11 @@ public final class CacheReader: Sendable {
             throw SparseCacheError(.closed, operation: "read", path: source.key, detail: "the reader is closed")
         }
         if range.isEmpty { return }
+        guard isLengthKnown else {
+            // Still arriving: the cache's path follows it (file first, then what just came).
+            try await cache.serve(source, range: range, deliver: deliver, generation: generation)
+            return
+        }
         // A range ending at Int64.max runs to the end, as in ``ProgressiveCache/read(_:range:)``.
         let end = range.upperBound == .max ? length : range.upperBound
         if range.lowerBound < 0 || range.lowerBound > length || end > length {

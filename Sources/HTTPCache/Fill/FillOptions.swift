@@ -4,8 +4,10 @@ import SparseHTTP
 
 /// How a ``ProgressiveCache`` fetches and commits.
 public struct FillOptions: Sendable {
-    /// Attempts after a failure that may pass (a cut connection, a timeout, 5xx) before a
-    /// fetch gives up. Each resumes from the last byte received. Default 5.
+    /// Attempts after a failure that may pass (a connection refused or cut, a body that
+    /// stalls, a 5xx from a source of its own; not a request that timed out before any answer,
+    /// nor a proxy's 5xx, which is an answer) before a fetch gives up. Each resumes from the
+    /// last byte received. Default 5.
     public var retries = 5
     /// The pause before the first retry; it doubles up to ``maximumBackoff``.
     public var initialBackoff: Duration = .milliseconds(100)

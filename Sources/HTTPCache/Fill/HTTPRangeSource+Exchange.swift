@@ -81,7 +81,7 @@ extension HTTPRangeSource {
         where !forwarded.contains(name) {
             headers.append(name: name, value: value)
         }
-        if forwarding != nil { headers.append(name: "Via", value: "1.1 sparsecache") }
+        if let via = forwarding?.via { headers.append(name: "Via", value: via) }
         if let range {
             headers.append(name: "Range", value: "bytes=\(range.lowerBound)-\(range.upperBound - 1)")
             if let validator, let ifRange = ifRange(validator) { headers.append(name: "If-Range", value: ifRange) }

@@ -27,10 +27,15 @@ extension HTTPRangeSource {
         }
     }
 
-    /// Through URLSession, which follows redirects itself.
-    /// A proxy client's fields go with the request, but for `Accept-Encoding` (URLSession
-    /// would decode the body, and the cache stores bytes as the origin sends them), and
-    /// redirects are followed by URLSession itself.
+    /// Through URLSession. A source of its own lets URLSession follow redirects; a proxy's
+    /// request (`forwarding`) does not: the delegate refuses them and the 3xx is the answer.
+    ///
+    /// A proxy client's fields go with the request, but for `Accept-Encoding`: always
+    /// `identity`. FoundationNetworking turns libcurl's automatic decoding on for every task
+    /// (its HTTP protocol calls `EasyHandle.set(automaticBodyDecompression: true)`, which sets
+    /// `CURLOPT_ACCEPT_ENCODING` to "" and `CURLOPT_HTTP_CONTENT_DECODING` to 1) and has no API
+    /// to turn it off, so an encoded answer would arrive decoded under the origin's
+    /// `Content-Encoding`. An origin that encodes anyway is caught here: see ``decoded(_:)``.
     func fetchThroughSession(
         _ url: URL, _ range: Range<Int64>?, validator: ContentValidator?, forwarding: Forwarding?, release: FinishAction
     ) async throws -> RangeResponse {
@@ -39,6 +44,7 @@ extension HTTPRangeSource {
         for field in forwarding?.headers ?? [] where !field.hasName("accept-encoding") {
             request.addValue(field.value, forHTTPHeaderField: field.name)
         }
+        if let via = forwarding?.via { request.addValue(via, forHTTPHeaderField: "Via") }
         // Bytes as they are stored: a compressed transfer would make ranges mean something else.
         request.setValue("identity", forHTTPHeaderField: "Accept-Encoding")
         if let range {
@@ -49,7 +55,7 @@ extension HTTPRangeSource {
         let stream = ResponseStream()
         let requestTime = Int64(time(nil))
         let task = session.dataTask(with: request)
-        delegate.register(task, stream: stream)
+        delegate.register(task, stream: stream, followRedirects: forwarding == nil)
         stream.onFinish { release.run() }
         task.resume()
         let response: HTTPURLResponse
@@ -63,8 +69,8 @@ extension HTTPRangeSource {
             task.cancel()
             throw error
         }
-        let headers = HTTPHeaders(response)
-        let contentLength = response.expectedContentLength >= 0 ? response.expectedContentLength : nil
+        let (headers, wasDecoded) = Self.decoded(HTTPHeaders(response))
+        let contentLength = response.expectedContentLength >= 0 && !wasDecoded ? response.expectedContentLength : nil
         if let reason = Self.uncached(
             status: response.statusCode, headers: headers, contentLength: contentLength, forwarding: forwarding, target: url.path)
         {
@@ -72,15 +78,40 @@ extension HTTPRangeSource {
             throw OriginAnswer(head: head, body: stream.body, cancel: { task.cancel() }, reason: reason)
         }
         do {
-            let length = response.expectedContentLength >= 0 ? response.expectedContentLength : nil
+            if wasDecoded, range != nil, response.statusCode == 206 {
+                // Ranges of the encoded bytes, delivered decoded: nothing to place anywhere.
+                throw SparseCacheError(
+                    .origin, operation: "fetch", path: key, detail: "a range of an encoded representation, decoded by the transport")
+            }
             let (info, offset) = try Self.interpret(
-                status: response.statusCode, headers: headers, contentLength: length, requested: range, key: key,
+                status: response.statusCode, headers: headers, contentLength: contentLength, requested: range, key: key,
                 times: (requestTime, Int64(time(nil))), forwarding: forwarding)
             return RangeResponse(info: info, offset: offset, body: stream.body, cancel: { task.cancel() })
         } catch {
             task.cancel()
             throw error
         }
+    }
+}
+
+extension HTTPRangeSource {
+    /// The fields of an answer URLSession decoded: libcurl has undone the origin's
+    /// `Content-Encoding` (see ``fetchThroughSession(_:_:validator:forwarding:release:)``), so
+    /// the bytes are the identity representation. The fields are made to say so: no
+    /// `Content-Encoding`, no `Content-Length` (it counted the encoded bytes), and a strong
+    /// `ETag` made weak (it named the encoded bytes, RFC 9110, section 8.8.3). Returns the
+    /// fields and whether the body was decoded.
+    static func decoded(_ headers: HTTPHeaders) -> (HTTPHeaders, Bool) {
+        let codings = headers.listElements("content-encoding").map { $0.lowercased() }.filter { $0 != "identity" }
+        guard !codings.isEmpty else { return (headers, false) }
+        var fields = headers
+        fields.remove("content-encoding")
+        fields.remove("content-length")
+        if let etag = fields["etag"], !etag.hasPrefix("W/") {
+            fields.remove("etag")
+            fields.append(name: "ETag", value: "W/" + etag)
+        }
+        return (fields, true)
     }
 }
 

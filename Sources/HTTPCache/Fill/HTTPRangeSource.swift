@@ -13,7 +13,8 @@ import Synchronization
 /// - Sends `Range: bytes=a-b` and, once the cache holds a version, `If-Range` with its ETag
 ///   (or its Last-Modified date when the ETag is weak or missing), so a changed resource comes
 ///   back whole (200) instead of as a range of the new version.
-/// - Follows redirects; times out a request that stalls for ``timeout``.
+/// - Follows redirects, except for a proxy (``Forwarding``), which hands them to its client;
+///   times out a request that stalls for ``timeout``.
 /// - Limits connections to one origin (``ConnectionLimiter``): callers over the limit wait.
 /// - `http://` goes over the project's own HTTP/1.1 client (``HTTPExchange``): the body is
 ///   received straight into the chunks handed out, and only as fast as the caller takes them.
@@ -117,19 +118,24 @@ public final class HTTPRangeSource: RangeSource {
         /// is passed on unstored: an origin claiming 8 TiB must not make the cache hold an
         /// index for 8 TiB. Nil: no limit.
         public var maximumLength: Int64?
+        /// The forwarding proxy's `Via` element, added after the client's (RFC 9110, section
+        /// 7.6.3): the next proxy, or this one when the request comes back, sees it.
+        public var via: String?
 
-        public init(headers: HTTPHeaders, passOn: Bool = false) {
+        public init(headers: HTTPHeaders, passOn: Bool = false, via: String? = nil) {
             self.headers = headers
             self.passOn = passOn
+            self.via = via
         }
 
         /// What of a client's request fields a proxy sends on (RFC 9110, section 7.6.1: never
         /// hop-by-hop ones; the range, the host and the conditionals are the proxy's own).
-        public init(client request: HTTPRequestHead) {
+        public init(client request: HTTPRequestHead, via: String? = nil) {
             var headers = request.headers.removingHopByHop()
             for name in Self.written { headers.remove(name) }
             self.headers = headers
             passOn = false
+            self.via = via
         }
 
         /// Fields the source writes for every request.
@@ -237,7 +243,13 @@ public final class HTTPRangeSource: RangeSource {
                     .origin, operation: "fetch", path: key,
                     detail: "asked for bytes from \(requested.lowerBound), the origin sent \(value)")
             }
-            return (ContentInfo(length: contentRange.total, contentType: contentType, validator: validator, stored: stored), first.lowerBound)
+            guard let total = contentRange.total else {
+                // `bytes a-b/*`: a part of a whole of unknown length cannot be placed; a caller
+                // asks for the whole instead (ProgressiveCache's first contact does).
+                throw SparseCacheError(
+                    .origin, operation: "fetch", path: key, detail: "206 without the total length ('\(value)')", httpStatus: 206)
+            }
+            return (ContentInfo(length: total, contentType: contentType, validator: validator, stored: stored), first.lowerBound)
         case 200:
             return (ContentInfo(length: contentLength, contentType: contentType, validator: validator, stored: stored), 0)
         case _ where forwarding != nil && status != 416 && (200...599).contains(status):

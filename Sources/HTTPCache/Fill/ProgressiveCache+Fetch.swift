@@ -208,7 +208,11 @@ extension ProgressiveCache {
         return false
     }
 
-    /// Sends one request, retrying failures that may pass with backoff.
+    /// Sends one request, retrying failures that may pass with backoff: a connection that
+    /// could not be made or was cut before the answer's head (a GET is idempotent, so asking
+    /// again is safe), and for a source of its own a 5xx (``HTTPRangeSource`` reports those as
+    /// `.originUnavailable` only when not forwarding: for a proxy a 5xx is an answer, passed
+    /// on). A timeout is not retried: six of them would keep a client waiting for minutes.
     func fetchWithRetries(_ source: any RangeSource, _ range: Range<Int64>?, validator: ContentValidator?, key: String) async throws
         -> RangeResponse
     {
@@ -218,7 +222,9 @@ extension ProgressiveCache {
             count { $0.requests += 1 }
             do {
                 return try await source.fetch(range, validator: validator)
-            } catch let error as SparseCacheError where error.code == .originUnavailable && attempt < options.retries {
+            } catch let error as SparseCacheError
+                where error.code == .originUnavailable && !error.isTimeout && attempt < options.retries
+            {
                 attempt += 1
                 count { $0.retries += 1 }
                 try await Task.sleep(for: options.backoff(attempt: attempt))
@@ -259,6 +265,8 @@ extension ProgressiveCache {
         resource.outcomes.removeAll()
         let others = resource.fetches.filter { $0.key != fetchID }.compactMap(\.value.task)
         for task in others { task.cancel() }
+        // An answer without a length may be waiting on a silent origin: cut it now.
+        resource.stream?.cancel()
         let task = Task {
             defer { resource.opening = nil }
             // They stop at their next step and write nothing more once the generation moved on.

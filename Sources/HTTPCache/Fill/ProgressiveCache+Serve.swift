@@ -34,8 +34,12 @@ extension ProgressiveCache {
         }
         var waited = false
         var position = range?.lowerBound ?? 0
+        // The answer of unknown length this reader took bytes of, if any: when it stops before
+        // its end, that is the reader's error (not a change of version).
+        var followed: StreamFill?
         while true {
             try Task.checkCancellation()
+            if let failure = followed?.failure { throw failure }
             if resource.generation != generation {
                 // The origin changed: never hand one reader bytes of two versions.
                 if delivered {
@@ -45,7 +49,7 @@ extension ProgressiveCache {
                 }
                 generation = resource.generation
             }
-            guard let handle = resource.handle, let info = resource.info, let length = info.length else {
+            guard let handle = resource.handle, let info = resource.info else {
                 // Being replaced (the origin changed): wait for the new version. The task
                 // clears `opening` itself before it finishes, so this never spins.
                 if let opening = resource.opening {
@@ -53,6 +57,38 @@ extension ProgressiveCache {
                     continue
                 }
                 throw SparseCacheError(.originUnavailable, operation: "read", path: resource.key, detail: "the resource is not open")
+            }
+            guard let length = info.length else {
+                // An answer of unknown length still arriving: follow it.
+                guard let stream = resource.stream else {
+                    throw SparseCacheError(
+                        .originUnavailable, operation: "read", path: resource.key, detail: "the body of unknown length did not end")
+                }
+                if let failure = stream.failure { throw failure }
+                let limit = range?.upperBound ?? .max
+                if position >= limit { return }
+                let seen = resource.changes
+                if let deliver {
+                    let chunk = Int64(options.readChunk)
+                    var bytes = try await handle.readAvailable(from: position, maxLength: Int(min(chunk, limit - position)))
+                    if resource.generation != generation || resource.stream !== stream { continue }
+                    if bytes.isEmpty {
+                        // Committed meanwhile (the buffer moved on): the file has it now.
+                        if position < stream.start { continue }
+                        bytes = stream.bytes(at: position, limit: min(chunk, limit - position))
+                    } else {
+                        count { $0.bytesFromCache += Int64(bytes.count) }
+                    }
+                    if !bytes.isEmpty {
+                        followed = stream
+                        delivered = true
+                        position += Int64(bytes.count)
+                        try await deliver(bytes)
+                        continue
+                    }
+                }
+                await waitForChange(resource, segment: .max, since: seen)
+                continue
             }
             // A range ending at Int64.max runs to the end, whatever the length turns out to be.
             let end = min(range?.upperBound ?? length, length)
@@ -169,6 +205,12 @@ extension ProgressiveCache {
     /// the next request for it (a player's next range) then skips reopening it.
     func detach(_ resource: FillResource) {
         resource.users -= 1
+        // Nobody but the stream itself holds the resource: stop it (a body nobody reads to
+        // its end is not stored; a live stream without clients would never end).
+        if let stream = resource.stream, resource.users == 1, stream.failure == nil {
+            stream.cancel()
+            resource.fetches[stream.id]?.task?.cancel()
+        }
         guard resource.users == 0, resource.fetches.isEmpty, resource.opening == nil, resource.handle != nil else {
             forgetIfIdle(resource)
             return
@@ -245,23 +287,39 @@ extension ProgressiveCache {
         }
         guard let handle = resource.handle else { return }
         let metadata = await handle.file.metadata
-        if let length = await handle.file.length {
-            // Known from an earlier run: its validators go out with every request.
-            resource.info = ContentInfo(
-                length: length, contentType: metadata.contentType,
-                validator: ContentValidator(etag: metadata.etag, lastModified: metadata.lastModified), stored: StoredHead(metadata))
+        guard let length = await handle.file.length else {
+            try await firstContact(resource, source: source, handle: handle)
             return
         }
-        // First contact asks for the first segment: the answer tells the length, the
-        // validators and whether ranges work, and its bytes are kept (players read the start
-        // first), so a reader at 0 needs no second request.
+        // Known from an earlier run: its validators go out with every request.
+        resource.info = ContentInfo(
+            length: length, contentType: metadata.contentType,
+            validator: ContentValidator(etag: metadata.etag, lastModified: metadata.lastModified), stored: StoredHead(metadata))
+    }
+
+    /// First contact asks for the first segment: the answer tells the length, the validators
+    /// and whether ranges work, and its bytes are kept (players read the start first), so a
+    /// reader at 0 needs no second request. An answer without a length (chunked or
+    /// close-delimited) is received whole from here on (``StreamFill``).
+    private func firstContact(_ resource: FillResource, source: any RangeSource, handle: ResourceHandle) async throws {
+        var handle = handle
+        if await handle.file.presentBytes > 0 {
+            // Bytes without a length: a body of unknown length that never ended (the process
+            // stopped while it arrived). They are not the resource: start again without them.
+            resource.handle = nil
+            await release(handle)
+            try await store.remove(key: resource.key)
+            handle = try await store.open(key: resource.key)
+            resource.handle = handle
+        }
         let response: RangeResponse
         do {
             do {
                 response = try await fetchWithRetries(source, 0..<Int64(handle.file.segmentSize), validator: nil, key: resource.key)
-            } catch let error as SparseCacheError where error.httpStatus == 416 {
+            } catch let error as SparseCacheError where error.httpStatus == 416 || error.httpStatus == 206 {
                 // No byte range of an empty resource is satisfiable (RFC 9110, section 14.1.1):
-                // some origins say so rather than send the empty 200. Ask for the whole.
+                // some origins say so rather than send the empty 200. A 206 that does not say
+                // the total length cannot be placed. Ask for the whole.
                 response = try await fetchWithRetries(source, nil, validator: nil, key: resource.key)
             }
         } catch {
@@ -274,11 +332,16 @@ extension ProgressiveCache {
             }
             throw error
         }
-        defer { response.cancel() }
         guard let length = response.info.length else {
-            throw SparseCacheError(
-                .origin, operation: "fetch", path: resource.key, detail: "the origin gave no length (no Content-Range or Content-Length)")
+            do {
+                try await receiveWhole(response, in: resource, handle: handle)
+            } catch {
+                response.cancel()
+                throw error
+            }
+            return
         }
+        defer { response.cancel() }
         try await adopt(response.info, in: resource)
         // More than the first segment came: the origin ignores ranges, so no read-ahead may
         // split the fill into spans that each download from byte 0 again.
@@ -318,11 +381,12 @@ extension ProgressiveCache {
         return more
     }
 
-    /// Stores what the origin said: the length, the content type and the validators.
+    /// Stores what the origin said: the length (when it said one), the content type and the
+    /// validators.
     func adopt(_ info: ContentInfo, in resource: FillResource) async throws {
-        guard let handle = resource.handle, let length = info.length else { return }
+        guard let handle = resource.handle else { return }
         let file = handle.file
-        if await file.length == nil { try await file.setLength(length) }
+        if let length = info.length, await file.length == nil { try await file.setLength(length) }
         var metadata = await file.metadata
         metadata.key = resource.key
         metadata.contentType = info.contentType

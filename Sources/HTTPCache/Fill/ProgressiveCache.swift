@@ -165,6 +165,8 @@ final class FillResource {
     /// The origin answered a range request with the whole resource: one fetch reads it on to
     /// the end (``ProgressiveCache/claimOnward``) and no read-ahead splits it further.
     var ignoresRanges = false
+    /// The answer of unknown length being received, while it is (``StreamFill``).
+    var stream: StreamFill?
     /// Segment -> the fetch bringing it.
     var owner: [Int: Int] = [:]
     /// Fetches that have handed their segments back. A look at the missing ranges taken

@@ -12,6 +12,8 @@ struct CacheStatus: Sendable, Equatable {
     var forwardStatus: Int?
     /// The answer was stored.
     var stored = false
+    /// This request joined another one's request to the origin (RFC 9211, section 2.6).
+    var collapsed = false
     /// Freshness left in seconds; negative when served stale.
     var ttl: Int64?
     /// Anything else worth knowing (why not stored, stale-if-error).
@@ -41,6 +43,7 @@ struct CacheStatus: Sendable, Equatable {
         if let forwardStatus { parts.append("fwd-status=\(forwardStatus)") }
         if let ttl { parts.append("ttl=\(ttl)") }
         if stored { parts.append("stored") }
+        if collapsed { parts.append("collapsed") }
         if let detail {
             let text = detail.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
             parts.append("detail=\"\(text)\"")
@@ -49,11 +52,11 @@ struct CacheStatus: Sendable, Equatable {
     }
 }
 
-/// The fields a proxy adds to every answer it gives: its `Via` after the origin's (RFC 9110,
-/// section 7.6.3) and the `Cache-Status`.
-func proxyFields(_ headers: HTTPHeaders, status: CacheStatus) -> [(String, String)] {
+/// The fields a proxy adds to every answer it gives: its `Via` element after the origin's
+/// (RFC 9110, section 7.6.3) and the `Cache-Status`.
+func proxyFields(_ headers: HTTPHeaders, status: CacheStatus, via element: String) -> [(String, String)] {
     var fields = headers.fields.filter { !$0.hasName("via") }.map { ($0.name, $0.value) }
-    let via = headers.values("via") + ["1.1 sparsecache"]
+    let via = headers.values("via") + [element]
     fields.append(("Via", via.joined(separator: ", ")))
     fields.append(("Cache-Status", status.value))
     return fields

@@ -38,7 +38,7 @@ extension CachingProxy {
         let requestTime = Int64(time(nil))
         let response: RangeResponse
         do {
-            response = try await source.base.fetch(0..<1, validator: nil, forwarding: HTTPRangeSource.Forwarding(headers: headers))
+            response = try await source.base.fetch(0..<1, validator: nil, forwarding: HTTPRangeSource.Forwarding(headers: headers, via: source.forwarding.via))
         } catch let answer as OriginAnswer {
             let responseTime = Int64(time(nil))
             if answer.head.status == 304 {
@@ -152,7 +152,7 @@ extension CachingProxy {
             for value in exchange.request.headers.values(name) { headers.append(name: name, value: value) }
         }
         do {
-            let response = try await exchange.base.fetch(nil, validator: nil, forwarding: .init(headers: headers, passOn: true))
+            let response = try await exchange.base.fetch(nil, validator: nil, forwarding: .init(headers: headers, passOn: true, via: exchange.forwarding.via))
             response.cancel()
             throw SparseCacheError(.origin, operation: "fetch", path: exchange.target, detail: "a passed-on request came back as cacheable")
         } catch let answer as OriginAnswer {
@@ -172,7 +172,7 @@ extension CachingProxy {
         case .chunked, .untilClose: length = nil
         }
         do {
-            try await response.writeHead(status: answer.head.status, headers: proxyFields(headers, status: exchange.status), contentLength: length)
+            try await response.writeHead(status: answer.head.status, headers: proxyFields(headers, status: exchange.status, via: via.element), contentLength: length)
             if exchange.request.method == "HEAD" || length == 0 {
                 answer.cancel()
                 return

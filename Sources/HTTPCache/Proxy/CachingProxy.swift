@@ -35,6 +35,8 @@ public final class CachingProxy: Sendable {
     let addressPolicy: OriginAddressPolicy?
     /// Longer resources are passed on unstored (``HTTPRangeSource/Forwarding/maximumLength``).
     public let maximumResourceLength: Int64?
+    /// This proxy's name in `Via`, and its loop detection.
+    public let via = ProxyVia()
 
     /// The default ``maximumResourceLength``: 256 GiB (the largest disk images and model files),
     /// whose index costs at most 512 KiB of memory with 64 KiB segments.
@@ -56,6 +58,14 @@ public final class CachingProxy: Sendable {
 
     /// The ``HTTPServer`` handler.
     public func handle(_ request: HTTPRequestHead, _ response: HTTPResponseWriter) async throws {
+        // A request that already passed through this proxy would come back for ever: refused
+        // at once, 400 as Traffic Server answers a detected cycle (RFC 9110, section 7.6.3).
+        if via.isLoop(request.headers) {
+            try await response.respond(
+                status: 400, message: "loop detected: this request already passed through this proxy (its Via names us)",
+                headers: [("Via", via.element), ("Cache-Status", CacheStatus(detail: "loop detected").value)])
+            return
+        }
         guard ["GET", "HEAD", "PURGE"].contains(request.method) else {
             try await response.respond(
                 status: 405, message: "method \(request.method) not allowed: GET and HEAD only",
@@ -82,7 +92,7 @@ public final class CachingProxy: Sendable {
             try await response.respond(status: status, message: message)
             return
         }
-        var forwarding = HTTPRangeSource.Forwarding(client: request)
+        var forwarding = HTTPRangeSource.Forwarding(client: request, via: via.element)
         forwarding.maximumLength = maximumResourceLength
         let exchange = Exchange(
             request: request, response: response, base: base, target: url.path, now: Int64(time(nil)), forwarding: forwarding)
@@ -199,6 +209,16 @@ public final class CachingProxy: Sendable {
     private func answerStored(_ reader: CacheReader, source: ProxiedSource, _ exchange: Exchange) async throws {
         guard let head = reader.info.stored else { return }
         let policy = head.policy
+        if !reader.isLengthKnown {
+            // An answer without a length still arriving from the origin: this client joins it
+            // (collapsed forwarding, RFC 9211 section 2.6) instead of asking again, whatever its
+            // freshness: it is the origin's answer of now. Varnish's waiting list does the same.
+            exchange.status.forward = "uri-miss"
+            exchange.status.collapsed = true
+            exchange.status.forwardStatus = head.status
+            try await send(reader, head: head, age: policy.currentAge(now: exchange.now), exchange)
+            return
+        }
         switch policy.use(for: exchange.request, now: exchange.now) {
         case .fresh(let age), .staleAllowed(let age):
             exchange.status.hit = true
@@ -244,22 +264,26 @@ public final class CachingProxy: Sendable {
         let representation = head.status == 200
         switch representation ? Precondition.evaluate(request, etag: etag, lastModified: lastModified) : .proceed {
         case .failed:
-            try await response.respond(status: 412, message: "precondition failed", headers: proxyFields([], status: exchange.status))
+            try await response.respond(status: 412, message: "precondition failed", headers: proxyFields([], status: exchange.status, via: via.element))
             return
         case .notModified:
             // The fields a 304 carries (RFC 9110, section 15.4.5), and Last-Modified as nginx does.
             let kept = ["cache-control", "content-location", "date", "etag", "expires", "vary", "last-modified"]
             let fields = HTTPHeaders(stored.filter { field in kept.contains { field.hasName($0) } })
             try await response.writeHead(
-                status: 304, headers: proxyFields(fields, status: exchange.status) + [("Age", String(age))], contentLength: 0)
+                status: 304, headers: proxyFields(fields, status: exchange.status, via: via.element) + [("Age", String(age))], contentLength: 0)
             return
         case .proceed:
             break
         }
-        var headers = proxyFields(stored, status: exchange.status) + [("Age", String(age))]
-        if representation { headers.append(("Accept-Ranges", "bytes")) }
+        var headers = proxyFields(stored, status: exchange.status, via: via.element) + [("Age", String(age))]
+        if representation, reader.isLengthKnown { headers.append(("Accept-Ranges", "bytes")) }
         if representation, !stored.contains("content-type") {
             headers.append(("Content-Type", "application/octet-stream"))
+        }
+        guard reader.isLengthKnown else {
+            try await sendArriving(reader, status: head.status, headers: headers, exchange)
+            return
         }
         var rangeHeader = representation ? request.header("range") : nil
         if let ifRange = request.header("if-range"),
@@ -300,6 +324,20 @@ public final class CachingProxy: Sendable {
             response.countCacheBytes(hit: Int64(bytes.count) - fetched, miss: fetched)
             try await response.writeBody(bytes)
         }
+    }
+
+    /// A stored response whose body is still arriving without a length: sent whole as it
+    /// comes (a `Range` is ignored, as RFC 9110 section 14.2 allows: there is no length to
+    /// place it in yet), chunked to an HTTP/1.1 client, until the connection closes to 1.0.
+    private func sendArriving(_ reader: CacheReader, status: Int, headers: [(String, String)], _ exchange: Exchange) async throws {
+        let response = exchange.response
+        try await response.writeHead(status: status, headers: headers, contentLength: nil)
+        if exchange.request.method == "HEAD" { return }
+        try await reader.read(0..<Int64.max) { bytes in
+            response.countCacheBytes(miss: Int64(bytes.count))
+            try await response.writeBody(bytes)
+        }
+        try await response.finishBody()
     }
 
     /// The cache key of a URL: the URL without credentials (a key is a catalog entry and a log
@@ -406,7 +444,7 @@ public final class CachingProxy: Sendable {
             var base = origin.absoluteString
             while base.hasSuffix("/") { base.removeLast() }
             guard target.hasPrefix("/"), let url = URL(string: base + target) else {
-                return .failure(TargetProblem(message: "cannot map '\(target)' onto the origin \(origin.absoluteString)"))
+                return .failure(TargetProblem(message: "cannot map '\(target)' onto the origin: a path must start with /"))
             }
             return .success(url)
         }
@@ -460,23 +498,32 @@ public final class CachingProxy: Sendable {
         return Self.status(for: error)
     }
 
-    /// The status and message for a request that failed before its head was sent.
+    /// The status and message for a request that failed before its head was sent: the proxy's
+    /// own errors only (an origin's answer is passed on as it came). The message names the
+    /// problem, never the origin URL or a cache file: in reverse mode the client did not give
+    /// the origin's address, and must not learn it from an error page (the request log has it).
     static func status(for error: Error) -> (Int, String) {
-        guard let error = error as? SparseCacheError else { return (500, "internal error: \(error)") }
+        if let answer = error as? OriginAnswer {
+            answer.cancel()
+            return (502, "bad answer from the origin: HTTP \(answer.head.status) where a part of a stored response was expected")
+        }
+        guard let error = error as? SparseCacheError else { return (500, "internal error") }
+        let detail = error.detail ?? error.code.rawValue
         switch error.code {
         case .origin:
-            if let status = error.httpStatus, (400..<500).contains(status), status != 416 {
-                return (status, "the origin answered \(status): \(error)")
-            }
-            return (502, "bad answer from the origin: \(error)")
+            return (502, "bad answer from the origin: \(detail)")
+        case .originUnavailable where error.isTimeout:
+            return (504, "the origin did not answer in time: \(detail)")
         case .originUnavailable:
-            return (502, "origin unavailable: \(error)")
+            var reason = detail
+            if let errno = error.errno { reason += " (\(SparseCacheError.errnoText(errno)))" }
+            return (502, "the origin cannot be reached: \(reason)")
         case .originChanged:
-            return (503, "the resource changed on the origin; try again: \(error)")
+            return (503, "the resource changed on the origin; try again")
         case .invalidArgument:
-            return (400, "\(error)")
+            return (400, detail)
         default:
-            return (500, "cache error: \(error)")
+            return (500, "cache error: \(error.code.rawValue)")
         }
     }
 }

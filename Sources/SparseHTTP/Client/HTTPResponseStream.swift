@@ -11,10 +11,23 @@ import FoundationNetworking
 package final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     // @unchecked: NSObject is not Sendable; the only stored state is the Mutex.
     private let streams = Mutex<[Int: ResponseStream]>([:])
+    /// Tasks whose redirects are answers to hand on, not to follow (a proxy's requests).
+    private let keepsRedirects = Mutex<Set<Int>>([])
 
-    package func register(_ task: URLSessionTask, stream: ResponseStream) {
+    /// Routes `task`'s callbacks to `stream`. With `followRedirects` false a 3xx ends the
+    /// task as its response (the delegate refuses the new request).
+    package func register(_ task: URLSessionTask, stream: ResponseStream, followRedirects: Bool = true) {
         stream.attach(task)
         streams.withLock { $0[task.taskIdentifier] = stream }
+        if !followRedirects { _ = keepsRedirects.withLock { $0.insert(task.taskIdentifier) } }
+    }
+
+    package func urlSession(
+        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse, newRequest request: URLRequest,
+        completionHandler: @escaping (URLRequest?) -> Void
+    ) {
+        let keep = keepsRedirects.withLock { $0.contains(task.taskIdentifier) }
+        completionHandler(keep ? nil : request)
     }
 
     private func stream(for task: URLSessionTask) -> ResponseStream? {
@@ -35,6 +48,7 @@ package final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecke
 
     package func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
         let stream = streams.withLock { $0.removeValue(forKey: task.taskIdentifier) }
+        _ = keepsRedirects.withLock { $0.remove(task.taskIdentifier) }
         stream?.finished(error: error, key: task.originalRequest?.url?.absoluteString ?? "")
     }
 }

@@ -1,0 +1,85 @@
+import SparseCacheEngine
+import SparseCacheStore
+import SparseHTTP
+
+/// Answers without a length (chunked or close-delimited), received whole (``StreamFill``).
+extension ProgressiveCache {
+    /// Adopts the answer's head (stored with the first commit, without a length) and starts
+    /// the task that receives its body. Readers that attach meanwhile follow it.
+    func receiveWhole(_ response: RangeResponse, in resource: FillResource, handle: ResourceHandle) async throws {
+        guard response.offset == 0 else {
+            throw SparseCacheError(
+                .origin, operation: "fetch", path: resource.key, detail: "a part of unknown length from offset \(response.offset)")
+        }
+        try await adopt(response.info, in: resource)
+        let id = takeID()
+        let stream = StreamFill(id: id, cancel: response.cancel)
+        resource.stream = stream
+        resource.fetches[id] = FillResource.Fetch(segments: 0..<0)
+        resource.users += 1
+        resource.fetches[id]?.task = Task { await self.runStream(stream, of: resource, response: response, handle: handle) }
+    }
+
+    /// Receives the body into the resource, commits as it goes, and at its end sets the length
+    /// and commits: from then on the resource is complete. A body that stops before its end is
+    /// dropped (``StreamFill``).
+    private func runStream(_ stream: StreamFill, of resource: FillResource, response: RangeResponse, handle: ResourceHandle) async {
+        let generation = resource.generation
+        let file = handle.file
+        var pending = PendingWrite(offset: 0)
+        var sinceCommit: Int64 = 0
+        do {
+            for try await chunk in response.body {
+                try Task.checkCancellation()
+                guard resource.generation == generation else { throw CancellationError() }
+                count { $0.bytesReceived += Int64(chunk.count) }
+                stream.buffer.append(contentsOf: chunk)
+                stream.received += Int64(chunk.count)
+                pending.bytes.append(contentsOf: chunk)
+                sinceCommit += Int64(chunk.count)
+                // Readers at the front take the chunk from the buffer now.
+                await changed(resource)
+                if pending.bytes.count >= Self.writeBatch { try await pending.flush(to: handle) }
+                if sinceCommit >= options.commitEvery {
+                    try await pending.flush(to: handle)
+                    try await file.commit()
+                    sinceCommit = 0
+                    await trim(stream, file: file)
+                }
+            }
+            // The body ended as its framing says (the last chunk, or the close that ends a
+            // close-delimited one): it is the whole resource.
+            try Task.checkCancellation()
+            guard resource.generation == generation else { throw CancellationError() }
+            try await pending.flush(to: handle)
+            try await file.setLength(stream.received)
+            try await file.commit()
+            guard resource.generation == generation else { throw CancellationError() }
+            resource.info?.length = stream.received
+            resource.stream = nil
+        } catch {
+            stream.failure = error
+        }
+        response.cancel()
+        resource.fetches[stream.id] = nil
+        resource.fetchesEnded += 1
+        if stream.failure != nil, resource.generation == generation {
+            // Cut off: what arrived is not the resource. Readers that followed it fail with
+            // the stream's error; the files go.
+            count { $0.invalidations += 1 }
+            try? await retire(resource) { _ = try? await self.store.remove(key: resource.key) }
+        }
+        if resource.stream === stream { resource.stream = nil }
+        resource.lastCommit = .now
+        await changed(resource)
+        detach(resource)
+    }
+
+    /// Drops the buffered bytes the last commit made present.
+    private func trim(_ stream: StreamFill, file: SparseFile) async {
+        let present = min(await file.contiguousPresentEnd(from: stream.start), stream.received)
+        guard present > stream.start else { return }
+        stream.buffer.removeFirst(Int(present - stream.start))
+        stream.start = present
+    }
+}
