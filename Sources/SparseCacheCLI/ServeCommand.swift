@@ -83,8 +83,8 @@ enum ServeCommand: Command {
         }
         let server: HTTPServer
         do {
-            server = try HTTPServer.start(options: options, log: log) { request, response in
-                try await proxy.handle(request, response)
+            server = try HTTPServer.start(options: options, log: log) { request, body, response in
+                try await proxy.handle(request, body, response)
             }
         } catch {
             try? await store.close()

@@ -27,8 +27,8 @@ final class ProxyFixture: Sendable {
         cache = ProgressiveCache(store: store, options: .testing)
         let proxy = CachingProxy(cache: cache, origin: origin)
         let log = self.log
-        server = try HTTPServer.start(options: options, log: { log.append($0) }) { request, response in
-            try await proxy.handle(request, response)
+        server = try HTTPServer.start(options: options, log: { log.append($0) }) { request, body, response in
+            try await proxy.handle(request, body, response)
         }
     }
 
