@@ -148,7 +148,8 @@ struct HTTPParserTests {
                 let used = Array(input.prefix(consumed))
                 let wellFormed = consumed <= input.count && used.suffix(4) == [13, 10, 13, 10]
                     && !head.method.isEmpty && head.method.utf8.allSatisfy(HTTPSyntax.isTokenByte)
-                    && (head.target.hasPrefix("/") || head.target == "*" || head.target.lowercased().hasPrefix("http://"))
+                    && (head.target.hasPrefix("/") || head.target == "*" || head.target.lowercased().hasPrefix("http://")
+                        || (head.method == "CONNECT" && head.target.contains(":") && !head.target.contains("/")))
                 let stable = HTTPRequestParser.parse(used) == .request(head, consumed: consumed, body: framing)
                 // The framing is the one the fields name, never a guess (RFC 9112 6.3).
                 let framed: Bool

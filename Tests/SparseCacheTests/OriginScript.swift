@@ -29,12 +29,15 @@ struct OriginScript: Encodable, Sendable {
     /// Send the body gzip-compressed (Python's gzip, mtime 0, so the bytes are the same
     /// every time) with `Content-Encoding: gzip`.
     var gzip: Bool?
+    /// Answer with the request's body as the body, and `X-Echo-Method` / `X-Echo-Framing`
+    /// (`length` or `chunked`) fields: what reached the origin.
+    var echo: Bool?
     /// Other answers chosen by the request's Accept-Encoding: the first key the request lists
     /// as a coding names the whole script to answer with instead (e.g. `["gzip": ...]`).
     var variants: [String: OriginScript]?
 
     enum CodingKeys: String, CodingKey {
-        case status, headers, body, conditional, gzip, variants
+        case status, headers, body, conditional, gzip, variants, echo
         case bodyFile = "body_file"
         case bodySize = "body_size"
         case bodySeed = "body_seed"
@@ -57,6 +60,7 @@ struct OriginScript: Encodable, Sendable {
         try container.encodeIfPresent(expiresOffset, forKey: .expiresOffset)
         try container.encodeIfPresent(gzip, forKey: .gzip)
         try container.encodeIfPresent(variants, forKey: .variants)
+        try container.encodeIfPresent(echo, forKey: .echo)
     }
 
     /// Writes the script as `<root>/<name>.json` by rename, so the origin never reads half of it.

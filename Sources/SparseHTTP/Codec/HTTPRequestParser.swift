@@ -58,7 +58,11 @@ public enum HTTPRequestParser {
         guard !target.isEmpty, target.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
             return .invalid(status: 400, reason: "malformed request target")
         }
+        // CONNECT names an authority (`host:port`, RFC 9112, section 3.2.3): accepted to be
+        // refused by the handler with a reason rather than as malformed.
+        let authority = method.elementsEqual("CONNECT".utf8) && target.contains(UInt8(ascii: ":")) && !target.contains(UInt8(ascii: "/"))
         guard target.first == UInt8(ascii: "/") || (target.count == 1 && target.first == UInt8(ascii: "*")) || isAbsoluteHTTP(target)
+            || authority
         else {
             return .invalid(status: 400, reason: "request target must be a path or an http:// URL")
         }
