@@ -9,7 +9,8 @@ import Glibc
 /// `sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE] [--origin URL] ...`
 enum ServeCommand: Command {
     static let name = "serve"
-    static let spec = ArgumentSpec(options: ["--cache-dir", "--listen", "--max-size", "--origin", "--max-connections"], flags: ["--quiet"])
+    static let spec = ArgumentSpec(
+        options: ["--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--max-body-size"], flags: ["--quiet"])
     static let help = """
         OVERVIEW: Serve cached resources over HTTP, filling the cache from their origin.
 
@@ -19,7 +20,8 @@ enum ServeCommand: Command {
         play of the same bytes needs no origin.
 
         USAGE: sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE]
-                                 [--origin URL] [--max-connections N] [--quiet]
+                                 [--origin URL] [--max-connections N] [--max-body-size SIZE]
+                                 [--quiet]
 
         Requests:
           with --origin http://host:port   GET /path is the origin's /path (reverse proxy)
@@ -33,6 +35,12 @@ enum ServeCommand: Command {
         whole resource (200) for a request of several ranges. Content-Type, ETag and
         Last-Modified are the origin's; an origin 404 is a 404, an unreachable origin 502.
 
+        Other methods (POST, PUT, DELETE, PATCH, OPTIONS, any other) go to the origin with
+        the client's fields and body (Content-Length or chunked, streamed; Expect:
+        100-continue answered) and the answer comes back unstored. A 2xx or 3xx to an unsafe
+        method drops what is stored for its URL (and a same-origin Location or
+        Content-Location). CONNECT is refused (405): an https tunnel cannot be cached.
+
         OPTIONS:
           --cache-dir DIR        The cache directory (default: $XDG_CACHE_HOME/sparsecache, or
                                  ~/.cache/sparsecache)
@@ -44,6 +52,8 @@ enum ServeCommand: Command {
                                  are evicted beyond it (default: no limit)
           --origin URL           Reverse-proxy mode: the http(s) origin every path is fetched from
           --max-connections N    Connections served at once; more are answered 503 (default 256)
+          --max-body-size SIZE   The largest request body taken; larger ones are answered 413
+                                 (default 64M; to https origins a body is collected first)
           --quiet                No request log
           -h, --help             Show this help
 
@@ -63,6 +73,7 @@ enum ServeCommand: Command {
             guard let count = Int(text), count > 0 else { throw UsageError("invalid --max-connections '\(text)': use a positive number") }
             options.maximumConnections = count
         }
+        if let size = try arguments.size("--max-body-size") { options.maximumBodySize = size }
         let origin = try arguments.options["--origin"].map(parseOrigin)
         let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
         let budget = try arguments.size("--max-size") ?? .max

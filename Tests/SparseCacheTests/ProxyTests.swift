@@ -98,8 +98,10 @@ struct ProxyTests {
         #expect(noURL.status == 400 && String(decoding: noURL.body, as: UTF8.self).contains("url="), "\(noURL)")
         let notHTTP = try await Curl.run(proxy.baseURL + "/x?url=file%3A%2F%2F%2Fetc%2Fpasswd")
         #expect(notHTTP.status == 400, "\(notHTTP)")
+        // Other methods go to the origin (a static file server answers a POST 501) and nothing
+        // of their answer is stored.
         let post = try await Curl.run(proxy.baseURL + "/x?url=\(encoded)", ["-X", "POST"])
-        #expect(post.status == 405 && post.headers["allow"] == "GET, HEAD", "\(post)")
+        #expect(post.status != 405 && post.headers["cache-status"]?.contains("fwd=method") == true, "\(post)")
 
         // The origin goes away: cached bytes are still served, missing ones are a 502.
         origin.stop()

@@ -21,6 +21,9 @@ extension HTTPRangeSource {
         }
     }
 
+    /// Methods whose requests normally carry content: sent with `Content-Length: 0` without one.
+    static let bodyMethods: Set<String> = ["POST", "PUT", "PATCH"]
+
     /// The methods that may be sent twice with the same effect (RFC 9110, section 9.2.2).
     public static let idempotentMethods: Set<String> = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"]
 
@@ -57,6 +60,9 @@ extension HTTPRangeSource {
         var framing: [(String, String)] = []
         if let body {
             framing.append(body.length.map { ("Content-Length", String($0)) } ?? ("Transfer-Encoding", "chunked"))
+        } else if Self.bodyMethods.contains(method) {
+            // RFC 9110, section 8.6: a POST or PUT without content says so.
+            framing.append(("Content-Length", "0"))
         }
         let request = try Self.request(for: url, range: nil, validator: nil, key: key, forwarding: forwarding, method: method, extra: framing)
         let exchange = try await HTTPExchange.start(
