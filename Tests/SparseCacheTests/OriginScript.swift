@@ -32,12 +32,15 @@ struct OriginScript: Encodable, Sendable {
     /// Answer with the request's body as the body, and `X-Echo-Method` / `X-Echo-Framing`
     /// (`length` or `chunked`) fields: what reached the origin.
     var echo: Bool?
+    /// Answer without reading the request's body, then close the connection.
+    var ignoreBody: Bool?
     /// Other answers chosen by the request's Accept-Encoding: the first key the request lists
     /// as a coding names the whole script to answer with instead (e.g. `["gzip": ...]`).
     var variants: [String: OriginScript]?
 
     enum CodingKeys: String, CodingKey {
         case status, headers, body, conditional, gzip, variants, echo
+        case ignoreBody = "ignore_body"
         case bodyFile = "body_file"
         case bodySize = "body_size"
         case bodySeed = "body_seed"
@@ -61,6 +64,7 @@ struct OriginScript: Encodable, Sendable {
         try container.encodeIfPresent(gzip, forKey: .gzip)
         try container.encodeIfPresent(variants, forKey: .variants)
         try container.encodeIfPresent(echo, forKey: .echo)
+        try container.encodeIfPresent(ignoreBody, forKey: .ignoreBody)
     }
 
     /// Writes the script as `<root>/<name>.json` by rename, so the origin never reads half of it.

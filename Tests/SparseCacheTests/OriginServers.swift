@@ -361,8 +361,13 @@ class Handler(BaseHTTPRequestHandler):
     def answer(self):
         method = self.command
         name = self.path.split("?")[0].lstrip("/")
-        self.body, self.body_chunked = self.read_body()
         spec, written = load(name)
+        if spec is not None and spec.get("ignore_body"):
+            # Answers without reading the body, then closes: an origin refusing an upload early.
+            self.body, self.body_chunked = b"", False
+            self.close_connection = True
+        else:
+            self.body, self.body_chunked = self.read_body()
         if spec is None:
             self.reply(404, [("Content-Type", "text/plain")], b"no script for /%s\n" % name.encode())
             return

@@ -127,7 +127,30 @@ struct RequestBodyTests {
         await rig.stop()
     }
 
-    @Test("Expect: 100-continue: the interim 100 comes before the body is sent and the final answer after; a body over the limit gets 413 and no 100 (RFC 9110 10.1.1)")
+    @Test("GETs filling a key and POSTs invalidating it, concurrently and more of them than origin connections: every request is answered (no fill slot is held while invalidating)")
+    func concurrentInvalidation() async throws {
+        let rig = try await ScriptedProxy()
+        try rig.script("busy", [("Cache-Control", "max-age=600"), ("ETag", "\"b\"")], body: String(repeating: "b", count: 100_000))
+        let statuses = try await withThrowingTaskGroup(of: [Int].self) { group in
+            for client in 0..<12 {
+                group.addTask {
+                    var seen: [Int] = []
+                    for _ in 0..<5 {
+                        let arguments = client % 3 == 0 ? [] : ["--data-binary", "post from \(client)"]
+                        seen.append(try await rig.get("busy", arguments).status)
+                    }
+                    return seen
+                }
+            }
+            var all: [Int] = []
+            for try await seen in group { all += seen }
+            return all
+        }
+        #expect(statuses.count == 60 && statuses.allSatisfy { $0 == 200 }, "\(statuses)")
+        await rig.stop()
+    }
+
+    @Test("Expect: 100-continue: the interim 100 comes before the body is sent and the final answer after; a body over the limit gets 413 and no 100; an answer without reading the body closes the connection (RFC 9110 10.1.1)")
     func expectContinue() async throws {
         var options = ProxyFixture.defaultOptions
         options.maximumBodySize = 1000
@@ -145,6 +168,12 @@ struct RequestBodyTests {
         let refused = await RawHTTP.exchange(port: rig.proxy.server.port, over, timeout: .seconds(20))
         #expect(refused.statuses == [413] && refused.closedByServer, "\(refused.text.debugDescription)")
         #expect(refused.text.contains("larger than the limit of 1000 bytes"), "the 413 says why: \(refused.text.debugDescription)")
+        // Answered without reading the body (a GET's): no 100, and the connection closes, since
+        // the client may still be waiting to send it.
+        let unread = await RawHTTP.exchange(
+            port: rig.proxy.server.port, "GET /none HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+            timeout: .seconds(20))
+        #expect(unread.statuses == [404] && unread.closedByServer, "\(unread.text.debugDescription)")
         // curl sends Expect for a large body and waits for the 100.
         let curl = try await rig.get("echo", ["--data-binary", String(repeating: "a", count: 900), "-H", "Expect: 100-continue"])
         #expect(curl.status == 200 && curl.body.count == 900, "\(curl)")
@@ -188,6 +217,20 @@ struct RequestBodyTests {
         #expect(first != nil && second != nil && plain != nil, "\(text.debugDescription)")
         if let first, let second, let plain { #expect(first.upperBound <= second.lowerBound && second.upperBound <= plain.lowerBound) }
         #expect(rig.requests("echo").map(\.requestBody) == ["first body!", "second body"], "\(rig.requests("echo"))")
+        await rig.stop()
+    }
+
+    @Test("an origin that answers before reading the body (a 413) and closes: its answer reaches the client, not a 502")
+    func earlyAnswer() async throws {
+        let rig = try await ScriptedProxy()
+        try rig.script("upload", status: 413, [("Content-Type", "text/plain"), ("Connection", "close")], body: "too big for the origin\n") {
+            $0.ignoreBody = true
+        }
+        let work = try TemporaryDirectory("bodies")
+        defer { work.remove() }
+        try Data(repeating: 0x61, count: 8 << 20).write(to: URL(fileURLWithPath: work.file("big")))
+        let answer = try await rig.get("upload", ["--data-binary", "@" + work.file("big"), "-H", "Expect:"])
+        #expect(answer.status == 413 && answer.text == "too big for the origin\n", "\(answer)")
         await rig.stop()
     }
 

@@ -38,22 +38,19 @@ extension HTTPRangeSource {
     ///
     /// - Throws: `.originUnavailable` when the origin cannot be reached; what `body.next`
     ///   throws, as it is; `HTTPRequestBodyError` (413) for an https body over `maximumBody`.
+    ///
+    /// Not counted against the per-origin ``limiter`` of the fills: each such request is one
+    /// client's (the server's connection limit bounds them), and a proxy that invalidates after
+    /// the answer must not hold a fill slot meanwhile: the invalidation waits for a fill of the
+    /// same key in flight, which may be waiting for that very slot.
     public func send(_ method: String, forwarding: Forwarding, body: RequestBody?, maximumBody: Int64) async throws -> OriginAnswer {
-        try await limiter.acquire()
-        let limiter = self.limiter
-        let release = FinishAction { Task { await limiter.release() } }
-        do {
-            if transport == .automatic, url.scheme?.lowercased() == "http" {
-                return try await sendDirect(method, forwarding: forwarding, body: body, release: release)
-            }
-            return try await sendThroughSession(method, forwarding: forwarding, body: body, maximumBody: maximumBody, release: release)
-        } catch {
-            release.run()
-            throw error
+        if transport == .automatic, url.scheme?.lowercased() == "http" {
+            return try await sendDirect(method, forwarding: forwarding, body: body)
         }
+        return try await sendThroughSession(method, forwarding: forwarding, body: body, maximumBody: maximumBody)
     }
 
-    private func sendDirect(_ method: String, forwarding: Forwarding, body: RequestBody?, release: FinishAction) async throws -> OriginAnswer {
+    private func sendDirect(_ method: String, forwarding: Forwarding, body: RequestBody?) async throws -> OriginAnswer {
         guard let host = url.host else {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: key, detail: "the URL has no host")
         }
@@ -69,7 +66,6 @@ extension HTTPRangeSource {
             host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host, port: url.port ?? 80, request: request,
             body: body.map { HTTPExchange.RequestBody(length: $0.length, next: $0.next) },
             idempotent: Self.idempotentMethods.contains(method), name: key, timeout: timeout, resolver: resolver, pool: pool)
-        exchange.onFinish(release)
         let stream = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
         return OriginAnswer(head: exchange.head, body: stream, cancel: { exchange.cancel() }, reason: "method \(method) is forwarded")
     }
@@ -77,7 +73,7 @@ extension HTTPRangeSource {
     /// Through URLSession, with the body collected first (URLSession cannot stream a body from
     /// an async source on Linux).
     private func sendThroughSession(
-        _ method: String, forwarding: Forwarding, body: RequestBody?, maximumBody: Int64, release: FinishAction
+        _ method: String, forwarding: Forwarding, body: RequestBody?, maximumBody: Int64
     ) async throws -> OriginAnswer {
         var request = URLRequest(url: url)
         request.httpMethod = method
@@ -100,7 +96,6 @@ extension HTTPRangeSource {
         let stream = ResponseStream()
         let task = session.dataTask(with: request)
         delegate.register(task, stream: stream)
-        stream.onFinish { release.run() }
         task.resume()
         let response: HTTPURLResponse
         do {

@@ -194,7 +194,21 @@ package actor HTTPExchange {
         }
         do {
             try await withDeadline(timeout, name: name) { try await connection.send(request) }
-            if let body { try await send(body, on: connection, name: name, timeout: timeout) }
+            if let body {
+                do {
+                    try await send(body, on: connection, name: name, timeout: timeout)
+                } catch let failure as SendFailure {
+                    // The origin may have answered before taking the whole body (a 413, a 401)
+                    // and then stopped reading or closed: that answer is the answer. The
+                    // connection is not reused (pool nil): the request never ended on it.
+                    let early = try? await withDeadline(min(timeout, .seconds(5)), name: name) {
+                        try await Self.exchange(on: connection, request: nil, name: name, pool: nil, origin: origin)
+                    }
+                    guard let early else { throw failure.error }
+                    await early.startWatchdog(timeout: timeout)
+                    return early
+                }
+            }
             let started = try await withDeadline(timeout, name: name) {
                 do {
                     return try await Self.exchange(on: connection, request: nil, name: name, pool: pool, origin: origin)
@@ -210,7 +224,13 @@ package actor HTTPExchange {
         }
     }
 
+    /// Sending on the connection failed (as opposed to the body's source).
+    private struct SendFailure: Error {
+        var error: Error
+    }
+
     /// Sends a request body: as it comes for a known length (which it must match), else chunked.
+    /// What `body.next` throws comes through as it is; a failure to send as ``SendFailure``.
     private static func send(_ body: RequestBody, on connection: TCPConnection, name: String, timeout: Duration) async throws {
         var sent: Int64 = 0
         while let piece = try await body.next() {
@@ -221,13 +241,23 @@ package actor HTTPExchange {
             }
             let framed = body.length == nil ? ChunkedEncoder.chunk(piece) : piece
             if framed.isEmpty { continue }
-            try await withDeadline(timeout, name: name) { try await connection.send(framed) }
+            try await sending(timeout, name: name) { try await connection.send(framed) }
         }
         if let length = body.length, sent != length {
             throw SparseCacheError(
                 .invalidArgument, operation: "send", path: name, detail: "the request body ended after \(sent) of \(length) bytes")
         }
-        if body.length == nil { try await withDeadline(timeout, name: name) { try await connection.send(ChunkedEncoder.end()) } }
+        if body.length == nil { try await sending(timeout, name: name) { try await connection.send(ChunkedEncoder.end()) } }
+    }
+
+    private static func sending(_ limit: Duration, name: String, _ operation: @escaping @Sendable () async throws -> Void) async throws {
+        do {
+            try await withDeadline(limit, name: name, operation)
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            throw SendFailure(error: error)
+        }
     }
 
     /// The request went out (or not) and not one byte of an answer came back: on a reused
