@@ -125,6 +125,7 @@ public final class HTTPRangeSource: RangeSource {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: key, detail: "empty or negative range \(range)")
         }
         try await limiter.acquire()
+        ProxyMetrics.originRequests.add()
         let limiter = self.limiter
         let release = FinishAction { Task { await limiter.release() } }
         do {
@@ -134,6 +135,7 @@ public final class HTTPRangeSource: RangeSource {
             return try await fetchThroughSession(url, range, validator: validator, forwarding: forwarding, release: release)
         } catch {
             release.run()
+            if !(error is OriginAnswer) { ProxyMetrics.originFailures.add() }
             throw error
         }
     }

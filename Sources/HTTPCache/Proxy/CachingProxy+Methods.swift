@@ -28,10 +28,12 @@ extension CachingProxy {
     ///   server to answer; errors writing to the client.
     func forward(_ request: HTTPRequestHead, _ body: HTTPRequestBody, _ response: HTTPResponseWriter, url: URL) async throws {
         var status = CacheStatus(forward: "method")
+        defer { response.setCacheOutcome(status.outcome) }
         let source: HTTPRangeSource
         do {
             source = try self.source(for: url)
         } catch {
+            status.failed = true
             let (code, message) = Self.status(for: error)
             try await response.respond(status: code, message: message, headers: [("Cache-Status", status.value)])
             return
@@ -48,6 +50,7 @@ extension CachingProxy {
         } catch {
             if let failure = body.failure { throw failure }
             if error is HTTPRequestBodyError { throw error }
+            status.failed = true
             let (code, message) = Self.status(for: error)
             try await response.respond(status: code, message: message, headers: [("Cache-Status", status.value)])
             return
