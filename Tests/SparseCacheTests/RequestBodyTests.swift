@@ -8,7 +8,7 @@ import Testing
 
 @testable import SparseHTTP
 
-@Suite("Request bodies and methods (RFC 9110 9, 10.1.1; RFC 9111 4.4; RFC 9112 6, 7)", .serialized, .timeLimit(.minutes(2)))
+@Suite("Request bodies and methods (RFC 9110 9, 10.1.1; RFC 9111 4.4; RFC 9112 6, 7)", .serialized, .timeLimit(.minutes(6)))
 struct RequestBodyTests {
     /// Echoes what reached the origin: method, framing, body.
     static let echo = OriginScript(status: 200, headers: [("Content-Type", "application/octet-stream")], echo: true)
@@ -29,7 +29,8 @@ struct RequestBodyTests {
             ("PUT", ["-X", "PUT", "-H", "Transfer-Encoding: chunked", "--data-binary", "@" + work.file("large.bin")], large, true),
         ]
         for (index, item) in cases.enumerated() {
-            let answer = try await rig.get("echo?case=\(index)", item.arguments + ["-H", "X-Custom: \(index)", "-H", "Expect:"])
+            // Generous: the full suite runs loaded, and two of these move 3 MiB each way.
+            let answer = try await rig.get("echo?case=\(index)", item.arguments + ["-H", "X-Custom: \(index)", "-H", "Expect:"], timeout: 120)
             #expect(answer.status == 200, "\(item.method) #\(index): \(answer)")
             #expect(answer.headers["x-echo-method"] == item.method, "\(item.method) #\(index) reached the origin as: \(answer.headers)")
             #expect(sameBytes(answer.body, item.body[...]), "\(item.method) #\(index): \(answer.body.count) of \(item.body.count) bytes echoed")
@@ -43,7 +44,7 @@ struct RequestBodyTests {
         }
         // From a pipe: curl does not know the length and sends chunked.
         let piped = try await Self.shell(
-            "printf 'from a pipe' | curl -s -S --max-time 30 --data-binary @- -H 'Expect:' \(rig.proxy.baseURL)/echo?pipe=1")
+            "printf 'from a pipe' | curl -s -S --max-time 120 --data-binary @- -H 'Expect:' \(rig.proxy.baseURL)/echo?pipe=1")
         #expect(piped == "from a pipe", "a body from a pipe: \(piped.debugDescription)")
         #expect(rig.requests("echo").last?.requestBody == "from a pipe", "\(String(describing: rig.requests("echo").last))")
         // Nothing of it was stored: the next POST goes to the origin again.

@@ -37,8 +37,8 @@ final class ScriptedProxy: Sendable {
     }
 
     /// curl through the proxy for `/<name>`, with curl `arguments` (e.g. `["-H", "If-None-Match: \"v1\""]`).
-    func get(_ name: String, _ arguments: [String] = []) async throws -> CurlResult {
-        try await Curl.run(proxy.baseURL + "/" + name, arguments, timeout: 30)
+    func get(_ name: String, _ arguments: [String] = [], timeout: Int = 30) async throws -> CurlResult {
+        try await Curl.run(proxy.baseURL + "/" + name, arguments, timeout: timeout)
     }
 
     /// curl straight to the origin (what the origin itself answers), for `/<name>`.
