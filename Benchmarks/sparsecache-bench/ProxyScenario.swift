@@ -41,7 +41,9 @@ enum ProxyScenario {
         let proxy = CachingProxy(cache: cache, origin: URL(string: origin)!)
         var serverOptions = HTTPServer.Options()
         serverOptions.port = 0
-        let server = try HTTPServer.start(options: serverOptions) { request, response in try await proxy.handle(request, response) }
+        let server = try HTTPServer.start(options: serverOptions) { request, body, response in
+            try await proxy.handle(request, body, response)
+        }
         let proxied = "http://127.0.0.1:\(server.port)"
         do {
             // Fill the cache once: the rows below measure serving, not filling (scenario 9 does).

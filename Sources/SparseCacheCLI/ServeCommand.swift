@@ -12,7 +12,7 @@ enum ServeCommand: Command {
     static let spec = ArgumentSpec(
         options: [
             "--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--max-connections-per-client", "--allow-origin",
-            "--server-name", "--max-resource-size", "--admin-listen", "--log-format", "--access-log",
+            "--server-name", "--max-resource-size", "--max-body-size", "--admin-listen", "--log-format", "--access-log",
         ],
         flags: ["--quiet"])
     static let help = """
@@ -25,7 +25,7 @@ enum ServeCommand: Command {
 
         USAGE: sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE]
                                  [--origin URL] [--allow-origin PATTERN]... [--server-name NAME]...
-                                 [--max-resource-size SIZE]
+                                 [--max-resource-size SIZE] [--max-body-size SIZE]
                                  [--max-connections N] [--max-connections-per-client N] [--quiet]
                                  [--admin-listen ADDR:PORT|off] [--log-format text|json]
                                  [--access-log FILE]
@@ -43,6 +43,12 @@ enum ServeCommand: Command {
         Last-Modified are the origin's; its 4xx/5xx pages and redirects pass through as sent,
         answers without a length stream and are stored once complete; an unreachable origin is
         502, one that does not answer in time 504.
+
+        Other methods (POST, PUT, DELETE, PATCH, OPTIONS, any other) go to the origin with
+        the client's fields and body (Content-Length or chunked, streamed; Expect:
+        100-continue answered) and the answer comes back unstored. A 2xx or 3xx to an unsafe
+        method drops what is stored for its URL (and a same-origin Location or
+        Content-Location). CONNECT is refused (405): an https tunnel cannot be cached.
 
         OPTIONS:
           --cache-dir DIR        The cache directory (default: $XDG_CACHE_HOME/sparsecache, or
@@ -70,6 +76,8 @@ enum ServeCommand: Command {
                                  without a request; 503 only when every slot is busy
           --max-connections-per-client N
                                  Slots one client address may hold (default 128)
+          --max-body-size SIZE   The largest request body taken; larger ones are answered 413
+                                 (default 64M; to https origins a body is collected first)
           --quiet                No request log
           --admin-listen ADDR:PORT
                                  The admin listener: GET /metrics (Prometheus), GET /status
@@ -112,6 +120,7 @@ enum ServeCommand: Command {
             throw UsageError("invalid --allow-origin '\(pattern)': use HOST, HOST:PORT or *.DOMAIN, e.g. 127.0.0.1:9000")
         }
         let hostCheck = HostCheck(listenHost: options.host, names: arguments.repeated["--server-name", default: []])
+        if let size = try arguments.size("--max-body-size") { options.maximumBodySize = size }
         let origin = try arguments.options["--origin"].map(parseOrigin)
         let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
         let maximumResourceLength = try arguments.size("--max-resource-size")
@@ -149,12 +158,12 @@ enum ServeCommand: Command {
         }
         let server: HTTPServer
         do {
-            server = try HTTPServer.start(options: options, log: log) { request, response in
+            server = try HTTPServer.start(options: options, log: log) { request, body, response in
                 if let refusal = hostCheck.refusal(for: request) {
                     try await response.respond(status: 421, message: refusal)
                     return
                 }
-                try await proxy.handle(request, response)
+                try await proxy.handle(request, body, response)
             }
         } catch {
             try? await store.close()
@@ -172,7 +181,7 @@ enum ServeCommand: Command {
             (adminOptions.host, adminOptions.port) = admin
             adminOptions.maximumConnections = 16
             do {
-                adminServer = try HTTPServer.start(options: adminOptions) { request, response in try await service.handle(request, response) }
+                adminServer = try HTTPServer.start(options: adminOptions) { request, _, response in try await service.handle(request, response) }
             } catch {
                 await server.shutdown(grace: .zero)
                 try? await store.close()

@@ -16,7 +16,7 @@ struct HTTPParserTests {
     @Test("well-formed requests: fields, keep-alive, pipelining, incomplete heads")
     func wellFormed() throws {
         let text = "GET /v/movie.mp4?url=http%3A%2F%2Fo%2Fm.mp4 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nRange:  bytes=0-99 \r\nX-Empty:\r\n\r\n"
-        guard case .request(let head, let consumed) = HTTPRequestParser.parse(Self.bytes(text)) else {
+        guard case .request(let head, let consumed, .none) = HTTPRequestParser.parse(Self.bytes(text)) else {
             Issue.record("not parsed")
             return
         }
@@ -25,9 +25,9 @@ struct HTTPParserTests {
         #expect(head.header("range") == "bytes=0-99" && head.header("X-EMPTY") == "" && head.keepAlive)
         // Two pipelined requests: the first is consumed exactly.
         let two = Self.bytes("HEAD / HTTP/1.0\r\n\r\nGET /x HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
-        guard case .request(let first, let used) = HTTPRequestParser.parse(two) else { Issue.record("first not parsed"); return }
+        guard case .request(let first, let used, _) = HTTPRequestParser.parse(two) else { Issue.record("first not parsed"); return }
         #expect(first.method == "HEAD" && !first.keepAlive && used == 19)
-        guard case .request(let second, _) = HTTPRequestParser.parse(two[used...]) else { Issue.record("second not parsed"); return }
+        guard case .request(let second, _, _) = HTTPRequestParser.parse(two[used...]) else { Issue.record("second not parsed"); return }
         #expect(second.target == "/x" && !second.keepAlive)
         #expect(HTTPRequestParser.parse(Self.bytes("GET / HTTP/1.1\r\nHost: h\r\n")) == .incomplete)
         #expect(HTTPRequestParser.parse(Self.bytes("")) == .incomplete)
@@ -36,7 +36,7 @@ struct HTTPParserTests {
 
     @Test("absolute-form targets (a client using this server as its HTTP proxy) are accepted for http:// only")
     func absoluteForm() {
-        guard case .request(let head, _) = HTTPRequestParser.parse(Self.bytes("GET HTTP://o:81/m.mp4?x=1 HTTP/1.1\r\nHost: o:81\r\n\r\n")) else {
+        guard case .request(let head, _, _) = HTTPRequestParser.parse(Self.bytes("GET HTTP://o:81/m.mp4?x=1 HTTP/1.1\r\nHost: o:81\r\n\r\n")) else {
             Issue.record("refused an absolute-form target")
             return
         }
@@ -51,8 +51,7 @@ struct HTTPParserTests {
         ("GET / HTTP/1.1\r\nHost : h\r\n\r\n", 400), ("GET / HTTP/1.1\r\nHost: h\r\n folded\r\n\r\n", 400),
         ("GET / HTTP/1.1\nHost: h\r\n\r\n", 400), ("GET / HTTP/1.1\rHost: h\r\n\r\n", 400), ("GET ftp://x/ HTTP/1.1\r\nHost: h\r\n\r\n", 400),
         ("GET http:///x HTTP/1.1\r\nHost: h\r\n\r\n", 400), ("GET x/ HTTP/1.1\r\nHost: h\r\n\r\n", 400),
-        ("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello", 400),
-        ("GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", 400), ("GET / HTTP/1.1\r\nHost: h\u{1}\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\nHost: h\r\nHost: h\r\n\r\n", 400), ("GET / HTTP/1.1\r\nHost: h\u{1}\r\n\r\n", 400),
         ("GET /\u{7F} HTTP/1.1\r\nHost: h\r\n\r\n", 400),
     ])
     func malformed(text: String, status: Int) {
@@ -111,7 +110,11 @@ struct HTTPParserTests {
             "HEAD /a?url=http%3A%2F%2Fx HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
             "GET / HTTP/1.1\r\nHost: h\r\nUser-Agent: Lavf/59\r\nAccept: */*\r\nRange: bytes=100-200,300-\r\n\r\nGET /next HTTP/1.1\r\n",
             "GET http://127.0.0.1:8000/v.mp4 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nProxy-Connection: Keep-Alive\r\n\r\n",
+            "POST /form HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n\r\nhello worldGET /next HTTP/1.1\r\nHost: h\r\n\r\n",
+            "PUT /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n5;a=1\r\nhello\r\n6\r\n world\r\n0\r\nX-T: t\r\n\r\nGET / HTTP/1.1\r\n",
+            "PATCH /y HTTP/1.1\r\nHost: h\r\nContent-Length: 3, 3\r\nTransfer-Encoding: gzip, chunked\r\n\r\nabc",
         ].map(Self.bytes)
+        var bodies = (complete: 0, failed: 0)
         var accepted = 0, refused = 0, incomplete = 0, violations = 0
         for iteration in 0..<count {
             if iteration % 256 == 0 { await Task.yield() }  // see IndexFuzzTests.exhaustiveDamage
@@ -136,25 +139,194 @@ struct HTTPParserTests {
                 incomplete += 1
             case .invalid(let status, _):
                 refused += 1
-                if ![400, 414, 431, 505].contains(status) {
+                if ![400, 414, 431, 501, 505].contains(status) {
                     violations += 1
                     Issue.record("iteration \(iteration) (seed \(seed)): status \(status)")
                 }
-            case .request(let head, let consumed):
+            case .request(let head, let consumed, let framing):
                 accepted += 1
                 let used = Array(input.prefix(consumed))
                 let wellFormed = consumed <= input.count && used.suffix(4) == [13, 10, 13, 10]
                     && !head.method.isEmpty && head.method.utf8.allSatisfy(HTTPSyntax.isTokenByte)
-                    && (head.target.hasPrefix("/") || head.target == "*" || head.target.lowercased().hasPrefix("http://"))
-                let stable = HTTPRequestParser.parse(used) == .request(head, consumed: consumed)
-                if !wellFormed || !stable {
+                    && (head.target.hasPrefix("/") || head.target == "*" || head.target.lowercased().hasPrefix("http://")
+                        || (head.method == "CONNECT" && head.target.contains(":") && !head.target.contains("/")))
+                let stable = HTTPRequestParser.parse(used) == .request(head, consumed: consumed, body: framing)
+                // The framing is the one the fields name, never a guess (RFC 9112 6.3).
+                let framed: Bool
+                switch framing {
+                case .none: framed = !head.headers.contains("transfer-encoding")
+                case .length(let length): framed = length > 0 && !head.headers.contains("transfer-encoding")
+                case .chunked: framed = head.minorVersion == 1 && !head.headers.contains("content-length")
+                case .untilClose: framed = false
+                }
+                if !wellFormed || !stable || !framed {
                     violations += 1
                     Issue.record("iteration \(iteration) (seed \(seed)): accepted a malformed head \(String(decoding: used, as: UTF8.self).debugDescription)")
                 }
+                // Then its body, from what follows the head, with the server's decoder.
+                if framing != .none {
+                    switch await Self.readBody(framing, Array(input[consumed...]), maximum: 64) {
+                    case .success: bodies.complete += 1
+                    case .failure(let failure) where [400, 413].contains(failure.status): bodies.failed += 1
+                    case .failure(let failure):
+                        violations += 1
+                        Issue.record("iteration \(iteration) (seed \(seed)): body failed with \(failure.status) \(failure.reason)")
+                    }
+                }
             }
         }
-        reportCounts("HTTP parser fuzz", ["inputs": count, "accepted": accepted, "refused": refused, "incomplete": incomplete, "violations": violations])
+        reportCounts(
+            "HTTP parser fuzz",
+            [
+                "inputs": count, "accepted": accepted, "refused": refused, "incomplete": incomplete, "bodies complete": bodies.complete,
+                "bodies refused": bodies.failed, "violations": violations,
+            ])
         #expect(violations == 0, "replay with SPARSECACHE_TEST_SEED=\(seed)")
+    }
+
+    @Test("request body framing (RFC 9112 6.3, 7.1): Content-Length, chunked, and the combinations refused against smuggling", arguments: [
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n", 0, HTTPBodyFraming.length(5)),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", 0, .length(5)),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5, 5\r\n\r\n", 0, .length(5)),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", 0, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", 0, .chunked),
+        ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\n\r\n", 0, .chunked),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5, 6\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: +5\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 0x5\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: \r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n", 501, .none),
+        ("POST / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, .none),
+    ])
+    func bodyFraming(text: String, status: Int, framing: HTTPBodyFraming) {
+        switch HTTPRequestParser.parse(Self.bytes(text)) {
+        case .request(_, let consumed, let found):
+            #expect(status == 0 && found == framing && consumed == text.utf8.count, "\(text.debugDescription): \(found)")
+        case .invalid(let got, let reason):
+            #expect(got == status, "\(text.debugDescription): \(got) \(reason)")
+        case .incomplete:
+            Issue.record("incomplete: \(text.debugDescription)")
+        }
+    }
+
+    @Test("request bodies decode from what follows the head: exact length, chunked with extensions and trailers, the rest kept for the next request; cut, malformed and oversized bodies fail with 400 and 413")
+    func bodyDecoding() async throws {
+        let next = Self.bytes("GET /next HTTP/1.1\r\nHost: h\r\n\r\n")
+        let length = await Self.readBody(.length(5), Self.bytes("hello") + next, maximum: 100)
+        #expect((try? length.get())?.body == Self.bytes("hello") && (try? length.get())?.rest == next, "\(length)")
+        let chunked = await Self.readBody(.chunked, Self.bytes("5;x=\"1\"\r\nhello\r\n1\r\n!\r\n0\r\nX-A: b\r\n\r\n") + next, maximum: 100)
+        #expect((try? chunked.get())?.body == Self.bytes("hello!") && (try? chunked.get())?.rest == next, "\(chunked)")
+        for (framing, bytes, status) in [
+            (HTTPBodyFraming.length(10), "hello", 400), (.chunked, "5\r\nhello\r\n", 400), (.chunked, "5\r\nhelloX\r\n0\r\n\r\n", 400),
+            (.chunked, "g\r\n", 400), (.chunked, "5\r\nhello\r\n0\r\nbad trailer\r\n\r\n", 400), (.length(200), String(repeating: "a", count: 200), 413),
+            (.chunked, "c8\r\n" + String(repeating: "a", count: 200) + "\r\n0\r\n\r\n", 413),
+        ] {
+            let result = await Self.readBody(framing, Self.bytes(bytes), maximum: 100)
+            guard case .failure(let failure) = result else {
+                Issue.record("\(framing) \(bytes.debugDescription): accepted")
+                continue
+            }
+            #expect(failure.status == status, "\(framing) \(bytes.debugDescription): \(failure.status) \(failure.reason)")
+        }
+    }
+
+    @Test("fuzz: the request body decoder (length and chunked framing) never traps; an intact body decodes exactly, the next request kept")
+    func bodyFuzz() async {
+        let seed = testSeed(0x424F_4459)
+        let count = Int(ProcessInfo.processInfo.environment["SPARSECACHE_PARSER_FUZZ"] ?? "") ?? 100_000
+        var random = SplitMix64(seed: seed)
+        let next = Self.bytes("GET /n HTTP/1.1\r\n\r\n")
+        var intact = 0, mutated = 0, refused = 0, violations = 0
+        for iteration in 0..<count {
+            if iteration % 256 == 0 { await Task.yield() }  // see IndexFuzzTests.exhaustiveDamage
+            let body = random.bytes(Int(random.next() % 120))
+            let chunked = random.next() % 4 != 0
+            var input = (chunked ? Self.chunked(body, random: &random) : body) + next
+            let framing: HTTPBodyFraming = chunked ? .chunked : .length(Int64(body.count))
+            let damage = random.next() % 3 == 0 ? 0 : 1 + Int(random.next() % 3)
+            for _ in 0..<damage where !input.isEmpty {
+                let at = Int(random.next() % UInt64(input.count))
+                switch random.next() % 4 {
+                case 0: input[at] ^= 1 << UInt8(random.next() % 8)
+                case 1: input[at] = [0, 10, 13, 48, 59, 65, 102, 255][Int(random.next() % 8)]
+                case 2: input.remove(at: at)
+                default: input.insert(UInt8(truncatingIfNeeded: random.next()), at: at)
+                }
+            }
+            let maximum: Int64 = random.next() % 8 == 0 ? Int64(random.next() % 100) : 1000
+            switch await Self.readBody(framing, input, maximum: maximum) {
+            case .success(let (read, rest)):
+                if damage == 0 { intact += 1 } else { mutated += 1 }
+                // Intact: exactly the body, exactly the next request after it. Damaged or not:
+                // never more than the maximum, never bytes that were not in the input.
+                let exact = read == body && rest == next
+                if (damage == 0 && Int64(body.count) <= maximum && !exact) || read.count + rest.count > input.count {
+                    violations += 1
+                    Issue.record("iteration \(iteration) (seed \(seed)): decoded \(read.count) bytes, rest \(rest.count)")
+                }
+            case .failure(let failure):
+                refused += 1
+                let tooLarge = Int64(body.count) > maximum
+                if ![400, 413].contains(failure.status) || (damage == 0 && !tooLarge) {
+                    violations += 1
+                    Issue.record("iteration \(iteration) (seed \(seed)): \(failure.status) \(failure.reason)")
+                }
+            }
+        }
+        reportCounts("request body fuzz", ["inputs": count, "intact": intact, "damaged accepted": mutated, "refused": refused, "violations": violations])
+        #expect(violations == 0, "replay with SPARSECACHE_TEST_SEED=\(seed)")
+    }
+}
+
+extension HTTPParserTests {
+    /// Reads a body framed as `framing` from `bytes` to its end with the server's decoder:
+    /// the body and what follows it, or the failure.
+    static func readBody(_ framing: HTTPBodyFraming, _ bytes: [UInt8], maximum: Int64) async -> Result<
+        (body: [UInt8], rest: [UInt8]), HTTPRequestBodyError
+    > {
+        let body = HTTPRequestBody(framing: framing, buffered: bytes, maximum: maximum)
+        var read: [UInt8] = []
+        do {
+            while let piece = try await body.next() {
+                if piece.isEmpty { return .failure(HTTPRequestBodyError(status: 500, reason: "an empty piece before the end")) }
+                read += piece
+            }
+        } catch let failure as HTTPRequestBodyError {
+            return .failure(failure)
+        } catch {
+            return .failure(HTTPRequestBodyError(status: 500, reason: "\(error)"))
+        }
+        guard Int64(read.count) <= maximum, let rest = body.leftover else {
+            return .failure(HTTPRequestBodyError(status: 500, reason: "past the maximum, or no leftover after the end"))
+        }
+        return .success((read, rest))
+    }
+
+    /// A body framed chunked: random pieces, random extensions and size padding, optional
+    /// trailers.
+    static func chunked(_ body: [UInt8], random: inout SplitMix64) -> [UInt8] {
+        var framed: [UInt8] = []
+        var offset = 0
+        while offset < body.count {
+            let count = min(body.count - offset, 1 + Int(random.next() % 40))
+            var line = String(count, radix: 16, uppercase: random.next() % 2 == 0)
+            if random.next() % 4 == 0 { line = "00" + line }
+            if random.next() % 5 == 0 { line += ";name=\"v\(random.next() % 100)\"" }
+            framed += Array((line + "\r\n").utf8) + body[offset..<(offset + count)] + [13, 10]
+            offset += count
+        }
+        framed += Array("0\r\n".utf8)
+        if random.next() % 3 == 0 { framed += Array("X-Checksum: \(random.next() % 1000)\r\n".utf8) }
+        return framed + [13, 10]
     }
 }
 
@@ -165,7 +337,7 @@ extension HTTPRequestParser.Result {
     }
 
     func isRequest(keepAlive: Bool) -> Bool {
-        if case .request(let head, _) = self { return head.keepAlive == keepAlive }
+        if case .request(let head, _, _) = self { return head.keepAlive == keepAlive }
         return false
     }
 }
@@ -183,7 +355,7 @@ struct HTTPResponseWriterTests {
     func unannouncedBodies() async throws {
         var options = HTTPServer.Options()
         options.port = 0
-        let server = try HTTPServer.start(options: options, log: { _ in }) { request, response in
+        let server = try HTTPServer.start(options: options, log: { _ in }) { request, _, response in
             switch request.target {
             case "/304":
                 try await response.writeHead(status: 304, headers: [("ETag", "\"a\"")], contentLength: 0)

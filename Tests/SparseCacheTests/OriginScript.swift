@@ -29,6 +29,11 @@ struct OriginScript: Encodable, Sendable {
     /// Send the body gzip-compressed (Python's gzip, mtime 0, so the bytes are the same
     /// every time) with `Content-Encoding: gzip`.
     var gzip: Bool?
+    /// Answer with the request's body as the body, and `X-Echo-Method` / `X-Echo-Framing`
+    /// (`length` or `chunked`) fields: what reached the origin.
+    var echo: Bool?
+    /// Answer without reading the request's body, then close the connection.
+    var ignoreBody: Bool?
     /// Other answers chosen by the request's Accept-Encoding: the first key the request lists
     /// as a coding names the whole script to answer with instead (e.g. `["gzip": ...]`).
     var variants: [String: OriginScript]?
@@ -42,7 +47,8 @@ struct OriginScript: Encodable, Sendable {
     var cutAfter: Int?
 
     enum CodingKeys: String, CodingKey {
-        case status, headers, body, conditional, gzip, variants
+        case status, headers, body, conditional, gzip, variants, echo
+        case ignoreBody = "ignore_body"
         case bodyFile = "body_file"
         case bodySize = "body_size"
         case bodySeed = "body_seed"
@@ -73,6 +79,8 @@ struct OriginScript: Encodable, Sendable {
         try container.encodeIfPresent(chunkSize, forKey: .chunkSize)
         try container.encodeIfPresent(chunkDelayMs, forKey: .chunkDelayMs)
         try container.encodeIfPresent(cutAfter, forKey: .cutAfter)
+        try container.encodeIfPresent(echo, forKey: .echo)
+        try container.encodeIfPresent(ignoreBody, forKey: .ignoreBody)
     }
 
     /// Writes the script as `<root>/<name>.json` by rename, so the origin never reads half of it.

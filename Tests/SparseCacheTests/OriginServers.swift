@@ -145,10 +145,17 @@ final class OriginServer: @unchecked Sendable {
         var responseHeaders: [[String]]
         /// Body bytes in the answer.
         var bytes: Int
+        /// The request's body: its length, whether it came chunked, and its text (up to 4 KiB).
+        var requestBytes: Int?
+        var requestChunked: Bool?
+        var requestBody: String?
 
         enum CodingKeys: String, CodingKey {
             case method, path, status, headers, bytes
             case responseHeaders = "response_headers"
+            case requestBytes = "request_bytes"
+            case requestChunked = "request_chunked"
+            case requestBody = "request_body"
         }
 
         /// The first value of request field `name` (any case), or nil.
@@ -354,11 +361,14 @@ class Handler(BaseHTTPRequestHandler):
     def answer(self):
         method = self.command
         name = self.path.split("?")[0].lstrip("/")
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > 0:
-            self.rfile.read(length)
         spec, written = load(name)
         self.spec = spec or {}
+        if spec is not None and spec.get("ignore_body"):
+            # Answers without reading the body, then closes: an origin refusing an upload early.
+            self.body, self.body_chunked = b"", False
+            self.close_connection = True
+        else:
+            self.body, self.body_chunked = self.read_body()
         if spec is None:
             self.reply(404, [("Content-Type", "text/plain")], b"no script for /%s\n" % name.encode())
             return
@@ -383,6 +393,10 @@ class Handler(BaseHTTPRequestHandler):
             body = pattern(spec["body_size"], spec.get("body_seed", 0))
         else:
             body = spec.get("body", "").encode()
+        if spec.get("echo"):
+            # The request as the origin got it: method and framing in fields, the body as the body.
+            headers += [("X-Echo-Method", method), ("X-Echo-Framing", "chunked" if self.body_chunked else "length")]
+            body = self.body
         if spec.get("gzip"):
             body = gzip.compress(body, mtime=0)
             if field(headers, "Content-Encoding") is None:
@@ -426,6 +440,21 @@ class Handler(BaseHTTPRequestHandler):
                 return
         self.reply(200, headers, body)
 
+    def read_body(self):
+        # Both framings (RFC 9112 6.3, 7.1); chunk extensions and trailers skipped.
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            data = b""
+            while True:
+                size = int(self.rfile.readline(65537).split(b";")[0].strip(), 16)
+                if size == 0:
+                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                        pass
+                    return data, True
+                data += self.rfile.read(size)
+                self.rfile.readline(65537)
+        length = int(self.headers.get("Content-Length") or 0)
+        return (self.rfile.read(length) if length > 0 else b""), False
+
     def reply(self, status, headers, body):
         bodyless = self.command == "HEAD" or status in (204, 304) or status < 200
         sent = 0 if bodyless else len(body)
@@ -434,6 +463,8 @@ class Handler(BaseHTTPRequestHandler):
             "method": self.command, "path": self.path, "status": status,
             "headers": [[key, value] for key, value in self.headers.items()],
             "response_headers": [[key, value] for key, value in headers], "bytes": sent,
+            "request_bytes": len(self.body), "request_chunked": self.body_chunked,
+            "request_body": self.body.decode("latin-1") if len(self.body) <= 4096 else "",
         }
         with lock, open(log_path, "a") as log:
             log.write(json.dumps(entry) + "\n")
@@ -487,7 +518,7 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
-    do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_PURGE = answer
+    do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_PURGE = do_FROB = answer
 
 ThreadingHTTPServer.daemon_threads = True
 ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()

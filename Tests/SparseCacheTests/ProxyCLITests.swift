@@ -223,7 +223,7 @@ struct ProxyCLITests {
         for (arguments, words) in [
             (["--listen", "localhost:80"], "must be numeric"), (["--listen", "127.0.0.1:99999"], "--listen"),
             (["--origin", "ftp://example.com"], "--origin"), (["--origin", "http://x/?q=1"], "without a query"),
-            (["--max-connections", "0"], "--max-connections"), (["--bogus"], "--bogus"),
+            (["--max-connections", "0"], "--max-connections"), (["--bogus"], "--bogus"), (["--max-body-size", "lots"], "--max-body-size"),
         ] {
             let result = try await CLI.run(["serve", "--cache-dir", cacheDir] + arguments)
             #expect(result.status == 64 && result.err.contains(words), "\(arguments): \(result)")

@@ -32,8 +32,8 @@ final class ProxyFixture: Sendable {
         cache = ProgressiveCache(store: store, options: .testing)
         let proxy = CachingProxy(cache: cache, origin: origin, allowedOrigins: allowedOrigins)
         let log = self.log
-        server = try HTTPServer.start(options: options, log: { log.append($0) }) { request, response in
-            try await proxy.handle(request, response)
+        server = try HTTPServer.start(options: options, log: { log.append($0) }) { request, body, response in
+            try await proxy.handle(request, body, response)
         }
     }
 

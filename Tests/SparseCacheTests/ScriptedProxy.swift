@@ -1,6 +1,7 @@
 // The HTTP caching tests' bench: the scripted origin, the proxy in process in front of it, and
 // curl through the proxy. Helpers, not tests: no assertions here.
 import Foundation
+import SparseHTTP
 
 /// A scripted origin (``OriginServer/scripted(root:)``) with a ``ProxyFixture`` in front of it.
 final class ScriptedProxy: Sendable {
@@ -8,11 +9,11 @@ final class ScriptedProxy: Sendable {
     let origin: OriginServer
     let proxy: ProxyFixture
 
-    init() async throws {
+    init(options: HTTPServer.Options = ProxyFixture.defaultOptions) async throws {
         files = try TemporaryDirectory("scripted-origin")
         origin = try await OriginServer.scripted(root: files.path)
         do {
-            proxy = try await ProxyFixture(origin: origin.baseURL)
+            proxy = try await ProxyFixture(origin: origin.baseURL, options: options)
         } catch {
             origin.stop()
             throw error
@@ -36,8 +37,8 @@ final class ScriptedProxy: Sendable {
     }
 
     /// curl through the proxy for `/<name>`, with curl `arguments` (e.g. `["-H", "If-None-Match: \"v1\""]`).
-    func get(_ name: String, _ arguments: [String] = []) async throws -> CurlResult {
-        try await Curl.run(proxy.baseURL + "/" + name, arguments, timeout: 30)
+    func get(_ name: String, _ arguments: [String] = [], timeout: Int = 30) async throws -> CurlResult {
+        try await Curl.run(proxy.baseURL + "/" + name, arguments, timeout: timeout)
     }
 
     /// curl straight to the origin (what the origin itself answers), for `/<name>`.

@@ -63,8 +63,10 @@ extension HTTPRangeSource {
     /// and a proxy client's fields when forwarding (with its `Accept-Encoding`: the cache
     /// stores the bytes as the origin encodes them, RFC 9110, section 14.1).
     /// HTTP/1.1 keeps the connection open unless the origin says otherwise.
+    /// `method` and `extra` (fields after all others) serve ``send(_:forwarding:body:)``.
     static func request(
-        for url: URL, range: Range<Int64>?, validator: ContentValidator?, key: String, forwarding: Forwarding? = nil
+        for url: URL, range: Range<Int64>?, validator: ContentValidator?, key: String, forwarding: Forwarding? = nil,
+        method: String = "GET", extra: [(String, String)] = []
     ) throws -> [UInt8] {
         let components = URLComponents(url: url, resolvingAgainstBaseURL: true)
         var target = components?.percentEncodedPath ?? "/"
@@ -90,6 +92,7 @@ extension HTTPRangeSource {
             let credentials = (user.removingPercentEncoding ?? user) + ":" + ((url.password?.removingPercentEncoding ?? url.password) ?? "")
             headers.append(name: "Authorization", value: "Basic \(Data(credentials.utf8).base64EncodedString())")
         }
-        return HTTPRequestHead(method: "GET", target: target, headers: headers).encoded()
+        for (name, value) in extra { headers.append(name: name, value: value) }
+        return HTTPRequestHead(method: method, target: target, headers: headers).encoded()
     }
 }

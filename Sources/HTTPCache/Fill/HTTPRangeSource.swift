@@ -172,7 +172,7 @@ public final class HTTPRangeSource: RangeSource {
 
     /// URLSession resolves names by itself: its origins are checked here, before the request
     /// (a rebinding window remains, docs/SECURITY.md). `http://` ones are checked at connect.
-    private func checkAddressPolicy() async throws {
+    func checkAddressPolicy() async throws {
         guard let addressPolicy, transport == .urlSession || url.scheme?.lowercased() == "https", let host = url.host else { return }
         let name = host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host
         try await addressPolicy.check(name: name, port: url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80), resolver: resolver)

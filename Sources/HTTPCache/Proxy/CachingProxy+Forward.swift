@@ -161,7 +161,9 @@ extension CachingProxy {
         }
     }
 
-    private func stream(_ answer: OriginAnswer, _ exchange: Exchange) async throws {
+    /// Streams an origin's answer to the client: its end-to-end fields with `Via` and
+    /// `Cache-Status`, its body with its length when it had one, chunked (or until close) else.
+    func stream(_ answer: OriginAnswer, _ exchange: Exchange) async throws {
         let response = exchange.response
         var headers = answer.head.headers.removingHopByHop()
         headers.remove("content-length")

@@ -22,7 +22,8 @@ import Synchronization
 /// stored end-to-end fields with `Age`, and every answer `Via` and `Cache-Status`. Client
 /// conditionals are answered from storage (304, 412); one range in any form gets `206`, several
 /// get the whole resource (`200`; RFC 9110 lets a server ignore Range). `PURGE` from loopback
-/// drops a URL and its variants. Other methods get 405 for now.
+/// drops a URL and its variants. Other methods go to the origin with their body, and the answer
+/// comes back unstored (an unsafe method's success invalidates its target); CONNECT gets 405.
 public final class CachingProxy: Sendable {
     public let cache: ProgressiveCache
     /// The origin in reverse-proxy mode; nil for URL mode.
@@ -56,8 +57,9 @@ public final class CachingProxy: Sendable {
         addressPolicy = origin == nil ? OriginAddressPolicy(allowing: allowedOrigins.compactMap(OriginAddressPolicy.Pattern.init)) : nil
     }
 
-    /// The ``HTTPServer`` handler.
-    public func handle(_ request: HTTPRequestHead, _ response: HTTPResponseWriter) async throws {
+    /// The ``HTTPServer`` handler. A body is read only for methods forwarded to the origin;
+    /// the server drains (or closes on) a body sent with a GET or HEAD.
+    public func handle(_ request: HTTPRequestHead, _ body: HTTPRequestBody, _ response: HTTPResponseWriter) async throws {
         // A request that already passed through this proxy would come back for ever: refused
         // at once, 400 as Traffic Server answers a detected cycle (RFC 9110, section 7.6.3).
         if via.isLoop(request.headers) {
@@ -66,10 +68,8 @@ public final class CachingProxy: Sendable {
                 headers: [("Via", via.element), ("Cache-Status", CacheStatus(detail: "loop detected").value)])
             return
         }
-        guard ["GET", "HEAD", "PURGE"].contains(request.method) else {
-            try await response.respond(
-                status: 405, message: "method \(request.method) not allowed: GET and HEAD only",
-                headers: [("Allow", "GET, HEAD"), ("Cache-Status", CacheStatus(forward: "method").value)])
+        if request.method == "CONNECT" {
+            try await refuseConnect(response)
             return
         }
         let url: URL
@@ -82,6 +82,10 @@ public final class CachingProxy: Sendable {
         let key = Self.cacheKey(url)
         if request.method == "PURGE" {
             try await purge(key, request, response)
+            return
+        }
+        guard request.method == "GET" || request.method == "HEAD" else {
+            try await forward(request, body, response, url: url)
             return
         }
         let base: HTTPRangeSource
@@ -411,12 +415,15 @@ public final class CachingProxy: Sendable {
     /// every key with that prefix. Returns how many stored responses went.
     public func purge(key: String) async throws -> Int {
         let prefix = key.hasSuffix("*") ? String(key.dropLast()) : nil
-        let keys = await cache.store.summary().entries.map(\.key).filter { stored in
-            if let prefix { return stored.hasPrefix(prefix) }
-            return stored == key || stored.hasPrefix(key + "#vary=")
+        let dropped: Int
+        if let prefix {
+            let keys = await cache.store.summary().entries.map(\.key).filter { $0.hasPrefix(prefix) }
+            var count = 0
+            for stored in keys.sorted() where try await cache.invalidate(key: stored) { count += 1 }
+            dropped = count
+        } else {
+            dropped = await invalidateAll(key)
         }
-        var dropped = 0
-        for stored in Set(keys + (prefix == nil ? [key] : [])).sorted() where try await cache.invalidate(key: stored) { dropped += 1 }
         return dropped
     }
 
@@ -463,7 +470,7 @@ public final class CachingProxy: Sendable {
     }
 
     /// One source per URL, kept for the next request (each holds a URLSession).
-    private func source(for url: URL) throws -> HTTPRangeSource {
+    func source(for url: URL) throws -> HTTPRangeSource {
         if let known = sources.withLock({ $0.sources[url.absoluteString] }) { return known }
         let made = try HTTPRangeSource(
             url: url, timeout: .seconds(30), limiter: nil, transport: .automatic, pool: .shared, addressPolicy: addressPolicy)

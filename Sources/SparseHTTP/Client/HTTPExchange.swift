@@ -1,8 +1,9 @@
 import SparseCacheEngine
 import Synchronization
 
-/// One HTTP/1.1 GET on a connection of its own, over the project's non-blocking sockets: the
-/// transport the cache's origin client (`HTTPRangeSource`) uses for `http://` origins.
+/// One HTTP/1.1 request on a connection of its own, over the project's non-blocking sockets:
+/// the transport the cache's origin client (`HTTPRangeSource`) uses for `http://` origins. A
+/// GET mostly; any method, with a request body streamed after the head (``RequestBody``).
 ///
 /// The body is pulled: a chunk is received only when the caller asks for the next one, so a
 /// slow disk holds back the origin through TCP instead of filling memory (URLSession cannot be
@@ -112,8 +113,28 @@ package actor HTTPExchange {
         end(closing: "the response ended")
     }
 
+    /// A request body to send after the head: its chunks in order from `next` (nil at the end).
+    /// The head must announce it: `Content-Length: length`, or `Transfer-Encoding: chunked`
+    /// when `length` is nil (the exchange then frames every chunk).
+    package struct RequestBody: Sendable {
+        package var length: Int64?
+        package var next: @Sendable () async throws -> [UInt8]?
+
+        package init(length: Int64?, next: @escaping @Sendable () async throws -> [UInt8]?) {
+            self.length = length
+            self.next = next
+        }
+    }
+
     /// Sends `request` (a complete head) on an idle connection from `pool` or a new one, and
     /// waits for the response head, skipping interim (1xx) responses; all of it within `timeout`.
+    ///
+    /// With a `body`, or when the request is not `idempotent` (RFC 9110, section 9.2.2), the
+    /// request goes on a new connection and is never sent twice: a pooled connection may have
+    /// been closed by the origin as the request went out, and retrying is safe only for an
+    /// idempotent request whose bytes can be sent again (RFC 9112, section 9.3.1). The body is
+    /// sent as `body.next` gives it, each send within `timeout` (the origin's back-pressure
+    /// holds back the caller's reads), then the response head is awaited within `timeout`.
     ///
     /// - Parameters:
     ///   - name: the URL, for error messages.
@@ -121,12 +142,17 @@ package actor HTTPExchange {
     ///     connections made under a policy are kept apart from those made without one.
     /// - Throws: `.originUnavailable` when the origin cannot be reached, cuts the connection or
     ///   stalls for `timeout`; `.origin` for a response that is not HTTP/1.x or is malformed,
-    ///   or (403) an origin the policy refuses.
+    ///   or (403) an origin the policy refuses; whatever `body.next` throws, as it is.
     package static func start(
-        host: String, port: Int, request: [UInt8], name: String, timeout: Duration, resolver: BlockingExecutor,
-        pool: OriginConnectionPool?, policy: OriginAddressPolicy? = nil
+        host: String, port: Int, request: [UInt8], body: RequestBody? = nil, idempotent: Bool = true, name: String, timeout: Duration,
+        resolver: BlockingExecutor, pool: OriginConnectionPool?, policy: OriginAddressPolicy? = nil
     ) async throws -> HTTPExchange {
         let origin = TCPConnection.address(host: host, port: port) + (policy == nil ? "" : " (checked)")
+        if body != nil || !idempotent {
+            return try await startOnce(
+                host: host, port: port, request: request, body: body, name: name, timeout: timeout, resolver: resolver, pool: pool,
+                policy: policy)
+        }
         do {
             let started = try await withDeadline(timeout, name: name) {
                 if let pool, let idle = pool.take(origin) {
@@ -156,17 +182,100 @@ package actor HTTPExchange {
         }
     }
 
+    /// One attempt on a new connection: head, body, response head, each step within `timeout`.
+    private static func startOnce(
+        host: String, port: Int, request: [UInt8], body: RequestBody?, name: String, timeout: Duration, resolver: BlockingExecutor,
+        pool: OriginConnectionPool?, policy: OriginAddressPolicy?
+    ) async throws -> HTTPExchange {
+        let origin = TCPConnection.address(host: host, port: port) + (policy == nil ? "" : " (checked)")
+        let connection: TCPConnection
+        do {
+            connection = try await withDeadline(timeout, name: name) {
+                try await TCPConnection.connect(host: host, port: port, resolver: resolver, policy: policy)
+            }
+        } catch {
+            throw mapped(error, name: name)
+        }
+        do {
+            try await withDeadline(timeout, name: name) { try await connection.send(request) }
+            if let body {
+                do {
+                    try await send(body, on: connection, name: name, timeout: timeout)
+                } catch let failure as SendFailure {
+                    // The origin may have answered before taking the whole body (a 413, a 401)
+                    // and then stopped reading or closed: that answer is the answer. The
+                    // connection is not reused (pool nil): the request never ended on it.
+                    let early = try? await withDeadline(min(timeout, .seconds(5)), name: name) {
+                        try await Self.exchange(on: connection, request: nil, name: name, pool: nil, origin: origin)
+                    }
+                    guard let early else { throw failure.error }
+                    await early.startWatchdog(timeout: timeout)
+                    return early
+                }
+            }
+            let started = try await withDeadline(timeout, name: name) {
+                do {
+                    return try await Self.exchange(on: connection, request: nil, name: name, pool: pool, origin: origin)
+                } catch let failure as NoAnswer {
+                    throw failure.error
+                }
+            }
+            await started.startWatchdog(timeout: timeout)
+            return started
+        } catch {
+            connection.close()
+            throw mapped(error, name: name)
+        }
+    }
+
+    /// Sending on the connection failed (as opposed to the body's source).
+    private struct SendFailure: Error {
+        var error: Error
+    }
+
+    /// Sends a request body: as it comes for a known length (which it must match), else chunked.
+    /// What `body.next` throws comes through as it is; a failure to send as ``SendFailure``.
+    private static func send(_ body: RequestBody, on connection: TCPConnection, name: String, timeout: Duration) async throws {
+        var sent: Int64 = 0
+        while let piece = try await body.next() {
+            sent += Int64(piece.count)
+            if let length = body.length, sent > length {
+                throw SparseCacheError(
+                    .invalidArgument, operation: "send", path: name, detail: "the request body is longer than its length \(length)")
+            }
+            let framed = body.length == nil ? ChunkedEncoder.chunk(piece) : piece
+            if framed.isEmpty { continue }
+            try await sending(timeout, name: name) { try await connection.send(framed) }
+        }
+        if let length = body.length, sent != length {
+            throw SparseCacheError(
+                .invalidArgument, operation: "send", path: name, detail: "the request body ended after \(sent) of \(length) bytes")
+        }
+        if body.length == nil { try await sending(timeout, name: name) { try await connection.send(ChunkedEncoder.end()) } }
+    }
+
+    private static func sending(_ limit: Duration, name: String, _ operation: @escaping @Sendable () async throws -> Void) async throws {
+        do {
+            try await withDeadline(limit, name: name, operation)
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            throw SendFailure(error: error)
+        }
+    }
+
     /// The request went out (or not) and not one byte of an answer came back: on a reused
     /// connection, the origin may have closed it meanwhile.
     private struct NoAnswer: Error {
         var error: Error
     }
 
+    /// Sends `request` (unless nil: already sent) and reads the response head.
     private static func exchange(
-        on connection: TCPConnection, request: [UInt8], name: String, pool: OriginConnectionPool?, origin: String
+        on connection: TCPConnection, request: [UInt8]?, name: String, pool: OriginConnectionPool?, origin: String
     ) async throws -> HTTPExchange {
         do {
-            try await connection.send(request)
+            if let request { try await connection.send(request) }
         } catch let error as SparseCacheError where error.code == .io {
             throw NoAnswer(error: error)
         }

@@ -4,8 +4,10 @@ import SparseCacheEngine
 /// A pure function from bytes to a request head: no I/O, no state, so it can be fuzzed.
 ///
 /// Strict on purpose: a proxy that guesses at malformed framing invites request smuggling.
-/// CRLF line ends only, no whitespace before a header's colon, no folded lines, no request
-/// bodies (`Content-Length` other than 0, or any `Transfer-Encoding`), HTTP/1.0 and 1.1 only.
+/// CRLF line ends only, no whitespace before a header's colon, no folded lines, HTTP/1.0 and 1.1
+/// only, one `Host`. A body is framed by `Content-Length` (digits only; repeated values must be
+/// equal) or by `Transfer-Encoding: chunked`, never both (RFC 9112, section 6.3: a request with
+/// both is refused, as nginx does, since two parsers could disagree on where it ends).
 public enum HTTPRequestParser {
     public struct Limits: Sendable {
         public var requestLine = 8 * 1024
@@ -19,8 +21,9 @@ public enum HTTPRequestParser {
     public enum Result: Sendable, Equatable {
         /// More bytes are needed.
         case incomplete
-        /// A complete head, and how many bytes it took (the next request starts there).
-        case request(HTTPRequestHead, consumed: Int)
+        /// A complete head, how many bytes it took (its body, then the next request, start
+        /// there), and how its body is framed: `.none`, `.length` (never 0) or `.chunked`.
+        case request(HTTPRequestHead, consumed: Int, body: HTTPBodyFraming)
         /// Not a request this server accepts: answer `status` and close the connection.
         case invalid(status: Int, reason: String)
     }
@@ -55,7 +58,11 @@ public enum HTTPRequestParser {
         guard !target.isEmpty, target.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
             return .invalid(status: 400, reason: "malformed request target")
         }
+        // CONNECT names an authority (`host:port`, RFC 9112, section 3.2.3): accepted to be
+        // refused by the handler with a reason rather than as malformed.
+        let authority = method.elementsEqual("CONNECT".utf8) && target.contains(UInt8(ascii: ":")) && !target.contains(UInt8(ascii: "/"))
         guard target.first == UInt8(ascii: "/") || (target.count == 1 && target.first == UInt8(ascii: "*")) || isAbsoluteHTTP(target)
+            || authority
         else {
             return .invalid(status: 400, reason: "request target must be a path or an http:// URL")
         }
@@ -88,14 +95,59 @@ public enum HTTPRequestParser {
             method: String(decoding: method, as: UTF8.self), target: String(decoding: target, as: UTF8.self), minorVersion: minor,
             headers: HTTPHeaders(fields))
         if minor == 1, request.header("host") == nil { return .invalid(status: 400, reason: "HTTP/1.1 request without Host") }
-        if request.headers.contains(where: { $0.name.lowercased() == "transfer-encoding" }) {
-            return .invalid(status: 400, reason: "request bodies are not accepted (Transfer-Encoding)")
+        // RFC 9112, section 3.2: more than one Host is a 400.
+        if request.headers.values("host").count > 1 { return .invalid(status: 400, reason: "more than one Host field") }
+        switch bodyFraming(request) {
+        case .success(let framing): return .request(request, consumed: headEnd + 4, body: framing)
+        case .failure(let refusal): return .invalid(status: refusal.status, reason: refusal.reason)
         }
-        let lengths = Set(request.headers.filter { $0.name.lowercased() == "content-length" }.map(\.value))
-        if !lengths.isEmpty, lengths != ["0"] {
-            return .invalid(status: 400, reason: "request bodies are not accepted (Content-Length)")
+    }
+
+    private struct Refusal: Error {
+        var status: Int
+        var reason: String
+    }
+
+    /// How a request's body is delimited (RFC 9112, section 6.3), or why it cannot be told.
+    private static func bodyFraming(_ request: HTTPRequestHead) -> Swift.Result<HTTPBodyFraming, Refusal> {
+        let headers = request.headers
+        if headers.contains("transfer-encoding") {
+            // RFC 9112, section 6.1: a 1.0 recipient cannot know chunked; RFC 9112 6.3 with nginx:
+            // both framings at once are the classic smuggling vector, so neither is trusted.
+            if request.minorVersion == 0 {
+                return .failure(Refusal(status: 400, reason: "Transfer-Encoding in an HTTP/1.0 request"))
+            }
+            if headers.contains("content-length") {
+                return .failure(Refusal(status: 400, reason: "both Transfer-Encoding and Content-Length"))
+            }
+            let codings = headers.listElements("transfer-encoding").map { $0.lowercased() }
+            // Section 6.3: chunked must be the final coding, else the length cannot be known.
+            guard codings.last == "chunked" else {
+                return .failure(Refusal(status: 400, reason: "Transfer-Encoding without chunked as the final coding"))
+            }
+            // Section 7: chunked at most once; section 6.1: a coding we do not know is a 501.
+            if let other = codings.dropLast().first(where: { $0 != "chunked" }) {
+                return .failure(Refusal(status: 501, reason: "transfer coding '\(other)' not implemented"))
+            }
+            if codings.count > 1 { return .failure(Refusal(status: 400, reason: "chunked applied more than once")) }
+            return .success(HTTPBodyFraming.chunked)
         }
-        return .request(request, consumed: headEnd + 4)
+        let values = headers.values("content-length")
+        guard !values.isEmpty else { return .success(HTTPBodyFraming.none) }
+        // RFC 9110, section 8.6: a list of identical values may be taken as one; anything else,
+        // or anything but digits, cannot be trusted.
+        var length: Int64?
+        for element in values.flatMap({ $0.split(separator: ",", omittingEmptySubsequences: false) }) {
+            let digits = element.utf8.trimmingHTTPWhitespace()
+            guard !digits.isEmpty, digits.count <= 18, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+                let value = Int64(String(decoding: digits, as: UTF8.self))
+            else {
+                return .failure(Refusal(status: 400, reason: "malformed Content-Length \(HTTPSyntax.quoted(element.utf8))"))
+            }
+            if let length, length != value { return .failure(Refusal(status: 400, reason: "Content-Length values differ")) }
+            length = value
+        }
+        return .success(length.map { $0 == 0 ? HTTPBodyFraming.none : .length($0) } ?? HTTPBodyFraming.none)
     }
 
     private static let crlf: [UInt8] = [13, 10]

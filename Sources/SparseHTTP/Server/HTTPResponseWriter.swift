@@ -164,6 +164,14 @@ public final class HTTPResponseWriter: Sendable {
         if chunked { try await send(ChunkedEncoder.end()) }
     }
 
+    /// Sends the interim `100 Continue` (RFC 9110, section 15.2.1) for a request with
+    /// `Expect: 100-continue` whose body the handler starts reading, unless a final answer
+    /// already went out.
+    func sendContinue() async throws {
+        let send = state.withLock { !$0.headSent }
+        if send { try await self.send(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8)) }
+    }
+
     /// Sends a head still held for the first body bytes (a handler that wrote none).
     func flush() async throws {
         let head = state.withLock { state in

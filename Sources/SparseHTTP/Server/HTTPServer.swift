@@ -4,14 +4,17 @@ import SparseCacheEngine
 import Synchronization
 
 /// A small HTTP/1.1 server: an accept loop, one task per connection reading request heads
-/// (``HTTPRequestParser``) and handing each to a handler with an ``HTTPResponseWriter``, and a
-/// watchdog that closes connections past their deadline.
+/// (``HTTPRequestParser``) and handing each to a handler with its ``HTTPRequestBody`` and an
+/// ``HTTPResponseWriter``, and a watchdog that closes connections past their deadline.
 ///
-/// Keep-alive and pipelining; no request bodies. A slow or hostile client cannot hold it: the
-/// first head must arrive whole within ``Options/headTimeout`` of the accept (a later one within
-/// that time of its first byte), a kept-alive connection with no request closes after
-/// ``Options/idleTimeout``, a client that stops taking bytes is dropped after
-/// ``Options/sendTimeout``. When ``Options/maximumConnections`` (or one address's
+/// Keep-alive and pipelining, with request bodies in both framings (read as the handler asks,
+/// at most ``Options/maximumBodySize``; what the handler leaves unread is drained, up to
+/// ``Options/bodyDrainLimit``, or the connection closes). A slow or hostile client cannot hold
+/// it: the first head must arrive whole within ``Options/headTimeout`` of the accept (a later
+/// one within that time of its first byte), a kept-alive connection with no request closes
+/// after ``Options/idleTimeout``, a client that stops taking bytes is dropped after
+/// ``Options/sendTimeout``, a body must keep up with ``Options/bodyTimeout`` and
+/// ``Options/bodyMinimumRate``. When ``Options/maximumConnections`` (or one address's
 /// ``Options/maximumConnectionsPerAddress``) are open, a newcomer takes the slot of the
 /// connection that has waited longest without a request (``ConnectionSlots``); only when every
 /// slot is busy with a request is it answered 503.
@@ -32,11 +35,25 @@ public final class HTTPServer: Sendable {
         /// A client that takes no response bytes for this long is dropped.
         public var sendTimeout: Duration = .seconds(60)
         public var parserLimits = HTTPRequestParser.Limits()
+        /// The largest request body taken: a longer announced one is answered 413 at once, a
+        /// chunked one fails with 413 when it gets there.
+        public var maximumBodySize: Int64 = 64 << 20
+        /// A request body must arrive within this time of its first read, plus a second for
+        /// every ``bodyMinimumRate`` bytes (Apache's `mod_reqtimeout body=20,MinRate=500`).
+        public var bodyTimeout: Duration = .seconds(20)
+        public var bodyMinimumRate: Int64 = 500
+        /// What the server reads and drops of a body the handler left unread, to keep the
+        /// connection; a longer rest closes it instead.
+        public var bodyDrainLimit: Int64 = 1 << 20
 
         public init() {}
     }
 
-    public typealias Handler = @Sendable (_ request: HTTPRequestHead, _ response: HTTPResponseWriter) async throws -> Void
+    /// Answers one request. `body` is the request's body, read as the handler asks (empty for
+    /// a request without one).
+    public typealias Handler = @Sendable (
+        _ request: HTTPRequestHead, _ body: HTTPRequestBody, _ response: HTTPResponseWriter
+    ) async throws -> Void
 
     /// The port the server listens on.
     public let port: Int
@@ -236,17 +253,32 @@ public final class HTTPServer: Sendable {
                 logRequest(writer, client: client, started: started, time: wallClock)
                 await lingeringClose(client)
                 return
-            case .request(let request, let consumed):
+            case .request(let request, let consumed, let framing):
                 buffer.removeFirst(consumed)
                 let closing = registry.withLock { $0.shuttingDown }
-                let writer = makeWriter(request, client: client, closes: closing)
+                let refusal = bodyRefusal(request, framing)
+                let writer = makeWriter(request, client: client, closes: closing || refusal != nil)
+                if let (status, reason) = refusal {
+                    // The body is not read: the connection closes after the answer.
+                    try? await writer.respond(status: status, message: reason)
+                    logRequest(writer, client: client, started: started, time: wallClock)
+                    await lingeringClose(client)
+                    return
+                }
+                let body = makeBody(request, framing: framing, buffered: buffer, writer: writer)
+                buffer = []
                 do {
-                    try await handler(request, writer)
+                    try await handler(request, body, writer)
                     if !writer.headSent { try? await writer.respond(status: 500, message: "internal error: the handler sent no response") }
                     try await writer.flush()
                 } catch {
                     if !writer.headSent {
-                        try? await writer.respond(status: 500, message: "internal error: \(error)")
+                        // A body that failed answers for itself (413, 400, 408).
+                        if let failure = body.failure {
+                            try? await writer.respond(status: failure.status, message: failure.reason)
+                        } else {
+                            try? await writer.respond(status: 500, message: "internal error: \(error)")
+                        }
                     } else {
                         writer.setNote("stopped: \(error)")
                     }
@@ -255,10 +287,15 @@ public final class HTTPServer: Sendable {
                 // A response cut short ends the connection at once: the client must not take
                 // what follows for a complete body.
                 if !writer.isComplete { return }
-                if writer.closesConnection || registry.withLock({ $0.shuttingDown }) {
+                // The next request starts after this one's body: what the handler left of it
+                // is read and dropped, or the connection closes.
+                guard !writer.closesConnection, !registry.withLock({ $0.shuttingDown }),
+                    let rest = await body.finish(drainLimit: options.bodyDrainLimit)
+                else {
                     await lingeringClose(client)
                     return
                 }
+                buffer = rest
             }
         }
     }
@@ -268,6 +305,31 @@ public final class HTTPServer: Sendable {
     private func setWaiting(_ client: Client, _ waiting: Bool) -> Bool {
         let now = waiting ? DispatchTime.now().uptimeNanoseconds : nil
         return registry.withLock { $0.slots.setWaiting(client.id, since: now) }
+    }
+
+    /// Why a request's body is refused before the handler sees it: an announced length past
+    /// ``Options/maximumBodySize`` (413), an `Expect` other than `100-continue` (417, RFC 9110,
+    /// section 10.1.1).
+    private func bodyRefusal(_ request: HTTPRequestHead, _ framing: HTTPBodyFraming) -> (Int, String)? {
+        if case .length(let length) = framing, length > options.maximumBodySize {
+            return (413, "request body of \(length) bytes is larger than the limit of \(options.maximumBodySize) bytes")
+        }
+        let expectations = request.headers.listElements("expect").map { $0.lowercased() }
+        if request.minorVersion >= 1, expectations.contains(where: { $0 != "100-continue" }) {
+            return (417, "expectation not supported: only 100-continue")
+        }
+        return nil
+    }
+
+    private func makeBody(_ request: HTTPRequestHead, framing: HTTPBodyFraming, buffered: [UInt8], writer: HTTPResponseWriter)
+        -> HTTPRequestBody
+    {
+        // HTTP/1.0 clients never wait for a 100 (RFC 9110, section 10.1.1).
+        let expects = request.minorVersion >= 1 && request.headers.listElements("expect").contains { $0.lowercased() == "100-continue" }
+        return HTTPRequestBody(
+            framing: framing, buffered: buffered, connection: writer.connection, maximum: options.maximumBodySize,
+            deadline: .init(timeout: options.bodyTimeout, rate: options.bodyMinimumRate), expectsContinue: expects,
+            sendContinue: { try await writer.sendContinue() })
     }
 
     /// Ends our side and reads (and drops) what the client still sends until it closes, for at
