@@ -100,8 +100,14 @@ public struct CachePolicy: Sendable, Equatable {
         guard Self.heuristicallyCacheable.contains(response.status) || directives.contains("public"),
             let lastModified = response.headers["last-modified"].flatMap(HTTPDate.parse), lastModified <= dateValue
         else { return 0 }
-        return min((dateValue - lastModified) / 10, Self.heuristicCap)
+        return min((dateValue - lastModified) / 10, min(heuristicLimit ?? Self.heuristicCap, Self.heuristicCap))
     }
+
+    /// A lower cap on heuristic freshness than ``heuristicCap``, set by a caller that knows
+    /// more about the body than its header fields say: a live HLS playlist is fresh for at
+    /// most half its target duration (CachingProxy+Playlists). Explicit freshness is not
+    /// affected.
+    public var heuristicLimit: Int64?
 
     /// The longest heuristic lifetime (a day, as Traffic Server's default).
     public static let heuristicCap: Int64 = 86_400

@@ -30,10 +30,13 @@ public final class CachingProxy: Sendable {
     private let sources = Mutex(SourceTable())
     /// Revalidations in flight, by cache key: concurrent clients of one stale response share one.
     let revalidations = RevalidationTable()
+    /// Playlists and segment prefetch (CachingProxy+Playlists, docs/STREAMING.md).
+    let streaming: StreamingState
 
-    public init(cache: ProgressiveCache, origin: URL? = nil) {
+    public init(cache: ProgressiveCache, origin: URL? = nil, streaming: StreamingOptions = StreamingOptions()) {
         self.cache = cache
         self.origin = origin
+        self.streaming = StreamingState(options: streaming)
     }
 
     /// The ``HTTPServer`` handler.
@@ -85,6 +88,8 @@ public final class CachingProxy: Sendable {
         let now: Int64
         let forwarding: HTTPRangeSource.Forwarding
         var status = CacheStatus()
+        /// The stored playlist, once read (its freshness and its rewriting share one read).
+        var playlist: StoredPlaylist?
 
         init(
             request: HTTPRequestHead, response: HTTPResponseWriter, base: HTTPRangeSource, target: String, now: Int64,
@@ -177,7 +182,7 @@ public final class CachingProxy: Sendable {
     /// A stored response for this request: fresh, allowed stale, or revalidated first.
     private func answerStored(_ reader: CacheReader, source: ProxiedSource, _ exchange: Exchange) async throws {
         guard let head = reader.info.stored else { return }
-        let policy = head.policy(target: exchange.target)
+        let policy = try await streamingPolicy(head.policy(target: exchange.target), reader, head: head, exchange)
         switch policy.use(for: exchange.request, now: exchange.now) {
         case .fresh(let age), .staleAllowed(let age):
             exchange.status.hit = true
@@ -212,6 +217,7 @@ public final class CachingProxy: Sendable {
     /// Sends a stored response (or the part of it the request asks for): its stored fields with
     /// `Age`, `Via` and `Cache-Status`, after the client's conditionals.
     func send(_ reader: CacheReader, head: StoredHead, age: Int64, _ exchange: Exchange) async throws {
+        if try await sendPlaylist(reader, head: head, age: age, exchange) { return }
         let request = exchange.request, response = exchange.response
         let length = reader.length
         var stored = head.headers
@@ -349,6 +355,7 @@ public final class CachingProxy: Sendable {
             target = afterAuthority.hasPrefix("/") ? String(afterAuthority) : "/" + afterAuthority
         }
         if let origin {
+            if let referenced = referencedURL(target) { return .success(referenced) }
             var base = origin.absoluteString
             while base.hasSuffix("/") { base.removeLast() }
             guard target.hasPrefix("/"), let url = URL(string: base + target) else {
@@ -371,7 +378,7 @@ public final class CachingProxy: Sendable {
     }
 
     /// One source per URL, kept for the next request (each holds a URLSession).
-    private func source(for url: URL) throws -> HTTPRangeSource {
+    func source(for url: URL) throws -> HTTPRangeSource {
         if let known = sources.withLock({ $0.sources[url.absoluteString] }) { return known }
         let made = try HTTPRangeSource(url: url)
         return sources.withLock { $0.insert(made) }
