@@ -9,7 +9,7 @@ import Glibc
 /// `sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE] [--origin URL] ...`
 enum ServeCommand: Command {
     static let name = "serve"
-    static let spec = ArgumentSpec(options: ["--cache-dir", "--listen", "--max-size", "--origin", "--max-connections"], flags: ["--quiet"])
+    static let spec = ArgumentSpec(options: ["--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--prefetch"], flags: ["--quiet"])
     static let help = """
         OVERVIEW: Serve cached resources over HTTP, filling the cache from their origin.
 
@@ -19,7 +19,8 @@ enum ServeCommand: Command {
         play of the same bytes needs no origin.
 
         USAGE: sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE]
-                                 [--origin URL] [--max-connections N] [--quiet]
+                                 [--origin URL] [--max-connections N] [--prefetch N]
+                                 [--quiet]
 
         Requests:
           with --origin http://host:port   GET /path is the origin's /path (reverse proxy)
@@ -33,6 +34,13 @@ enum ServeCommand: Command {
         whole resource (200) for a request of several ranges. Content-Type, ETag and
         Last-Modified are the origin's; an origin 404 is a 404, an unreachable origin 502.
 
+        Streaming: HLS playlists (.m3u8) and DASH manifests (.mpd) are stored as the origin
+        sent them and served rewritten, so every segment, key and variant URL in them goes
+        through the cache, in both modes (docs/STREAMING.md). A live playlist without
+        freshness information is reused for at most half its target duration. After a media
+        playlist or a segment is served, the next segments are prefetched (--prefetch); a
+        request a player waits on goes before prefetch at the per-origin connection limit.
+
         OPTIONS:
           --cache-dir DIR        The cache directory (default: $XDG_CACHE_HOME/sparsecache, or
                                  ~/.cache/sparsecache)
@@ -44,6 +52,7 @@ enum ServeCommand: Command {
                                  are evicted beyond it (default: no limit)
           --origin URL           Reverse-proxy mode: the http(s) origin every path is fetched from
           --max-connections N    Connections served at once; more are answered 503 (default 256)
+          --prefetch N           HLS segments fetched ahead of each player (default 3; 0: off)
           --quiet                No request log
           -h, --help             Show this help
 
@@ -67,6 +76,13 @@ enum ServeCommand: Command {
         let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
         let budget = try arguments.size("--max-size") ?? .max
         let quiet = arguments.has("--quiet")
+        var streaming = StreamingOptions()
+        if let text = arguments.options["--prefetch"] {
+            guard let count = Int(text), (0...100).contains(count) else {
+                throw UsageError("invalid --prefetch '\(text)': use a number of segments from 0 (off) to 100")
+            }
+            streaming.prefetchSegments = count
+        }
 
         // Before anything is in flight: a signal from here on shuts down gracefully.
         try ShutdownSignals.install()
@@ -77,7 +93,7 @@ enum ServeCommand: Command {
         storeOptions.log = { line in RequestLog.problem(line) }
         let store = try await SparseStore.open(directory: directory, options: storeOptions)
         let cache = ProgressiveCache(store: store)
-        let proxy = CachingProxy(cache: cache, origin: origin)
+        let proxy = CachingProxy(cache: cache, origin: origin, streaming: streaming)
         let log: @Sendable (HTTPLogEntry) -> Void = { entry in
             if !quiet { RequestLog.write(entry) }
         }
@@ -107,6 +123,7 @@ enum ServeCommand: Command {
             if let second = try? await ShutdownSignals.next() { exit(128 + second) }
         }
         await server.shutdown(grace: .seconds(2))
+        await proxy.shutdown()
         await cache.shutdown()
         let statistics = cache.statistics
         let failures = await store.housekeepingFailures

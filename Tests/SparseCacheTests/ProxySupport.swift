@@ -19,13 +19,18 @@ final class ProxyFixture: Sendable {
     let store: SparseStore
     let cache: ProgressiveCache
     let server: HTTPServer
+    let proxy: CachingProxy
     let log = LogCollector()
 
-    init(origin: URL?, options: HTTPServer.Options = ProxyFixture.defaultOptions, budget: Int64 = .max) async throws {
+    init(
+        origin: URL?, options: HTTPServer.Options = ProxyFixture.defaultOptions, budget: Int64 = .max,
+        streaming: StreamingOptions = StreamingOptions()
+    ) async throws {
         directory = try TemporaryDirectory("proxy")
         store = try await SparseStore.open(directory: directory.file("cache"), options: StoreOptions(budget: budget))
         cache = ProgressiveCache(store: store, options: .testing)
-        let proxy = CachingProxy(cache: cache, origin: origin)
+        let proxy = CachingProxy(cache: cache, origin: origin, streaming: streaming)
+        self.proxy = proxy
         let log = self.log
         server = try HTTPServer.start(options: options, log: { log.append($0) }) { request, response in
             try await proxy.handle(request, response)
@@ -42,6 +47,7 @@ final class ProxyFixture: Sendable {
 
     func stop() async {
         await server.shutdown(grace: .seconds(1))
+        await proxy.shutdown()
         await cache.shutdown()
         try? await store.close()
         directory.remove()

@@ -102,6 +102,9 @@ public actor ConnectionLimiter {
         waiters.remove(at: index).continuation.resume(throwing: CancellationError())
     }
 
+    /// Waiters right now (for tests).
+    public var queued: Int { waiters.count }
+
     /// Holders right now (for tests).
     public var inUse: Int { holders }
 }
