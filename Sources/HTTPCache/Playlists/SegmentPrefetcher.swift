@@ -99,8 +99,14 @@ final class SegmentPrefetcher: Sendable {
                 // keep; re-find the player's place by the segment it last asked for.
                 return []
             }
-            // A new session, or a switch to this variant: start where a player starts.
-            let closing = state.sessions[sessionKey].map(Self.end) ?? []
+            if let switched = state.sessions.removeValue(forKey: sessionKey) {
+                // A switch to this variant: the old one's fetches stop, and the new session
+                // starts at the first segment the player asks for here (a player switches
+                // mid-stream, not at the start).
+                return Self.end(switched)
+            }
+            // A new session: start where a player starts.
+            let closing: [CacheReader] = []
             let start = hls.ended ? 0 : max(0, hls.segments.count - 3)
             state.nextID += 1
             state.sessions[sessionKey] = Session(
