@@ -149,4 +149,122 @@ struct StreamingTests {
             await proxy.stop()
         }
     }
+
+    /// A live playlist of `segments` 1-second segments, as a packager writes it.
+    static func livePlaylist(_ segments: Int, ended: Bool) -> String {
+        var text = "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXT-X-MEDIA-SEQUENCE:0\n"
+        for index in 0..<segments { text += "#EXTINF:1.000000,\nseg\(index).ts\n" }
+        return text + (ended ? "#EXT-X-ENDLIST\n" : "")
+    }
+
+    @Test(
+        "Live HLS: a playlist that grows while ffmpeg plays it through the proxy plays through; the player gets segments that did not exist when it started",
+        arguments: ["heuristic", "max-age"])
+    func live(freshness: String) async throws {
+        let staging = try TemporaryDirectory("live-staging")
+        defer { staging.remove() }
+        let count = 8
+        try await Self.hls(staging.path, fmp4: false, seconds: count, live: true)
+        let files = try TemporaryDirectory("live-origin")
+        defer { files.remove() }
+        try FileManager.default.createDirectory(atPath: files.file("live"), withIntermediateDirectories: true)
+        // "heuristic": no freshness information, and a Last-Modified an hour old (a packager
+        // that copies files keeps their times): 10% of the age would be 6 minutes of a
+        // playlist that never changes. "max-age": the origin says 1 second.
+        let locations = freshness == "max-age" ? #"location ~ \.m3u8$ { add_header Cache-Control "max-age=1"; }"# : ""
+        let origin = try await OriginServer.nginx(root: files.path, locations: locations)
+        defer { origin.stop() }
+        @Sendable func publish(_ segments: Int, ended: Bool) throws {
+            for index in 0..<segments where !FileManager.default.fileExists(atPath: files.file("live/seg\(index).ts")) {
+                try FileManager.default.copyItem(atPath: staging.file("seg\(index).ts"), toPath: files.file("live/seg\(index).ts"))
+            }
+            try Self.livePlaylist(segments, ended: ended).write(toFile: files.file("live/index.m3u8"), atomically: true, encoding: .utf8)
+            try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSinceNow: -3600)], ofItemAtPath: files.file("live/index.m3u8"))
+        }
+        try publish(3, ended: false)
+        let proxy = try await ProxyFixture(origin: origin.baseURL)
+        let player = Task { try await Self.play(proxy.baseURL + "/live/index.m3u8", seconds: 60) }
+        // The packager: one more segment a second, then the end.
+        while !origin.requests().contains(where: { $0.path == "/live/seg0.ts" }) {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        for segments in 4...count {
+            try await Task.sleep(for: .seconds(1))
+            try publish(segments, ended: segments == count)
+        }
+        let played = try await player.value
+        #expect(played.status == 0, "the player stalled or failed (124: killed at its deadline): \(played.errorText)")
+        #expect(Self.frames(played).count == count * 25, "every segment played: \(Self.frames(played).count) frames")
+        #expect(origin.requests().contains { $0.path == "/live/seg\(count - 1).ts" }, "the last segment came through the proxy")
+        #expect(origin.requests().filter { $0.path == "/live/index.m3u8" }.count >= count - 3, "the playlist was fetched as it changed")
+        await proxy.stop()
+    }
+
+    /// Waits up to 30 s for `condition`.
+    static func eventually(_ condition: () -> Bool) async throws -> Bool {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            if condition() { return true }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return condition()
+    }
+
+    @Test("Prefetch: the next N segments after a media playlist and after each segment; a variant switch stops the old variant's; nothing past the window")
+    func prefetch() async throws {
+        let staging = try TemporaryDirectory("prefetch-staging")
+        defer { staging.remove() }
+        try await Self.hls(staging.path, fmp4: false, seconds: 8)
+        let files = try TemporaryDirectory("prefetch-origin")
+        defer { files.remove() }
+        for variant in ["low", "high"] { try FileManager.default.copyItem(atPath: staging.path, toPath: files.file(variant)) }
+        try "#EXTM3U\n#EXT-X-STREAM-INF:BANDWIDTH=400000\nlow/index.m3u8\n#EXT-X-STREAM-INF:BANDWIDTH=800000\nhigh/index.m3u8\n"
+            .write(toFile: files.file("master.m3u8"), atomically: true, encoding: .utf8)
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        var streaming = StreamingOptions()
+        streaming.prefetchSegments = 2
+        let proxy = try await ProxyFixture(origin: origin.baseURL, streaming: streaming)
+        func fetched(_ path: String) -> Bool { origin.requests().contains { $0.path == path } }
+        func settle() async throws -> Int {
+            // Nothing in flight: the origin's log stops growing.
+            var last = -1
+            while origin.requests().count != last {
+                last = origin.requests().count
+                try await Task.sleep(for: .milliseconds(700))
+            }
+            return last
+        }
+
+        let master = try await Curl.run(proxy.baseURL + "/master.m3u8")
+        #expect(master.status == 200 && master.text.contains("/low/index.m3u8"), "\(master)")
+        let low = try await Curl.run(proxy.baseURL + "/low/index.m3u8")
+        #expect(low.status == 200 && low.text.contains("/low/seg0.ts"))
+        #expect(try await Self.eventually { fetched("/low/seg0.ts") && fetched("/low/seg1.ts") }, "the first two segments are prefetched")
+        _ = try await settle()
+        #expect(!fetched("/low/seg2.ts"), "no more than two ahead")
+        #expect(proxy.proxy.streaming.prefetcher.pinnedSegments.values.first == [0, 1], "prefetched segments are pinned")
+
+        let first = try await Curl.run(proxy.baseURL + "/low/seg0.ts")
+        #expect(first.status == 200 && first.body.count > 0)
+        // Only revalidated (nginx's fresh Last-Modified gives no heuristic lifetime), not fetched again.
+        #expect(origin.requests().filter { $0.path == "/low/seg0.ts" && $0.status != 304 }.count == 1, "the player's segment was in the cache")
+        #expect(try await Self.eventually { fetched("/low/seg2.ts") }, "the window moves with the player")
+        _ = try await settle()
+        #expect(!fetched("/low/seg3.ts"))
+        #expect(proxy.proxy.streaming.prefetcher.pinnedSegments.values.first == [1, 2], "the segment the player has is unpinned")
+
+        // The player switches to the other variant at segment 3.
+        _ = try await Curl.run(proxy.baseURL + "/high/index.m3u8")
+        let switched = try await Curl.run(proxy.baseURL + "/high/seg3.ts")
+        #expect(switched.status == 200)
+        #expect(try await Self.eventually { fetched("/high/seg4.ts") && fetched("/high/seg5.ts") })
+        let quiet = try await settle()
+        #expect(!fetched("/low/seg3.ts") && !fetched("/high/seg0.ts") && !fetched("/high/seg6.ts"), "\(origin.requests().map(\.path))")
+        #expect(proxy.proxy.streaming.prefetcher.pinnedSegments.values.sorted { $0.count < $1.count } == [[4, 5]], "the old variant's pins are gone")
+        // The player stops: nothing more is fetched.
+        try await Task.sleep(for: .seconds(1))
+        #expect(origin.requests().count == quiet)
+        await proxy.stop()
+    }
 }
