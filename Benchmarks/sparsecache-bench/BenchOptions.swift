@@ -29,7 +29,7 @@ struct BenchOptions: Sendable {
           --json PATH     Write every result as JSON to PATH
           --dir PATH      Parent of the scratch directory (default /var/tmp; never a tmpfs
                           unless you ask for one). The scratch directory is removed at the end.
-          --only N,...    Run only these scenarios (1-10)
+          --only N,...    Run only these scenarios (1-11)
           --reps N        Override the repetition count (at least 1)
           --keep          Keep the scratch directory
           -h, --help      Show this help
@@ -42,6 +42,7 @@ struct BenchOptions: Sendable {
                                            8  fault-injection hooks: cost when off
                                            9  fill-through from nginx vs curl; time to first byte
                                           10  local proxy vs nginx: cached throughput, request rate, first byte
+                                          11  seek while prefetch fills the per-origin limit vs no prefetch
         """
 
     struct UsageError: Error, CustomStringConvertible {
@@ -74,8 +75,8 @@ struct BenchOptions: Sendable {
                 options.repetitionsOverride = count
             case "--only":
                 let numbers = try value(argument).split(separator: ",").map { Int($0) }
-                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...10).contains($0) } ?? false }) else {
-                    throw UsageError(description: "--only takes scenario numbers from 1 to 10, e.g. --only 1,3")
+                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...11).contains($0) } ?? false }) else {
+                    throw UsageError(description: "--only takes scenario numbers from 1 to 11, e.g. --only 1,3")
                 }
                 options.only = Set(numbers.compactMap { $0 })
             default:

@@ -15,10 +15,12 @@ struct BenchOrigin {
 
     /// Writes `length` bytes of seeded data to `root/name` and starts nginx on it (its
     /// configuration and logs under `work`).
-    static func start(root: String, work: String, resource name: String, length: Int64, seed: UInt64) async throws -> BenchOrigin {
+    static func start(
+        root: String, work: String, resource name: String, length: Int64, seed: UInt64, locations: String = "expires 1h;"
+    ) async throws -> BenchOrigin {
         try writeResource(root + "/" + name, length: length, seed: seed)
         let port = try Loopback.freePort()
-        let process = try NginxServer.process(root: root, work: work, port: port, accessLog: nil, locations: "expires 1h;")
+        let process = try NginxServer.process(root: root, work: work, port: port, accessLog: nil, locations: locations)
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice

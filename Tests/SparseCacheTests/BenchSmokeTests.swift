@@ -26,7 +26,7 @@ struct BenchSmokeTests {
         #expect(report["mode"] as? String == "smoke")
         let measurements = try #require(report["measurements"] as? [[String: Any]])
         let scenarios = Set(measurements.compactMap { $0["scenario"] as? Int })
-        #expect(scenarios == Set(1...10), "scenarios measured: \(scenarios.sorted())")
+        #expect(scenarios == Set(1...11), "scenarios measured: \(scenarios.sorted())")
         for measurement in measurements {
             let samples = measurement["samples"] as? [Double] ?? []
             #expect(!samples.isEmpty && samples.allSatisfy { $0.isFinite && $0 >= 0 }, "\(measurement)")
@@ -35,7 +35,7 @@ struct BenchSmokeTests {
         let leftovers = try FileManager.default.contentsOfDirectory(atPath: scratch.path).filter { $0 != "report.json" }
         #expect(leftovers.isEmpty, "left behind: \(leftovers)")
 
-        let usage = try await CLI.run(binary: binary, ["--only", "11"])
-        #expect(usage.status == 64 && usage.err.contains("1 to 10"), "\(usage)")
+        let usage = try await CLI.run(binary: binary, ["--only", "12"])
+        #expect(usage.status == 64 && usage.err.contains("1 to 11"), "\(usage)")
     }
 }
