@@ -55,8 +55,8 @@ extension CachingProxy {
 
     /// The freshness rule for live HLS: a media playlist without `EXT-X-ENDLIST` whose
     /// response carries no freshness information is fresh for at most half its target
-    /// duration (RFC 8216, section 6.2.2 has clients reload it no sooner than that; a cache
-    /// that held it longer would hide new segments). Explicit `max-age`, `s-maxage` or
+    /// duration (RFC 8216, section 6.3.4: a client that finds it unchanged retries after half
+    /// the target duration; a cache that held it longer would hide new segments). Explicit `max-age`, `s-maxage` or
     /// `Expires` decide as sent; the limit applies to the heuristic only.
     func streamingPolicy(_ policy: CachePolicy, _ reader: CacheReader, head: StoredHead, _ exchange: Exchange) async throws -> CachePolicy {
         guard Self.playlistKind(contentType: head.headers["content-type"], path: exchange.target) == .hls,
