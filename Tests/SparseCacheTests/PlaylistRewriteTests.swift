@@ -64,6 +64,16 @@ struct PlaylistRewriteTests {
         #expect(!text.contains("\n\n") && text.hasSuffix("\r\n"), "line endings as they came: \(text)")
     }
 
+    @Test("Reverse mode: the origin's URL however written (default port, host case) becomes a path; its path prefix is kept out")
+    func reverseOriginForms() {
+        let plain = ProxyReferences(origin: URL(string: "http://Origin.test/base")!)
+        let base = URL(string: "http://origin.test/base/hls/index.m3u8")!
+        #expect(plain.reference(for: "http://origin.test:80/base/hls/a.ts?x=1", base: base) == "/hls/a.ts?x=1")
+        #expect(plain.reference(for: "b.ts", base: base) == "/hls/b.ts")
+        #expect(plain.reference(for: "/other/c.ts", base: base) == "/c.ts?url=http%3A%2F%2Forigin.test%2Fother%2Fc.ts", "outside the origin's path")
+        #expect(plain.reference(for: "data:text/plain,abc", base: base) == nil)
+    }
+
     @Test("HLS in URL mode: every URL, relative or absolute, becomes /<name>?url=<absolute URL>")
     func hlsURLMode() throws {
         let playlist = try #require(HLSPlaylist(Array(Self.media.utf8), url: URL(string: "http://origin.test:8000/live/index.m3u8")!))

@@ -31,13 +31,15 @@ struct ProxyReferences: Sendable {
     func reference(for absolute: URL) -> String {
         var text = absolute.absoluteString
         if let fragment = text.firstIndex(of: "#") { text = String(text[..<fragment]) }
-        if let origin {
-            var base = origin.absoluteString
-            while base.hasSuffix("/") { base.removeLast() }
-            if text.count > base.count, text.lowercased().hasPrefix(base.lowercased()) {
-                let rest = text.dropFirst(base.count)
-                if rest.hasPrefix("/") { return String(rest) }
-                if rest.hasPrefix("?") { return "/" + rest }
+        if let origin, Self.originName(absolute) == Self.originName(origin), absolute.user == nil,
+            let components = URLComponents(url: absolute, resolvingAgainstBaseURL: true)
+        {
+            var prefix = URLComponents(url: origin, resolvingAgainstBaseURL: true)?.percentEncodedPath ?? ""
+            while prefix.hasSuffix("/") { prefix.removeLast() }
+            let path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
+            if path.hasPrefix(prefix + "/") {
+                let rest = String(path.dropFirst(prefix.count))
+                return rest + (components.percentEncodedQuery.map { "?" + $0 } ?? "")
             }
         }
         let name = absolute.lastPathComponent.isEmpty || absolute.lastPathComponent == "/" ? "resource" : absolute.lastPathComponent
@@ -66,6 +68,13 @@ struct ProxyReferences: Sendable {
             rewritten = rewritten.replacingOccurrences(of: "zzsparsecache\(index)zz", with: identifier)
         }
         return rewritten
+    }
+
+    /// `scheme://host:port` of a URL, lowercased, with the scheme's default port filled in.
+    static func originName(_ url: URL) -> String {
+        let scheme = url.scheme?.lowercased() ?? ""
+        let port = url.port ?? (scheme == "https" ? 443 : 80)
+        return "\(scheme)://\((url.host ?? "").lowercased()):\(port)"
     }
 
     /// Percent-encodes everything but the unreserved characters (RFC 3986, section 2.3).

@@ -128,24 +128,24 @@ extension CachingProxy {
     /// proxy fetches `/<name>?url=...` only from those (it is not an open proxy).
     private func noteReferences(in playlist: StoredPlaylist) {
         guard let origin else { return }
-        let own = Self.originName(origin)
+        let own = ProxyReferences.originName(origin)
         var names = Set<String>()
         for url in (playlist.hls.map { $0.segments + $0.variants } ?? []) {
-            let name = Self.originName(url)
+            let name = ProxyReferences.originName(url)
             if name != own { names.insert(name) }
         }
         if let dash = playlist.dash {
             // Absolute URLs anywhere in the manifest.
             for word in dash.text.split(whereSeparator: { "\"'<> \n\t".contains($0) }) where word.hasPrefix("http") {
-                if let url = URL(string: String(word)), url.host != nil, Self.originName(url) != own { names.insert(Self.originName(url)) }
+                if let url = URL(string: String(word)), url.host != nil, ProxyReferences.originName(url) != own { names.insert(ProxyReferences.originName(url)) }
             }
         }
         if let hls = playlist.hls {
             for line in hls.text.split(whereSeparator: \.isNewline) where line.hasPrefix("#") {
                 if let value = HLSPlaylist.attribute("URI", in: String(line)), let url = URL(string: value), url.host != nil,
-                    Self.originName(url) != own
+                    ProxyReferences.originName(url) != own
                 {
-                    names.insert(Self.originName(url))
+                    names.insert(ProxyReferences.originName(url))
                 }
             }
         }
@@ -153,15 +153,8 @@ extension CachingProxy {
         streaming.referencedOrigins.withLock { $0.formUnion(names) }
     }
 
-    /// `scheme://host:port` of a URL, lowercased, with the scheme's default port filled in.
-    static func originName(_ url: URL) -> String {
-        let scheme = url.scheme?.lowercased() ?? ""
-        let port = url.port ?? (scheme == "https" ? 443 : 80)
-        return "\(scheme)://\((url.host ?? "").lowercased()):\(port)"
-    }
-
-    /// In reverse-proxy mode, `/<name>?url=<URL>` for a URL on another origin that a playlist
-    /// served by this proxy named (see ``noteReferences(in:)``); nil for every other target,
+    /// In reverse-proxy mode, `/<name>?url=<URL>` for a URL on the origin, or on another origin
+    /// that a playlist served by this proxy named (see ``noteReferences(in:)``); nil for every other target,
     /// which maps onto the origin as before.
     func referencedURL(_ target: String) -> URL? {
         guard target.contains("url="), let query = target.split(separator: "?", maxSplits: 1).dropFirst().first,
@@ -169,7 +162,9 @@ extension CachingProxy {
             let text = String(parameter.dropFirst(4)).removingPercentEncoding, let url = URL(string: text), url.host != nil,
             let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https"
         else { return nil }
-        let name = Self.originName(url)
+        let name = ProxyReferences.originName(url)
+        // The origin itself (a URL outside its path prefix) is no wider than reverse mode.
+        if let origin, name == ProxyReferences.originName(origin) { return url }
         return streaming.referencedOrigins.withLock { $0.contains(name) } ? url : nil
     }
 }
