@@ -267,4 +267,43 @@ struct StreamingTests {
         #expect(origin.requests().count == quiet)
         await proxy.stop()
     }
+
+    @Test("Priority: a player's request is not queued behind background prefetches holding every connection to the origin")
+    func waitedBeforePrefetch() async throws {
+        let files = try TemporaryDirectory("priority-origin")
+        defer { files.remove() }
+        let length = 8 << 20
+        let bytes = try originFile(files.path, "seek.bin", count: length, seed: 19)
+        try FileManager.default.createDirectory(atPath: files.file("slow"), withIntermediateDirectories: true)
+        let prefetches = HTTPRangeSource.connectionsPerOrigin
+        for index in 0..<prefetches { try FileManager.default.linkItem(atPath: files.file("seek.bin"), toPath: files.file("slow/p\(index).bin")) }
+        // 8 MiB at 128 KiB/s: each prefetch would hold its connection for a minute.
+        let origin = try await OriginServer.nginx(root: files.path, locations: "location /slow/ { limit_rate 128k; }")
+        defer { origin.stop() }
+        let proxy = try await ProxyFixture(origin: origin.baseURL)
+        let limiter = HTTPRangeSource.limiter(for: origin.baseURL)
+        var running: [Task<Void, Never>] = []
+        for index in 0..<prefetches {
+            let source = try HTTPRangeSource(url: origin.url("slow/p\(index).bin"))
+            let cache = proxy.cache
+            running.append(Task { await ConnectionLimiter.$priority.withValue(.background) { try? await cache.prefetch(source) } })
+        }
+        // Every place taken by a transfer under way (nginx logs a request only when it ends).
+        let deadline = ContinuousClock.now + .seconds(30)
+        while await limiter.inUse < prefetches, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(await limiter.inUse == prefetches, "the prefetches hold every connection")
+        // A seek into a resource the cache has never seen: first contact, then the range.
+        // Queued behind the prefetches it would wait about a minute (curl gives up at 30 s).
+        let middle = length / 2
+        let seek = try await Curl.run(proxy.baseURL + "/seek.bin", ["-r", "\(middle)-\(middle + 65535)"], timeout: 30)
+        #expect(seek.status == 206 && sameBytes(seek.body, bytes[middle..<(middle + 65536)]), "\(seek)")
+        // The prefetch that yielded ended its request and asks again: back to every place taken.
+        #expect(try await Self.eventually { origin.requests().contains { $0.path.hasPrefix("/slow/") } }, "a prefetch yielded its connection")
+        let back = ContinuousClock.now + .seconds(30)
+        while await limiter.inUse < prefetches, ContinuousClock.now < back { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(await limiter.inUse == prefetches, "the yielded prefetch resumed")
+        for task in running { task.cancel() }
+        for task in running { await task.value }
+        await proxy.stop()
+    }
 }

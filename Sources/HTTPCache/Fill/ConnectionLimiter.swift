@@ -75,6 +75,11 @@ public actor ConnectionLimiter {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
             if Task.isCancelled {
                 continuation.resume(throwing: CancellationError())
+            } else if holders < limit {
+                // A place came free between the look in `acquire` and this registration (a
+                // holder asked to yield released it meanwhile).
+                holders += 1
+                continuation.resume()
             } else {
                 waiters.append((id, priority, continuation))
             }
