@@ -76,7 +76,8 @@ final class SegmentPrefetcher: Sendable {
         let client = Self.client(exchange)
         let closing: [CacheReader] = state.withLock { state in
             let group = state.groups[key] ?? key
-            if let old = state.playlists[key] {
+            let old = state.playlists[key]
+            if let old {
                 for segment in old.segments where state.segments[segment.absoluteString]?.playlist == key {
                     state.segments[segment.absoluteString] = nil
                 }
@@ -94,9 +95,19 @@ final class SegmentPrefetcher: Sendable {
             state.playlists[key] = Playlist(segments: hls.segments, group: group)
             for (index, segment) in hls.segments.enumerated() { state.segments[segment.absoluteString] = (key, index) }
             let sessionKey = client + " " + group
-            if let session = state.sessions[sessionKey], session.playlist == key {
-                // A live reload: positions move with media sequence numbers, which the URLs
-                // keep; re-find the player's place by the segment it last asked for.
+            if var session = state.sessions[sessionKey], session.playlist == key {
+                // A live reload: the window may have slid (segments dropped from the top), so
+                // indexes move; the player's place is found again by the URL of the segment
+                // it last asked for, and the pins move with it.
+                if let old, old.segments.indices.contains(session.position),
+                    let moved = hls.segments.firstIndex(of: old.segments[session.position])
+                {
+                    let shift = moved - session.position
+                    session.position = moved
+                    session.next += shift
+                    session.pins = Dictionary(uniqueKeysWithValues: session.pins.map { ($0.key + shift, $0.value) })
+                    state.sessions[sessionKey] = session
+                }
                 return []
             }
             if let switched = state.sessions.removeValue(forKey: sessionKey) {
