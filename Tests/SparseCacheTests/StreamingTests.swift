@@ -306,4 +306,37 @@ struct StreamingTests {
         for task in running { await task.value }
         await proxy.stop()
     }
+
+    @Test("Reverse mode, segments on another origin: played through the proxy; ?url= is honoured only for origins a playlist named")
+    func reverseOtherOrigin() async throws {
+        let segments = try TemporaryDirectory("hls-cdn")
+        defer { segments.remove() }
+        try await Self.hls(segments.file("ts"), fmp4: false)
+        let cdn = try await OriginServer.nginx(root: segments.path)
+        defer { cdn.stop() }
+        let playlists = try TemporaryDirectory("hls-playlists")
+        defer { playlists.remove() }
+        try FileManager.default.createDirectory(atPath: playlists.file("ts"), withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: segments.file("ts/index.m3u8"), toPath: playlists.file("ts/index.m3u8"))
+        try Self.absolutePlaylist(root: playlists.path, "/ts/index.m3u8", as: "/ts/index.m3u8", origin: cdn)
+        let origin = try await OriginServer.nginx(root: playlists.path)
+        defer { origin.stop() }
+        let proxy = try await ProxyFixture(origin: origin.baseURL)
+        let direct = try await Self.play(cdn.baseURL.absoluteString + "/ts/index.m3u8")
+        let before = Self.segmentRequests(cdn)
+        // Before any playlist named it, the other origin is not reachable through the proxy:
+        // the target maps onto the origin (which has no such file).
+        let early = try await Curl.run(proxy.baseURL + "/seg0.ts?url=" + ProxyReferences.encode(cdn.url("ts/seg0.ts").absoluteString))
+        #expect(early.status == 404, "\(early)")
+        #expect(Self.segmentRequests(cdn) == before)
+        let played = try await Self.play(proxy.baseURL + "/ts/index.m3u8")
+        #expect(played.status == 0 && Self.frames(played) == Self.frames(direct) && !Self.frames(direct).isEmpty, "\(played.errorText)")
+        #expect(Self.segmentRequests(cdn) > before, "the segments came from the other origin")
+        let throughProxy = proxy.log.all.filter { $0.target.hasPrefix("/seg") && $0.target.contains("?url=") && $0.status < 300 }
+        #expect(throughProxy.count >= 4, "the player asked the proxy for every segment: \(proxy.log.all.map(\.target))")
+        let cached = Self.segmentFetches(cdn)
+        let again = try await Self.play(proxy.baseURL + "/ts/index.m3u8")
+        #expect(again.status == 0 && Self.segmentFetches(cdn) == cached, "the second play is served from the cache")
+        await proxy.stop()
+    }
 }
