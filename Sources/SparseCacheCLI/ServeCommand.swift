@@ -9,7 +9,12 @@ import Glibc
 /// `sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE] [--origin URL] ...`
 enum ServeCommand: Command {
     static let name = "serve"
-    static let spec = ArgumentSpec(options: ["--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--prefetch"], flags: ["--quiet"])
+    static let spec = ArgumentSpec(
+        options: [
+            "--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--admin-listen", "--log-format", "--access-log",
+            "--prefetch",
+        ],
+        flags: ["--quiet"])
     static let help = """
         OVERVIEW: Serve cached resources over HTTP, filling the cache from their origin.
 
@@ -19,8 +24,9 @@ enum ServeCommand: Command {
         play of the same bytes needs no origin.
 
         USAGE: sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE]
-                                 [--origin URL] [--max-connections N] [--prefetch N]
-                                 [--quiet]
+                                 [--origin URL] [--max-connections N] [--quiet]
+                                 [--admin-listen ADDR:PORT|off] [--log-format text|json]
+                                 [--access-log FILE] [--prefetch N]
 
         Requests:
           with --origin http://host:port   GET /path is the origin's /path (reverse proxy)
@@ -54,12 +60,24 @@ enum ServeCommand: Command {
           --max-connections N    Connections served at once; more are answered 503 (default 256)
           --prefetch N           HLS segments fetched ahead of each player (default 3; 0: off)
           --quiet                No request log
+          --admin-listen ADDR:PORT
+                                 The admin listener: GET /metrics (Prometheus), GET /status
+                                 (JSON), POST /purge?key=URL, /budget?bytes=N,
+                                 /prefetch?url=URL (default 127.0.0.1 on a free port, written
+                                 to DIR/serve.admin for 'sparsecache stats'; 'off' for none).
+                                 No authentication: keep it on loopback or a private network.
+          --log-format FORMAT    text (default) or json: one JSON object per line with a
+                                 request id, the time, and the cache outcome
+          --access-log FILE      The request log goes to FILE (appended) instead of stdout;
+                                 SIGHUP reopens it (after logrotate moved it)
           -h, --help             Show this help
 
         One line per request goes to stdout: client, method, target, range, status, body bytes,
-        bytes from the cache (hit) and from the origin (miss), duration. SIGINT or SIGTERM
+        bytes from the cache (hit) and from the origin (miss), duration, and what the cache made
+        of it (hit, stale, revalidated, miss, pass, error). Credentials in URLs are hidden. SIGINT or SIGTERM
         stops accepting, lets responses in progress finish for 2 seconds, stops the fetches,
-        commits what they received and exits 0; a second signal exits at once.
+        commits what they received and exits 0; a second signal exits at once. SIGHUP reopens
+        the access log. (Settings change live through the admin listener: /budget.)
 
         EXIT STATUS: 0 after a signal, 64 usage error, 74 cannot listen or I/O error,
                      75 the cache directory is used by another process.
@@ -67,7 +85,7 @@ enum ServeCommand: Command {
 
     static func run(_ arguments: ParsedArguments) async throws -> Int32 {
         var options = HTTPServer.Options()
-        (options.host, options.port) = try parseListen(arguments.options["--listen"] ?? "127.0.0.1:8080")
+        (options.host, options.port) = try parseListen(arguments.options["--listen"] ?? "127.0.0.1:8080", option: "--listen")
         if let text = arguments.options["--max-connections"] {
             guard let count = Int(text), count > 0 else { throw UsageError("invalid --max-connections '\(text)': use a positive number") }
             options.maximumConnections = count
@@ -83,9 +101,18 @@ enum ServeCommand: Command {
             }
             streaming.prefetchSegments = count
         }
+        let adminListen = arguments.options["--admin-listen"] ?? "127.0.0.1:0"
+        let admin = adminListen == "off" ? nil : try parseListen(adminListen, option: "--admin-listen")
+        let json: Bool
+        switch arguments.options["--log-format"] ?? "text" {
+        case "text": json = false
+        case "json": json = true
+        case let other: throw UsageError("invalid --log-format '\(other)': use text or json")
+        }
 
+        if let path = arguments.options["--access-log"] { try RequestLog.open(path) }
         // Before anything is in flight: a signal from here on shuts down gracefully.
-        try ShutdownSignals.install()
+        try ShutdownSignals.install(hangup: true)
         noteIfNewCacheDirectory(directory, command: name)
         var storeOptions = StoreOptions(budget: budget)
         // Housekeeping that fails without failing a request (an eviction, a background release)
@@ -94,8 +121,10 @@ enum ServeCommand: Command {
         let store = try await SparseStore.open(directory: directory, options: storeOptions)
         let cache = ProgressiveCache(store: store)
         let proxy = CachingProxy(cache: cache, origin: origin, streaming: streaming)
+        let metrics = ProxyMetrics()
         let log: @Sendable (HTTPLogEntry) -> Void = { entry in
-            if !quiet { RequestLog.write(entry) }
+            metrics.record(entry)
+            if !quiet { RequestLog.write(entry, json: json) }
         }
         let server: HTTPServer
         do {
@@ -111,18 +140,43 @@ enum ServeCommand: Command {
         let connectHost = options.host == "0.0.0.0" ? "127.0.0.1" : options.host == "::" ? "::1" : options.host
         RunningServer.publish(host: connectHost, port: server.port, in: directory)
         defer { RunningServer.withdraw(in: directory) }
+        var adminServer: HTTPServer?
+        if let admin {
+            let service = AdminService(proxy: proxy, metrics: metrics) { [server] in (server.connectionCount, server.rejectedConnections) }
+            var adminOptions = HTTPServer.Options()
+            (adminOptions.host, adminOptions.port) = admin
+            adminOptions.maximumConnections = 16
+            do {
+                adminServer = try HTTPServer.start(options: adminOptions) { request, response in try await service.handle(request, response) }
+            } catch {
+                await server.shutdown(grace: .zero)
+                try? await store.close()
+                throw error
+            }
+            let adminHost = admin.0 == "0.0.0.0" ? "127.0.0.1" : admin.0 == "::" ? "::1" : admin.0
+            RunningServer.publish(host: adminHost, port: adminServer?.port ?? 0, in: directory, file: RunningServer.adminFile)
+        }
+        defer { RunningServer.withdraw(in: directory, file: RunningServer.adminFile) }
         Output.error(
             "sparsecache serve: listening on http://\(shown):\(server.port)/ "
                 + (origin.map { "as a reverse proxy for \($0.absoluteString)" } ?? "in URL mode (/<name>?url=<percent-encoded URL>)")
-                + "; cache \(directory)" + (budget == .max ? "" : ", budget \(SizeParser.describe(budget))"))
+                + "; cache \(directory)" + (budget == .max ? "" : ", budget \(SizeParser.describe(budget))")
+                + (adminServer.map { "; admin on http://\(admin.map { $0.0.contains(":") ? "[\($0.0)]" : $0.0 } ?? ""):\($0.port)/" } ?? ""))
 
-        let signal = try await ShutdownSignals.next()
+        var signal = try await ShutdownSignals.next()
+        while signal == SIGHUP {
+            RequestLog.reopen()
+            signal = try await ShutdownSignals.next()
+        }
         Output.error("sparsecache serve: \(signal == SIGINT ? "SIGINT" : "SIGTERM"): shutting down (a second signal stops at once)")
         Task {
             // The committed index is crash-safe: stopping at once loses only uncommitted bytes.
-            if let second = try? await ShutdownSignals.next() { exit(128 + second) }
+            while let second = try? await ShutdownSignals.next() {
+                if second != SIGHUP { exit(128 + second) }
+            }
         }
         await server.shutdown(grace: .seconds(2))
+        await adminServer?.shutdown(grace: .zero)
         await proxy.shutdown()
         await cache.shutdown()
         let statistics = cache.statistics
@@ -137,7 +191,7 @@ enum ServeCommand: Command {
     }
 
     /// "host:port", "[v6]:port" or a bare port.
-    static func parseListen(_ text: String) throws -> (String, Int) {
+    static func parseListen(_ text: String, option: String) throws -> (String, Int) {
         var host = "127.0.0.1"
         var portText = text
         if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
@@ -148,11 +202,11 @@ enum ServeCommand: Command {
             portText = String(text[text.index(after: colon)...])
         }
         guard let port = Int(portText), (0...65535).contains(port), !host.isEmpty else {
-            throw UsageError("invalid --listen '\(text)': use ADDR:PORT, e.g. 127.0.0.1:8080 or [::1]:8080")
+            throw UsageError("invalid \(option) '\(text)': use ADDR:PORT, e.g. 127.0.0.1:8080 or [::1]:8080")
         }
         var address = in6_addr()
         guard inet_pton(AF_INET, host, &address) == 1 || inet_pton(AF_INET6, host, &address) == 1 else {
-            throw UsageError("invalid --listen '\(text)': the address must be numeric, e.g. 127.0.0.1, ::1 or 0.0.0.0")
+            throw UsageError("invalid \(option) '\(text)': the address must be numeric, e.g. 127.0.0.1, ::1 or 0.0.0.0")
         }
         return (host, port)
     }
@@ -167,14 +221,41 @@ enum ServeCommand: Command {
     }
 }
 
-/// Request log lines go out on a serial queue: a full stdout pipe must not stall a connection
-/// (nor block the cooperative pool).
+/// Request log lines go out on a serial queue: a full stdout pipe (or a slow disk under the
+/// access log) must not stall a connection, nor block the cooperative pool.
 enum RequestLog {
     private static let queue = DispatchQueue(label: "sparsecache.serve.log")
+    /// The access log file, when there is one (else lines go to stdout). Touched on `queue`
+    /// only, after `open`.
+    private nonisolated(unsafe) static var file: (path: String, fd: Int32)?
 
-    static func write(_ entry: HTTPLogEntry) {
-        let line = entry.description
-        queue.async(execute: { @Sendable in Output.print(line) })
+    /// Sends the log to `path` (appended, created if missing). Throws when it cannot be opened.
+    static func open(_ path: String) throws {
+        let fd = Glibc.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw SparseCacheError(.io, operation: "open access log", path: path, errno: errno) }
+        queue.sync(execute: { file = (path, fd) })
+    }
+
+    /// Opens the access log's path again (SIGHUP after a rotation); the old file is closed once
+    /// the new one is open, so no line is lost.
+    static func reopen() {
+        queue.async(execute: { @Sendable in
+            guard let current = file else { return }
+            let fd = Glibc.open(current.path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
+            guard fd >= 0 else {
+                Output.error("sparsecache serve: SIGHUP: cannot reopen the access log '\(current.path)': \(String(cString: strerror(errno))); still writing to the old file")
+                return
+            }
+            close(current.fd)
+            file = (current.path, fd)
+        })
+    }
+
+    static func write(_ entry: HTTPLogEntry, json: Bool = false) {
+        let line = json ? entry.json : entry.description
+        queue.async(execute: { @Sendable in
+            if let file { Output.write(line + "\n", to: file.fd) } else { Output.print(line) }
+        })
     }
 
     /// A problem the cache got past (on stderr, in order with the request log).

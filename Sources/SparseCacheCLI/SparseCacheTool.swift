@@ -10,6 +10,7 @@ enum SparseCacheTool {
         CommandEntry(WriteCommand.self), CommandEntry(ReadCommand.self), CommandEntry(VerifyCommand.self),
         CommandEntry(InfoCommand.self), CommandEntry(DemoCommand.self), CommandEntry(ListCommand.self),
         CommandEntry(EvictCommand.self), CommandEntry(ClearCommand.self), CommandEntry(FetchCommand.self), CommandEntry(ServeCommand.self),
+        CommandEntry(StatsCommand.self),
     ]
 
     static let help = """
@@ -31,6 +32,7 @@ enum SparseCacheTool {
           clear     Remove every resource from a cache directory
           fetch     Download a URL into a cache directory by Range requests (resumes)
           serve     Serve a cache directory over HTTP to players, filling it from origins
+          stats     What a running serve is doing: requests, hits, bytes, store, in flight
 
         OPTIONS:
           -h, --help    Show help; 'sparsecache <command> --help' for a command

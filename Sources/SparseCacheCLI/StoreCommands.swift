@@ -104,10 +104,11 @@ enum EvictCommand: Command {
 
         With --key, removes that resource. With --to-size, removes least-recently-used
         resources (keeping pinned prefixes first) until the directory takes at most SIZE on
-        disk. Takes the directory's lock: fails with exit 75 while a cache or proxy owns it,
-        except --key while `sparsecache serve` runs on the directory: the server is asked to
-        drop the key (a PURGE over loopback), with the same effect while it keeps serving. A
-        key ending in `*` drops every key with that prefix (through the server only).
+        disk. Takes the directory's lock: fails with exit 75 while another process owns it,
+        except while `sparsecache serve` runs on the directory: the server is asked to drop
+        the key (a PURGE over loopback) or to evict (its admin listener), with the same effect
+        while it keeps serving. A key ending in `*` drops every key with that prefix (through
+        the server only).
         An unknown key or a directory that is not a cache directory is an error (exit 66).
 
         USAGE: sparsecache evict [--cache-dir DIR] (--key K | --to-size SIZE)
@@ -134,6 +135,16 @@ enum EvictCommand: Command {
                 }
                 return try await store.evict(toSize: size!)
             }
+        } catch let error as SparseCacheError where error.code == .locked && key == nil {
+            // A running `serve` owns the directory: its admin listener evicts.
+            guard let size, let admin = RunningServer.address(in: directory, file: RunningServer.adminFile) else { throw error }
+            let body = try await RunningServer.post("/evict?bytes=\(size)", at: admin)
+            let answer = try JSONDecoder().decode(AdminService.Evicted.self, from: Data(body))
+            for key in answer.evicted { Output.print("evicted: \(key)") }
+            Output.print(
+                "\(answer.evicted.count) evicted through the running server; \(answer.resources) resources remain, "
+                    + "\(SizeParser.describe(answer.allocatedBytes)) on disk")
+            return ExitStatus.ok
         } catch let error as SparseCacheError where error.code == .locked && key != nil {
             // A running `serve` owns the directory: it drops the key itself (PURGE).
             guard let key, let address = RunningServer.address(in: directory) else { throw error }

@@ -100,7 +100,11 @@ public enum NginxServer {
     /// Writes a configuration under `work` and returns the process, not yet started. With
     /// `accessLog`, every request is logged as `METHOD URI STATUS BODY_BYTES "RANGE" CONNECTION`
     /// (nginx's connection serial number: requests on one connection share it).
-    public static func process(root: String, work: String, port: Int, accessLog: String?, locations: String = "") throws -> Process {
+    ///
+    /// `locations` go into the server block, `http` before it (an `upstream`, say).
+    public static func process(
+        root: String, work: String, port: Int, accessLog: String?, locations: String = "", http: String = ""
+    ) throws -> Process {
         guard let binary else { throw LoopbackError("nginx is not installed (apt-get install nginx-light; .ci/run does this)") }
         for folder in ["tmp", "logs"] { try FileManager.default.createDirectory(atPath: work + "/" + folder, withIntermediateDirectories: true) }
         let logging = accessLog.map { "log_format bytes '$request_method $uri $status $body_bytes_sent \"$http_range\" $connection';\n    access_log \($0) bytes;" }
@@ -123,6 +127,7 @@ public enum NginxServer {
                 default_type application/octet-stream;
                 sendfile on;
                 keepalive_requests 100000;
+                \(http)
                 server {
                     listen 127.0.0.1:\(port);
                     root \(root);

@@ -80,4 +80,24 @@ struct HTTPMessageTests {
         #expect(String(decoding: ChunkedEncoder.chunk(Array("hello, world".utf8)), as: UTF8.self) == "c\r\nhello, world\r\n")
         #expect(String(decoding: ChunkedEncoder.end(), as: UTF8.self) == "0\r\n\r\n")
     }
+
+    @Test("the request log hides URL credentials, plain and percent-encoded, and leaves other text alone")
+    func logRedaction() {
+        let cases = [
+            ("GET http://user:secret@origin:81/m.mp4 range=-", "GET http://***@origin:81/m.mp4 range=-"),
+            ("GET /m.mp4?url=http%3A%2F%2Fuser%3As%40cret%40origin%2Fm.mp4&x=1", "GET /m.mp4?url=http%3A%2F%2F***%40origin%2Fm.mp4&x=1"),
+            ("GET /m?url=https%3a%2f%2fu%3ap%40h&x=http://plain/", "GET /m?url=https%3a%2f%2f***%40h&x=http://plain/"),
+            ("(fetch failed for 'http://u:p&w@h/x': refused)", "(fetch failed for 'http://***@h/x': refused)"),
+            ("GET /m.mp4?url=http%3A%2F%2Forigin%2Fa%40b.mp4", "GET /m.mp4?url=http%3A%2F%2Forigin%2Fa%40b.mp4"),
+            ("GET /files/a@b.mp4 range=bytes=0-1 200", "GET /files/a@b.mp4 range=bytes=0-1 200"),
+            ("mailto:x@y ://", "mailto:x@y ://"),
+        ]
+        for (line, expected) in cases {
+            #expect(CredentialRedaction.redacting(line) == expected, "\(line)")
+        }
+        let entry = HTTPLogEntry(
+            peer: "127.0.0.1:5000", method: "GET", target: "http://u:pw@o/x", range: nil, status: 200, bytes: 1, cacheHitBytes: 0,
+            cacheMissBytes: 1, duration: .milliseconds(1), complete: true, note: "from http://u:pw@o/x")
+        #expect(!entry.description.contains("pw") && entry.description.contains("http://***@o/x"))
+    }
 }

@@ -91,7 +91,7 @@ final class OriginServer: @unchecked Sendable {
         return try await launch(process, root: root, port: port, work: work, log: log)
     }
 
-    private static func launch(_ process: Process, root: String, port: Int, work: TemporaryDirectory, log: String?) async throws -> OriginServer {
+    static func launch(_ process: Process, root: String, port: Int, work: TemporaryDirectory, log: String?) async throws -> OriginServer {
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: try touch(work.file("stdout"))))
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: try touch(work.file("stderr"))))

@@ -189,14 +189,15 @@ struct PlaylistRewriteTests {
         let request = HTTPRequestHead(method: "GET", target: "/live.m3u8", headers: [])
         let heuristic = HTTPResponseHead(
             status: 200, headers: HTTPHeaders([("Date", "Mon, 23 Nov 2026 12:00:00 GMT"), ("Last-Modified", "Mon, 23 Nov 2026 11:00:00 GMT")]))
-        var policy = CachePolicy(request: request, response: heuristic, requestTime: 0, responseTime: 0)
+        let policy = CachePolicy(request: request, response: heuristic, requestTime: 0, responseTime: 0)
         #expect(policy.freshnessLifetime == 360, "10% of an hour")
-        policy.heuristicLimit = 1
-        #expect(policy.freshnessLifetime == 1)
-        let explicit = HTTPResponseHead(status: 200, headers: HTTPHeaders([("Cache-Control", "max-age=30")]))
-        var explicitPolicy = CachePolicy(request: request, response: explicit, requestTime: 0, responseTime: 0)
-        explicitPolicy.heuristicLimit = 1
-        #expect(explicitPolicy.freshnessLifetime == 30)
+        #expect(policy.limitingHeuristicFreshness(to: 1).freshnessLifetime == 1)
+        for field in [("Cache-Control", "max-age=30"), ("Expires", "Mon, 23 Nov 2026 12:00:30 GMT")] {
+            let explicit = HTTPResponseHead(
+                status: 200, headers: HTTPHeaders([("Date", "Mon, 23 Nov 2026 12:00:00 GMT"), field]))
+            let explicitPolicy = CachePolicy(request: request, response: explicit, requestTime: 0, responseTime: 0)
+            #expect(explicitPolicy.limitingHeuristicFreshness(to: 1).freshnessLifetime == 30, "\(field)")
+        }
     }
 }
 

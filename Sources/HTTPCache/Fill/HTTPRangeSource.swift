@@ -131,6 +131,7 @@ public final class HTTPRangeSource: RangeSource {
         var onYield: (@Sendable () -> Void)?
         if let yielding { onYield = { yielding.fire() } }
         let ticket = try await limiter.acquire(priority: priority, onYield: onYield)
+        ProxyMetrics.originRequests.add()
         let limiter = self.limiter
         let release = FinishAction { Task { await limiter.release(ticket: ticket) } }
         do {
@@ -144,6 +145,7 @@ public final class HTTPRangeSource: RangeSource {
             return response
         } catch {
             release.run()
+            if !(error is OriginAnswer) { ProxyMetrics.originFailures.add() }
             throw error
         }
     }

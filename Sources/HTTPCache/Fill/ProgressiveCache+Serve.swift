@@ -199,6 +199,14 @@ extension ProgressiveCache {
         forgetIfIdle(resource)
     }
 
+    /// Closes every resource kept open with no reader and no fetch (instead of after
+    /// ``FillOptions/keepOpen``) and waits until the store has them back: before an operator's
+    /// eviction, which never deletes an open resource.
+    public func closeIdle() async {
+        for key in Array(resources.keys) { closeIfIdle(key: key, force: true) }
+        for release in Array(releases.values) { await release.value }
+    }
+
     /// Releases a handle no caller waits on: a failure is counted (``FillStatistics/releaseFailures``)
     /// and reported to the store, which logs it.
     func release(_ handle: ResourceHandle) async {

@@ -34,6 +34,23 @@ public actor ProgressiveCache {
     /// Totals over every resource.
     public nonisolated var statistics: FillStatistics { counters.withLock { $0 } }
 
+    /// What is going on now: resources open, range fetches running, readers attached.
+    public struct Activity: Sendable, Equatable {
+        public var openResources = 0
+        public var fetchesInFlight = 0
+        public var readers = 0
+    }
+
+    public var activity: Activity {
+        var activity = Activity()
+        for resource in resources.values where resource.handle != nil || resource.opening != nil {
+            activity.openResources += 1
+            activity.fetchesInFlight += resource.fetches.values.filter { $0.task != nil }.count
+            activity.readers += resource.users
+        }
+        return activity
+    }
+
     public init(store: SparseStore, options: FillOptions = FillOptions()) {
         self.store = store
         self.options = options

@@ -16,24 +16,44 @@ public struct CachePolicy: Sendable, Equatable {
     /// The request the stored response answered: its fields decide `Vary` matches.
     public let request: HTTPRequestHead
     /// The response as stored: its hop-by-hop fields removed (section 3.1).
-    public private(set) var response: HTTPResponseHead {
-        didSet { responseDirectives = CacheControl(response.headers) }
-    }
-    /// The response's Cache-Control, parsed once per stored head.
-    private(set) var responseDirectives: CacheControl
+    public let response: HTTPResponseHead
     /// When the request that brought the response was sent (`request_time`, section 4.2.3).
-    public private(set) var requestTime: Int64
+    public let requestTime: Int64
     /// When the response was received (`response_time`).
-    public private(set) var responseTime: Int64
+    public let responseTime: Int64
+    /// The response's Cache-Control, parsed once.
+    let responseDirectives: CacheControl
+    /// How long the response is fresh after it was generated (section 4.2.1), in seconds: for a
+    /// shared cache `s-maxage`, else `max-age`, else `Expires` minus `Date`, else a heuristic.
+    /// An invalid or contradictory value gives 0 (stale).
+    public private(set) var freshnessLifetime: Int64
+    /// The `Date` of the response, or when it was received when it has none or an invalid one
+    /// (section 4.2.3: a cache without a `Date` uses the receipt time).
+    let dateValue: Int64
+    /// `corrected_initial_age` (section 4.2.3): the age when the response arrived.
+    let initialAge: Int64
+    /// The request fields the response's `Vary` names, lowercased.
+    let varyNames: [String]
 
+    // Everything a stored response is asked on every hit is worked out here, once: a cached
+    // small range is answered thousands of times a second, each time with the same dates.
     public init(request: HTTPRequestHead, response: HTTPResponseHead, requestTime: Int64, responseTime: Int64) {
         self.request = request
         var stored = response
         stored.headers = response.headers.removingHopByHop()
         self.response = stored
-        responseDirectives = CacheControl(stored.headers)
         self.requestTime = requestTime
         self.responseTime = responseTime
+        let directives = CacheControl(stored.headers)
+        responseDirectives = directives
+        let date = stored.headers["date"].flatMap(HTTPDate.parse) ?? responseTime
+        dateValue = date
+        freshnessLifetime = Self.freshnessLifetime(status: stored.status, headers: stored.headers, directives: directives, date: date)
+        let ageValue = stored.headers["age"].flatMap { CacheControl.deltaSeconds($0).seconds } ?? 0
+        let apparentAge = max(0, responseTime - date)
+        let responseDelay = max(0, responseTime - requestTime)
+        initialAge = max(apparentAge, ageValue + responseDelay)
+        varyNames = stored.headers.listElements("vary").map { $0.lowercased() }
     }
 
     // MARK: Storing (section 3)
@@ -77,11 +97,9 @@ public struct CachePolicy: Sendable, Equatable {
 
     // MARK: Freshness (section 4.2)
 
-    /// How long the response is fresh after it was generated (section 4.2.1), in seconds: for a
-    /// shared cache `s-maxage`, else `max-age`, else `Expires` minus `Date`, else a heuristic.
-    /// An invalid or contradictory value gives 0 (stale).
-    public var freshnessLifetime: Int64 {
-        let directives = responseDirectives
+    /// The freshness lifetime of a response (section 4.2.1) whose `Date` (or receipt time) is
+    /// `date`.
+    private static func freshnessLifetime(status: Int, headers: HTTPHeaders, directives: CacheControl, date: Int64) -> Int64 {
         for name in ["s-maxage", "max-age"] {
             switch directives.seconds(name) {
             case .seconds(let seconds): return seconds
@@ -89,44 +107,40 @@ public struct CachePolicy: Sendable, Equatable {
             case nil: continue
             }
         }
-        if response.headers.contains("expires") {
-            let expires = response.headers.values("expires")
+        if headers.contains("expires") {
+            let expires = headers.values("expires")
             // Several Expires fields or an invalid date: already expired (section 5.3).
             guard expires.count == 1, let time = HTTPDate.parse(expires[0]) else { return 0 }
-            return max(0, time - dateValue)
+            return max(0, time - date)
         }
         // Heuristic freshness (section 4.2.2): only for heuristically cacheable statuses or
         // `public`, never past an explicit `no-cache`.
-        guard Self.heuristicallyCacheable.contains(response.status) || directives.contains("public"),
-            let lastModified = response.headers["last-modified"].flatMap(HTTPDate.parse), lastModified <= dateValue
+        guard heuristicallyCacheable.contains(status) || directives.contains("public"),
+            let lastModified = headers["last-modified"].flatMap(HTTPDate.parse), lastModified <= date
         else { return 0 }
-        return min((dateValue - lastModified) / 10, min(heuristicLimit ?? Self.heuristicCap, Self.heuristicCap))
+        return min((date - lastModified) / 10, heuristicCap)
     }
 
-    /// A lower cap on heuristic freshness than ``heuristicCap``, set by a caller that knows
-    /// more about the body than its header fields say: a live HLS playlist is fresh for at
-    /// most half its target duration (CachingProxy+Playlists). Explicit freshness is not
-    /// affected.
-    public var heuristicLimit: Int64?
+    /// This policy with heuristic freshness (section 4.2.2) capped at `seconds`, for a caller
+    /// that knows more about the body than its header fields say: a live HLS playlist is fresh
+    /// for at most half its target duration (CachingProxy+Playlists). Explicit freshness
+    /// (`s-maxage`, `max-age`, `Expires`) is left as it is.
+    public func limitingHeuristicFreshness(to seconds: Int64) -> CachePolicy {
+        let explicit =
+            responseDirectives.seconds("s-maxage") != nil || responseDirectives.seconds("max-age") != nil
+            || response.headers.contains("expires")
+        guard !explicit else { return self }
+        var limited = self
+        limited.freshnessLifetime = min(freshnessLifetime, max(0, seconds))
+        return limited
+    }
 
     /// The longest heuristic lifetime (a day, as Traffic Server's default).
     public static let heuristicCap: Int64 = 86_400
 
-    /// The `Date` of the response, or when it was received when it has none or an invalid one
-    /// (section 4.2.3: a cache without a `Date` uses the receipt time).
-    var dateValue: Int64 {
-        response.headers["date"].flatMap(HTTPDate.parse) ?? responseTime
-    }
-
     /// The response's age now (section 4.2.3), in seconds.
     public func currentAge(now: Int64) -> Int64 {
-        let ageValue = response.headers["age"].flatMap { CacheControl.deltaSeconds($0).seconds } ?? 0
-        let apparentAge = max(0, responseTime - dateValue)
-        let responseDelay = max(0, responseTime - requestTime)
-        let correctedAgeValue = ageValue + responseDelay
-        let correctedInitialAge = max(apparentAge, correctedAgeValue)
-        let residentTime = max(0, now - responseTime)
-        return correctedInitialAge + residentTime
+        initialAge + max(0, now - responseTime)
     }
 
     /// Whether the response is fresh now (section 4.2).
@@ -211,9 +225,9 @@ public struct CachePolicy: Sendable, Equatable {
     /// The stored response matches `newRequest` on every field its `Vary` names (section 4.1):
     /// values compared after joining repeated fields and normalising whitespace around commas.
     public func varyMatches(_ newRequest: HTTPRequestHead) -> Bool {
-        let names = response.headers.listElements("vary").map { $0.lowercased() }
-        if names.contains("*") { return false }
-        return names.allSatisfy { Self.normalized(request.headers, $0) == Self.normalized(newRequest.headers, $0) }
+        if varyNames.isEmpty { return true }
+        if varyNames.contains("*") { return false }
+        return varyNames.allSatisfy { Self.normalized(request.headers, $0) == Self.normalized(newRequest.headers, $0) }
     }
 
     private static func normalized(_ headers: HTTPHeaders, _ name: String) -> [String]? {
@@ -245,16 +259,12 @@ public struct CachePolicy: Sendable, Equatable {
         if fresh["etag"] == nil, let modified = fresh["last-modified"], let stored = response.headers["last-modified"], modified != stored {
             return nil
         }
-        var updated = self
-        var headers = response.headers
+        var updated = response
         for name in Set(fresh.map { $0.name.lowercased() }) where name != "content-length" {
-            headers.remove(name)
+            updated.headers.remove(name)
         }
-        for field in fresh where !field.hasName("content-length") { headers.append(name: field.name, value: field.value) }
-        updated.response.headers = headers
-        updated.requestTime = requestTime
-        updated.responseTime = responseTime
-        return updated
+        for field in fresh where !field.hasName("content-length") { updated.headers.append(name: field.name, value: field.value) }
+        return CachePolicy(request: request, response: updated, requestTime: requestTime, responseTime: responseTime)
     }
 
     /// An entity tag without its weakness marker, for the weak comparison (RFC 9110, 8.8.3.2).

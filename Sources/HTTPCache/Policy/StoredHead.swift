@@ -10,16 +10,23 @@ import SparseHTTP
 /// (a 404 page, a 301) are stored with their status and served whole.
 public struct StoredHead: Sendable, Equatable {
     /// The status of the stored response: 200 for a representation filled by ranges.
-    public var status: Int
+    public let status: Int
     /// The response's fields without hop-by-hop ones and without the fields that describe one
     /// message's framing (`Content-Length`, `Content-Range`): those are written per answer.
-    public var headers: HTTPHeaders
+    public let headers: HTTPHeaders
     /// When the request that brought the response was sent, and when its head arrived (seconds
     /// since 1970; RFC 9111, section 4.2.3).
-    public var requestTime: Int64
-    public var responseTime: Int64
+    public let requestTime: Int64
+    public let responseTime: Int64
     /// The fields of the request that brought the response which its `Vary` names, as sent.
-    public var varyRequest: HTTPHeaders
+    public let varyRequest: HTTPHeaders
+    /// The caching rules for this stored response: the `200` answer to a GET with the stored
+    /// request fields (its `Age` is the origin's, which the current age starts from). Made
+    /// once per head, not per request: its dates are parsed here.
+    public let policy: CachePolicy
+    /// The fields an answer from storage repeats: all but `Age` and `Accept-Ranges`, which
+    /// each answer writes for itself.
+    let replayed: HTTPHeaders
 
     public init(status: Int = 200, headers: HTTPHeaders, requestTime: Int64, responseTime: Int64, varyRequest: HTTPHeaders = []) {
         self.status = status == 206 ? 200 : status
@@ -29,18 +36,17 @@ public struct StoredHead: Sendable, Equatable {
         self.requestTime = requestTime
         self.responseTime = responseTime
         self.varyRequest = varyRequest
+        var replayed = kept
+        for name in ["age", "accept-ranges"] { replayed.remove(name) }
+        self.replayed = replayed
+        // The request target plays no part in the rules; the stored fields do.
+        policy = CachePolicy(
+            request: HTTPRequestHead(method: "GET", target: "/", headers: varyRequest),
+            response: HTTPResponseHead(status: self.status, headers: kept), requestTime: requestTime, responseTime: responseTime)
     }
 
     /// Fields that belong to one message, not to the stored representation.
     static let perMessage = ["content-length", "content-range"]
-
-    /// The stored response as ``CachePolicy`` sees it: the `200` answer to a GET with the
-    /// stored request fields (its `Age` is the origin's, which the current age starts from).
-    public func policy(target: String) -> CachePolicy {
-        CachePolicy(
-            request: HTTPRequestHead(method: "GET", target: target, headers: varyRequest),
-            response: HTTPResponseHead(status: status, headers: headers), requestTime: requestTime, responseTime: responseTime)
-    }
 
     /// The validators, for `If-Range` on the fill's range requests.
     public var validator: ContentValidator {

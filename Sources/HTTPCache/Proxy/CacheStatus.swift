@@ -16,6 +16,23 @@ struct CacheStatus: Sendable, Equatable {
     var ttl: Int64?
     /// Anything else worth knowing (why not stored, stale-if-error).
     var detail: String?
+    /// The answer came from storage (after a revalidation, or as the first contact stored it).
+    var fromStorage = false
+    /// The proxy answered with an error of its own (the origin unreachable, a bad request).
+    var failed = false
+
+    /// What the cache made of the request, in one word for the log and the metrics, as nginx's
+    /// `$upstream_cache_status` and Varnish's hit/miss/pass counters put it: `hit` (fresh from
+    /// storage), `stale` (served stale: while revalidating, on an origin error, or with the
+    /// origin away), `revalidated` (stored, confirmed by the origin), `miss` (fetched and
+    /// stored), `pass` (the origin's answer passed on, not stored), `error` (the proxy's own).
+    var outcome: String {
+        if failed { return "error" }
+        if detail?.hasPrefix("stale") == true { return "stale" }
+        guard fromStorage else { return "pass" }
+        if hit { return "hit" }
+        return stored ? "miss" : "revalidated"
+    }
 
     var value: String {
         var parts = ["sparsecache"]

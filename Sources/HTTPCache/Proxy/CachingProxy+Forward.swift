@@ -86,7 +86,7 @@ extension CachingProxy {
         let outcome = await startRevalidation(key: source.key, policy: policy, length: reader.length, source: source).value
         switch outcome {
         case .freshened(let head, let status):
-            let fresh = head.policy(target: exchange.target)
+            let fresh = head.policy
             let age = fresh.currentAge(now: exchange.now)
             exchange.status.forwardStatus = status
             exchange.status.ttl = fresh.freshnessLifetime - age

@@ -63,9 +63,7 @@ extension CachingProxy {
             let playlist = try await storedPlaylist(reader, head: head, exchange), let hls = playlist.hls, !hls.ended,
             let target = hls.targetDuration
         else { return policy }
-        var limited = policy
-        limited.heuristicLimit = max(0, target / 2)
-        return limited
+        return policy.limitingHeuristicFreshness(to: target / 2)
     }
 
     /// Sends a stored playlist rewritten; false when the response is not a playlist (the
@@ -80,6 +78,7 @@ extension CachingProxy {
             streaming.prefetcher.requested(url, proxy: self, exchange: exchange)
         }
         guard let playlist = try await storedPlaylist(reader, head: head, exchange) else { return false }
+        exchange.status.fromStorage = true
         let references = ProxyReferences(origin: origin)
         let text = playlist.hls?.rewritten(references) ?? playlist.dash?.rewritten(references) ?? ""
         noteReferences(in: playlist)

@@ -70,9 +70,11 @@ public final class CachingProxy: Sendable {
         let exchange = Exchange(
             request: request, response: response, base: base, target: url.path, now: Int64(time(nil)),
             forwarding: HTTPRangeSource.Forwarding(client: request))
+        defer { response.setCacheOutcome(exchange.status.outcome) }
         do {
             try await answer(exchange, key: key)
         } catch let error where !response.headSent {
+            exchange.status.failed = true
             let (status, message) = Self.status(for: error)
             try await response.respond(status: status, message: message, headers: [("Cache-Status", exchange.status.value)])
         }
@@ -115,12 +117,12 @@ public final class CachingProxy: Sendable {
         // Vary (section 4.1): the stored response names the request fields it varies on; a
         // request that differs in them is another variant, stored under a key of its own.
         if let found = reader, let head = found.info.stored, head.headers.contains("vary"),
-            !head.policy(target: exchange.target).varyMatches(exchange.request)
+            !head.policy.varyMatches(exchange.request)
         {
             await found.close()
             source = exchange.source(key: Self.variantKey(key, of: head, for: exchange.request))
             reader = try await openIfStored(source, exchange)
-            if let variant = reader, let stored = variant.info.stored, !stored.policy(target: exchange.target).varyMatches(exchange.request) {
+            if let variant = reader, let stored = variant.info.stored, !stored.policy.varyMatches(exchange.request) {
                 // The variant's own Vary names other fields now: it is replaced.
                 await variant.close()
                 try await cache.invalidate(key: source.key)
@@ -171,7 +173,7 @@ public final class CachingProxy: Sendable {
         exchange.status.forwardStatus = exchange.status.forwardStatus ?? reader.info.stored?.status ?? 200
         let head = reader.info.stored ?? StoredHead(headers: [], requestTime: exchange.now, responseTime: exchange.now)
         do {
-            try await send(reader, head: head, age: head.policy(target: exchange.target).currentAge(now: exchange.now), exchange)
+            try await send(reader, head: head, age: head.policy.currentAge(now: exchange.now), exchange)
         } catch {
             await reader.close()
             throw error
@@ -182,7 +184,7 @@ public final class CachingProxy: Sendable {
     /// A stored response for this request: fresh, allowed stale, or revalidated first.
     private func answerStored(_ reader: CacheReader, source: ProxiedSource, _ exchange: Exchange) async throws {
         guard let head = reader.info.stored else { return }
-        let policy = try await streamingPolicy(head.policy(target: exchange.target), reader, head: head, exchange)
+        let policy = try await streamingPolicy(head.policy, reader, head: head, exchange)
         switch policy.use(for: exchange.request, now: exchange.now) {
         case .fresh(let age), .staleAllowed(let age):
             exchange.status.hit = true
@@ -209,6 +211,7 @@ public final class CachingProxy: Sendable {
 
     /// `only-if-cached` and nothing usable stored (RFC 9111, section 5.2.1.7).
     private func gatewayTimeout(_ exchange: Exchange) async throws {
+        exchange.status.failed = true
         try await exchange.response.respond(
             status: 504, message: "only-if-cached: no stored response can answer this request",
             headers: [("Cache-Status", exchange.status.value)])
@@ -220,8 +223,8 @@ public final class CachingProxy: Sendable {
         if try await sendPlaylist(reader, head: head, age: age, exchange) { return }
         let request = exchange.request, response = exchange.response
         let length = reader.length
-        var stored = head.headers
-        for name in ["age", "accept-ranges", "transfer-encoding", "content-length", "content-range"] { stored.remove(name) }
+        exchange.status.fromStorage = true
+        let stored = head.replayed
         let etag = stored["etag"], lastModified = stored["last-modified"]
         // Conditionals and ranges select among representations: a stored error page or
         // redirect is sent as it is (RFC 9110, sections 13.2.1 and 14.2).
@@ -242,7 +245,7 @@ public final class CachingProxy: Sendable {
         }
         var headers = proxyFields(stored, status: exchange.status) + [("Age", String(age))]
         if representation { headers.append(("Accept-Ranges", "bytes")) }
-        if representation, headers.first(where: { $0.0.lowercased() == "content-type" }) == nil {
+        if representation, !stored.contains("content-type") {
             headers.append(("Content-Type", "application/octet-stream"))
         }
         var rangeHeader = representation ? request.header("range") : nil
@@ -267,8 +270,10 @@ public final class CachingProxy: Sendable {
                 headers: [("Content-Range", "bytes */\(length)"), ("Cache-Status", exchange.status.value)])
             return
         }
-        // For the log: bytes sent that were cached when the request came, and the rest.
+        // For the log: bytes sent that were cached when the request came, and the rest (all of
+        // it for a miss: its first contact brought the first bytes for this very request).
         let missing = request.method == "HEAD" ? [] : try await reader.missingRanges(in: range)
+        let fromOrigin = exchange.status.stored ? [range] : missing
         // A cached range follows its head at once: both go out in one send.
         try await response.writeHead(status: status, headers: headers, contentLength: Int64(range.count), withFirstBody: missing.isEmpty)
         if request.method == "HEAD" { return }
@@ -276,7 +281,7 @@ public final class CachingProxy: Sendable {
         try await reader.read(range) { bytes in
             let offset = start + response.bodyBytes
             let chunk = offset..<(offset + Int64(bytes.count))
-            let fetched = missing.reduce(Int64(0)) {
+            let fetched = fromOrigin.reduce(Int64(0)) {
                 $0 + max(0, min($1.upperBound, chunk.upperBound) - max($1.lowerBound, chunk.lowerBound))
             }
             response.countCacheBytes(hit: Int64(bytes.count) - fetched, miss: fetched)
@@ -319,7 +324,41 @@ public final class CachingProxy: Sendable {
             try await response.respond(status: 403, message: "PURGE is allowed from loopback only")
             return
         }
-        // `<url>*` drops every key with that prefix.
+        let dropped = try await purge(key: key)
+        if dropped == 0 {
+            try await response.respond(status: 404, message: "not cached: \(key)")
+        } else {
+            try await response.respond(status: 200, message: "purged \(key) (\(dropped) stored response\(dropped == 1 ? "" : "s"))")
+        }
+    }
+
+    /// Brings the whole resource at `url` into the cache, as a client's GET would store it
+    /// (the caching rules decide): the first contact now, the rest in the background. Returns
+    /// the cache key and the length; throws when the origin's answer is not one to store, or
+    /// the origin cannot be reached.
+    public func prefetch(_ url: URL) async throws -> (key: String, length: Int64) {
+        let key = Self.cacheKey(url)
+        let source = ProxiedSource(base: try source(for: url), key: key, forwarding: HTTPRangeSource.Forwarding(headers: []))
+        let reader: CacheReader
+        do {
+            reader = try await cache.open(source)
+        } catch let answer as OriginAnswer {
+            if answer.claim() { answer.cancel() }
+            throw SparseCacheError(
+                .origin, operation: "prefetch", path: key, detail: "the origin answered \(answer.head.status): \(answer.reason)",
+                httpStatus: answer.head.status)
+        }
+        let cache = self.cache
+        Task {
+            try? await cache.prefetch(source)
+            await reader.close()
+        }
+        return (key, reader.length)
+    }
+
+    /// Drops a stored response and every stored variant of it, or, for a key ending in `*`,
+    /// every key with that prefix. Returns how many stored responses went.
+    public func purge(key: String) async throws -> Int {
         let prefix = key.hasSuffix("*") ? String(key.dropLast()) : nil
         let keys = await cache.store.summary().entries.map(\.key).filter { stored in
             if let prefix { return stored.hasPrefix(prefix) }
@@ -327,11 +366,7 @@ public final class CachingProxy: Sendable {
         }
         var dropped = 0
         for stored in Set(keys + (prefix == nil ? [key] : [])).sorted() where try await cache.invalidate(key: stored) { dropped += 1 }
-        if dropped == 0 {
-            try await response.respond(status: 404, message: "not cached: \(key)")
-        } else {
-            try await response.respond(status: 200, message: "purged \(key) (\(dropped) stored response\(dropped == 1 ? "" : "s"))")
-        }
+        return dropped
     }
 
     // MARK: Requests to origin URLs

@@ -11,7 +11,8 @@ enum Precondition: Sendable, Equatable {
     case failed
 
     static func evaluate(_ request: HTTPRequestHead, etag: String?, lastModified: String?) -> Precondition {
-        let modified = lastModified.flatMap(HTTPDate.parse)
+        // Parsed only for a date conditional: most requests carry none.
+        var modified: Int64? { lastModified.flatMap(HTTPDate.parse) }
         // 1. If-Match: a strong comparison against the current entity tag (13.1.1).
         if request.headers.contains("if-match") {
             let tags = request.headers.listElements("if-match")

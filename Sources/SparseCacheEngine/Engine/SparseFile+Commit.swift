@@ -51,6 +51,8 @@ extension SparseFile {
         let dataFile = self.dataFile
         let index = self.index
         let before = committed
+        let started = ContinuousClock.now
+        defer { EngineMetrics.commitSeconds.observe(Histogram.seconds(ContinuousClock.now - started)) }
         do {
             if !change.added.isEmpty || change.length != nil {
                 try await io.run { try dataFile.dataSync() }

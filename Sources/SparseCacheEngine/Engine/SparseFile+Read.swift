@@ -116,6 +116,7 @@ extension SparseFile {
                 missing: missingRanges(in: range))
         }
         unserve(stillPresent)
+        EngineMetrics.corruptSegments.add(stillPresent.count)
         throw SparseCacheError(
             .corruptData, operation: "read", path: path, offset: range.lowerBound, length: Int64(range.count),
             detail: "stored bytes do not match their CRC32C; the segments were dropped", segments: stillPresent)

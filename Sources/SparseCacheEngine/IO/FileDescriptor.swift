@@ -139,7 +139,7 @@ package struct FileDescriptor: Sendable, Hashable {
 
     /// fdatasync(2). Not retried on EIO: after a failed sync the caller must not trust the pages.
     package func dataSync() throws {
-        _ = try retryingSyscall("fdatasync", path: path) { Int(sc_fdatasync(rawValue)) }
+        _ = try EngineMetrics.dataSyncSeconds.time { try retryingSyscall("fdatasync", path: path) { Int(sc_fdatasync(rawValue)) } }
     }
 
     /// fsync(2), for directories and for metadata (size) changes.

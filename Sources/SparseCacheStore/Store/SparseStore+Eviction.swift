@@ -1,6 +1,19 @@
 import SparseCacheEngine
 
 extension SparseStore {
+    /// Changes the byte budget of a running store (an operator's command) and evicts down to
+    /// it. Throws `.invalidArgument` for a budget smaller than one segment.
+    public func setBudget(_ bytes: Int64) async throws {
+        try checkOpen("set budget")
+        guard bytes >= Int64(options.segmentSize) else {
+            throw SparseCacheError(
+                .invalidArgument, operation: "set budget", path: directory,
+                detail: "budget \(bytes) is smaller than one segment (\(options.segmentSize) bytes)")
+        }
+        budget = bytes
+        try await enforceBudget()
+    }
+
     /// Evicts until the store is within its budget (and the minimum free space): first the
     /// parts of least-recently-used resources beyond their pinned prefix, then whole
     /// least-recently-used resources, then, when only open resources are left, their coldest
@@ -10,7 +23,7 @@ extension SparseStore {
             _ = try await pending.value
             return
         }
-        let task = queuePass(target: options.budget, useWindow: true)
+        let task = queuePass(target: budget, useWindow: true)
         pendingEnforcement = task
         _ = try await task.value
     }
@@ -107,6 +120,7 @@ extension SparseStore {
                 progress = try await shrinkOpenResources(by: await excess(target: target))
             }
         }
+        evictions += evicted.count
         if !evicted.isEmpty { try? await saveCatalog() }
         return evicted
     }

@@ -190,7 +190,7 @@ extension SparseStore {
         markCatalogDirty()
         // The write succeeded whatever the pass does: a failed pass is counted and logged, and
         // the next write or release runs another.
-        if written > 0, allocatedBytes > options.budget {
+        if written > 0, allocatedBytes > budget {
             do { try await enforceBudget() } catch { noteHousekeepingFailure(.eviction, key: key, error) }
         }
     }

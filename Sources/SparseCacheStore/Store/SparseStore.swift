@@ -39,6 +39,10 @@ public actor SparseStore {
     var isClosed = false
     /// Housekeeping that failed without failing its caller, counted since the store opened.
     public private(set) var housekeepingFailures = HousekeepingFailures()
+    /// The byte budget now: ``StoreOptions/budget`` until ``setBudget(_:)`` changes it.
+    public internal(set) var budget: Int64
+    /// Resources evicted or trimmed to keep the budget, since the store opened.
+    public internal(set) var evictions = 0
     /// What start-up found and did, for `ls` and logs.
     public nonisolated let startup: StartupReport
 
@@ -85,6 +89,7 @@ public actor SparseStore {
     ) {
         self.directory = directory
         self.options = options
+        budget = options.budget
         self.resourcesDirectory = directory + "/resources"
         self.lockFile = lockFile
         self.io = io
@@ -251,8 +256,9 @@ public actor SparseStore {
     /// Every resource with its sizes and last access, least recently used first, plus totals.
     /// Answered from memory.
     public func summary() -> StoreSummary {
-        var summary = Self.summarize(directory: directory, budget: options.budget, entries: Array(entries.values), open: Set(live.keys))
+        var summary = Self.summarize(directory: directory, budget: budget, entries: Array(entries.values), open: Set(live.keys))
         summary.housekeepingFailures = housekeepingFailures
+        summary.evictions = evictions
         return summary
     }
 

@@ -61,4 +61,6 @@ public struct StoreSummary: Sendable, Equatable, Codable {
     /// Housekeeping that failed in this process (a live store's summary); nil when the
     /// directory was only inspected.
     public var housekeepingFailures: HousekeepingFailures?
+    /// Resources evicted or trimmed in this process (a live store's summary).
+    public var evictions: Int?
 }

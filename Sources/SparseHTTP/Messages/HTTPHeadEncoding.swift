@@ -51,10 +51,27 @@ extension HTTPResponseHead {
 }
 
 enum HTTPHeadEncoding {
+    /// Straight into bytes: every response goes through here, and building a String first
+    /// costs a copy and several reallocations per head.
     static func encode(startLine: String, headers: HTTPHeaders) -> [UInt8] {
-        var text = startLine + "\r\n"
-        for field in headers { text += "\(field.name): \(HTTPSyntax.sanitizedFieldValue(field.value))\r\n" }
-        text += "\r\n"
-        return Array(text.utf8)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(startLine.utf8.count + headers.reduce(4) { $0 + $1.name.utf8.count + $1.value.utf8.count + 4 })
+        bytes += startLine.utf8
+        bytes += crlf
+        for field in headers {
+            bytes += field.name.utf8
+            bytes += separator
+            if field.value.utf8.contains(where: HTTPSyntax.isControl) {
+                bytes += field.value.utf8.filter { !HTTPSyntax.isControl($0) }
+            } else {
+                bytes += field.value.utf8
+            }
+            bytes += crlf
+        }
+        bytes += crlf
+        return bytes
     }
+
+    private static let crlf: [UInt8] = [13, 10]
+    private static let separator: [UInt8] = [UInt8(ascii: ":"), UInt8(ascii: " ")]
 }

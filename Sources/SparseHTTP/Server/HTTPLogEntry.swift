@@ -18,13 +18,55 @@ public struct HTTPLogEntry: Sendable, CustomStringConvertible {
     /// False when the connection ended before the whole body was sent.
     public var complete: Bool
     public var note: String?
+    /// What a cache made of the request (`hit`, `miss`, `stale`, `revalidated`, `pass`,
+    /// `error`), when a cache answered it.
+    public var cacheOutcome: String? = nil
+    /// The request's number in this server, from 1: what ties a log line to a client's report.
+    public var id: Int = 0
+    /// When the request head was complete (seconds since 1970).
+    public var time: Double = 0
 
+    /// The line, with the user information of any URL in it (the target, an error in the
+    /// note) hidden: see ``CredentialRedaction``.
     public var description: String {
         let milliseconds = Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15
         var text = "\(peer) \(method) \(target) range=\(range ?? "-") \(status) \(bytes) hit=\(cacheHitBytes) miss=\(cacheMissBytes) "
         text += String(format: "%.1fms", milliseconds)
+        if let cacheOutcome { text += " " + cacheOutcome }
         if !complete { text += " incomplete" }
         if let note { text += " (\(note))" }
-        return text
+        return CredentialRedaction.redacting(text)
+    }
+
+    /// The entry as one line of JSON (`--log-format json`), credentials hidden as in the text
+    /// form.
+    public var json: String {
+        var fields: [(String, String)] = [
+            ("id", String(id)), ("time", String(format: "%.3f", time)), ("peer", Self.quoted(peer)), ("method", Self.quoted(method)),
+            ("target", Self.quoted(CredentialRedaction.redacting(target))), ("range", range.map(Self.quoted) ?? "null"),
+            ("status", String(status)), ("bytes", String(bytes)), ("hit_bytes", String(cacheHitBytes)),
+            ("miss_bytes", String(cacheMissBytes)),
+            ("duration_ms", String(format: "%.3f", Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15)),
+            ("complete", complete ? "true" : "false"), ("cache", cacheOutcome.map(Self.quoted) ?? "null"),
+        ]
+        if let note { fields.append(("note", Self.quoted(CredentialRedaction.redacting(note)))) }
+        return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
+    }
+
+    /// A JSON string literal.
+    static func quoted(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F: out += String(format: "\\u%04x", scalar.value)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
     }
 }

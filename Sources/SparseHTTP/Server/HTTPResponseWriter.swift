@@ -26,6 +26,7 @@ public final class HTTPResponseWriter: Sendable {
         var cacheHitBytes: Int64 = 0
         var cacheMissBytes: Int64 = 0
         var note: String?
+        var cacheOutcome: String?
         /// A head held back to go out with the first body bytes.
         var pendingHead: [UInt8]?
     }
@@ -61,6 +62,7 @@ public final class HTTPResponseWriter: Sendable {
     }
     var cacheBytes: (hit: Int64, miss: Int64) { state.withLock { ($0.cacheHitBytes, $0.cacheMissBytes) } }
     var note: String? { state.withLock { $0.note } }
+    var cacheOutcome: String? { state.withLock { $0.cacheOutcome } }
 
     /// Counts body bytes by where they came from, for the request log.
     public func countCacheBytes(hit: Int64 = 0, miss: Int64 = 0) {
@@ -68,6 +70,12 @@ public final class HTTPResponseWriter: Sendable {
             $0.cacheHitBytes += hit
             $0.cacheMissBytes += miss
         }
+    }
+
+    /// What a cache made of the request (`hit`, `miss`, `stale`, ...), for the log and the
+    /// metrics.
+    public func setCacheOutcome(_ outcome: String) {
+        state.withLock { $0.cacheOutcome = outcome }
     }
 
     /// A short text for the request log (an error's reason, say).

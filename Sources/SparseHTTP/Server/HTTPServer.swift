@@ -1,3 +1,4 @@
+import Foundation
 import Dispatch
 import SparseCacheEngine
 import Synchronization
@@ -38,6 +39,7 @@ public final class HTTPServer: Sendable {
     private let handler: Handler
     private let log: @Sendable (HTTPLogEntry) -> Void
     private let registry = Mutex(Registry())
+    private let requestCount = Atomic<Int>(0)
     private let watchdog: Watchdog
 
     private struct Registry {
@@ -188,6 +190,7 @@ public final class HTTPServer: Sendable {
             client.isIdle = false
             client.clearDeadline()
             let started = ContinuousClock.now
+            let wallClock = Date().timeIntervalSince1970
             switch result {
             case .incomplete:
                 return
@@ -195,7 +198,7 @@ public final class HTTPServer: Sendable {
                 let request = HTTPRequestHead(method: "-", target: "-", minorVersion: 1, headers: [])
                 let writer = makeWriter(request, client: client, closes: true)
                 try? await writer.respond(status: status, message: reason)
-                logRequest(writer, client: client, started: started)
+                logRequest(writer, client: client, started: started, time: wallClock)
                 await lingeringClose(client)
                 return
             case .request(let request, let consumed):
@@ -213,7 +216,7 @@ public final class HTTPServer: Sendable {
                         writer.setNote("stopped: \(error)")
                     }
                 }
-                logRequest(writer, client: client, started: started)
+                logRequest(writer, client: client, started: started, time: wallClock)
                 // A response cut short ends the connection at once: the client must not take
                 // what follows for a complete body.
                 if !writer.isComplete { return }
@@ -244,14 +247,15 @@ public final class HTTPServer: Sendable {
         }
     }
 
-    private func logRequest(_ writer: HTTPResponseWriter, client: Client, started: ContinuousClock.Instant) {
+    private func logRequest(_ writer: HTTPResponseWriter, client: Client, started: ContinuousClock.Instant, time: Double) {
         let cache = writer.cacheBytes
+        let id = requestCount.add(1, ordering: .relaxed).newValue
         log(
             HTTPLogEntry(
                 peer: client.connection.peer, method: writer.request.method, target: writer.request.target,
                 range: writer.request.header("range"), status: writer.status, bytes: writer.bodyBytes,
                 cacheHitBytes: cache.hit, cacheMissBytes: cache.miss, duration: ContinuousClock.now - started,
-                complete: writer.isComplete, note: writer.note))
+                complete: writer.isComplete, note: writer.note, cacheOutcome: writer.cacheOutcome, id: id, time: time))
     }
 
     /// Closes every connection past its deadline (the watchdog's tick).

@@ -6,18 +6,20 @@ import Synchronization
 import Glibc
 #endif
 
-/// SIGINT and SIGTERM as events a task can await: a signal handler writes the signal's number
-/// to a pipe, and the pipe is read like a socket. (A dispatch signal source needs the signal
-/// blocked in every thread to see it; a handler does not.)
+/// SIGINT and SIGTERM (and, for a server that asks, SIGHUP) as events a task can await: a
+/// signal handler writes the signal's number to a pipe, and the pipe is read like a socket. (A
+/// dispatch signal source needs the signal blocked in every thread to see it; a handler does
+/// not.)
 public enum ShutdownSignals {
     private static let pipe = Mutex<(fd: Int32, readable: Readiness?)>((-1, nil))
 
-    /// From now on SIGINT and SIGTERM no longer end the process; ``next()`` returns them.
-    public static func install() throws {
-        _ = try installed()
+    /// From now on SIGINT and SIGTERM (and SIGHUP with `hangup`) no longer end the process;
+    /// ``next()`` returns them. The first call decides which signals are caught.
+    public static func install(hangup: Bool = false) throws {
+        _ = try installed(hangup: hangup)
     }
 
-    /// The next SIGINT or SIGTERM (installing the handlers on first use).
+    /// The next signal caught (installing the handlers for SIGINT and SIGTERM on first use).
     public static func next() async throws -> Int32 {
         let (fd, readable) = try installed()
         var byte: UInt8 = 0
@@ -31,10 +33,10 @@ public enum ShutdownSignals {
         }
     }
 
-    private static func installed() throws -> (Int32, Readiness) {
+    private static func installed(hangup: Bool = false) throws -> (Int32, Readiness) {
         try pipe.withLock { pipe -> (Int32, Readiness) in
             if let readable = pipe.readable { return (pipe.fd, readable) }
-            let signals: [Int32] = [SIGINT, SIGTERM]
+            let signals: [Int32] = hangup ? [SIGINT, SIGTERM, SIGHUP] : [SIGINT, SIGTERM]
             let fd = sc_signal_pipe(signals, Int32(signals.count))
             guard fd >= 0 else { throw SparseCacheError(.io, operation: "install signal handlers", errno: errno) }
             let readable = Readiness.make(fd: fd, writing: false, cancelled: {})

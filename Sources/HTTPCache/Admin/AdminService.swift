@@ -1,0 +1,163 @@
+import Foundation
+import SparseCacheEngine
+import SparseCacheStore
+import SparseHTTP
+
+/// The admin listener of `sparsecache serve` (loopback by default): metrics, status and live
+/// administration of a running cache, as ``HTTPServer`` handler.
+///
+/// | request | answer |
+/// |---|---|
+/// | `GET /metrics` | the Prometheus text exposition (``MetricsExposition``) |
+/// | `GET /status` | JSON: the store, what is in flight, connections, request totals |
+/// | `POST /purge?key=URL` | drops the URL and its variants; `key=URL*` every key with the prefix |
+/// | `POST /budget?bytes=N` | changes the budget and evicts down to it |
+/// | `POST /evict?bytes=N` | evicts least recently used resources down to N bytes on disk, once |
+/// | `POST /prefetch?url=URL` | brings the whole URL into the cache (first contact now, the rest in the background) |
+///
+/// It has no authentication of its own: it is for the machine (or the private network) it
+/// listens on, as Varnish's admin port and nginx's stub_status are.
+public final class AdminService: Sendable {
+    public let proxy: CachingProxy
+    public let metrics: ProxyMetrics
+    private let connections: @Sendable () -> (open: Int, rejected: Int)
+    private let started = Date()
+
+    public init(proxy: CachingProxy, metrics: ProxyMetrics, connections: @escaping @Sendable () -> (open: Int, rejected: Int)) {
+        self.proxy = proxy
+        self.metrics = metrics
+        self.connections = connections
+    }
+
+    public func handle(_ request: HTTPRequestHead, _ response: HTTPResponseWriter) async throws {
+        let (path, query) = Self.split(request.target)
+        switch (request.method, path) {
+        case ("GET", "/metrics"), ("HEAD", "/metrics"):
+            try await send(response, type: "text/plain; version=0.0.4; charset=utf-8", body: Array(await metricsText().utf8))
+        case ("GET", "/status"), ("HEAD", "/status"):
+            try await sendJSON(response, await status())
+        case ("POST", "/purge"):
+            guard let key = query["key"], !key.isEmpty else { return try await refuse(response, 400, "POST /purge needs ?key=<URL> (or <URL>* for a prefix)") }
+            let dropped = try await proxy.purge(key: key)
+            try await sendJSON(response, ["key": key, "purged": String(dropped)], status: dropped == 0 ? 404 : 200)
+        case ("POST", "/budget"):
+            guard let text = query["bytes"], let bytes = Int64(text), bytes > 0 else {
+                return try await refuse(response, 400, "POST /budget needs ?bytes=<positive number of bytes>")
+            }
+            do {
+                try await proxy.cache.store.setBudget(bytes)
+            } catch let error as SparseCacheError where error.code == .invalidArgument {
+                return try await refuse(response, 400, "\(error)")
+            }
+            try await sendJSON(response, await status())
+        case ("POST", "/evict"):
+            guard let text = query["bytes"], let bytes = Int64(text), bytes >= 0 else {
+                return try await refuse(response, 400, "POST /evict needs ?bytes=<size on disk to evict down to>")
+            }
+            // Resources kept open for the next reader would be skipped: they are closed first.
+            await proxy.cache.closeIdle()
+            let evicted = try await proxy.cache.store.evict(toSize: bytes)
+            let left = await proxy.cache.store.summary()
+            try await sendJSON(response, Evicted(evicted: evicted, resources: left.entries.count, allocatedBytes: left.allocatedBytes))
+        case ("POST", "/prefetch"):
+            guard let text = query["url"], let url = URL(string: text), let scheme = url.scheme?.lowercased(),
+                scheme == "http" || scheme == "https", url.host != nil
+            else {
+                return try await refuse(response, 400, "POST /prefetch needs ?url=<percent-encoded http(s) URL>")
+            }
+            do {
+                let (key, length) = try await proxy.prefetch(url)
+                try await sendJSON(response, ["key": key, "length": String(length), "state": "filling"], status: 202)
+            } catch {
+                try await refuse(response, 502, "prefetch of \(text) failed: \(error)")
+            }
+        case (_, "/metrics"), (_, "/status"), (_, "/purge"), (_, "/budget"), (_, "/evict"), (_, "/prefetch"):
+            try await refuse(response, 405, "method \(request.method) not allowed on \(path)")
+        default:
+            try await refuse(response, 404, "no such admin endpoint \(path): use /metrics, /status, /purge, /budget, /evict or /prefetch")
+        }
+    }
+
+    public func metricsText() async -> String {
+        let store = await proxy.cache.store.summary()
+        let activity = await proxy.cache.activity
+        let connections = connections()
+        return MetricsExposition.render(
+            requests: metrics.snapshot, fill: proxy.cache.statistics, activity: activity, connections: connections.open,
+            rejectedConnections: connections.rejected, store: store)
+    }
+
+    /// What `POST /evict` answers.
+    public struct Evicted: Codable, Sendable {
+        public var evicted: [String]
+        public var resources: Int
+        public var allocatedBytes: Int64
+    }
+
+    /// What `GET /status` answers (and `sparsecache stats` prints).
+    public struct Status: Codable, Sendable {
+        public var uptimeSeconds: Int
+        public var origin: String?
+        public var directory: String
+        public var budgetBytes: Int64
+        public var allocatedBytes: Int64
+        public var presentBytes: Int64
+        public var resources: Int
+        public var evictions: Int
+        public var openResources: Int
+        public var fetchesInFlight: Int
+        public var readers: Int
+        public var connections: Int
+        public var requests: Int
+        public var hits: Int
+        public var bytesFromCache: Int64
+        public var bytesFromOrigin: Int64
+        public var originRequests: Int
+    }
+
+    public func status() async -> Status {
+        let store = await proxy.cache.store.summary()
+        let activity = await proxy.cache.activity
+        let requests = metrics.snapshot
+        return Status(
+            uptimeSeconds: Int(Date().timeIntervalSince(started)), origin: proxy.origin?.absoluteString, directory: store.directory,
+            budgetBytes: store.budget, allocatedBytes: store.allocatedBytes, presentBytes: store.presentBytes,
+            resources: store.entries.count, evictions: store.evictions ?? 0, openResources: activity.openResources,
+            fetchesInFlight: activity.fetchesInFlight, readers: activity.readers, connections: connections().open,
+            requests: requests.totalRequests, hits: requests.requests.filter { $0.key.cache == "hit" }.values.reduce(0, +),
+            bytesFromCache: requests.bytesFromCache, bytesFromOrigin: requests.bytesFromOrigin,
+            originRequests: ProxyMetrics.originRequests.value)
+    }
+
+    // MARK: Answers
+
+    private func send(_ response: HTTPResponseWriter, status: Int = 200, type: String, body: [UInt8]) async throws {
+        try await response.writeHead(
+            status: status, headers: [("Content-Type", type), ("Cache-Control", "no-store")], contentLength: Int64(body.count),
+            withFirstBody: true)
+        try await response.writeBody(body)
+    }
+
+    private func sendJSON(_ response: HTTPResponseWriter, _ value: some Encodable, status: Int = 200) async throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        let body = (try? encoder.encode(value)).map { Array($0) + [10] } ?? Array("{}\n".utf8)
+        try await send(response, status: status, type: "application/json", body: body)
+    }
+
+    private func refuse(_ response: HTTPResponseWriter, _ status: Int, _ message: String) async throws {
+        try await response.respond(status: status, message: message, headers: [("Cache-Control", "no-store")])
+    }
+
+    /// The path and the decoded query parameters of a target.
+    static func split(_ target: String) -> (String, [String: String]) {
+        let parts = target.split(separator: "?", maxSplits: 1)
+        var query: [String: String] = [:]
+        for pair in (parts.count > 1 ? parts[1] : "").split(separator: "&") {
+            let nameValue = pair.split(separator: "=", maxSplits: 1)
+            let value = nameValue.count > 1 ? String(nameValue[1]) : ""
+            query[String(nameValue[0])] = value.removingPercentEncoding ?? value
+        }
+        return (parts.first.map(String.init) ?? "/", query)
+    }
+}

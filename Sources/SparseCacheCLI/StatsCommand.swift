@@ -1,0 +1,54 @@
+import Foundation
+import SparseCache
+
+/// `sparsecache stats [--cache-dir DIR] [--json | --metrics]`
+enum StatsCommand: Command {
+    static let name = "stats"
+    static let spec = ArgumentSpec(options: ["--cache-dir"], flags: ["--json", "--metrics"])
+    static let help = """
+        OVERVIEW: Show what a running `sparsecache serve` is doing.
+
+        Asks the server that owns the cache directory, on its admin listener (the address is in
+        DIR/serve.admin): requests and hits, bytes from the cache and from origins, what is in
+        flight, the store against its budget. Exits 69 when no server runs on the directory
+        (or it was started with --admin-listen off).
+
+        USAGE: sparsecache stats [--cache-dir DIR] [--json | --metrics]
+
+        OPTIONS:
+          --cache-dir DIR   The cache directory (default: $XDG_CACHE_HOME/sparsecache, or
+                            ~/.cache/sparsecache)
+          --json            The server's status as JSON (GET /status)
+          --metrics         The Prometheus metrics as the server exposes them (GET /metrics)
+          -h, --help        Show this help
+        """
+
+    static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
+        let json = arguments.has("--json"), metrics = arguments.has("--metrics")
+        guard !(json && metrics) else { throw UsageError("give at most one of --json and --metrics") }
+        guard let address = RunningServer.address(in: directory, file: RunningServer.adminFile) else {
+            Output.error("sparsecache stats: no running server with an admin listener on \(directory) (no serve.admin there)")
+            return ExitStatus.originUnavailable
+        }
+        let body: [UInt8]
+        do {
+            body = try await RunningServer.get(metrics ? "/metrics" : "/status", at: address)
+        } catch {
+            Output.error("sparsecache stats: the admin listener at \(address.host):\(address.port) did not answer: \(error)")
+            return ExitStatus.originUnavailable
+        }
+        if json || metrics {
+            Output.write(String(decoding: body, as: UTF8.self), to: 1)
+            return ExitStatus.ok
+        }
+        let status = try JSONDecoder().decode(AdminService.Status.self, from: Data(body))
+        let hitRatio = status.requests == 0 ? 0 : Double(status.hits) * 100 / Double(status.requests)
+        Output.print("server:     up \(status.uptimeSeconds) s" + (status.origin.map { ", reverse proxy for \($0)" } ?? ", URL mode"))
+        Output.print("store:      \(status.resources) resources, \(SizeParser.describe(status.allocatedBytes)) of \(status.budgetBytes == .max ? "no" : SizeParser.describe(status.budgetBytes)) budget, \(status.evictions) evicted")
+        Output.print("requests:   \(status.requests), \(status.hits) hits (\(String(format: "%.1f", hitRatio))%)")
+        Output.print("bytes:      \(SizeParser.describe(status.bytesFromCache)) from the cache, \(SizeParser.describe(status.bytesFromOrigin)) from origins (\(status.originRequests) origin requests)")
+        Output.print("now:        \(status.connections) connections, \(status.readers) readers, \(status.fetchesInFlight) fetches in flight, \(status.openResources) open resources")
+        return ExitStatus.ok
+    }
+}
