@@ -17,6 +17,7 @@ enum BenchMain {
         (FillThroughScenario.number, FillThroughScenario.name, FillThroughScenario.run),
         (ProxyScenario.number, ProxyScenario.name, ProxyScenario.run),
         (PrefetchPriorityScenario.number, PrefetchPriorityScenario.name, PrefetchPriorityScenario.run),
+        (SliceCacheScenario.number, SliceCacheScenario.name, SliceCacheScenario.run),
     ]
 
     static func run(_ arguments: [String]) async -> Int32 {

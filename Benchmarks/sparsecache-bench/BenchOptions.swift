@@ -29,7 +29,7 @@ struct BenchOptions: Sendable {
           --json PATH     Write every result as JSON to PATH
           --dir PATH      Parent of the scratch directory (default /var/tmp; never a tmpfs
                           unless you ask for one). The scratch directory is removed at the end.
-          --only N,...    Run only these scenarios (1-11)
+          --only N,...    Run only these scenarios (1-12)
           --reps N        Override the repetition count (at least 1)
           --keep          Keep the scratch directory
           -h, --help      Show this help
@@ -43,6 +43,8 @@ struct BenchOptions: Sendable {
                                            9  fill-through from nginx vs curl; time to first byte
                                           10  local proxy vs nginx: cached throughput, request rate, first byte
                                           11  seek while prefetch fills the per-origin limit vs no prefetch
+                                          12  against nginx proxy_cache slice 1m: first byte, downloads, random
+                                              ranges, origin bytes of seek sessions, a 16-client herd
         """
 
     struct UsageError: Error, CustomStringConvertible {
@@ -75,8 +77,8 @@ struct BenchOptions: Sendable {
                 options.repetitionsOverride = count
             case "--only":
                 let numbers = try value(argument).split(separator: ",").map { Int($0) }
-                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...11).contains($0) } ?? false }) else {
-                    throw UsageError(description: "--only takes scenario numbers from 1 to 11, e.g. --only 1,3")
+                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...12).contains($0) } ?? false }) else {
+                    throw UsageError(description: "--only takes scenario numbers from 1 to 12, e.g. --only 1,3")
                 }
                 options.only = Set(numbers.compactMap { $0 })
             default:

@@ -15,12 +15,15 @@ struct BenchOrigin {
 
     /// Writes `length` bytes of seeded data to `root/name` and starts nginx on it (its
     /// configuration and logs under `work`).
+    /// With `accessLog`, nginx logs each request as `METHOD URI STATUS BODY_BYTES "RANGE" CONNECTION`
+    /// there (``bodyBytes(in:path:)`` sums it). `locations` goes into the server block.
     static func start(
-        root: String, work: String, resource name: String, length: Int64, seed: UInt64, locations: String = "expires 1h;"
+        root: String, work: String, resource name: String, length: Int64, seed: UInt64, accessLog: String? = nil,
+        locations: String = "expires 1h;"
     ) async throws -> BenchOrigin {
         try writeResource(root + "/" + name, length: length, seed: seed)
         let port = try Loopback.freePort()
-        let process = try NginxServer.process(root: root, work: work, port: port, accessLog: nil, locations: locations)
+        let process = try NginxServer.process(root: root, work: work, port: port, accessLog: accessLog, locations: locations)
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
@@ -36,6 +39,16 @@ struct BenchOrigin {
 
     func stop() {
         Loopback.kill(process)
+    }
+
+    /// Body bytes the origin sent for `path` (e.g. `/movie.bin`), from its access log.
+    static func bodyBytes(in log: String, path: String) -> Int64 {
+        guard let text = try? String(contentsOfFile: log, encoding: .utf8) else { return 0 }
+        return text.split(separator: "\n").reduce(Int64(0)) { total, line in
+            let fields = line.split(separator: " ", maxSplits: 4)
+            guard fields.count >= 4, fields[1] == path, let bytes = Int64(fields[3]) else { return total }
+            return total + bytes
+        }
     }
 
     private static func writeResource(_ path: String, length: Int64, seed: UInt64) throws {

@@ -93,7 +93,7 @@ enum ProxyScenario {
         return result
     }
 
-    private static func shutdown(_ server: HTTPServer, _ cache: ProgressiveCache, _ store: SparseStore) async {
+    static func shutdown(_ server: HTTPServer, _ cache: ProgressiveCache, _ store: SparseStore) async {
         await server.shutdown(grace: .seconds(1))
         await cache.shutdown()
         try? await store.close()
@@ -112,7 +112,7 @@ enum ProxyScenario {
     }
 
     /// Bytes, total seconds and seconds to the first byte of one curl download to /dev/null.
-    private static func curlTimes(_ curl: String, _ url: String, range: String? = nil) async throws -> (
+    static func curlTimes(_ curl: String, _ url: String, range: String? = nil) async throws -> (
         bytes: Int64, total: Double, firstByte: Double
     ) {
         var arguments = ["-s", "-f", "-o", "/dev/null", "-w", "%{size_download} %{time_total} %{time_starttransfer}"]

@@ -119,7 +119,9 @@ enum ServeCommand: Command {
         // is logged as it happens, whatever --quiet says.
         storeOptions.log = { line in RequestLog.problem(line) }
         let store = try await SparseStore.open(directory: directory, options: storeOptions)
-        let cache = ProgressiveCache(store: store)
+        var fillOptions = FillOptions()
+        fillOptions.maximumKeptOpen = keptOpenBudget(descriptors: raiseDescriptorLimit(), connections: options.maximumConnections)
+        let cache = ProgressiveCache(store: store, options: fillOptions)
         let proxy = CachingProxy(cache: cache, origin: origin, streaming: streaming)
         let metrics = ProxyMetrics()
         let log: @Sendable (HTTPLogEntry) -> Void = { entry in
@@ -188,6 +190,28 @@ enum ServeCommand: Command {
                 + (failures.total == 0
                     ? "" : "; housekeeping failures: \(failures.evictions) eviction(s), \(failures.releases) release(s)"))
         return ExitStatus.ok
+    }
+
+    /// Raises the soft limit on open descriptors to the hard one, as nginx does with
+    /// `worker_rlimit_nofile`: every client, origin connection and open resource takes
+    /// descriptors, and the common soft default (1024) is far below what a busy cache needs.
+    /// Returns the limit in force.
+    static func raiseDescriptorLimit() -> Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
+        if limit.rlim_cur < limit.rlim_max {
+            var raised = limit
+            raised.rlim_cur = limit.rlim_max
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
+        }
+        return limit.rlim_cur > rlim_t(Int32.max) ? Int(Int32.max) : Int(limit.rlim_cur)
+    }
+
+    /// How many idle resources may stay open: an eighth of the descriptors left after every
+    /// connection slot (a client and an origin connection each) and a reserve (each resource
+    /// takes two); at least 16, at most 4096.
+    static func keptOpenBudget(descriptors: Int, connections: Int) -> Int {
+        min(4096, max(16, (descriptors - 2 * connections - 64) / 8))
     }
 
     /// "host:port", "[v6]:port" or a bare port.

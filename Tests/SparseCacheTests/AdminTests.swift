@@ -44,7 +44,7 @@ struct AdminTests {
         return last
     }
 
-    @Test("a known workload: requests by status and outcome, body bytes and origin requests are exact; status, purge, budget, prefetch; JSON log")
+    @Test("a known workload: requests by status and outcome, body bytes and origin requests are exact; status, purge, budget, prefetch, pin, evict; JSON log")
     func exactCounters() async throws {
         let scratch = try CLIScratch("serve-admin")
         let files = try TemporaryDirectory("serve-admin-origin")
@@ -124,6 +124,17 @@ struct AdminTests {
         #expect(budget.status == 200 && budgetJSON["budgetBytes"] as? Int == 1_048_576, "\(budget)")
         let tooSmall = try await Curl.run(admin + "/budget?bytes=10", ["-X", "POST"])
         #expect(tooSmall.status == 400 && String(decoding: tooSmall.body, as: UTF8.self).contains("smaller than one segment"))
+        // A pinned resource survives an eviction down to nothing; unpinned, it goes.
+        let aKey = origin.url("a.bin").absoluteString
+        #expect(try await Curl.run(admin + "/pin?key=" + aKey, ["-X", "POST"]).status == 200)
+        #expect(try await Curl.run(admin + "/pin?key=" + origin.url("never.bin").absoluteString, ["-X", "POST"]).status == 404)
+        let evictAll = try await Curl.run(admin + "/evict?bytes=0", ["-X", "POST"])
+        let left = try JSONSerialization.jsonObject(with: Data(evictAll.body)) as? [String: Any] ?? [:]
+        #expect(evictAll.status == 200 && left["resources"] as? Int == 1, "only the pinned one is left: \(left)")
+        #expect(try await Curl.run(admin + "/unpin?key=" + aKey, ["-X", "POST"]).status == 200)
+        let evictRest = try await Curl.run(admin + "/evict?bytes=0", ["-X", "POST"])
+        let none = try JSONSerialization.jsonObject(with: Data(evictRest.body)) as? [String: Any] ?? [:]
+        #expect(none["resources"] as? Int == 0, "unpinned, it goes too: \(none)")
         let unknown = try await Curl.run(admin + "/nothing")
         #expect(unknown.status == 404)
 

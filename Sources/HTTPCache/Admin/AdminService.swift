@@ -13,7 +13,8 @@ import SparseHTTP
 /// | `POST /purge?key=URL` | drops the URL and its variants; `key=URL*` every key with the prefix |
 /// | `POST /budget?bytes=N` | changes the budget and evicts down to it |
 /// | `POST /evict?bytes=N` | evicts least recently used resources down to N bytes on disk, once |
-/// | `POST /prefetch?url=URL` | brings the whole URL into the cache (first contact now, the rest in the background) |
+/// | `POST /prefetch?url=URL[&pin=1]` | brings the whole URL into the cache (first contact now, the rest in the background); with `pin=1` also pins it |
+/// | `POST /pin?key=URL`, `POST /unpin?key=URL` | a pinned resource is never evicted (kept across restarts) |
 ///
 /// It has no authentication of its own: it is for the machine (or the private network) it
 /// listens on, as Varnish's admin port and nginx's stub_status are.
@@ -59,6 +60,14 @@ public final class AdminService: Sendable {
             let evicted = try await proxy.cache.store.evict(toSize: bytes)
             let left = await proxy.cache.store.summary()
             try await sendJSON(response, Evicted(evicted: evicted, resources: left.entries.count, allocatedBytes: left.allocatedBytes))
+        case ("POST", "/pin"), ("POST", "/unpin"):
+            guard let key = query["key"], !key.isEmpty else { return try await refuse(response, 400, "POST \(path) needs ?key=<URL>") }
+            do {
+                if path == "/pin" { try await proxy.cache.store.pin(key: key) } else { try await proxy.cache.store.unpin(key: key) }
+            } catch let error as SparseCacheError where error.code == .notFound {
+                return try await refuse(response, 404, "not cached: \(key)")
+            }
+            try await sendJSON(response, ["key": key, "pinned": path == "/pin" ? "true" : "false"])
         case ("POST", "/prefetch"):
             guard let text = query["url"], let url = URL(string: text), let scheme = url.scheme?.lowercased(),
                 scheme == "http" || scheme == "https", url.host != nil
@@ -67,14 +76,15 @@ public final class AdminService: Sendable {
             }
             do {
                 let (key, length) = try await proxy.prefetch(url)
+                if query["pin"] == "1" { try await proxy.cache.store.pin(key: key) }
                 try await sendJSON(response, ["key": key, "length": String(length), "state": "filling"], status: 202)
             } catch {
                 try await refuse(response, 502, "prefetch of \(text) failed: \(error)")
             }
-        case (_, "/metrics"), (_, "/status"), (_, "/purge"), (_, "/budget"), (_, "/evict"), (_, "/prefetch"):
+        case (_, "/metrics"), (_, "/status"), (_, "/purge"), (_, "/budget"), (_, "/evict"), (_, "/prefetch"), (_, "/pin"), (_, "/unpin"):
             try await refuse(response, 405, "method \(request.method) not allowed on \(path)")
         default:
-            try await refuse(response, 404, "no such admin endpoint \(path): use /metrics, /status, /purge, /budget, /evict or /prefetch")
+            try await refuse(response, 404, "no such admin endpoint \(path): use /metrics, /status, /purge, /budget, /evict, /prefetch, /pin or /unpin")
         }
     }
 

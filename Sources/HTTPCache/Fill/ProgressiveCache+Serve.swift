@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import SparseCacheEngine
 import SparseCacheStore
 import SparseHTTP
@@ -141,6 +144,7 @@ extension ProgressiveCache {
     func attach(_ source: any RangeSource) async throws -> FillResource {
         let resource = entry(for: source.key)
         resource.users += 1
+        keptOpen[source.key] = nil
         if resource.source == nil { resource.source = source }
         do {
             // Also while `opening` runs with the length already known: first contact is still
@@ -178,6 +182,14 @@ extension ProgressiveCache {
             try? await Task.sleep(for: delay)
             self.closeIfIdle(key: key)
         }
+        // Each resource kept open holds two descriptors: beyond the limit the one idle the
+        // longest closes now rather than after `keepOpen`.
+        nextKeptOpen += 1
+        keptOpen[key] = nextKeptOpen
+        while keptOpen.count > options.maximumKeptOpen, let oldest = keptOpen.min(by: { $0.value < $1.value })?.key {
+            keptOpen[oldest] = nil
+            closeIfIdle(key: oldest, force: true)
+        }
     }
 
     /// Lets go of a resource nobody used for ``FillOptions/keepOpen`` (or at once with
@@ -186,6 +198,7 @@ extension ProgressiveCache {
         guard let resource = resources[key], resource.users == 0, resource.fetches.isEmpty, resource.opening == nil,
             let handle = resource.handle, force || ContinuousClock.now - resource.idleSince >= options.keepOpen
         else { return }
+        keptOpen[key] = nil
         resource.closing?.cancel()
         resource.closing = nil
         resource.handle = nil
@@ -222,7 +235,14 @@ extension ProgressiveCache {
         defer { resource.opening = nil }
         guard let source = resource.source else { return }
         if resource.handle == nil {
-            resource.handle = try await store.open(key: resource.key)
+            do {
+                resource.handle = try await store.open(key: resource.key)
+            } catch let error as SparseCacheError where error.errno == EMFILE || error.errno == ENFILE {
+                // Out of descriptors: the resources kept open for later give theirs back, and
+                // the open is tried once more (a request must not fail for a spare handle).
+                await closeIdle()
+                resource.handle = try await store.open(key: resource.key)
+            }
         }
         guard let handle = resource.handle else { return }
         let metadata = await handle.file.metadata

@@ -28,6 +28,9 @@ public actor ProgressiveCache {
     /// ``shutdown()`` so the store is closed only after them.
     var releases: [Int: Task<Void, Never>] = [:]
     var nextID = 0
+    /// Resources open with no user, kept for ``FillOptions/keepOpen``, by when they went idle.
+    var keptOpen: [String: UInt64] = [:]
+    var nextKeptOpen: UInt64 = 0
     /// Totals over every resource, counted from the actor and from readers' own tasks.
     private nonisolated let counters = Mutex(FillStatistics())
 

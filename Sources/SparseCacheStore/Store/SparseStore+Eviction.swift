@@ -107,7 +107,9 @@ extension SparseStore {
             var need = await excess(target: target)
             var victims: [String] = []
             for candidate in order where need > 0 {
-                guard live[candidate.key] == nil, !lockedKeys.contains(candidate.key), let entry = entries[candidate.key] else { continue }
+                guard live[candidate.key] == nil, !lockedKeys.contains(candidate.key), let entry = entries[candidate.key],
+                    entry.pinnedPrefix != .max
+                else { continue }
                 victims.append(candidate.key)
                 need -= entry.allocatedBytes
             }

@@ -203,7 +203,19 @@ extension SparseStore {
         touch(key)
     }
 
-    /// Keeps the first `bytes` of the resource when it is evicted.
+    /// Pins the whole resource: eviction never removes it (so a budget can be exceeded by
+    /// pinned resources alone) until ``unpin(key:)``. Kept in the catalog across restarts.
+    public func pin(key: String) throws {
+        try pinPrefix(key: key, bytes: .max)
+    }
+
+    /// Ends a pin (of the whole resource or of a prefix).
+    public func unpin(key: String) throws {
+        try pinPrefix(key: key, bytes: 0)
+    }
+
+    /// Keeps the first `bytes` of the resource when it is evicted (`Int64.max`: all of it,
+    /// never evicted).
     public func pinPrefix(key: String, bytes: Int64) throws {
         guard var entry = entries[key] else {
             throw SparseCacheError(.notFound, operation: "pin prefix", detail: "no resource for key '\(key)'")
