@@ -16,6 +16,7 @@ enum BenchMain {
         (FaultHookScenario.number, FaultHookScenario.name, FaultHookScenario.run),
         (FillThroughScenario.number, FillThroughScenario.name, FillThroughScenario.run),
         (ProxyScenario.number, ProxyScenario.name, ProxyScenario.run),
+        (PrefetchPriorityScenario.number, PrefetchPriorityScenario.name, PrefetchPriorityScenario.run),
         (SliceCacheScenario.number, SliceCacheScenario.name, SliceCacheScenario.run),
     ]
 

@@ -42,6 +42,7 @@ struct BenchOptions: Sendable {
                                            8  fault-injection hooks: cost when off
                                            9  fill-through from nginx vs curl; time to first byte
                                           10  local proxy vs nginx: cached throughput, request rate, first byte
+                                          11  seek while prefetch fills the per-origin limit vs no prefetch
                                           12  against nginx proxy_cache slice 1m: first byte, downloads, random
                                               ranges, origin bytes of seek sessions, a 16-client herd
         """

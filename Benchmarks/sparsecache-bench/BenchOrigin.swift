@@ -16,13 +16,14 @@ struct BenchOrigin {
     /// Writes `length` bytes of seeded data to `root/name` and starts nginx on it (its
     /// configuration and logs under `work`).
     /// With `accessLog`, nginx logs each request as `METHOD URI STATUS BODY_BYTES "RANGE" CONNECTION`
-    /// there (``bodyBytes(in:path:)`` sums it).
+    /// there (``bodyBytes(in:path:)`` sums it). `locations` goes into the server block.
     static func start(
-        root: String, work: String, resource name: String, length: Int64, seed: UInt64, accessLog: String? = nil
+        root: String, work: String, resource name: String, length: Int64, seed: UInt64, accessLog: String? = nil,
+        locations: String = "expires 1h;"
     ) async throws -> BenchOrigin {
         try writeResource(root + "/" + name, length: length, seed: seed)
         let port = try Loopback.freePort()
-        let process = try NginxServer.process(root: root, work: work, port: port, accessLog: accessLog, locations: "expires 1h;")
+        let process = try NginxServer.process(root: root, work: work, port: port, accessLog: accessLog, locations: locations)
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice

@@ -12,7 +12,7 @@ enum ServeCommand: Command {
     static let spec = ArgumentSpec(
         options: [
             "--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--max-connections-per-client", "--allow-origin",
-            "--server-name", "--max-resource-size", "--max-body-size", "--admin-listen", "--log-format", "--access-log",
+            "--server-name", "--max-resource-size", "--max-body-size", "--admin-listen", "--log-format", "--access-log", "--prefetch",
         ],
         flags: ["--quiet"])
     static let help = """
@@ -28,7 +28,7 @@ enum ServeCommand: Command {
                                  [--max-resource-size SIZE] [--max-body-size SIZE]
                                  [--max-connections N] [--max-connections-per-client N] [--quiet]
                                  [--admin-listen ADDR:PORT|off] [--log-format text|json]
-                                 [--access-log FILE]
+                                 [--access-log FILE] [--prefetch N]
 
         Requests:
           with --origin http://host:port   GET /path is the origin's /path (reverse proxy)
@@ -49,6 +49,13 @@ enum ServeCommand: Command {
         100-continue answered) and the answer comes back unstored. A 2xx or 3xx to an unsafe
         method drops what is stored for its URL (and a same-origin Location or
         Content-Location). CONNECT is refused (405): an https tunnel cannot be cached.
+
+        Streaming: HLS playlists (.m3u8) and DASH manifests (.mpd) are stored as the origin
+        sent them and served rewritten, so every segment, key and variant URL in them goes
+        through the cache, in both modes (docs/STREAMING.md). A live playlist without
+        freshness information is reused for at most half its target duration. After a media
+        playlist or a segment is served, the next segments are prefetched (--prefetch); a
+        request a player waits on goes before prefetch at the per-origin connection limit.
 
         OPTIONS:
           --cache-dir DIR        The cache directory (default: $XDG_CACHE_HOME/sparsecache, or
@@ -78,6 +85,7 @@ enum ServeCommand: Command {
                                  Slots one client address may hold (default 128)
           --max-body-size SIZE   The largest request body taken; larger ones are answered 413
                                  (default 64M; to https origins a body is collected first)
+          --prefetch N           HLS segments fetched ahead of each player (default 3; 0: off)
           --quiet                No request log
           --admin-listen ADDR:PORT
                                  The admin listener: GET /metrics (Prometheus), GET /status
@@ -127,6 +135,13 @@ enum ServeCommand: Command {
         let givenBudget = try arguments.size("--max-size")
         let budget = givenBudget ?? DefaultBudget.compute(directory: directory) ?? .max
         let quiet = arguments.has("--quiet")
+        var streaming = StreamingOptions()
+        if let text = arguments.options["--prefetch"] {
+            guard let count = Int(text), (0...100).contains(count) else {
+                throw UsageError("invalid --prefetch '\(text)': use a number of segments from 0 (off) to 100")
+            }
+            streaming.prefetchSegments = count
+        }
         let adminListen = arguments.options["--admin-listen"] ?? "127.0.0.1:0"
         let admin = adminListen == "off" ? nil : try parseListen(adminListen, option: "--admin-listen")
         let json: Bool
@@ -150,7 +165,7 @@ enum ServeCommand: Command {
         let cache = ProgressiveCache(store: store, options: fillOptions)
         let proxy = CachingProxy(
             cache: cache, origin: origin, allowedOrigins: allowed,
-            maximumResourceLength: maximumResourceLength ?? CachingProxy.defaultMaximumResourceLength)
+            maximumResourceLength: maximumResourceLength ?? CachingProxy.defaultMaximumResourceLength, streaming: streaming)
         let metrics = ProxyMetrics()
         let log: @Sendable (HTTPLogEntry) -> Void = { entry in
             metrics.record(entry)
@@ -213,6 +228,7 @@ enum ServeCommand: Command {
         }
         await server.shutdown(grace: .seconds(2))
         await adminServer?.shutdown(grace: .zero)
+        await proxy.shutdown()
         await cache.shutdown()
         let statistics = cache.statistics
         let failures = await store.housekeepingFailures

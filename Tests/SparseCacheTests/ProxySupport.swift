@@ -19,18 +19,20 @@ final class ProxyFixture: Sendable {
     let store: SparseStore
     let cache: ProgressiveCache
     let server: HTTPServer
+    let proxy: CachingProxy
     let log = LogCollector()
 
     /// - Parameter allowedOrigins: in URL mode, the local origins the proxy may fetch from (the
     ///   test origins listen on 127.0.0.1, which the proxy refuses by default, issue 17).
     init(
         origin: URL?, options: HTTPServer.Options = ProxyFixture.defaultOptions, budget: Int64 = .max,
-        allowedOrigins: [String] = ["127.0.0.1"]
+        allowedOrigins: [String] = ["127.0.0.1"], streaming: StreamingOptions = StreamingOptions()
     ) async throws {
         directory = try TemporaryDirectory("proxy")
         store = try await SparseStore.open(directory: directory.file("cache"), options: StoreOptions(budget: budget))
         cache = ProgressiveCache(store: store, options: .testing)
-        let proxy = CachingProxy(cache: cache, origin: origin, allowedOrigins: allowedOrigins)
+        let proxy = CachingProxy(cache: cache, origin: origin, allowedOrigins: allowedOrigins, streaming: streaming)
+        self.proxy = proxy
         let log = self.log
         server = try HTTPServer.start(options: options, log: { log.append($0) }) { request, body, response in
             try await proxy.handle(request, body, response)
@@ -47,6 +49,7 @@ final class ProxyFixture: Sendable {
 
     func stop() async {
         await server.shutdown(grace: .seconds(1))
+        await proxy.shutdown()
         await cache.shutdown()
         try? await store.close()
         directory.remove()

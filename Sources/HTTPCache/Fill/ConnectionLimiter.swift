@@ -3,11 +3,34 @@ import SparseCacheStore
 import SparseHTTP
 
 /// A counting semaphore for async code: at most `limit` holders at once; the others wait,
-/// suspended (never polling), and are let in first come, first served.
+/// suspended (never polling).
+///
+/// Waiters are let in by priority, first come, first served within one: a request a client
+/// waits on (``Priority/waited``, the default) goes before prefetch and read-ahead
+/// (``Priority/background``). And when a waited-on request finds every place taken while a
+/// background holder has one, that holder is asked to yield it (its `onYield` runs: a fetch
+/// stops its transfer, keeps what arrived, and queues again behind the waited-on requests).
 public actor ConnectionLimiter {
+    /// How much a client waits on a request.
+    public enum Priority: Int, Sendable, Comparable {
+        /// Prefetch and read-ahead: nobody waits on it yet.
+        case background = 0
+        /// A client is waiting for these bytes.
+        case waited = 1
+
+        public static func < (lhs: Priority, rhs: Priority) -> Bool { lhs.rawValue < rhs.rawValue }
+    }
+
+    /// The priority of the current task's requests: fetches started inside
+    /// `ConnectionLimiter.$priority.withValue(.background) { ... }` (and the tasks they start)
+    /// are background ones.
+    @TaskLocal public static var priority: Priority = .waited
+
     public let limit: Int
     private var holders = 0
-    private var waiters: [(id: UInt64, continuation: CheckedContinuation<Void, Error>)] = []
+    private var waiters: [(id: UInt64, priority: Priority, continuation: CheckedContinuation<Void, Error>)] = []
+    /// Background holders that can be asked to give their place up, oldest first.
+    private var yielders: [(ticket: UInt64, yield: @Sendable () -> Void)] = []
     private var nextID: UInt64 = 0
 
     public init(limit: Int) {
@@ -15,46 +38,77 @@ public actor ConnectionLimiter {
         self.limit = limit
     }
 
-    /// Waits for a place. Throws `CancellationError` when the waiting task is cancelled.
+    /// Waits for a place at the current task's ``priority``. Throws `CancellationError` when
+    /// the waiting task is cancelled. Give the place back with ``release()``.
     public func acquire() async throws {
-        if holders < limit {
-            holders += 1
-            return
-        }
-        let id = nextID
-        nextID += 1
-        // The waiter is added in an actor method: the operation closure does not keep the
-        // actor's isolation (swiftlang/swift#85518).
-        try await withTaskCancellationHandler {
-            try await self.wait(id)
-        } onCancel: {
-            Task { await self.cancelWaiter(id) }
-        }
+        _ = try await acquire(priority: Self.priority, onYield: nil)
     }
 
-    private func wait(_ id: UInt64) async throws {
+    /// Waits for a place at `priority` and returns a ticket for ``release(ticket:)``. A
+    /// background holder with `onYield` may be asked to give its place up for a waited-on
+    /// request: `onYield` then runs once (from the limiter; it must not block), and the holder
+    /// still releases its place as usual when it stops.
+    public func acquire(priority: Priority, onYield: (@Sendable () -> Void)?) async throws -> UInt64 {
+        let ticket = nextID
+        nextID += 1
+        if holders < limit {
+            holders += 1
+        } else {
+            if priority == .waited {
+                // Each waited-on waiter asks one background holder; the newest has the least
+                // to lose.
+                yielders.popLast()?.yield()
+            }
+            // The waiter is added in an actor method: the operation closure does not keep the
+            // actor's isolation (swiftlang/swift#85518).
+            try await withTaskCancellationHandler {
+                try await self.wait(ticket, priority: priority)
+            } onCancel: {
+                Task { await self.cancelWaiter(ticket) }
+            }
+        }
+        if priority == .background, let onYield { yielders.append((ticket, onYield)) }
+        return ticket
+    }
+
+    private func wait(_ id: UInt64, priority: Priority) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
             if Task.isCancelled {
                 continuation.resume(throwing: CancellationError())
+            } else if holders < limit {
+                // A place came free between the look in `acquire` and this registration (a
+                // holder asked to yield released it meanwhile).
+                holders += 1
+                continuation.resume()
             } else {
-                waiters.append((id, continuation))
+                waiters.append((id, priority, continuation))
             }
         }
     }
 
-    /// Gives the place to the first waiter, or frees it.
+    /// Gives the place to the first waiter of the highest priority, or frees it.
     public func release() {
         if waiters.isEmpty {
             holders -= 1
         } else {
-            waiters.removeFirst().continuation.resume()
+            let index = waiters.firstIndex { $0.priority == .waited } ?? 0
+            waiters.remove(at: index).continuation.resume()
         }
+    }
+
+    /// Gives back the place of `ticket` (from ``acquire(priority:onYield:)``).
+    public func release(ticket: UInt64) {
+        yielders.removeAll { $0.ticket == ticket }
+        release()
     }
 
     private func cancelWaiter(_ id: UInt64) {
         guard let index = waiters.firstIndex(where: { $0.id == id }) else { return }
         waiters.remove(at: index).continuation.resume(throwing: CancellationError())
     }
+
+    /// Waiters right now (for tests).
+    public var queued: Int { waiters.count }
 
     /// Holders right now (for tests).
     public var inUse: Int { holders }

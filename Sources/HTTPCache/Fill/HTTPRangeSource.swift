@@ -154,15 +154,25 @@ public final class HTTPRangeSource: RangeSource {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: key, detail: "empty or negative range \(range)")
         }
         try await checkAddressPolicy()
-        try await limiter.acquire()
+        // A background fetch (prefetch, read-ahead) gives its connection up to a request a
+        // client waits on: its transfer stops, and the fill resumes it later.
+        let priority = ConnectionLimiter.priority
+        let yielding = priority == .background ? YieldAction() : nil
+        var onYield: (@Sendable () -> Void)?
+        if let yielding { onYield = { yielding.fire() } }
+        let ticket = try await limiter.acquire(priority: priority, onYield: onYield)
         ProxyMetrics.originRequests.add()
         let limiter = self.limiter
-        let release = FinishAction { Task { await limiter.release() } }
+        let release = FinishAction { Task { await limiter.release(ticket: ticket) } }
         do {
+            let response: RangeResponse
             if transport == .automatic, url.scheme?.lowercased() == "http" {
-                return try await fetchDirect(range, validator: validator, forwarding: forwarding, release: release)
+                response = try await fetchDirect(range, validator: validator, forwarding: forwarding, release: release)
+            } else {
+                response = try await fetchThroughSession(url, range, validator: validator, forwarding: forwarding, release: release)
             }
-            return try await fetchThroughSession(url, range, validator: validator, forwarding: forwarding, release: release)
+            yielding?.set(response.cancel)
+            return response
         } catch {
             release.run()
             if !(error is OriginAnswer) { ProxyMetrics.originFailures.add() }

@@ -168,7 +168,8 @@ extension ProgressiveCache {
         guard resource.generation == generation, let first = missing.first else { return nil }
         let segment = Int(first.lowerBound >> shift)
         if let owner = resource.owner[segment] { return owner }
-        let id = await startFetch(resource, from: segment, before: stop)
+        // Nobody waits on these bytes yet: a request a client waits on goes first.
+        let id = await ConnectionLimiter.$priority.withValue(.background) { await startFetch(resource, from: segment, before: stop) }
         return id >= 0 && resource.generation == generation ? id : nil
     }
 

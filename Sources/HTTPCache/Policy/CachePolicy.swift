@@ -26,7 +26,7 @@ public struct CachePolicy: Sendable, Equatable {
     /// How long the response is fresh after it was generated (section 4.2.1), in seconds: for a
     /// shared cache `s-maxage`, else `max-age`, else `Expires` minus `Date`, else a heuristic.
     /// An invalid or contradictory value gives 0 (stale).
-    public let freshnessLifetime: Int64
+    public private(set) var freshnessLifetime: Int64
     /// The `Date` of the response, or when it was received when it has none or an invalid one
     /// (section 4.2.3: a cache without a `Date` uses the receipt time).
     let dateValue: Int64
@@ -119,6 +119,20 @@ public struct CachePolicy: Sendable, Equatable {
             let lastModified = headers["last-modified"].flatMap(HTTPDate.parse), lastModified <= date
         else { return 0 }
         return min((date - lastModified) / 10, heuristicCap)
+    }
+
+    /// This policy with heuristic freshness (section 4.2.2) capped at `seconds`, for a caller
+    /// that knows more about the body than its header fields say: a live HLS playlist is fresh
+    /// for at most half its target duration (CachingProxy+Playlists). Explicit freshness
+    /// (`s-maxage`, `max-age`, `Expires`) is left as it is.
+    public func limitingHeuristicFreshness(to seconds: Int64) -> CachePolicy {
+        let explicit =
+            responseDirectives.seconds("s-maxage") != nil || responseDirectives.seconds("max-age") != nil
+            || response.headers.contains("expires")
+        guard !explicit else { return self }
+        var limited = self
+        limited.freshnessLifetime = min(freshnessLifetime, max(0, seconds))
+        return limited
     }
 
     /// The longest heuristic lifetime (a day, as Traffic Server's default).

@@ -38,23 +38,28 @@ public final class CachingProxy: Sendable {
     public let maximumResourceLength: Int64?
     /// This proxy's name in `Via`, and its loop detection.
     public let via = ProxyVia()
+    /// Playlists and segment prefetch (CachingProxy+Playlists, docs/STREAMING.md).
+    let streaming: StreamingState
 
     /// The default ``maximumResourceLength``: 256 GiB (the largest disk images and model files),
     /// whose index costs at most 512 KiB of memory with 64 KiB segments.
     public static let defaultMaximumResourceLength: Int64 = 256 << 30
 
-    /// - Parameter allowedOrigins: in URL mode, the loopback, private and local origins that
-    ///   may be fetched (`host`, `host:port`, `*.domain`; see ``OriginAddressPolicy``); public
-    ///   ones always may. Ignored in reverse-proxy mode.
+    /// - Parameters:
+    ///   - allowedOrigins: in URL mode, the loopback, private and local origins that may be
+    ///     fetched (`host`, `host:port`, `*.domain`; see ``OriginAddressPolicy``); public ones
+    ///     always may. Ignored in reverse-proxy mode.
     ///   - maximumResourceLength: longer resources are passed on unstored; nil for no limit.
+    ///   - streaming: HLS and DASH playlist rewriting and segment prefetch.
     public init(
         cache: ProgressiveCache, origin: URL? = nil, allowedOrigins: [String] = [],
-        maximumResourceLength: Int64? = CachingProxy.defaultMaximumResourceLength
+        maximumResourceLength: Int64? = CachingProxy.defaultMaximumResourceLength, streaming: StreamingOptions = StreamingOptions()
     ) {
         self.cache = cache
         self.origin = origin
         self.maximumResourceLength = maximumResourceLength
         addressPolicy = origin == nil ? OriginAddressPolicy(allowing: allowedOrigins.compactMap(OriginAddressPolicy.Pattern.init)) : nil
+        self.streaming = StreamingState(options: streaming)
     }
 
     /// The ``HTTPServer`` handler. A body is read only for methods forwarded to the origin;
@@ -120,6 +125,8 @@ public final class CachingProxy: Sendable {
         let now: Int64
         let forwarding: HTTPRangeSource.Forwarding
         var status = CacheStatus()
+        /// The stored playlist, once read (its freshness and its rewriting share one read).
+        var playlist: StoredPlaylist?
 
         init(
             request: HTTPRequestHead, response: HTTPResponseWriter, base: HTTPRangeSource, target: String, now: Int64,
@@ -212,7 +219,6 @@ public final class CachingProxy: Sendable {
     /// A stored response for this request: fresh, allowed stale, or revalidated first.
     private func answerStored(_ reader: CacheReader, source: ProxiedSource, _ exchange: Exchange) async throws {
         guard let head = reader.info.stored else { return }
-        let policy = head.policy
         if !reader.isLengthKnown {
             // An answer without a length still arriving from the origin: this client joins it
             // (collapsed forwarding, RFC 9211 section 2.6) instead of asking again, whatever its
@@ -220,9 +226,10 @@ public final class CachingProxy: Sendable {
             exchange.status.forward = "uri-miss"
             exchange.status.collapsed = true
             exchange.status.forwardStatus = head.status
-            try await send(reader, head: head, age: policy.currentAge(now: exchange.now), exchange)
+            try await send(reader, head: head, age: head.policy.currentAge(now: exchange.now), exchange)
             return
         }
+        let policy = try await streamingPolicy(head.policy, reader, head: head, exchange)
         switch policy.use(for: exchange.request, now: exchange.now) {
         case .fresh(let age), .staleAllowed(let age):
             exchange.status.hit = true
@@ -258,6 +265,7 @@ public final class CachingProxy: Sendable {
     /// Sends a stored response (or the part of it the request asks for): its stored fields with
     /// `Age`, `Via` and `Cache-Status`, after the client's conditionals.
     func send(_ reader: CacheReader, head: StoredHead, age: Int64, _ exchange: Exchange) async throws {
+        if try await sendPlaylist(reader, head: head, age: age, exchange) { return }
         let request = exchange.request, response = exchange.response
         let length = reader.length
         exchange.status.fromStorage = true
@@ -448,6 +456,7 @@ public final class CachingProxy: Sendable {
             target = afterAuthority.hasPrefix("/") ? String(afterAuthority) : "/" + afterAuthority
         }
         if let origin {
+            if let referenced = referencedURL(target) { return .success(referenced) }
             var base = origin.absoluteString
             while base.hasSuffix("/") { base.removeLast() }
             guard target.hasPrefix("/"), let url = URL(string: base + target) else {

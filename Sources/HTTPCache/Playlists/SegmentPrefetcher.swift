@@ -1,0 +1,288 @@
+import Foundation
+import SparseHTTP
+import Synchronization
+
+/// Brings the next segments of the variant a player plays into the cache before the player
+/// asks for them.
+///
+/// A session is one player on one stream: the client's address and the stream's group (the
+/// master playlist that named the media playlist, or the media playlist itself when no master
+/// was seen). A media playlist served starts the session at its first segment (VOD) or at the
+/// segments a player starts a live stream with (its last few); each segment the player asks
+/// for moves it on. The session fetches up to ``StreamingOptions/prefetchSegments`` segments
+/// past the last one asked for, one at a time, at background priority (``ConnectionLimiter``:
+/// a request a client waits on goes first, and a prefetch holding a connection yields it).
+/// Prefetched segments stay open, so pinned, until the player has asked for them, switches
+/// variant (a segment of another media playlist of the same group: the session starts over
+/// there and the old one's fetches stop), or asks for nothing for ``StreamingOptions/pinIdle``.
+final class SegmentPrefetcher: Sendable {
+    let options: StreamingOptions
+    private let state = Mutex(State())
+
+    init(options: StreamingOptions) {
+        self.options = options
+    }
+
+    private struct State {
+        /// Media playlists seen, by URL: their segments in order and their group.
+        var playlists: [String: Playlist] = [:]
+        var playlistOrder: [String] = []
+        /// Segment URL -> (media playlist URL, index).
+        var segments: [String: (playlist: String, index: Int)] = [:]
+        /// Media playlist URL -> the master playlist that named it.
+        var groups: [String: String] = [:]
+        var sessions: [String: Session] = [:]
+        var nextID = 0
+    }
+
+    private struct Playlist {
+        var segments: [URL]
+        var group: String
+    }
+
+    private struct Session {
+        let id: Int
+        var playlist: String
+        /// The last segment the player asked for (-1: none yet).
+        var position: Int
+        /// The next segment to prefetch.
+        var next: Int
+        var task: Task<Void, Never>?
+        /// The task is only waiting out ``StreamingOptions/pinIdle``.
+        var idle = false
+        var pins: [Int: CacheReader] = [:]
+        var forwarding: HTTPRangeSource.Forwarding
+        var lastActivity = ContinuousClock.now
+    }
+
+    /// The most media playlists remembered.
+    static let playlistCapacity = 64
+
+    /// Whether any media playlist is known (a request for anything else costs nothing then).
+    var isEmpty: Bool { state.withLock { $0.playlists.isEmpty } }
+
+    /// A playlist went out to a client: remembers its variants (master) or segments (media),
+    /// and starts or moves that client's session.
+    func servedPlaylist(_ hls: HLSPlaylist, proxy: CachingProxy, exchange: CachingProxy.Exchange) {
+        guard options.prefetchSegments > 0 else { return }
+        let key = hls.url.absoluteString
+        if hls.isMaster {
+            state.withLock { state in
+                for variant in hls.variants { state.groups[variant.absoluteString] = key }
+            }
+            return
+        }
+        guard !hls.segments.isEmpty else { return }
+        let client = Self.client(exchange)
+        let closing: [CacheReader] = state.withLock { state in
+            let group = state.groups[key] ?? key
+            let old = state.playlists[key]
+            if let old {
+                for segment in old.segments where state.segments[segment.absoluteString]?.playlist == key {
+                    state.segments[segment.absoluteString] = nil
+                }
+            } else {
+                state.playlistOrder.append(key)
+                if state.playlistOrder.count > Self.playlistCapacity {
+                    let dropped = state.playlistOrder.removeFirst()
+                    if let old = state.playlists.removeValue(forKey: dropped) {
+                        for segment in old.segments where state.segments[segment.absoluteString]?.playlist == dropped {
+                            state.segments[segment.absoluteString] = nil
+                        }
+                    }
+                }
+            }
+            state.playlists[key] = Playlist(segments: hls.segments, group: group)
+            for (index, segment) in hls.segments.enumerated() { state.segments[segment.absoluteString] = (key, index) }
+            let sessionKey = client + " " + group
+            if var session = state.sessions[sessionKey], session.playlist == key {
+                // A live reload: the window may have slid (segments dropped from the top), so
+                // indexes move; the player's place is found again by the URL of the segment
+                // it last asked for, and the pins move with it.
+                if let old, old.segments.indices.contains(session.position),
+                    let moved = hls.segments.firstIndex(of: old.segments[session.position])
+                {
+                    let shift = moved - session.position
+                    session.position = moved
+                    session.next += shift
+                    session.pins = Dictionary(uniqueKeysWithValues: session.pins.map { ($0.key + shift, $0.value) })
+                    state.sessions[sessionKey] = session
+                }
+                return []
+            }
+            if let switched = state.sessions.removeValue(forKey: sessionKey) {
+                // A switch to this variant: the old one's fetches stop, and the new session
+                // starts at the first segment the player asks for here (a player switches
+                // mid-stream, not at the start).
+                return Self.end(switched)
+            }
+            // A new session: start where a player starts.
+            let closing: [CacheReader] = []
+            let start = hls.ended ? 0 : max(0, hls.segments.count - 3)
+            state.nextID += 1
+            state.sessions[sessionKey] = Session(
+                id: state.nextID, playlist: key, position: start - 1, next: start, forwarding: exchange.forwarding)
+            return closing
+        }
+        close(closing)
+        // A playlist's segments are asked for right after it: start now.
+        run(sessionKey: client + " " + (state.withLock { $0.playlists[key]?.group } ?? key), proxy: proxy)
+    }
+
+    /// A request for `url` went out to a client: when it is a known segment, the client's
+    /// session moves to it (switching variant if it is another playlist's).
+    func requested(_ url: URL, proxy: CachingProxy, exchange: CachingProxy.Exchange) {
+        guard options.prefetchSegments > 0 else { return }
+        let client = Self.client(exchange)
+        var sessionKey = ""
+        let closing: [CacheReader]? = state.withLock { state in
+            guard let (playlist, index) = state.segments[url.absoluteString], let group = state.playlists[playlist]?.group else {
+                return nil
+            }
+            sessionKey = client + " " + group
+            var closing: [CacheReader] = []
+            if var session = state.sessions[sessionKey], session.playlist == playlist {
+                // Segments it has reached are the player's now.
+                for (pinned, reader) in session.pins where pinned <= index {
+                    closing.append(reader)
+                    session.pins[pinned] = nil
+                }
+                session.position = max(session.position, index)
+                session.next = max(session.next, index + 1)
+                session.lastActivity = .now
+                state.sessions[sessionKey] = session
+            } else {
+                closing = state.sessions[sessionKey].map(Self.end) ?? []
+                state.nextID += 1
+                state.sessions[sessionKey] = Session(
+                    id: state.nextID, playlist: playlist, position: index, next: index + 1, forwarding: exchange.forwarding)
+            }
+            return closing
+        }
+        guard let closing else { return }
+        close(closing)
+        run(sessionKey: sessionKey, proxy: proxy)
+    }
+
+    /// Stops every session and lets go of its pins (the proxy is shutting down).
+    func stop() async {
+        let (tasks, readers) = state.withLock { state in
+            let tasks = state.sessions.values.compactMap(\.task)
+            let readers = state.sessions.values.flatMap { Self.end($0) }
+            state.sessions.removeAll()
+            return (tasks, readers)
+        }
+        for task in tasks { await task.value }
+        for reader in readers { await reader.close() }
+    }
+
+    /// Sessions running now, and the segments each has pinned (for tests).
+    var pinnedSegments: [String: [Int]] {
+        state.withLock { state in state.sessions.mapValues { $0.pins.keys.sorted() } }
+    }
+
+    // MARK: Running a session
+
+    /// Starts the session's task unless one is fetching already.
+    private func run(sessionKey: String, proxy: CachingProxy) {
+        let idleTask: Task<Void, Never>? = state.withLock { state in
+            guard var session = state.sessions[sessionKey] else { return nil }
+            if session.task != nil, !session.idle { return nil }
+            let waiting = session.task
+            let id = session.id
+            session.idle = false
+            session.task = Task { [self] in
+                await ConnectionLimiter.$priority.withValue(.background) {
+                    await self.work(sessionKey: sessionKey, id: id, proxy: proxy)
+                }
+            }
+            state.sessions[sessionKey] = session
+            return waiting
+        }
+        idleTask?.cancel()
+    }
+
+    private func work(sessionKey: String, id: Int, proxy: CachingProxy) async {
+        while !Task.isCancelled {
+            let job: (index: Int, url: URL, forwarding: HTTPRangeSource.Forwarding)? = state.withLock { state in
+                guard var session = state.sessions[sessionKey], session.id == id,
+                    let segments = state.playlists[session.playlist]?.segments,
+                    session.next < segments.count, session.next <= session.position + options.prefetchSegments
+                else { return nil }
+                let index = session.next
+                session.next += 1
+                state.sessions[sessionKey] = session
+                return (index, segments[index], session.forwarding)
+            }
+            guard let job else { break }
+            guard let reader = await fetch(job.url, forwarding: job.forwarding, proxy: proxy) else { continue }
+            let kept = state.withLock { state -> Bool in
+                guard var session = state.sessions[sessionKey], session.id == id, job.index > session.position else { return false }
+                session.pins[job.index] = reader
+                state.sessions[sessionKey] = session
+                return true
+            }
+            if !kept { await reader.close() }
+        }
+        // Fetched up to the window: wait for the player, and let the pins go if it never comes.
+        let started: Bool = state.withLock { state in
+            guard var session = state.sessions[sessionKey], session.id == id else { return false }
+            session.idle = true
+            state.sessions[sessionKey] = session
+            return true
+        }
+        guard started, !Task.isCancelled else { return }
+        try? await Task.sleep(for: options.pinIdle)
+        if Task.isCancelled { return }
+        let closing: [CacheReader] = state.withLock { state in
+            guard let session = state.sessions[sessionKey], session.id == id, session.idle,
+                ContinuousClock.now - session.lastActivity >= options.pinIdle
+            else { return [] }
+            state.sessions[sessionKey] = nil
+            return Array(session.pins.values)
+        }
+        close(closing)
+    }
+
+    /// Brings one segment into the cache and returns it open (pinned); nil when it cannot be
+    /// stored (the origin's answer is not one to cache) or the fetch failed or was stopped.
+    private func fetch(_ url: URL, forwarding: HTTPRangeSource.Forwarding, proxy: CachingProxy) async -> CacheReader? {
+        guard let base = try? proxy.source(for: url) else { return nil }
+        let source = ProxiedSource(base: base, key: CachingProxy.cacheKey(url), forwarding: forwarding)
+        let reader: CacheReader
+        do {
+            reader = try await proxy.cache.open(source)
+        } catch let answer as OriginAnswer {
+            if answer.claim() { answer.cancel() }
+            return nil
+        } catch {
+            return nil
+        }
+        do {
+            try await proxy.cache.prefetch(source)
+        } catch {
+            await reader.close()
+            return nil
+        }
+        return reader
+    }
+
+    private static func end(_ session: Session) -> [CacheReader] {
+        session.task?.cancel()
+        return Array(session.pins.values)
+    }
+
+    private func close(_ readers: [CacheReader]) {
+        guard !readers.isEmpty else { return }
+        Task {
+            for reader in readers { await reader.close() }
+        }
+    }
+
+    /// The client's address without its port: one player.
+    private static func client(_ exchange: CachingProxy.Exchange) -> String {
+        let peer = exchange.response.peer
+        guard let colon = peer.lastIndex(of: ":") else { return peer }
+        return String(peer[..<colon])
+    }
+}

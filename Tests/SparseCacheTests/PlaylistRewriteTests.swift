@@ -1,0 +1,246 @@
+// The playlist rewriters on their own: HLS (RFC 8216) and DASH (ISO/IEC 23009-1) texts as
+// packagers write them, in reverse-proxy mode and URL mode; the live freshness limit; the
+// connection limiter's priorities.
+import Foundation
+import Synchronization
+import Testing
+
+@testable import HTTPCache
+@testable import SparseHTTP
+
+@Suite("Playlist rewriting")
+struct PlaylistRewriteTests {
+    static let origin = URL(string: "http://origin.test:8000")!
+    static let reverse = ProxyReferences(origin: origin)
+    static let urlMode = ProxyReferences(origin: nil)
+
+    /// The absolute URL a URL-mode reference names (what the proxy decodes from it).
+    static func decoded(_ reference: String) -> String? {
+        guard let query = reference.split(separator: "?", maxSplits: 1).last,
+            let parameter = query.split(separator: "&").first(where: { $0.hasPrefix("url=") })
+        else { return nil }
+        return String(parameter.dropFirst(4)).removingPercentEncoding
+    }
+
+    static let media = """
+        #EXTM3U\r
+        #EXT-X-VERSION:7\r
+        #EXT-X-TARGETDURATION:2\r
+        #EXT-X-KEY:METHOD=AES-128,URI="keys/k1.bin",IV=0x1\r
+        #EXT-X-SESSION-KEY:METHOD=SAMPLE-AES,KEYFORMAT="com.apple.streamingkeydelivery",URI="skd://key-id"\r
+        #EXT-X-MAP:URI="init.mp4"\r
+        #EXTINF:2.0,\r
+        seg0.m4s\r
+        #EXTINF:2.0,\r
+        http://origin.test:8000/live/seg1.m4s?token=a&b=1\r
+        #EXTINF:2.0,\r
+        https://cdn.test/live/seg2.m4s\r
+        #EXT-X-PART:DURATION=0.5,URI="part3.0.m4s"\r
+        #EXT-X-PRELOAD-HINT:TYPE=PART,URI="part3.1.m4s"\r
+        #EXT-X-RENDITION-REPORT:URI="../low/index.m3u8",LAST-MSN=3\r
+        # a comment with URI="not-a-tag.m4s"\r
+
+        """
+
+    @Test("HLS media playlist, reverse-proxy mode: origin URLs become paths, others ?url=, line endings kept")
+    func hlsReverse() throws {
+        let playlist = try #require(HLSPlaylist(Array(Self.media.utf8), url: URL(string: "http://origin.test:8000/live/index.m3u8")!))
+        #expect(playlist.targetDuration == 2 && !playlist.ended && !playlist.isMaster)
+        #expect(playlist.segments.map(\.absoluteString) == [
+            "http://origin.test:8000/live/seg0.m4s", "http://origin.test:8000/live/seg1.m4s?token=a&b=1", "https://cdn.test/live/seg2.m4s",
+        ])
+        let text = playlist.rewritten(Self.reverse)
+        let lines = text.components(separatedBy: "\r\n")
+        #expect(lines.contains("#EXT-X-KEY:METHOD=AES-128,URI=\"/live/keys/k1.bin\",IV=0x1"))
+        #expect(lines.contains("#EXT-X-SESSION-KEY:METHOD=SAMPLE-AES,KEYFORMAT=\"com.apple.streamingkeydelivery\",URI=\"skd://key-id\""))
+        #expect(lines.contains("#EXT-X-MAP:URI=\"/live/init.mp4\""))
+        #expect(lines.contains("/live/seg0.m4s"))
+        #expect(lines.contains("/live/seg1.m4s?token=a&b=1"))
+        #expect(lines.contains("/seg2.m4s?url=https%3A%2F%2Fcdn.test%2Flive%2Fseg2.m4s"))
+        #expect(lines.contains("#EXT-X-PART:DURATION=0.5,URI=\"/live/part3.0.m4s\""))
+        #expect(lines.contains("#EXT-X-PRELOAD-HINT:TYPE=PART,URI=\"/live/part3.1.m4s\""))
+        #expect(lines.contains("#EXT-X-RENDITION-REPORT:URI=\"/low/index.m3u8\",LAST-MSN=3"))
+        #expect(lines.contains("# a comment with URI=\"not-a-tag.m4s\""))
+        #expect(!text.contains("\n\n") && text.hasSuffix("\r\n"), "line endings as they came: \(text)")
+    }
+
+    @Test("Reverse mode: the origin's URL however written (default port, host case) becomes a path; its path prefix is kept out")
+    func reverseOriginForms() {
+        let plain = ProxyReferences(origin: URL(string: "http://Origin.test/base")!)
+        let base = URL(string: "http://origin.test/base/hls/index.m3u8")!
+        #expect(plain.reference(for: "http://origin.test:80/base/hls/a.ts?x=1", base: base) == "/hls/a.ts?x=1")
+        #expect(plain.reference(for: "b.ts", base: base) == "/hls/b.ts")
+        #expect(plain.reference(for: "/other/c.ts", base: base) == "/c.ts?url=http%3A%2F%2Forigin.test%2Fother%2Fc.ts", "outside the origin's path")
+        #expect(plain.reference(for: "data:text/plain,abc", base: base) == nil)
+    }
+
+    @Test("HLS in URL mode: every URL, relative or absolute, becomes /<name>?url=<absolute URL>")
+    func hlsURLMode() throws {
+        let playlist = try #require(HLSPlaylist(Array(Self.media.utf8), url: URL(string: "http://origin.test:8000/live/index.m3u8")!))
+        let lines = playlist.rewritten(Self.urlMode).components(separatedBy: "\r\n")
+        let segment = try #require(lines.first { $0.hasPrefix("/seg0.m4s?url=") })
+        #expect(Self.decoded(segment) == "http://origin.test:8000/live/seg0.m4s")
+        let tokened = try #require(lines.first { $0.hasPrefix("/seg1.m4s?url=") })
+        #expect(Self.decoded(tokened) == "http://origin.test:8000/live/seg1.m4s?token=a&b=1", "the origin's query survives whole")
+        #expect(!tokened.contains("&"), "the URL's own & is encoded: \(tokened)")
+        let map = try #require(lines.first { $0.hasPrefix("#EXT-X-MAP:") })
+        #expect(map == "#EXT-X-MAP:URI=\"/init.mp4?url=http%3A%2F%2Forigin.test%3A8000%2Flive%2Finit.mp4\"")
+        #expect(lines.contains { $0.contains("URI=\"skd://key-id\"") }, "non-http key URIs stay")
+    }
+
+    @Test("HLS master playlist: variants, renditions and I-frame playlists rewritten; ENDLIST seen")
+    func hlsMaster() throws {
+        let master = """
+            #EXTM3U
+            #EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID="aac",NAME="en",URI="audio/en.m3u8"
+            #EXT-X-STREAM-INF:BANDWIDTH=800000,RESOLUTION=640x360,AUDIO="aac"
+            low/index.m3u8
+            #EXT-X-STREAM-INF:BANDWIDTH=2000000
+            http://other.test/high/index.m3u8
+            #EXT-X-I-FRAME-STREAM-INF:BANDWIDTH=90000,URI="low/iframes.m3u8"
+            """
+        let playlist = try #require(HLSPlaylist(Array(master.utf8), url: URL(string: "http://origin.test:8000/vod/master.m3u8")!))
+        #expect(playlist.isMaster && playlist.variants.count == 3)
+        let lines = playlist.rewritten(Self.reverse).components(separatedBy: "\n")
+        #expect(lines == [
+            "#EXTM3U",
+            "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"aac\",NAME=\"en\",URI=\"/vod/audio/en.m3u8\"",
+            "#EXT-X-STREAM-INF:BANDWIDTH=800000,RESOLUTION=640x360,AUDIO=\"aac\"",
+            "/vod/low/index.m3u8",
+            "#EXT-X-STREAM-INF:BANDWIDTH=2000000",
+            "/index.m3u8?url=http%3A%2F%2Fother.test%2Fhigh%2Findex.m3u8",
+            "#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH=90000,URI=\"/vod/low/iframes.m3u8\"",
+        ])
+        let vod = try #require(HLSPlaylist(Array("#EXTM3U\n#EXT-X-TARGETDURATION:4\n#EXTINF:4,\na.ts\n#EXT-X-ENDLIST\n".utf8), url: Self.origin))
+        #expect(vod.ended && vod.targetDuration == 4)
+        #expect(HLSPlaylist(Array("not a playlist".utf8), url: Self.origin) == nil)
+    }
+
+    /// An MPD as ffmpeg's dash muxer writes it, with a BaseURL cascade added and a
+    /// SegmentList and a SegmentBase representation beside the template.
+    static let mpd = """
+        <?xml version="1.0" encoding="utf-8"?>
+        <MPD xmlns="urn:mpeg:dash:schema:mpd:2011" type="static" mediaPresentationDuration="PT4.0S" minBufferTime="PT2.0S">
+        \t<!-- <BaseURL>http://ignored.test/</BaseURL> -->
+        \t<BaseURL>media/</BaseURL>
+        \t<Period id="0" start="PT0.0S">
+        \t\t<AdaptationSet id="0" contentType="video" segmentAlignment="true">
+        \t\t\t<Representation id="0" mimeType="video/mp4" codecs="avc1.64001e" bandwidth="800000" width="640" height="360">
+        \t\t\t\t<SegmentTemplate timescale="12800" initialization="init-stream$RepresentationID$.m4s" media="chunk-stream$RepresentationID$-$Number%05d$.m4s" startNumber="1">
+        \t\t\t\t\t<SegmentTimeline><S t="0" d="25600" r="1" /></SegmentTimeline>
+        \t\t\t\t</SegmentTemplate>
+        \t\t\t</Representation>
+        \t\t</AdaptationSet>
+        \t\t<AdaptationSet id="1" contentType="audio">
+        \t\t\t<BaseURL>http://cdn.test/audio/</BaseURL>
+        \t\t\t<Representation id="1" mimeType="audio/mp4" bandwidth="64000">
+        \t\t\t\t<SegmentList duration="2"><Initialization sourceURL="init.mp4"/><SegmentURL media="a1.m4s"/><SegmentURL media='a2.m4s?x=1&amp;y=2'/></SegmentList>
+        \t\t\t</Representation>
+        \t\t\t<Representation id="2" mimeType="audio/mp4" bandwidth="32000">
+        \t\t\t\t<BaseURL>low.mp4</BaseURL>
+        \t\t\t\t<SegmentBase indexRange="0-99"/>
+        \t\t\t</Representation>
+        \t\t</AdaptationSet>
+        \t</Period>
+        </MPD>
+        """
+
+    @Test("DASH MPD, reverse-proxy mode: BaseURL cascade resolved, templates keep their $identifiers$, comments untouched")
+    func dashReverse() throws {
+        let manifest = try #require(DASHManifest(Array(Self.mpd.utf8), url: URL(string: "http://origin.test:8000/vod/manifest.mpd")!))
+        let text = manifest.rewritten(Self.reverse)
+        #expect(text.contains("<!-- <BaseURL>http://ignored.test/</BaseURL> -->"))
+        #expect(text.contains("<BaseURL>/vod/media/</BaseURL>"))
+        #expect(text.contains("initialization=\"/vod/media/init-stream$RepresentationID$.m4s\""))
+        #expect(text.contains("media=\"/vod/media/chunk-stream$RepresentationID$-$Number%05d$.m4s\""))
+        #expect(text.contains("<SegmentTimeline><S t=\"0\" d=\"25600\" r=\"1\" /></SegmentTimeline>"))
+        #expect(text.contains("<BaseURL>/audio?url=http%3A%2F%2Fcdn.test%2Faudio%2F</BaseURL>"), "\(text)")
+        #expect(text.contains("<Initialization sourceURL=\"/init.mp4?url=http%3A%2F%2Fcdn.test%2Faudio%2Finit.mp4\"/>"))
+        #expect(text.contains("<SegmentURL media='/a2.m4s?url=http%3A%2F%2Fcdn.test%2Faudio%2Fa2.m4s%3Fx%3D1%26y%3D2'/>"), "\(text)")
+        #expect(text.contains("<BaseURL>/low.mp4?url=http%3A%2F%2Fcdn.test%2Faudio%2Flow.mp4</BaseURL>"))
+        #expect(text.contains("<SegmentBase indexRange=\"0-99\"/>"))
+    }
+
+    @Test("DASH in URL mode: a template filled in by the player names the right origin URL")
+    func dashURLModeTemplate() throws {
+        let manifest = try #require(DASHManifest(Array(Self.mpd.utf8), url: URL(string: "http://origin.test:8000/vod/manifest.mpd")!))
+        let text = manifest.rewritten(Self.urlMode)
+        let media = try #require(text.components(separatedBy: "media=\"").dropFirst().first?.components(separatedBy: "\"").first)
+        #expect(media.hasPrefix("/chunk-stream$RepresentationID$-$Number%05d$.m4s?url="), "\(media)")
+        // What a player sends after filling in the template.
+        let filled = media.replacingOccurrences(of: "$RepresentationID$", with: "0").replacingOccurrences(of: "$Number%05d$", with: "00007")
+        #expect(Self.decoded(filled) == "http://origin.test:8000/vod/media/chunk-stream0-00007.m4s")
+        #expect(DASHManifest(Array("<html></html>".utf8), url: Self.origin) == nil)
+    }
+
+    @Test("Playlists are recognised by media type, or by extension when the type is generic")
+    func kinds() {
+        #expect(CachingProxy.playlistKind(contentType: "application/vnd.apple.mpegurl", path: "/x") == .hls)
+        #expect(CachingProxy.playlistKind(contentType: "application/x-mpegURL; charset=utf-8", path: "/x") == .hls)
+        #expect(CachingProxy.playlistKind(contentType: "application/octet-stream", path: "/a/index.m3u8") == .hls)
+        #expect(CachingProxy.playlistKind(contentType: "application/dash+xml", path: "/x") == .dash)
+        #expect(CachingProxy.playlistKind(contentType: nil, path: "/a/manifest.mpd") == .dash)
+        #expect(CachingProxy.playlistKind(contentType: "video/mp2t", path: "/a/seg.m3u8") == nil, "a specific type wins")
+        #expect(CachingProxy.playlistKind(contentType: "application/octet-stream", path: "/a/seg.ts") == nil)
+    }
+
+    @Test("Live HLS freshness: the heuristic is capped (half the target duration), explicit max-age is not")
+    func heuristicLimit() {
+        let request = HTTPRequestHead(method: "GET", target: "/live.m3u8", headers: [])
+        let heuristic = HTTPResponseHead(
+            status: 200, headers: HTTPHeaders([("Date", "Mon, 23 Nov 2026 12:00:00 GMT"), ("Last-Modified", "Mon, 23 Nov 2026 11:00:00 GMT")]))
+        let policy = CachePolicy(request: request, response: heuristic, requestTime: 0, responseTime: 0)
+        #expect(policy.freshnessLifetime == 360, "10% of an hour")
+        #expect(policy.limitingHeuristicFreshness(to: 1).freshnessLifetime == 1)
+        for field in [("Cache-Control", "max-age=30"), ("Expires", "Mon, 23 Nov 2026 12:00:30 GMT")] {
+            let explicit = HTTPResponseHead(
+                status: 200, headers: HTTPHeaders([("Date", "Mon, 23 Nov 2026 12:00:00 GMT"), field]))
+            let explicitPolicy = CachePolicy(request: request, response: explicit, requestTime: 0, responseTime: 0)
+            #expect(explicitPolicy.limitingHeuristicFreshness(to: 1).freshnessLifetime == 30, "\(field)")
+        }
+    }
+}
+
+@Suite("Connection priority")
+struct ConnectionPriorityTests {
+    @Test("A waited-on request is let in before background ones queued earlier, and a background holder is asked to yield")
+    func waitedFirst() async throws {
+        let limiter = ConnectionLimiter(limit: 1)
+        let record = Record()
+        let background = try await limiter.acquire(priority: .background, onYield: { record.yielded.withLock { $0 += 1 } })
+        let queuedBackground = Task {
+            let ticket = try await limiter.acquire(priority: .background, onYield: nil)
+            record.order.withLock { $0.append("background") }
+            await limiter.release(ticket: ticket)
+        }
+        // Let the background waiter queue first.
+        while await limiter.queued < 1 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(record.yielded.withLock { $0 } == 0, "a background waiter asks nobody to yield")
+        let waited = Task {
+            try await limiter.acquire()
+            record.order.withLock { $0.append("waited") }
+            await limiter.release()
+        }
+        while await limiter.queued < 2 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(record.yielded.withLock { $0 } == 1, "the waited-on request asked the background holder to yield")
+        await limiter.release(ticket: background)
+        try await waited.value
+        try await queuedBackground.value
+        #expect(record.order.withLock { $0 } == ["waited", "background"])
+        #expect(await limiter.inUse == 0)
+    }
+
+    final class Record: Sendable {
+        let yielded = Mutex(0)
+        let order = Mutex<[String]>([])
+    }
+
+    @Test("Fetches started under background priority carry it (task-local)")
+    func taskLocal() async {
+        #expect(ConnectionLimiter.priority == .waited)
+        let inner = await ConnectionLimiter.$priority.withValue(.background) {
+            await Task { ConnectionLimiter.priority }.value
+        }
+        #expect(inner == .background)
+    }
+}
