@@ -30,7 +30,16 @@ public enum ChildProcess {
             continuation.finish()
         }
         try process.run()
-        for await _ in exited {}
+        // Waited for in a task of its own, whose iteration a cancellation of this one does not
+        // end: a cancelled test (a time limit) stops the child and still waits for its exit;
+        // reading the status of a running process would crash the whole test run.
+        let waiter = Task { for await _ in exited {} }
+        let pid = process.processIdentifier
+        await withTaskCancellationHandler {
+            await waiter.value
+        } onCancel: {
+            kill(pid, SIGTERM)
+        }
         return Result(
             status: process.terminationStatus, stdout: (try? [UInt8](Data(contentsOf: URL(fileURLWithPath: out)))) ?? [],
             stderr: (try? [UInt8](Data(contentsOf: URL(fileURLWithPath: err)))) ?? [])
