@@ -142,7 +142,9 @@ struct OriginAnswersTests {
         try rig.script("purged", script)
         let again = try await rig.get("purged")
         #expect(again.status == 200 && again.body == OriginScript.pattern(count: size, seed: 17), "\(again)")
-        #expect(rig.count("purged") == 2, "asked again after the purge: \(rig.requests("purged"))")
+        // Asked again after the purge (twice when the cut client's read raced the purge's
+        // removal of the files and started a fetch of its own, which the purge then dropped).
+        #expect((2...3).contains(rig.count("purged")), "asked again after the purge: \(rig.requests("purged"))")
         await rig.stop()
     }
 
