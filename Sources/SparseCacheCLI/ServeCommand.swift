@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 import SparseCache
 
 #if canImport(Glibc)
@@ -13,6 +14,7 @@ enum ServeCommand: Command {
         options: [
             "--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--max-connections-per-client", "--allow-origin",
             "--server-name", "--max-resource-size", "--max-body-size", "--admin-listen", "--log-format", "--access-log", "--prefetch",
+            "--config",
         ],
         flags: ["--quiet"])
     static let help = """
@@ -28,6 +30,7 @@ enum ServeCommand: Command {
                                  [--max-resource-size SIZE] [--max-body-size SIZE]
                                  [--max-connections N] [--max-connections-per-client N] [--quiet]
                                  [--admin-listen ADDR:PORT|off] [--log-format text|json]
+                                 [--config FILE]
                                  [--access-log FILE] [--prefetch N]
 
         Requests:
@@ -87,6 +90,10 @@ enum ServeCommand: Command {
                                  (default 64M; to https origins a body is collected first)
           --prefetch N           HLS segments fetched ahead of each player (default 3; 0: off)
           --quiet                No request log
+          --config FILE          Options from FILE, one per line without the dashes
+                                 ("max-size 20G", "quiet"; # comments); the command line
+                                 wins. SIGHUP reads it again and applies max-size,
+                                 log-format, access-log and quiet; other changes need a restart
           --admin-listen ADDR:PORT
                                  The admin listener: GET /metrics (Prometheus), GET /status
                                  (JSON), POST /purge?key=URL, /budget?bytes=N,
@@ -110,7 +117,9 @@ enum ServeCommand: Command {
                      75 the cache directory is used by another process.
         """
 
-    static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+    static func run(_ commandLine: ParsedArguments) async throws -> Int32 {
+        let configPath = commandLine.options["--config"]
+        let arguments = try configPath.map { ServeConfig.merged(commandLine, over: try ServeConfig.load($0, spec: spec)) } ?? commandLine
         var options = HTTPServer.Options()
         (options.host, options.port) = try parseListen(arguments.options["--listen"] ?? "127.0.0.1:8080", option: "--listen")
         if let text = arguments.options["--max-connections"] {
@@ -144,12 +153,7 @@ enum ServeCommand: Command {
         }
         let adminListen = arguments.options["--admin-listen"] ?? "127.0.0.1:0"
         let admin = adminListen == "off" ? nil : try parseListen(adminListen, option: "--admin-listen")
-        let json: Bool
-        switch arguments.options["--log-format"] ?? "text" {
-        case "text": json = false
-        case "json": json = true
-        case let other: throw UsageError("invalid --log-format '\(other)': use text or json")
-        }
+        RequestLog.setFormat(json: try logFormat(arguments), quiet: quiet)
 
         if let path = arguments.options["--access-log"] { try RequestLog.open(path) }
         // Before anything is in flight: a signal from here on shuts down gracefully.
@@ -169,7 +173,7 @@ enum ServeCommand: Command {
         let metrics = ProxyMetrics()
         let log: @Sendable (HTTPLogEntry) -> Void = { entry in
             metrics.record(entry)
-            if !quiet { RequestLog.write(entry, json: json) }
+            RequestLog.write(entry)
         }
         let server: HTTPServer
         do {
@@ -215,8 +219,13 @@ enum ServeCommand: Command {
                 + (adminServer.map { "; admin on http://\(admin.map { $0.0.contains(":") ? "[\($0.0)]" : $0.0 } ?? ""):\($0.port)/" } ?? ""))
 
         var signal = try await ShutdownSignals.next()
+        var running = arguments
         while signal == SIGHUP {
-            RequestLog.reopen()
+            if let configPath {
+                running = await reload(configPath, commandLine: commandLine, running: running, store: store)
+            } else {
+                RequestLog.reopen()
+            }
             signal = try await ShutdownSignals.next()
         }
         Output.error("sparsecache serve: \(signal == SIGINT ? "SIGINT" : "SIGTERM"): shutting down (a second signal stops at once)")
@@ -261,6 +270,59 @@ enum ServeCommand: Command {
     /// takes two); at least 16, at most 4096.
     static func keptOpenBudget(descriptors: Int, connections: Int) -> Int {
         min(4096, max(16, (descriptors - 2 * connections - 64) / 8))
+    }
+
+    static func logFormat(_ arguments: ParsedArguments) throws -> Bool {
+        switch arguments.options["--log-format"] ?? "text" {
+        case "text": return false
+        case "json": return true
+        case let other: throw UsageError("invalid --log-format '\(other)': use text or json")
+        }
+    }
+
+    /// SIGHUP with `--config`: reads the file again and applies what changes live (the budget,
+    /// the log); names on stderr the options that changed and need a restart. A file that does
+    /// not parse changes nothing. Returns the settings now in force.
+    static func reload(_ path: String, commandLine: ParsedArguments, running: ParsedArguments, store: SparseStore) async -> ParsedArguments {
+        let next: ParsedArguments
+        let json: Bool
+        do {
+            next = ServeConfig.merged(commandLine, over: try ServeConfig.load(path, spec: spec))
+            json = try logFormat(next)
+            _ = try next.size("--max-size")
+        } catch let error as UsageError {
+            RequestLog.problem("SIGHUP: \(error.message); nothing changed")
+            return running
+        } catch {
+            RequestLog.problem("SIGHUP: \(error); nothing changed")
+            return running
+        }
+        var applied: [String] = []
+        if let budget = try? next.size("--max-size"), next.options["--max-size"] != running.options["--max-size"] {
+            do {
+                try await store.setBudget(budget)
+                applied.append("budget \(SizeParser.describe(budget))")
+            } catch {
+                RequestLog.problem("SIGHUP: the budget stays: \(error)")
+            }
+        }
+        if let path = next.options["--access-log"], path != running.options["--access-log"] {
+            do {
+                try RequestLog.open(path)
+                applied.append("access log \(path)")
+            } catch {
+                RequestLog.problem("SIGHUP: the access log stays: \(error)")
+            }
+        } else {
+            RequestLog.reopen()
+        }
+        RequestLog.setFormat(json: json, quiet: next.has("--quiet"))
+        let restart = Set(next.options.keys).union(running.options.keys).subtracting(ServeConfig.live)
+            .filter { next.options[$0] != running.options[$0] || next.repeated[$0] != running.repeated[$0] }.sorted()
+        RequestLog.problem(
+            "SIGHUP: \(path) read again" + (applied.isEmpty ? "" : "; now \(applied.joined(separator: ", "))")
+                + (restart.isEmpty ? "" : "; needs a restart to change: \(restart.joined(separator: ", "))"))
+        return next
     }
 
     /// "host:port", "[v6]:port" or a bare port.
@@ -309,7 +371,10 @@ enum RequestLog {
     static func open(_ path: String) throws {
         let fd = Glibc.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw SparseCacheError(.io, operation: "open access log", path: path, errno: errno) }
-        queue.sync(execute: { file = (path, fd) })
+        queue.sync(execute: {
+            if let old = file { close(old.fd) }
+            file = (path, fd)
+        })
     }
 
     /// Opens the access log's path again (SIGHUP after a rotation); the old file is closed once
@@ -327,7 +392,16 @@ enum RequestLog {
         })
     }
 
-    static func write(_ entry: HTTPLogEntry, json: Bool = false) {
+    /// How lines are written: JSON or text, or not at all (`--quiet`); changed by SIGHUP.
+    private static let format = Mutex((json: false, quiet: false))
+
+    static func setFormat(json: Bool, quiet: Bool) {
+        format.withLock { $0 = (json, quiet) }
+    }
+
+    static func write(_ entry: HTTPLogEntry) {
+        let (json, quiet) = format.withLock { $0 }
+        if quiet { return }
         queue.enqueue(json ? entry.json : entry.description)
     }
 

@@ -199,4 +199,51 @@ struct AdminTests {
         let result = try await server.finish()
         #expect(!result.out.contains("GET /a.bin"), "nothing of the log on stdout: \(result.out)")
     }
+
+    @Test("--config: options from a file under the command line's; SIGHUP applies a new budget and log format, names what needs a restart, and keeps everything on a broken file")
+    func configReload() async throws {
+        let scratch = try CLIScratch("serve-config")
+        let files = try TemporaryDirectory("serve-config-origin")
+        defer { files.remove() }
+        let body = try originFile(files.path, "a.bin", count: 5_000, seed: 5)
+        let origin = try await OriginServer.nginx(root: files.path, locations: "expires 1h;")
+        defer { origin.stop() }
+        let config = scratch.file("serve.conf")
+        try "# the budget and the log\nmax-size 64M\nlog-format text\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let cacheDir = scratch.file("cache")
+
+        let broken = scratch.file("broken.conf")
+        try "max-size 64M\nno-such-option 1\n".write(toFile: broken, atomically: true, encoding: .utf8)
+        let refused = try await CLI.run(["serve", "--cache-dir", cacheDir, "--config", broken])
+        #expect(refused.status == 64 && refused.err.contains("broken.conf:2: unknown option 'no-such-option'"), "\(refused)")
+
+        let (server, base) = try await ProxyCLITests.serve(cacheDir: cacheDir, origin: origin.baseURL, extra: ["--config", config])
+        let admin = try await Self.adminBase(cacheDir)
+        func budget() async throws -> Int? {
+            let status = try await Curl.run(admin + "/status")
+            return (try JSONSerialization.jsonObject(with: Data(status.body)) as? [String: Any])?["budgetBytes"] as? Int
+        }
+        #expect(try await budget() == 64 << 20)
+        #expect(try await Curl.run(base + "/a.bin").body == body)
+
+        try "max-size 32M\nlog-format json\nprefetch 5\n".write(toFile: config, atomically: true, encoding: .utf8)
+        kill(server.process.processIdentifier, SIGHUP)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try await budget() != 32 << 20, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+        #expect(try await budget() == 32 << 20, "SIGHUP applied the new budget")
+        #expect(try await Curl.run(base + "/a.bin?json").body == body)
+
+        try "max-size lots\n".write(toFile: config, atomically: true, encoding: .utf8)
+        kill(server.process.processIdentifier, SIGHUP)
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(try await budget() == 32 << 20, "a broken file changes nothing")
+        #expect(server.process.isRunning)
+        server.kill()
+        let result = try await server.finish()
+        let lines = result.out.split(separator: "\n")
+        #expect(lines.contains { $0.contains("GET /a.bin ") && !$0.hasPrefix("{") }, "text before the SIGHUP: \(result.out)")
+        #expect(lines.contains { $0.hasPrefix("{") && $0.contains("/a.bin?json") }, "JSON after it: \(result.out)")
+        #expect(result.err.contains("needs a restart to change: --prefetch"), "\(result.err)")
+        #expect(result.err.contains("invalid size 'lots'") && result.err.contains("nothing changed"), "\(result.err)")
+    }
 }
