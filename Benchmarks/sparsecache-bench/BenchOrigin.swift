@@ -24,6 +24,13 @@ struct BenchOrigin {
         try writeResource(root + "/" + name, length: length, seed: seed)
         let port = try Loopback.freePort()
         let process = try NginxServer.process(root: root, work: work, port: port, accessLog: accessLog, locations: locations)
+        try await launch(process, port: port)
+        return BenchOrigin(root: root, port: port, process: process)
+    }
+
+    /// Runs a server process with no output and waits until it listens on `port` (stopping it
+    /// when it does not).
+    static func launch(_ process: Process, port: Int) async throws {
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
@@ -34,7 +41,6 @@ struct BenchOrigin {
             Loopback.kill(process)
             throw error
         }
-        return BenchOrigin(root: root, port: port, process: process)
     }
 
     func stop() {

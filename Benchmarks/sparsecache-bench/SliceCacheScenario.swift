@@ -196,16 +196,7 @@ enum SliceCacheScenario {
                     tcp_nopush off;
             """
         let process = try NginxServer.process(root: work, work: work, port: port, accessLog: nil, locations: location, http: http)
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        do {
-            try await Loopback.waitUntilListening(port: port, process: process)
-        } catch {
-            Loopback.kill(process)
-            throw error
-        }
+        try await BenchOrigin.launch(process, port: port)
         return (process, "http://127.0.0.1:\(port)")
     }
 

@@ -95,22 +95,8 @@ extension HTTPRangeSource {
             }
             request.httpBody = Data(bytes)
         }
-        let (session, delegate) = urlSession()
-        let stream = ResponseStream()
-        let task = session.dataTask(with: request)
-        delegate.register(task, stream: stream)
-        task.resume()
-        let response: HTTPURLResponse
-        do {
-            response = try await withTaskCancellationHandler {
-                try await stream.response()
-            } onCancel: {
-                task.cancel()
-            }
-        } catch {
-            task.cancel()
-            throw error
-        }
+        // A redirect is the client's to follow, as for a GET.
+        let (response, stream, task) = try await startSessionTask(request, followRedirects: false)
         let head = HTTPResponseHead(status: response.statusCode, headers: HTTPHeaders(response))
         return OriginAnswer(head: head, body: stream.body, cancel: { task.cancel() }, reason: "method \(method) is forwarded")
     }

@@ -27,6 +27,31 @@ extension HTTPRangeSource {
         }
     }
 
+    /// Starts `request` on the source's URLSession and waits for the response head; the body
+    /// follows on the returned stream. A cancelled wait cancels the task. `release` runs when
+    /// the body ends; a proxy's requests keep their redirects (`followRedirects` false).
+    func startSessionTask(
+        _ request: URLRequest, followRedirects: Bool, release: FinishAction? = nil
+    ) async throws -> (HTTPURLResponse, ResponseStream, URLSessionDataTask) {
+        let (session, delegate) = urlSession()
+        let stream = ResponseStream()
+        let task = session.dataTask(with: request)
+        delegate.register(task, stream: stream, followRedirects: followRedirects)
+        if let release { stream.onFinish { release.run() } }
+        task.resume()
+        do {
+            let response = try await withTaskCancellationHandler {
+                try await stream.response()
+            } onCancel: {
+                task.cancel()
+            }
+            return (response, stream, task)
+        } catch {
+            task.cancel()
+            throw error
+        }
+    }
+
     /// Through URLSession. A source of its own lets URLSession follow redirects; a proxy's
     /// request (`forwarding`) does not: the delegate refuses them and the 3xx is the answer.
     ///
@@ -51,24 +76,8 @@ extension HTTPRangeSource {
             request.setValue("bytes=\(range.lowerBound)-\(range.upperBound - 1)", forHTTPHeaderField: "Range")
             if let validator, let ifRange = Self.ifRange(validator) { request.setValue(ifRange, forHTTPHeaderField: "If-Range") }
         }
-        let (session, delegate) = urlSession()
-        let stream = ResponseStream()
         let requestTime = Int64(time(nil))
-        let task = session.dataTask(with: request)
-        delegate.register(task, stream: stream, followRedirects: forwarding == nil)
-        stream.onFinish { release.run() }
-        task.resume()
-        let response: HTTPURLResponse
-        do {
-            response = try await withTaskCancellationHandler {
-                try await stream.response()
-            } onCancel: {
-                task.cancel()
-            }
-        } catch {
-            task.cancel()
-            throw error
-        }
+        let (response, stream, task) = try await startSessionTask(request, followRedirects: forwarding == nil, release: release)
         let (headers, wasDecoded) = Self.decoded(HTTPHeaders(response))
         let contentLength = response.expectedContentLength >= 0 && !wasDecoded ? response.expectedContentLength : nil
         if let reason = Self.uncached(
