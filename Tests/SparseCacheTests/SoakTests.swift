@@ -23,6 +23,19 @@ import Testing
         if: ProcessInfo.processInfo.environment["SPARSECACHE_SOAK"] != nil,
         "opt-in (SPARSECACHE_SOAK=1) until the wrong bytes it caught once under load are found"))
 struct SoakTests {
+    /// For a wrong answer: the first byte that differs (as an offset in the file) and where in
+    /// the file the 64 bytes served from there really come from, if anywhere: a misplaced
+    /// write shows as another offset, a hole as "not in the file".
+    static func whereFrom(_ body: [UInt8], _ slice: ArraySlice<UInt8>, in file: [UInt8]) -> String {
+        guard let first = zip(body, slice).enumerated().first(where: { $0.element.0 != $0.element.1 })?.offset else { return "" }
+        let at = slice.startIndex + first
+        let probe = Array(body[first..<min(body.count, first + 64)])
+        let zeros = probe.allSatisfy { $0 == 0 }
+        var source = "not in the file"
+        if probe.count == 64, let found = file.firstRange(of: probe) { source = "file offset \(found.lowerBound) (\(found.lowerBound - at) bytes off)" }
+        return " (first difference at file offset \(at), segment \(at >> 16)\(zeros ? ", zeros" : ""); served bytes from \(source))"
+    }
+
     /// Seconds of load: about a minute by default; `SPARSECACHE_SOAK_SECONDS` for longer runs.
     static var seconds: Int {
         ProcessInfo.processInfo.environment["SPARSECACHE_SOAK_SECONDS"].flatMap { Int($0) }.map { max(5, $0) } ?? 60
@@ -214,7 +227,7 @@ struct SoakTests {
         if complete && answer.body.count != slice.count {
             outcome.wrong = "\(what): complete answer of \(answer.body.count) bytes, expected \(slice.count)"
         } else if answer.body.count > slice.count || !sameBytes(answer.body, slice.prefix(answer.body.count)) {
-            outcome.wrong = "\(what): bytes differ from the origin's"
+            outcome.wrong = "\(what): bytes differ from the origin's" + Self.whereFrom(answer.body, slice, in: expected)
         }
         return outcome
     }
