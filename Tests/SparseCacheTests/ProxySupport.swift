@@ -142,10 +142,8 @@ enum RawHTTP {
         await exchange(port: port, [Array(text.utf8)], timeout: timeout)
     }
 
-    private static func blockingExchange(port: Int, _ parts: [[UInt8]], pause: Duration, timeout: Duration) -> Exchange {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return Exchange(received: [], closedByServer: false) }
-        defer { close(fd) }
+    /// Connects the blocking TCP socket `fd` to 127.0.0.1:`port`; whether it worked.
+    static func connectLoopback(_ fd: Int32, port: Int) -> Bool {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -153,7 +151,14 @@ enum RawHTTP {
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard connected == 0 else { return Exchange(received: [], closedByServer: true) }
+        return connected == 0
+    }
+
+    private static func blockingExchange(port: Int, _ parts: [[UInt8]], pause: Duration, timeout: Duration) -> Exchange {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return Exchange(received: [], closedByServer: false) }
+        defer { close(fd) }
+        guard connectLoopback(fd, port: port) else { return Exchange(received: [], closedByServer: true) }
         for (index, part) in parts.enumerated() {
             if index > 0, pause > .zero {
                 usleep(UInt32(pause.components.seconds * 1_000_000 + pause.components.attoseconds / 1_000_000_000_000))

@@ -305,14 +305,7 @@ enum EarlyHangUp {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return answer }
         defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = UInt16(port).bigEndian
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else { return answer }
+        guard RawHTTP.connectLoopback(fd, port: port) else { return answer }
         let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nRange: \(range)\r\nConnection: close\r\n\r\n".utf8)
         guard request.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == request.count else { return answer }
         let deadline = ContinuousClock.now + .seconds(60)
