@@ -311,8 +311,15 @@ struct ProxyTests {
             let lower = Int(bounds[0])!, upper = bounds[1].isEmpty ? length : min(length, Int(bounds[1])! + 1)
             #expect(result.status == 206 && sameBytes(result.body, source[lower..<upper]), "range \(range): \(result)")
         }
+        // Each byte is asked for and received once. A read-ahead that gave its connection to a
+        // reader's request (issue 19) resumes from its last byte, but the origin may already
+        // have sent what that request had left: at most that much more leaves the origin.
         let sent = await origin.bytesSent("big.bin")
-        #expect(sent == Int64(length), "each byte fetched once: the origin sent \(sent) for \(length)")
+        let statistics = proxy.cache.statistics
+        #expect(statistics.bytesReceived == Int64(length), "each byte received once: \(statistics)")
+        #expect(
+            sent >= Int64(length) && sent <= Int64(length) + statistics.yieldedUnread,
+            "each byte fetched once: the origin sent \(sent) for \(length), \(statistics.yields) yields left \(statistics.yieldedUnread) unread")
 
         guard let wrk = ["/usr/bin/wrk", "/usr/local/bin/wrk"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
             Issue.record("wrk is not installed (apt-get install wrk; .ci/run does this)")

@@ -82,6 +82,12 @@ public struct FillStatistics: Sendable, Equatable {
     /// Bytes handed to readers from the cache without waiting for a fetch.
     public var bytesFromCache: Int64 = 0
     public var retries = 0
+    /// Background transfers (read-ahead, prefetch) that gave their connection to a request a
+    /// client waits on, and asked again from their last byte.
+    public var yields = 0
+    /// Of those transfers, the bytes asked for and not yet read when they stopped: what the
+    /// origin may have sent for nothing (already on its way when the connection closed).
+    public var yieldedUnread: Int64 = 0
     /// Resources found changed on their origin (their cached bytes were dropped).
     public var invalidations = 0
     /// Handles released in the background whose release failed (the resource's last commit or

@@ -165,13 +165,16 @@ public final class HTTPRangeSource: RangeSource {
         let limiter = self.limiter
         let release = FinishAction { Task { await limiter.release(ticket: ticket) } }
         do {
-            let response: RangeResponse
+            var response: RangeResponse
             if transport == .automatic, url.scheme?.lowercased() == "http" {
                 response = try await fetchDirect(range, validator: validator, forwarding: forwarding, release: release)
             } else {
                 response = try await fetchThroughSession(url, range, validator: validator, forwarding: forwarding, release: release)
             }
-            yielding?.set(response.cancel)
+            if let yielding {
+                response.body = yielding.guarding(response.body)
+                yielding.set(response.cancel)
+            }
             return response
         } catch {
             release.run()

@@ -147,6 +147,15 @@ extension ProgressiveCache {
                         .originUnavailable, operation: "fetch", path: resource.key, offset: position,
                         detail: "the body ended before byte \(end)")
                 }
+            } catch is ConnectionYielded {
+                // A request a client waits on took the connection: keep what arrived and queue
+                // again for one (behind the waited-on requests), from the last byte, at once.
+                try await pending.flush(to: handle)
+                let unread = (whole ? length : end) - position
+                count {
+                    $0.yields += 1
+                    $0.yieldedUnread += unread
+                }
             } catch let error as SparseCacheError where error.code == .originUnavailable && attempt < options.retries {
                 // A cut connection: keep what arrived, resume from the last byte after a pause.
                 try await pending.flush(to: handle)

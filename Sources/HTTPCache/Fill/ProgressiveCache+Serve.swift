@@ -375,6 +375,8 @@ extension ProgressiveCache {
             }
         } catch let error as SparseCacheError where error.code == .originUnavailable {
             return more
+        } catch is ConnectionYielded {
+            return more
         }
         guard bytes.count == wanted else { return more }
         try await handle.write(bytes, at: 0)

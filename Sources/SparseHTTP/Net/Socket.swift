@@ -102,19 +102,66 @@ final class Readiness: Sendable {
     }
 }
 
-/// A descriptor shared by two readiness sources, closed once both are cancelled (closing it
-/// earlier would leave libdispatch watching a number the kernel may hand out again).
-private final class SocketDescriptor: Sendable {
-    let fd: Int32
-    private let sourcesLeft: Atomic<Int>
+/// A descriptor shared by two readiness sources and the calls in progress on it.
+///
+/// Its number goes back to the kernel only once every source is cancelled *and* no call uses
+/// it. Closed earlier, the kernel hands the number to the next socket or file opened, and a call
+/// still running on the old connection (a `recv` loop gathering bytes, a `send`, an `accept`)
+/// would take or write that other connection's bytes: a cancel comes from any thread (a
+/// fetch yielding its place, a client leaving) while the connection's own task is in a call.
+/// Libdispatch must not watch a reused number either, hence the sources.
+final class SocketDescriptor: Sendable {
+    private struct State {
+        var sourcesLeft: Int
+        var users = 0
+        var released = false
+    }
+
+    private let fd: Int32
+    private let state: Mutex<State>
 
     init(fd: Int32, sources: Int) {
         self.fd = fd
-        sourcesLeft = Atomic(sources)
+        state = Mutex(State(sourcesLeft: sources))
     }
 
+    /// Runs `call` with the descriptor, which stays open until it returns; nil when the
+    /// descriptor was already given back (the connection is closed).
+    func use<T>(_ call: (Int32) throws -> T) rethrows -> T? {
+        let open = state.withLock { state -> Bool in
+            guard !state.released else { return false }
+            state.users += 1
+            return true
+        }
+        guard open else { return nil }
+        defer { leave() }
+        return try call(fd)
+    }
+
+    /// Whether both readiness sources are gone (for tests).
+    var sourcesCancelled: Bool { state.withLock { $0.sourcesLeft == 0 } }
+
     func sourceCancelled() {
-        if sourcesLeft.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { _ = sc_close(fd) }
+        let close = state.withLock { state -> Bool in
+            state.sourcesLeft -= 1
+            return Self.releasing(&state)
+        }
+        if close { _ = sc_close(fd) }
+    }
+
+    private func leave() {
+        let close = state.withLock { state -> Bool in
+            state.users -= 1
+            return Self.releasing(&state)
+        }
+        if close { _ = sc_close(fd) }
+    }
+
+    /// Whether the number is to be closed now: the last source is gone and nobody uses it.
+    private static func releasing(_ state: inout State) -> Bool {
+        guard state.sourcesLeft == 0, state.users == 0, !state.released else { return false }
+        state.released = true
+        return true
     }
 }
 
@@ -143,11 +190,20 @@ final class TCPListener: Sendable {
     func accept() async throws -> TCPConnection {
         var peer = [CChar](repeating: 0, count: 128)
         while true {
-            let fd = sc_tcp_accept(descriptor.fd, &peer, peer.count)
-            if fd >= 0 {
-                return TCPConnection(fd: fd, peer: String(decoding: peer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+            // Errno is taken inside the call: giving the descriptor back may change it.
+            let accepted = descriptor.use { fd -> (fd: Int32, errno: Int32) in
+                let accepted = sc_tcp_accept(fd, &peer, peer.count)
+                return (accepted, accepted < 0 ? errno : 0)
             }
-            switch errno {
+            guard let accepted else {
+                // Closed meanwhile: the readiness throws the reason.
+                try await readable.wait()
+                throw SparseCacheError(.closed, operation: "accept", path: "port \(port)", detail: "the listener is closed")
+            }
+            if accepted.fd >= 0 {
+                return TCPConnection(fd: accepted.fd, peer: String(decoding: peer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+            }
+            switch accepted.errno {
             case EAGAIN, EWOULDBLOCK: try await readable.wait()
             case EINTR, ECONNABORTED, EPROTO: continue
             case EMFILE, ENFILE, ENOBUFS, ENOMEM:
@@ -168,7 +224,7 @@ final class TCPListener: Sendable {
 final class TCPConnection: Sendable {
     /// The client's address, `host:port`.
     let peer: String
-    private let descriptor: SocketDescriptor
+    let descriptor: SocketDescriptor
     private let readable: Readiness
     private let writable: Readiness
 
@@ -187,23 +243,25 @@ final class TCPConnection: Sendable {
     /// one. A reset throws even when some bytes came before it, so a cut is never mistaken for
     /// the end of a body that runs until the connection closes.
     func receive(maximum: Int, gathering: Int = 0) async throws -> [UInt8] {
-        let fd = descriptor.fd
         while true {
             var failure: Int32 = 0
             var ended = false
-            let bytes = [UInt8](unsafeUninitializedCapacity: maximum) { buffer, initialized in
-                initialized = 0
-                while initialized < maximum {
-                    let count = sc_recv(fd, buffer.baseAddress! + initialized, maximum - initialized)
-                    if count > 0 {
-                        initialized += count
-                        if initialized >= gathering { break }
-                        continue
+            let received = descriptor.use { fd in
+                [UInt8](unsafeUninitializedCapacity: maximum) { buffer, initialized in
+                    initialized = 0
+                    while initialized < maximum {
+                        let count = sc_recv(fd, buffer.baseAddress! + initialized, maximum - initialized)
+                        if count > 0 {
+                            initialized += count
+                            if initialized >= gathering { break }
+                            continue
+                        }
+                        if count == 0 { ended = true } else { failure = errno }
+                        break
                     }
-                    if count == 0 { ended = true } else { failure = errno }
-                    break
                 }
             }
+            guard let bytes = received else { throw try await closed("receive") }
             switch failure {
             case 0, EAGAIN, EWOULDBLOCK, EINTR:
                 if !bytes.isEmpty || ended { return bytes }
@@ -212,6 +270,12 @@ final class TCPConnection: Sendable {
                 throw SparseCacheError(.io, operation: "receive", path: peer, errno: number)
             }
         }
+    }
+
+    /// The error of a call on a connection closed meanwhile: the reason it was closed with.
+    private func closed(_ operation: String) async throws -> SparseCacheError {
+        try await readable.wait()
+        return SparseCacheError(.closed, operation: operation, path: peer, detail: "the connection is closed")
     }
 
     /// `host:port`, an IPv6 address in brackets: how connections are named in errors and
@@ -266,7 +330,7 @@ final class TCPConnection: Sendable {
                 connection.close()
                 throw error
             }
-            let status = sc_socket_error(fd)
+            let status = connection.socketError
             if status == 0 { return connection }
             refusal = status
             connection.close()
@@ -281,13 +345,18 @@ final class TCPConnection: Sendable {
     func send(_ bytes: [UInt8], progress: () -> Void = {}) async throws {
         var sent = 0
         while sent < bytes.count {
-            let count = bytes.withUnsafeBytes { sc_send(descriptor.fd, $0.baseAddress! + sent, $0.count - sent) }
-            if count > 0 {
-                sent += count
+            let offset = sent
+            let result = descriptor.use { fd -> (count: Int, errno: Int32) in
+                let count = bytes.withUnsafeBytes { sc_send(fd, $0.baseAddress! + offset, $0.count - offset) }
+                return (count, count > 0 ? 0 : errno)
+            }
+            guard let result else { throw try await closed("send") }
+            if result.count > 0 {
+                sent += result.count
                 progress()
                 continue
             }
-            switch errno {
+            switch result.errno {
             case EAGAIN, EWOULDBLOCK: try await writable.wait()
             case EINTR: continue
             case let number: throw SparseCacheError(.io, operation: "send", path: peer, errno: number)
@@ -297,12 +366,15 @@ final class TCPConnection: Sendable {
 
     /// Whether an idle connection can carry another request: open on both sides, nothing
     /// unread. Never waits.
-    var isIdleUsable: Bool { sc_tcp_idle_usable(descriptor.fd) == 1 }
+    var isIdleUsable: Bool { descriptor.use { sc_tcp_idle_usable($0) == 1 } ?? false }
 
     /// Ends our side of the stream (the client reads to the end, then sees EOF).
     func shutdownWrite() {
-        _ = sc_shutdown_write(descriptor.fd)
+        _ = descriptor.use { sc_shutdown_write($0) }
     }
+
+    /// The pending error of a connect in progress (0: connected).
+    fileprivate var socketError: Int32 { descriptor.use { sc_socket_error($0) } ?? EBADF }
 
     /// Fails every wait with `reason` and closes the socket once libdispatch lets go of it.
     func close(_ reason: String = "the connection is closed") {
