@@ -92,6 +92,10 @@ final class ConnectionHolders: Sendable {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let thread = Thread(block: { @Sendable [self] in
                 for _ in 0..<count { connectOne() }
+                // Idle means answered: until its answer arrives a connection is busy with a
+                // request, and a slot busy with a request is not given up (a loaded machine
+                // may still be answering the 500 requests when the normal client comes).
+                if kind == .keepAliveIdle { waitForAnswers(within: 30) }
                 continuation.resume()
                 guard kind == .trickling else { return }
                 while !stopped.load(ordering: .acquiring) {
@@ -123,6 +127,15 @@ final class ConnectionHolders: Sendable {
         }
         if !first.isEmpty { _ = Array(first.utf8).withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } }
         descriptors.withLock { $0.append(fd) }
+    }
+
+    /// Waits (on the holders' thread) until every connection has bytes of an answer to read.
+    private func waitForAnswers(within seconds: Int) {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        for fd in descriptors.withLock({ $0 }) {
+            var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            while ContinuousClock.now < deadline, poll(&ready, 1, 100) == 0 {}
+        }
     }
 
     func close() {
