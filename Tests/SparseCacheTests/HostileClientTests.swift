@@ -33,7 +33,10 @@ struct HostileClientTests {
             port: proxy.server.port, "GET /a.bin HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", timeout: .seconds(20))
         let elapsed = ContinuousClock.now - started
         print("[hostile-slots] \(kind): \(holders.opened) held connections, normal client answered \(normal.statuses) in \(elapsed)")
-        #expect(normal.statuses == [200], "\(normal.text.prefix(300))")
+        let server = proxy.server
+        #expect(
+            normal.statuses == [200],
+            "\(normal.text.prefix(300)); server: \(server.connectionCount) connections, \(server.rejectedConnections) refused, \(server.evictedConnections) evicted; holders answered: \(holders.answered)")
         #expect(proxy.server.evictedConnections > 0, "waiting connections gave way")
         holders.close()
         await proxy.stop()
@@ -129,6 +132,14 @@ final class ConnectionHolders: Sendable {
         descriptors.withLock { $0.append(fd) }
     }
 
+    /// Connections with bytes of an answer (or the end) to read now.
+    var answered: Int {
+        descriptors.withLock { $0 }.filter { fd in
+            var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            return poll(&ready, 1, 0) == 1
+        }.count
+    }
+
     /// Waits (on the holders' thread) until every connection has bytes of an answer to read.
     private func waitForAnswers(within seconds: Int) {
         let deadline = ContinuousClock.now + .seconds(seconds)
@@ -159,6 +170,42 @@ struct HostileOriginTests {
             #expect(await rig.proxy.store.entry(for: rig.origin.url("huge\(index)").absoluteString) == nil, "nothing stored for huge\(index)")
         }
         await rig.stop()
+    }
+
+    @Test("with the maximum raised to 16T, 8 resources claiming 8 TiB each are stored and cost serve less than 8 MiB of memory")
+    func absurdLengthStored() async throws {
+        let files = try TemporaryDirectory("huge-origin")
+        defer { files.remove() }
+        let origin = try await OriginServer.scripted(root: files.path)
+        defer { origin.stop() }
+        let body = String(repeating: "x", count: 65536)
+        for index in 0..<9 {
+            var script = OriginScript(status: 206, headers: [
+                ("Content-Range", "bytes 0-65535/8796093022208"), ("ETag", "\"h\(index)\""), ("Cache-Control", "max-age=3600"),
+            ])
+            script.body = body
+            try script.write(root: files.path, name: "huge\(index)")
+        }
+        let scratch = try CLIScratch("huge")
+        let (server, base) = try await ProxyCLITests.serve(
+            cacheDir: scratch.file("cache"), origin: origin.baseURL, extra: ["--max-resource-size", "16T"])
+        defer { server.kill() }
+        // One first: what any first request costs (code paths, buffers, pools) is not counted.
+        let warm = try await Curl.run(base + "/huge8", ["-r", "0-99"])
+        #expect(warm.status == 206 && warm.body == Array(body.utf8.prefix(100)), "\(warm)")
+        let before = SoakTests.residentKiB(server.pid)
+        for index in 0..<8 {
+            let answer = try await Curl.run(base + "/huge\(index)", ["-r", "0-99"])
+            #expect(answer.status == 206 && answer.body == Array(body.utf8.prefix(100)), "\(answer)")
+            #expect(answer.headers["content-range"] == "bytes 0-99/8796093022208", "\(answer.headers)")
+            #expect(answer.headers["cache-status"]?.contains("stored") == true, "\(answer.headers)")
+        }
+        let after = SoakTests.residentKiB(server.pid)
+        print("[hostile-huge] 8 resources of 8 TiB stored: serve RSS \(before) KiB before, \(after) KiB after")
+        #expect(before > 0 && after - before < 8 * 1024, "8 TiB resources cost \(after - before) KiB of resident memory")
+        // A second round is served from the cache (the index names the first segment).
+        let again = try await Curl.run(base + "/huge3", ["-r", "10-19"])
+        #expect(again.status == 206 && again.headers["cache-status"]?.contains("hit") == true, "\(again.headers)")
     }
 
     @Test("an origin that ignores Range: one linear download, origin bytes at most 1.05 times the size")

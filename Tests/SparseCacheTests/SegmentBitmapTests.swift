@@ -75,11 +75,11 @@ private struct BitmapModel {
 /// The invariants, checked with expectations so a violation is reported (not a trap), then
 /// through the type's own `_checkInvariants()`.
 private func checkInvariants(_ bitmap: SegmentBitmap, _ context: @autoclosure () -> String) {
-    #expect(bitmap.words.count == SegmentBitmap.wordCount(for: bitmap.count), "word count. \(context())")
-    if bitmap.count & 63 != 0, let last = bitmap.words.last {
-        #expect(last >> UInt64(bitmap.count & 63) == 0, "bits set past count. \(context())")
-    }
-    #expect(bitmap.words.reduce(0) { $0 + $1.nonzeroBitCount } == bitmap.setCount, "setCount. \(context())")
+    let wordCount = SegmentBitmap.pageCount(for: bitmap.count) * SegmentBitmap.wordsPerPage
+    #expect(wordCount * 64 >= bitmap.count && wordCount * 64 - bitmap.count < 1 << SegmentBitmap.pageShift, "page count. \(context())")
+    let past = (bitmap.count..<(wordCount * 64)).filter { bitmap.word($0 >> 6) & (1 << UInt64($0 & 63)) != 0 }
+    #expect(past.isEmpty, "bits set past count: \(past.prefix(5)). \(context())")
+    #expect((0..<wordCount).reduce(0) { $0 + bitmap.word($1).nonzeroBitCount } == bitmap.setCount, "setCount. \(context())")
     bitmap._checkInvariants()
 }
 
@@ -91,8 +91,10 @@ private func compare(_ bitmap: SegmentBitmap, _ model: BitmapModel, _ context: @
     #expect(bitmap.setRuns == model.runs(in: 0..<model.count, set: true), "setRuns. \(context())")
 }
 
-/// Sizes on and around word boundaries.
-private let boundarySizes = [0, 1, 2, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 511, 512, 513, 1000, 1024, 1025]
+/// Sizes on and around word and page boundaries.
+private let boundarySizes = [
+    0, 1, 2, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 511, 512, 513, 1000, 1024, 1025, 32_767, 32_768, 32_769, 65_537,
+]
 
 @Suite("SegmentBitmap")
 struct SegmentBitmapTests {
@@ -260,6 +262,30 @@ struct SegmentChecksumsTests {
         for segment in 0..<(SegmentChecksums.pageSize * 9) {
             #expect(checksums[segment] == model[segment] ?? 0, "seed \(seed): segment \(segment)")
         }
+    }
+
+    @Test("a bitmap covering 8 TiB of 64 KiB segments costs memory for its set segments only; scans skip pages never written")
+    func hugeAndSparse() {
+        let count = 1 << 27
+        var bitmap = SegmentBitmap(count: count)
+        let pointers = SegmentBitmap.pageCount(for: count) * 8
+        #expect(bitmap.allocatedBytes == pointers, "no page before a segment is set")
+        for segment in [0, 1, 40_000, count - 1] { bitmap.insert(segment) }
+        let page = SegmentBitmap.wordsPerPage * 8
+        #expect(bitmap.allocatedBytes == pointers + 3 * page, "three pages for segments in three pages")
+        #expect(bitmap.setRuns == [0..<2, 40_000..<40_001, (count - 1)..<count])
+        #expect(bitmap.firstClear(in: 0..<count) == 2)
+        #expect(bitmap.firstSet(in: 2..<count) == 40_000)
+        #expect(bitmap.clearRuns(in: 0..<count) == [2..<40_000, 40_001..<(count - 1)])
+        #expect(!bitmap.contains(allOf: 0..<3) && bitmap.contains(allOf: 0..<2))
+        bitmap.remove(40_000)
+        var rebuilt = SegmentBitmap(count: count)
+        for segment in [0, 1, count - 1] { rebuilt.insert(segment) }
+        #expect(bitmap == rebuilt, "an emptied page compares equal to one never written")
+        bitmap.releaseEmptyPages()
+        #expect(bitmap.allocatedBytes == pointers + 2 * page, "the emptied page is released")
+        #expect(bitmap == rebuilt && bitmap.setCount == 3)
+        checkInvariants(bitmap, "8 TiB")
     }
 
     @Test("pages are allocated on first use and released when no present segment uses them")

@@ -16,7 +16,13 @@ extension SegmentBitmap {
         var index = lower
         while index < upper {
             let wordIndex = index >> 6
-            var word = wordIndex < words.count ? words[wordIndex] : 0
+            if isUnwrittenPage(ofWord: wordIndex) {
+                // A page never written is all clear: the first clear segment, or none set.
+                if !set { return index }
+                index = ((index >> Self.pageShift) + 1) << Self.pageShift
+                continue
+            }
+            var word = self.word(wordIndex)
             if !set { word = ~word }
             word &= ~0 << UInt64(index & 63)
             if word != 0 {

@@ -59,7 +59,10 @@ struct IndexState: Sendable, Equatable {
         }
         if let newMetadata = change.metadata { metadata = newMetadata }
         for segment in change.dropped { present.remove(segment) }
-        if !change.dropped.isEmpty { checksums.releasePages(notIn: present) }
+        if !change.dropped.isEmpty {
+            present.releaseEmptyPages()
+            checksums.releasePages(notIn: present)
+        }
         for (segment, checksum) in change.added {
             present.insert(segment)
             checksums[segment] = checksum
