@@ -98,7 +98,7 @@ final class ConnectionHolders: Sendable {
                 // Idle means answered: until its answer arrives a connection is busy with a
                 // request, and a slot busy with a request is not given up (a loaded machine
                 // may still be answering the 500 requests when the normal client comes).
-                if kind == .keepAliveIdle { waitForAnswers(within: 30) }
+                if kind == .keepAliveIdle { waitForAnswers(within: 90) }
                 continuation.resume()
                 guard kind == .trickling else { return }
                 while !stopped.load(ordering: .acquiring) {
