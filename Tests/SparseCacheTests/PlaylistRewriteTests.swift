@@ -230,6 +230,49 @@ struct ConnectionPriorityTests {
         #expect(await limiter.inUse == 0)
     }
 
+    @Test("A background fetch a client comes to wait on is promoted: not asked to yield, and let in with the waited-on requests")
+    func promoted() async throws {
+        let limiter = ConnectionLimiter(limit: 1)
+        let record = Record()
+        // A background holder, then promoted: a waited-on request asks nobody to yield.
+        let holding = ConnectionLimiter.Promotion()
+        let held = try await ConnectionLimiter.$promotion.withValue(holding) {
+            try await limiter.acquire(priority: .background, onYield: { record.yielded.withLock { $0 += 1 } })
+        }
+        holding.promote()
+        let waited = Task {
+            try await limiter.acquire()
+            record.order.withLock { $0.append("waited") }
+            await limiter.release()
+        }
+        while await limiter.queued < 1 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(record.yielded.withLock { $0 } == 0, "a promoted holder is not asked to yield")
+        // A background waiter promoted while queued goes before a background one queued earlier.
+        let plain = Task {
+            let ticket = try await limiter.acquire(priority: .background, onYield: nil)
+            record.order.withLock { $0.append("background") }
+            await limiter.release(ticket: ticket)
+        }
+        while await limiter.queued < 2 { try await Task.sleep(for: .milliseconds(5)) }
+        let queuedPromotion = ConnectionLimiter.Promotion()
+        let promotedWaiter = Task {
+            let ticket = try await ConnectionLimiter.$promotion.withValue(queuedPromotion) {
+                try await limiter.acquire(priority: .background, onYield: nil)
+            }
+            record.order.withLock { $0.append("promoted") }
+            await limiter.release(ticket: ticket)
+        }
+        while await limiter.queued < 3 { try await Task.sleep(for: .milliseconds(5)) }
+        queuedPromotion.promote()
+        await limiter.release(ticket: held)
+        try await waited.value
+        try await promotedWaiter.value
+        try await plain.value
+        #expect(record.order.withLock { $0 } == ["waited", "promoted", "background"])
+        #expect(ConnectionLimiter.$promotion.withValue(queuedPromotion) { ConnectionLimiter.effectivePriority } == .waited)
+        #expect(await limiter.inUse == 0)
+    }
+
     final class Record: Sendable {
         let yielded = Mutex(0)
         let order = Mutex<[String]>([])

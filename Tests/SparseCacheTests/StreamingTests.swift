@@ -307,6 +307,45 @@ struct StreamingTests {
         await proxy.stop()
     }
 
+    @Test("Priority: a prefetch the player comes to wait on is promoted; it keeps its connection when every other one is wanted")
+    func promotedPrefetch() async throws {
+        let files = try TemporaryDirectory("promotion-origin")
+        defer { files.remove() }
+        let length = 2 << 20
+        let segment = try originFile(files.path, "segment.bin", count: length, seed: 23)
+        try FileManager.default.createDirectory(atPath: files.file("slow"), withIntermediateDirectories: true)
+        try FileManager.default.linkItem(atPath: files.file("segment.bin"), toPath: files.file("slow/segment.bin"))
+        let others = HTTPRangeSource.connectionsPerOrigin - 1
+        for index in 0...others { try FileManager.default.linkItem(atPath: files.file("segment.bin"), toPath: files.file("slow/o\(index).bin")) }
+        let origin = try await OriginServer.nginx(root: files.path, locations: "location /slow/ { limit_rate 1m; }")
+        defer { origin.stop() }
+        let proxy = try await ProxyFixture(origin: origin.baseURL)
+        let limiter = HTTPRangeSource.limiter(for: origin.baseURL)
+        // The segment is being prefetched (in the background) when the player asks for it.
+        let source = try HTTPRangeSource(url: origin.url("slow/segment.bin"))
+        let cache = proxy.cache
+        let prefetch = Task { await ConnectionLimiter.$priority.withValue(.background) { try? await cache.prefetch(source) } }
+        #expect(try await Self.eventually { origin.requests().contains { $0.range == "bytes=0-65535" } }, "first contact of the prefetch")
+        let middle = length / 2
+        async let player = Curl.run(proxy.baseURL + "/slow/segment.bin", ["-r", "\(middle)-\(middle + 99)"], timeout: 60)
+        try await Task.sleep(for: .milliseconds(300))
+        // Then clients want every other connection, and one more: only a background holder
+        // could give its place up, and the promoted prefetch is not one any more.
+        let rivals = (0...others).map { index in
+            Task { try await Curl.run(proxy.baseURL + "/slow/o\(index).bin", ["-r", "0-99"], timeout: 60) }
+        }
+        let answer = try await player
+        #expect(answer.status == 206 && sameBytes(answer.body, segment[middle..<(middle + 100)]), "\(answer)")
+        for rival in rivals {
+            let result = try await rival.value
+            #expect(result.status == 206 && sameBytes(result.body, segment[0..<100]), "\(result)")
+        }
+        await prefetch.value
+        #expect(proxy.cache.statistics.yields == 0, "the promoted prefetch yielded: \(proxy.cache.statistics)")
+        #expect(await limiter.inUse == 0)
+        await proxy.stop()
+    }
+
     @Test("Reverse mode, segments on another origin: played through the proxy; ?url= is honoured only for origins a playlist named")
     func reverseOtherOrigin() async throws {
         let segments = try TemporaryDirectory("hls-cdn")

@@ -1,4 +1,5 @@
 import SparseCacheEngine
+import Synchronization
 import SparseCacheStore
 import SparseHTTP
 
@@ -26,11 +27,31 @@ public actor ConnectionLimiter {
     /// are background ones.
     @TaskLocal public static var priority: Priority = .waited
 
+    /// The promotion of the current task's background requests, when they can be promoted: a
+    /// fetch started in the background (read-ahead, prefetch) that a client then waits on
+    /// counts as waited-on from then on (``Promotion/promote()``): it is no longer asked to yield,
+    /// and its next request queues with the waited-on ones.
+    @TaskLocal public static var promotion: Promotion?
+
+    /// Whether a background fetch has become one a client waits on.
+    public final class Promotion: Sendable {
+        private let promoted = Atomic<Bool>(false)
+
+        public init() {}
+
+        public func promote() { promoted.store(true, ordering: .releasing) }
+
+        public var isPromoted: Bool { promoted.load(ordering: .acquiring) }
+    }
+
+    /// The priority a request of the current task takes now.
+    public static var effectivePriority: Priority { promotion?.isPromoted == true ? .waited : priority }
+
     public let limit: Int
     private var holders = 0
-    private var waiters: [(id: UInt64, priority: Priority, continuation: CheckedContinuation<Void, Error>)] = []
+    private var waiters: [(id: UInt64, priority: Priority, promotion: Promotion?, continuation: CheckedContinuation<Void, Error>)] = []
     /// Background holders that can be asked to give their place up, oldest first.
-    private var yielders: [(ticket: UInt64, yield: @Sendable () -> Void)] = []
+    private var yielders: [(ticket: UInt64, promotion: Promotion?, yield: @Sendable () -> Void)] = []
     private var nextID: UInt64 = 0
 
     public init(limit: Int) {
@@ -51,27 +72,32 @@ public actor ConnectionLimiter {
     public func acquire(priority: Priority, onYield: (@Sendable () -> Void)?) async throws -> UInt64 {
         let ticket = nextID
         nextID += 1
+        let promotion = priority == .background ? Self.promotion : nil
         if holders < limit {
             holders += 1
         } else {
             if priority == .waited {
                 // Each waited-on waiter asks one background holder; the newest has the least
-                // to lose.
-                yielders.popLast()?.yield()
+                // to lose. One a client has come to wait on meanwhile keeps its place.
+                while let yielder = yielders.popLast() {
+                    if yielder.promotion?.isPromoted == true { continue }
+                    yielder.yield()
+                    break
+                }
             }
             // The waiter is added in an actor method: the operation closure does not keep the
             // actor's isolation (swiftlang/swift#85518).
             try await withTaskCancellationHandler {
-                try await self.wait(ticket, priority: priority)
+                try await self.wait(ticket, priority: priority, promotion: promotion)
             } onCancel: {
                 Task { await self.cancelWaiter(ticket) }
             }
         }
-        if priority == .background, let onYield { yielders.append((ticket, onYield)) }
+        if priority == .background, promotion?.isPromoted != true, let onYield { yielders.append((ticket, promotion, onYield)) }
         return ticket
     }
 
-    private func wait(_ id: UInt64, priority: Priority) async throws {
+    private func wait(_ id: UInt64, priority: Priority, promotion: Promotion?) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
             if Task.isCancelled {
                 continuation.resume(throwing: CancellationError())
@@ -81,7 +107,7 @@ public actor ConnectionLimiter {
                 holders += 1
                 continuation.resume()
             } else {
-                waiters.append((id, priority, continuation))
+                waiters.append((id, priority, promotion, continuation))
             }
         }
     }
@@ -91,7 +117,7 @@ public actor ConnectionLimiter {
         if waiters.isEmpty {
             holders -= 1
         } else {
-            let index = waiters.firstIndex { $0.priority == .waited } ?? 0
+            let index = waiters.firstIndex { $0.priority == .waited || $0.promotion?.isPromoted == true } ?? 0
             waiters.remove(at: index).continuation.resume()
         }
     }

@@ -156,7 +156,7 @@ public final class HTTPRangeSource: RangeSource {
         try await checkAddressPolicy()
         // A background fetch (prefetch, read-ahead) gives its connection up to a request a
         // client waits on: its transfer stops, and the fill resumes it later.
-        let priority = ConnectionLimiter.priority
+        let priority = ConnectionLimiter.effectivePriority
         let yielding = priority == .background ? YieldAction() : nil
         var onYield: (@Sendable () -> Void)?
         if let yielding { onYield = { yielding.fire() } }

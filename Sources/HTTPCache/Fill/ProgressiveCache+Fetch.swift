@@ -26,9 +26,12 @@ extension ProgressiveCache {
         let owned = (segment..<end).first { resource.owner[$0] != nil }.map { max(segment + 1, $0) } ?? end
         let id = takeID()
         for taken in segment..<owned { resource.owner[taken] = id }
-        resource.fetches[id] = FillResource.Fetch(segments: segment..<owned)
+        let promotion = ConnectionLimiter.effectivePriority == .background ? ConnectionLimiter.Promotion() : nil
+        resource.fetches[id] = FillResource.Fetch(segments: segment..<owned, promotion: promotion)
         resource.users += 1
-        resource.fetches[id]?.task = Task { await self.runFetch(resource, id: id) }
+        resource.fetches[id]?.task = Task {
+            await ConnectionLimiter.$promotion.withValue(promotion) { await self.runFetch(resource, id: id) }
+        }
         return id
     }
 

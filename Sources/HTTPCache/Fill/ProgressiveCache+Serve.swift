@@ -135,6 +135,8 @@ extension ProgressiveCache {
                 if fetchID < 0 || resource.generation != generation { continue }
             }
             if interests.insert(fetchID).inserted { resource.fetches[fetchID]?.interest += 1 }
+            // A client now waits on a fetch that may have started in the background.
+            if deliver != nil, ConnectionLimiter.effectivePriority == .waited { resource.fetches[fetchID]?.promotion?.promote() }
             if let span = resource.fetches[fetchID]?.segments,
                 let ahead = await readAhead(resource, after: span, before: stop, generation: generation),
                 interests.insert(ahead).inserted

@@ -191,6 +191,9 @@ final class FillResource {
         var task: Task<Void, Never>?
         /// Readers (and prefetches) waiting on it; at zero the fetch is cancelled.
         var interest = 0
+        /// For a fetch started in the background (read-ahead, prefetch): promoted once a client
+        /// waits on its bytes, so it no longer yields its connection (``ConnectionLimiter``).
+        var promotion: ConnectionLimiter.Promotion?
     }
 
     init(key: String) {
