@@ -75,11 +75,14 @@ private struct BitmapModel {
 /// The invariants, checked with expectations so a violation is reported (not a trap), then
 /// through the type's own `_checkInvariants()`.
 private func checkInvariants(_ bitmap: SegmentBitmap, _ context: @autoclosure () -> String) {
-    let wordCount = SegmentBitmap.pageCount(for: bitmap.count) * SegmentBitmap.wordsPerPage
-    #expect(wordCount * 64 >= bitmap.count && wordCount * 64 - bitmap.count < 1 << SegmentBitmap.pageShift, "page count. \(context())")
-    let past = (bitmap.count..<(wordCount * 64)).filter { bitmap.word($0 >> 6) & (1 << UInt64($0 & 63)) != 0 }
-    #expect(past.isEmpty, "bits set past count: \(past.prefix(5)). \(context())")
-    #expect((0..<wordCount).reduce(0) { $0 + bitmap.word($1).nonzeroBitCount } == bitmap.setCount, "setCount. \(context())")
+    let words = SegmentBitmap.pageCount(for: bitmap.count) * SegmentBitmap.wordsPerPage
+    #expect(words * 64 >= bitmap.count && words * 64 - bitmap.count < 1 << SegmentBitmap.pageShift, "page count. \(context())")
+    let lastWord = (bitmap.count + 63) >> 6
+    if bitmap.count & 63 != 0 {
+        #expect(bitmap.word(lastWord - 1) >> UInt64(bitmap.count & 63) == 0, "bits set past count. \(context())")
+    }
+    #expect((lastWord..<words).allSatisfy { bitmap.word($0) == 0 }, "bits set past count. \(context())")
+    #expect((0..<lastWord).reduce(0) { $0 + bitmap.word($1).nonzeroBitCount } == bitmap.setCount, "setCount. \(context())")
     bitmap._checkInvariants()
 }
 
@@ -91,10 +94,11 @@ private func compare(_ bitmap: SegmentBitmap, _ model: BitmapModel, _ context: @
     #expect(bitmap.setRuns == model.runs(in: 0..<model.count, set: true), "setRuns. \(context())")
 }
 
-/// Sizes on and around word and page boundaries.
-private let boundarySizes = [
-    0, 1, 2, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 511, 512, 513, 1000, 1024, 1025, 32_767, 32_768, 32_769, 65_537,
-]
+/// Sizes on and around word boundaries.
+private let boundarySizes = [0, 1, 2, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 511, 512, 513, 1000, 1024, 1025]
+
+/// Sizes on and around page boundaries (``SegmentBitmap/pageShift``).
+private let pageSizes = [32_767, 32_768, 32_769, 65_537]
 
 @Suite("SegmentBitmap")
 struct SegmentBitmapTests {
@@ -111,11 +115,19 @@ struct SegmentBitmapTests {
 
     @Test("random operations match the model", arguments: boundarySizes)
     func randomOperations(size: Int) {
+        randomOperations(size: size, steps: 400, compareEvery: 10)
+    }
+
+    @Test("random operations across page boundaries match the model", arguments: pageSizes)
+    func randomOperationsOnPages(size: Int) {
+        randomOperations(size: size, steps: 120, compareEvery: 40)
+    }
+
+    private func randomOperations(size: Int, steps: Int, compareEvery: Int) {
         let seed = testSeed(0xB17_0000) &+ UInt64(size)
         var generator = SplitMix64(seed: seed)
         var bitmap = SegmentBitmap(count: size)
         var model = BitmapModel(count: size)
-        let steps = 400
         for step in 0..<steps {
             let context = "seed \(seed), size \(size), step \(step)"
             let span = max(model.count, 1) + 70
@@ -152,7 +164,7 @@ struct SegmentBitmapTests {
                 }
             }
             checkInvariants(bitmap, context)
-            if step % 10 == 0 || step == steps - 1 {
+            if step % compareEvery == 0 || step == steps - 1 {
                 compare(bitmap, model, context)
                 queries(bitmap, model, generator: &generator, context)
             }
