@@ -40,9 +40,9 @@ struct StreamingTests {
 
     /// Frame hashes of a whole play (ffmpeg as the player), with a deadline: a stalled live
     /// play fails instead of hanging.
-    static func play(_ url: String, seconds: Int = 90) async throws -> ChildProcess.Result {
+    static func play(_ url: String, seconds: Int = 90, input: [String] = []) async throws -> ChildProcess.Result {
         try await ChildProcess.run(
-            "/usr/bin/timeout", [String(seconds), "ffmpeg", "-v", "error", "-nostdin", "-i", url, "-f", "framemd5", "-"])
+            "/usr/bin/timeout", [String(seconds), "ffmpeg", "-v", "error", "-nostdin"] + input + ["-i", url, "-f", "framemd5", "-"])
     }
 
     static func frames(_ result: ChildProcess.Result) -> [Substring] {
@@ -197,6 +197,47 @@ struct StreamingTests {
         #expect(Self.frames(played).count == count * 25, "every segment played: \(Self.frames(played).count) frames")
         #expect(origin.requests().contains { $0.path == "/live/seg\(count - 1).ts" }, "the last segment came through the proxy")
         #expect(origin.requests().filter { $0.path == "/live/index.m3u8" }.count >= count - 3, "the playlist was fetched as it changed")
+        await proxy.stop()
+    }
+
+    @Test("Live HLS written by ffmpeg into nginx's root as the player plays it through the proxy: played to the end, with segments that did not exist when it started")
+    func livePackager() async throws {
+        try ProxyCLITests.requireFFmpeg()
+        let files = try TemporaryDirectory("live-packager")
+        defer { files.remove() }
+        let live = files.file("live")
+        try FileManager.default.createDirectory(atPath: live, withIntermediateDirectories: true)
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        let proxy = try await ProxyFixture(origin: origin.baseURL)
+        let seconds = 8
+        // The packager: ffmpeg at real time (-re), a segment a second, each written to a
+        // temporary name and renamed (nginx never serves half a segment), the playlist
+        // rewritten as each segment ends and closed with EXT-X-ENDLIST at the end.
+        let packager = Task {
+            try await ChildProcess.run(
+                "ffmpeg",
+                [
+                    "-v", "error", "-nostdin", "-re", "-f", "lavfi", "-i", "testsrc=duration=\(seconds):size=320x180:rate=25", "-c:v", "libx264",
+                    "-preset", "ultrafast", "-g", "25", "-keyint_min", "25", "-sc_threshold", "0", "-f", "hls", "-hls_time", "1",
+                    "-hls_list_size", "0", "-hls_flags", "temp_file", "-hls_segment_filename", live + "/seg%d.ts", live + "/index.m3u8",
+                ])
+        }
+        func published() -> Int {
+            let text = (try? String(contentsOfFile: live + "/index.m3u8", encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").filter { $0.hasSuffix(".ts") }.count
+        }
+        #expect(try await Self.eventually { published() >= 1 }, "the packager published a first segment")
+        let atStart = published()
+        // From the first segment (a live player otherwise starts three from the end).
+        let played = try await Self.play(proxy.baseURL + "/live/index.m3u8", seconds: 60, input: ["-live_start_index", "0"])
+        let packaged = try await packager.value
+        #expect(packaged.status == 0, "ffmpeg as the packager failed: \(packaged.errorText)")
+        #expect(played.status == 0, "the player stalled or failed (124: killed at its deadline): \(played.errorText)")
+        #expect(Self.frames(played).count == seconds * 25, "every frame played: \(Self.frames(played).count)")
+        let fetched = Set(origin.requests().map(\.path).filter { $0.hasSuffix(".ts") })
+        let later = fetched.filter { path in Int(path.dropFirst("/live/seg".count).dropLast(3)).map { $0 >= atStart } ?? false }
+        #expect(!later.isEmpty && fetched.count == published(), "\(atStart) segments at the start; through the proxy: \(fetched.sorted())")
         await proxy.stop()
     }
 
