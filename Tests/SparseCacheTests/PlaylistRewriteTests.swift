@@ -2,6 +2,7 @@
 // packagers write them, in reverse-proxy mode and URL mode; the live freshness limit; the
 // connection limiter's priorities.
 import Foundation
+import SeededRandom
 import Synchronization
 import Testing
 
@@ -285,5 +286,129 @@ struct ConnectionPriorityTests {
             await Task { ConnectionLimiter.priority }.value
         }
         #expect(inner == .background)
+    }
+}
+
+@Suite("DASH segments for prefetch")
+struct DASHSegmentTests {
+    static func segments(_ mpd: String, url: String = "http://origin.test/vod/manifest.mpd") throws -> [(id: String, segments: [String])] {
+        let manifest = try #require(DASHManifest(Array(mpd.utf8), url: URL(string: url)!))
+        return DASHSegments(manifest).representations.map { ($0.id, $0.segments.map(\.absoluteString)) }
+    }
+
+    @Test("ffmpeg's manifest: a SegmentTimeline with repeats, $RepresentationID$ and $Number%05d$ from startNumber")
+    func ffmpegTimeline() throws {
+        let mpd = """
+            <?xml version="1.0" encoding="utf-8"?>
+            <MPD xmlns="urn:mpeg:dash:schema:mpd:2011" type="static" mediaPresentationDuration="PT4.0S">
+            \t<Period id="0" start="PT0.0S">
+            \t\t<AdaptationSet id="0" contentType="video">
+            \t\t\t<Representation id="0" mimeType="video/mp4" bandwidth="203312">
+            \t\t\t\t<SegmentTemplate timescale="12800" initialization="init-stream$RepresentationID$.m4s" media="chunk-stream$RepresentationID$-$Number%05d$.m4s" startNumber="1">
+            \t\t\t\t\t<SegmentTimeline>
+            \t\t\t\t\t\t<S t="0" d="12800" r="3" />
+            \t\t\t\t\t</SegmentTimeline>
+            \t\t\t\t</SegmentTemplate>
+            \t\t\t</Representation>
+            \t\t</AdaptationSet>
+            \t</Period>
+            </MPD>
+            """
+        let found = try Self.segments(mpd)
+        #expect(found.map(\.id) == ["0"])
+        #expect(found.first?.segments == (1...4).map { "http://origin.test/vod/chunk-stream0-0000\($0).m4s" })
+    }
+
+    @Test("a template inherited from the AdaptationSet, duration-numbered $Time$ and $Bandwidth$, BaseURLs at every level, two Representations")
+    func inheritedDurationTemplate() throws {
+        let mpd = """
+            <MPD type="static" mediaPresentationDuration="PT0H0M5.5S"><BaseURL>http://cdn.test/a/</BaseURL>
+            <Period><BaseURL>p1/</BaseURL>
+            <AdaptationSet><SegmentTemplate timescale="1000" duration="2000" startNumber="0" media="$RepresentationID$/$Bandwidth$/t$Time$-n$Number$.mp4?x=1&amp;y=$$"/>
+            <Representation id="low" bandwidth="100"/>
+            <Representation id="high" bandwidth="900"><BaseURL>hi/</BaseURL><SegmentTemplate startNumber="7"/></Representation>
+            </AdaptationSet></Period></MPD>
+            """
+        let found = try Self.segments(mpd)
+        #expect(found.map(\.id) == ["low", "high"])
+        #expect(
+            found.first?.segments == [
+                "http://cdn.test/a/p1/low/100/t0-n0.mp4?x=1&y=$", "http://cdn.test/a/p1/low/100/t2000-n1.mp4?x=1&y=$",
+                "http://cdn.test/a/p1/low/100/t4000-n2.mp4?x=1&y=$",
+            ])
+        #expect(found.last?.segments.first == "http://cdn.test/a/p1/hi/high/900/t0-n7.mp4?x=1&y=$")
+        #expect(found.last?.segments.count == 3)
+    }
+
+    @Test("SegmentList URLs in order; r=-1 repeats to the end of the Period; a timeline of millions is cut; live duration-only templates and SegmentBase give none")
+    func listsRepeatsAndLimits() throws {
+        let list = try Self.segments(
+            """
+            <MPD><Period><AdaptationSet><Representation id="r"><SegmentList><Initialization sourceURL="i.mp4"/>
+            <SegmentURL media="s1.mp4"/><SegmentURL media='s2.mp4'/><!-- <SegmentURL media="no.mp4"/> --></SegmentList>
+            </Representation></AdaptationSet></Period></MPD>
+            """)
+        #expect(list.first?.segments == ["http://origin.test/vod/s1.mp4", "http://origin.test/vod/s2.mp4"])
+        let toEnd = try Self.segments(
+            """
+            <MPD mediaPresentationDuration="PT10S"><Period><AdaptationSet><Representation id="v">
+            <SegmentTemplate timescale="10" media="$Number$.m4s"><SegmentTimeline><S t="0" d="30" r="-1"/></SegmentTimeline></SegmentTemplate>
+            </Representation></AdaptationSet></Period></MPD>
+            """)
+        #expect(toEnd.first?.segments.count == 4, "10 s of 3 s segments")
+        let huge = try Self.segments(
+            """
+            <MPD><Period><AdaptationSet><Representation id="v">
+            <SegmentTemplate media="$Number$.m4s"><SegmentTimeline><S d="1" r="99999999"/></SegmentTimeline></SegmentTemplate>
+            </Representation></AdaptationSet></Period></MPD>
+            """)
+        #expect(huge.first?.segments.count == DASHSegments.maximumSegments)
+        let live = try Self.segments(
+            """
+            <MPD type="dynamic" mediaPresentationDuration="PT60S"><Period><AdaptationSet><Representation id="v">
+            <SegmentTemplate duration="2" media="$Number$.m4s"/></Representation>
+            <Representation id="b"><SegmentBase indexRange="0-99"/><BaseURL>whole.mp4</BaseURL></Representation></AdaptationSet></Period></MPD>
+            """)
+        #expect(live.isEmpty)
+    }
+
+    @Test("hostile manifests never trap: cut at every byte, and bytes replaced at random")
+    func hostileManifests() {
+        let mpd = """
+            <MPD type="static" mediaPresentationDuration="PT4S"><!-- c --><![CDATA[x]]><Period><BaseURL>b/</BaseURL><AdaptationSet>
+            <Representation id="0" bandwidth="1"><SegmentTemplate timescale="10" media="$Number%05d$-$Time$.m4s">
+            <SegmentTimeline><S t="0" d="10" r="3"/><S d="5" r="-1"/></SegmentTimeline></SegmentTemplate></Representation>
+            <Representation id="1"><SegmentList><SegmentURL media="x.mp4"/></SegmentList></Representation></AdaptationSet></Period></MPD>
+            """
+        let scalars = Array(mpd.unicodeScalars)
+        let url = URL(string: "http://origin.test/m.mpd")!
+        var total = 0
+        for cut in 0...scalars.count {
+            let text = String(String.UnicodeScalarView(scalars[..<cut])) + "<MPD>"
+            total += DASHManifest(Array(text.utf8), url: url).map { DASHSegments($0).representations.count } ?? 0
+        }
+        var random = SplitMix64(seed: testSeed(0xDA5))
+        let alphabet = Array("<>/\"'=$%0123456789 rStdPTMBaseURL-!?[]".unicodeScalars)
+        for _ in 0..<2_000 {
+            var mutated = scalars
+            for _ in 0..<(1 + Int(random.next() % 6)) {
+                mutated[Int(random.next() % UInt64(mutated.count))] = alphabet[Int(random.next() % UInt64(alphabet.count))]
+            }
+            let text = String(String.UnicodeScalarView(mutated))
+            total += DASHManifest(Array(text.utf8), url: url).map { DASHSegments($0).representations.count } ?? 0
+        }
+        #expect(total > 0, "some of them still name segments")
+        let whole = DASHManifest(Array(mpd.utf8), url: url).map { DASHSegments($0).representations } ?? []
+        #expect(whole.map(\.id) == ["0", "1"] && whole.first?.segments.count == 4, "\(whole)")
+    }
+
+    @Test("identifiers: widths, unknown ones kept, $$ and an unclosed $ as written; xs:duration forms")
+    func identifiersAndDurations() {
+        #expect(DASHSegments.fill("$Number%03d$-$Time%02d$", representation: "r", number: 7, time: 123, bandwidth: "") == "007-123")
+        #expect(DASHSegments.fill("a$Unknown$b$$c$Number", representation: "r", number: 1, time: 0, bandwidth: "") == "a$Unknown$b$c$Number")
+        #expect(DASHSegments.seconds("PT4.0S") == 4)
+        #expect(DASHSegments.seconds("P1DT1H2M3.5S") == 86_400 + 3_600 + 120 + 3.5)
+        #expect(DASHSegments.seconds("PT") == 0)
+        #expect(DASHSegments.seconds("4S") == nil && DASHSegments.seconds("PT4X") == nil && DASHSegments.seconds("PT4") == nil)
     }
 }

@@ -150,6 +150,39 @@ struct StreamingTests {
         }
     }
 
+    @Test("DASH prefetch: after the player's first segment of a Representation, the next N of that Representation; nothing past the window")
+    func dashPrefetch() async throws {
+        let files = try TemporaryDirectory("dash-prefetch")
+        defer { files.remove() }
+        try await Self.makeStream(files.file("dash"), seconds: 6, ["-f", "dash", "-seg_duration", "1", files.file("dash/manifest.mpd")])
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        var streaming = StreamingOptions()
+        streaming.prefetchSegments = 2
+        let proxy = try await ProxyFixture(origin: origin.baseURL, streaming: streaming)
+        func fetched(_ number: Int) -> Bool { origin.requests().contains { $0.path == "/dash/chunk-stream0-0000\(number).m4s" } }
+        let manifest = try await Curl.run(proxy.baseURL + "/dash/manifest.mpd")
+        #expect(manifest.status == 200 && manifest.text.contains("SegmentTemplate"), "\(manifest)")
+        // Which Representation the player plays shows with its first segment.
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(!fetched(1), "nothing before the player picks a Representation")
+        let first = try await Curl.run(proxy.baseURL + "/dash/chunk-stream0-00001.m4s")
+        #expect(first.status == 200 && first.body.count > 0, "\(first)")
+        #expect(try await Self.eventually { fetched(2) && fetched(3) }, "the next two segments are prefetched")
+        try await Task.sleep(for: .seconds(1))
+        #expect(!fetched(4), "no more than two ahead")
+        func bodies(_ number: Int) -> Int {
+            origin.requests().filter { $0.path == "/dash/chunk-stream0-0000\(number).m4s" && $0.status != 304 }.count
+        }
+        let prefetched = bodies(3)
+        let third = try await Curl.run(proxy.baseURL + "/dash/chunk-stream0-00003.m4s")
+        #expect(third.status == 200)
+        #expect(try await Self.eventually { fetched(4) && fetched(5) }, "the window moves with the player")
+        // At most revalidated (nginx's fresh Last-Modified gives no heuristic lifetime).
+        #expect(bodies(3) == prefetched, "the player's segment came from the cache: \(origin.requests().map(\.path))")
+        await proxy.stop()
+    }
+
     /// A live playlist of `segments` 1-second segments, as a packager writes it.
     static func livePlaylist(_ segments: Int, ended: Bool) -> String {
         var text = "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXT-X-MEDIA-SEQUENCE:0\n"

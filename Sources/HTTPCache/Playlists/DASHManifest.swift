@@ -44,19 +44,7 @@ struct DASHManifest: Sendable {
         // One entry per open element: its effective base, and whether a BaseURL set it yet.
         var bases: [(name: String, base: URL, set: Bool)] = [("", url, false)]
         var index = 0
-        func starts(_ prefix: String, at position: Int) -> Bool {
-            var offset = position
-            for scalar in prefix.unicodeScalars {
-                guard offset < characters.count, characters[offset] == scalar else { return false }
-                offset += 1
-            }
-            return true
-        }
-        func find(_ terminator: String, from position: Int) -> Int {
-            var offset = position
-            while offset < characters.count, !starts(terminator, at: offset) { offset += 1 }
-            return min(characters.count, offset + terminator.unicodeScalars.count)
-        }
+        let scanner = MarkupScanner(characters)
         while index < characters.count {
             guard characters[index] == "<" else {
                 output.append(characters[index])
@@ -64,10 +52,8 @@ struct DASHManifest: Sendable {
                 continue
             }
             // Comments, processing instructions, CDATA and declarations are copied whole.
-            let skipTo: String? =
-                starts("<!--", at: index) ? "-->" : starts("<![CDATA[", at: index) ? "]]>" : starts("<?", at: index) ? "?>" : starts("<!", at: index) ? ">" : nil
-            if let skipTo {
-                let end = find(skipTo, from: index + 2)
+            if let skipTo = scanner.nonElementEnd(at: index) {
+                let end = scanner.end(of: skipTo, from: index + 2)
                 output.append(contentsOf: characters[index..<end])
                 index = end
                 continue
@@ -110,7 +96,7 @@ struct DASHManifest: Sendable {
     }
 
     /// Where the tag that starts at `start` ends (after its `>`), quotes respected.
-    private static func tagEnd(_ characters: [Unicode.Scalar], from start: Int) -> Int {
+    static func tagEnd(_ characters: [Unicode.Scalar], from start: Int) -> Int {
         var quote: Unicode.Scalar?
         var index = start + 1
         while index < characters.count {
@@ -128,7 +114,7 @@ struct DASHManifest: Sendable {
     }
 
     /// `Name` of `<ns:Name attr="...">`.
-    private static func localName(of tag: String) -> String {
+    static func localName(of tag: String) -> String {
         let name = tag.dropFirst().prefix { !$0.isWhitespace && $0 != "/" && $0 != ">" }
         return String(name.split(separator: ":").last ?? "")
     }
@@ -178,5 +164,40 @@ struct DASHManifest: Sendable {
     /// References are percent-encoded, so only `&` (between query parameters) needs escaping.
     static func escape(_ text: String) -> String {
         text.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;").replacingOccurrences(of: "\"", with: "&quot;")
+    }
+}
+
+/// Position tests over the scalars of a markup text.
+struct MarkupScanner {
+    let scalars: [Unicode.Scalar]
+
+    init(_ scalars: [Unicode.Scalar]) {
+        self.scalars = scalars
+    }
+
+    func starts(_ prefix: String, at position: Int) -> Bool {
+        var offset = position
+        for scalar in prefix.unicodeScalars {
+            guard offset < scalars.count, scalars[offset] == scalar else { return false }
+            offset += 1
+        }
+        return true
+    }
+
+    /// Just past the first `terminator` at or after `position` (the end of the text if none).
+    func end(of terminator: String, from position: Int) -> Int {
+        var offset = position
+        while offset < scalars.count, !starts(terminator, at: offset) { offset += 1 }
+        return min(scalars.count, offset + terminator.unicodeScalars.count)
+    }
+
+    /// For a comment, CDATA section, processing instruction or declaration starting at
+    /// `position`, what ends it; nil for an element's tag.
+    func nonElementEnd(at position: Int) -> String? {
+        if starts("<!--", at: position) { return "-->" }
+        if starts("<![CDATA[", at: position) { return "]]>" }
+        if starts("<?", at: position) { return "?>" }
+        if starts("<!", at: position) { return ">" }
+        return nil
     }
 }

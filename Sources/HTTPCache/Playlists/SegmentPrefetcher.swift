@@ -76,24 +76,7 @@ final class SegmentPrefetcher: Sendable {
         let client = Self.client(exchange)
         let closing: [CacheReader] = state.withLock { state in
             let group = state.groups[key] ?? key
-            let old = state.playlists[key]
-            if let old {
-                for segment in old.segments where state.segments[segment.absoluteString]?.playlist == key {
-                    state.segments[segment.absoluteString] = nil
-                }
-            } else {
-                state.playlistOrder.append(key)
-                if state.playlistOrder.count > Self.playlistCapacity {
-                    let dropped = state.playlistOrder.removeFirst()
-                    if let old = state.playlists.removeValue(forKey: dropped) {
-                        for segment in old.segments where state.segments[segment.absoluteString]?.playlist == dropped {
-                            state.segments[segment.absoluteString] = nil
-                        }
-                    }
-                }
-            }
-            state.playlists[key] = Playlist(segments: hls.segments, group: group)
-            for (index, segment) in hls.segments.enumerated() { state.segments[segment.absoluteString] = (key, index) }
+            let old = Self.register(&state, key: key, segments: hls.segments, group: group)
             let sessionKey = client + " " + group
             if var session = state.sessions[sessionKey], session.playlist == key {
                 // A live reload: the window may have slid (segments dropped from the top), so
@@ -127,6 +110,43 @@ final class SegmentPrefetcher: Sendable {
         close(closing)
         // A playlist's segments are asked for right after it: start now.
         run(sessionKey: client + " " + (state.withLock { $0.playlists[key]?.group } ?? key), proxy: proxy)
+    }
+
+    /// A DASH manifest went out to a client: remembers each Representation's segments, as
+    /// media playlists of one group (the manifest). Which one the player plays shows with its
+    /// first segment request (``requested(_:proxy:exchange:)``), which starts the session.
+    func servedManifest(_ dash: DASHManifest) {
+        guard options.prefetchSegments > 0 else { return }
+        let group = dash.url.absoluteString
+        let representations = DASHSegments(dash).representations
+        guard !representations.isEmpty else { return }
+        state.withLock { state in
+            for (id, segments) in representations { Self.register(&state, key: group + "#" + id, segments: segments, group: group) }
+        }
+    }
+
+    /// Remembers (or updates) media playlist `key` and returns what it was before.
+    @discardableResult
+    private static func register(_ state: inout State, key: String, segments: [URL], group: String) -> Playlist? {
+        let old = state.playlists[key]
+        if let old {
+            for segment in old.segments where state.segments[segment.absoluteString]?.playlist == key {
+                state.segments[segment.absoluteString] = nil
+            }
+        } else {
+            state.playlistOrder.append(key)
+            if state.playlistOrder.count > playlistCapacity {
+                let dropped = state.playlistOrder.removeFirst()
+                if let old = state.playlists.removeValue(forKey: dropped) {
+                    for segment in old.segments where state.segments[segment.absoluteString]?.playlist == dropped {
+                        state.segments[segment.absoluteString] = nil
+                    }
+                }
+            }
+        }
+        state.playlists[key] = Playlist(segments: segments, group: group)
+        for (index, segment) in segments.enumerated() { state.segments[segment.absoluteString] = (key, index) }
+        return old
     }
 
     /// A request for `url` went out to a client: when it is a known segment, the client's

@@ -83,6 +83,7 @@ extension CachingProxy {
         let text = playlist.hls?.rewritten(references) ?? playlist.dash?.rewritten(references) ?? ""
         noteReferences(in: playlist)
         if let hls = playlist.hls { streaming.prefetcher.servedPlaylist(hls, proxy: self, exchange: exchange) }
+        if let dash = playlist.dash { streaming.prefetcher.servedManifest(dash) }
         var stored = head.headers
         for name in ["age", "accept-ranges", "transfer-encoding", "content-length", "content-range", "last-modified"]
             + ["content-md5", "digest", "content-digest", "repr-digest"]
