@@ -31,7 +31,7 @@ enum ServeCommand: Command {
                                  [--max-connections N] [--max-connections-per-client N] [--quiet]
                                  [--admin-listen ADDR:PORT|off] [--log-format text|json]
                                  [--config FILE]
-                                 [--access-log FILE] [--prefetch N]
+                                 [--access-log FILE] [--prefetch N|auto]
 
         Requests:
           with --origin http://host:port   GET /path is the origin's /path (reverse proxy)
@@ -88,7 +88,9 @@ enum ServeCommand: Command {
                                  Slots one client address may hold (default 128)
           --max-body-size SIZE   The largest request body taken; larger ones are answered 413
                                  (default 64M; to https origins a body is collected first)
-          --prefetch N           HLS segments fetched ahead of each player (default 3; 0: off)
+          --prefetch N           HLS and DASH segments fetched ahead of each player; 0: off
+                                 (default auto: 1 to 8, from the origin's speed over the
+                                 stream's, 3 until measured)
           --quiet                No request log
           --config FILE          Options from FILE, one per line without the dashes
                                  ("max-size 20G", "quiet"; # comments); the command line
@@ -145,9 +147,9 @@ enum ServeCommand: Command {
         let budget = givenBudget ?? DefaultBudget.compute(directory: directory) ?? .max
         let quiet = arguments.has("--quiet")
         var streaming = StreamingOptions()
-        if let text = arguments.options["--prefetch"] {
+        if let text = arguments.options["--prefetch"], text != "auto" {
             guard let count = Int(text), (0...100).contains(count) else {
-                throw UsageError("invalid --prefetch '\(text)': use a number of segments from 0 (off) to 100")
+                throw UsageError("invalid --prefetch '\(text)': use a number of segments from 0 (off) to 100, or auto")
             }
             streaming.prefetchSegments = count
         }

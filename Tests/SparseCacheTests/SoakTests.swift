@@ -37,7 +37,7 @@ struct SoakTests {
 
     static var seconds: Int { soakSeconds }
 
-    @Test("random ranges from 24 clients, early hang-ups, origin cuts/stalls/503s: every byte right, RSS bounded, no descriptor leak")
+    @Test("random ranges from 12 clients, early hang-ups, origin cuts/stalls/503s: every byte right, RSS bounded, no descriptor leak")
     func soak() async throws {
         let files = try TemporaryDirectory("soak-origin")
         var contents: [String: [UInt8]] = [:]
@@ -69,7 +69,10 @@ struct SoakTests {
         let contentsNow = contents
         let until = ContinuousClock.now + .seconds(Self.seconds)
         try await withThrowingTaskGroup(of: Void.self) { group in
-            for client in 0..<24 {
+            // 12 clients, each a curl process per request: 24 made the whole 2-core machine
+            // so busy in the suite's first minute that other tests' servers took over 30 s to
+            // start listening.
+            for client in 0..<12 {
                 group.addTask {
                     var random = SplitMix64(seed: 9000 + UInt64(client))
                     while ContinuousClock.now < until {

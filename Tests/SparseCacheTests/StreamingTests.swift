@@ -150,6 +150,53 @@ struct StreamingTests {
         }
     }
 
+    @Test("Automatic prefetch: the window follows the origin's speed over the stream's: 8 ahead from a fast origin, at most 2 from one that barely keeps up")
+    func automaticPrefetch() async throws {
+        let files = try TemporaryDirectory("auto-prefetch")
+        defer { files.remove() }
+        // Ten 4-second segments of 2 MiB (512 KiB/s): the prefetcher only looks at sizes and
+        // EXTINF durations.
+        var playlist = "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:4\n#EXT-X-PLAYLIST-TYPE:VOD\n"
+        for index in 0..<10 { playlist += "#EXTINF:4.000,\nseg\(index).ts\n" }
+        playlist += "#EXT-X-ENDLIST\n"
+        for speed in ["fast", "slow"] {
+            try FileManager.default.createDirectory(atPath: files.file(speed), withIntermediateDirectories: true)
+            try playlist.write(toFile: files.file("\(speed)/index.m3u8"), atomically: true, encoding: .utf8)
+            for index in 0..<10 { _ = try originFile(files.file(speed), "seg\(index).ts", count: 2 << 20, seed: 300 + UInt64(index)) }
+        }
+        // 600 KiB/s, 1.2 times what the stream needs. (nginx sends the first second's worth at
+        // once, so a segment measures at about 1.6 times: still a window of 2.)
+        let origin = try await OriginServer.nginx(root: files.path, locations: "location /slow/ { limit_rate 600k; }")
+        defer { origin.stop() }
+        let proxy = try await ProxyFixture(origin: origin.baseURL)
+        let prefetcher = proxy.proxy.streaming.prefetcher
+        func fetched(_ speed: String) -> Set<String> {
+            Set(origin.requests().map(\.path).filter { $0.hasPrefix("/\(speed)/seg") })
+        }
+        func window(_ speed: String) -> Int? { prefetcher.windows.first { $0.key.hasSuffix("/\(speed)/index.m3u8") }?.value }
+        func settle(_ speed: String) async throws {
+            var last = -1
+            while fetched(speed).count != last {
+                last = fetched(speed).count
+                try await Task.sleep(for: .milliseconds(1500))
+            }
+        }
+
+        let fast = try await Curl.run(proxy.baseURL + "/fast/index.m3u8")
+        #expect(fast.status == 200)
+        #expect(try await Self.eventually { window("fast") == 8 }, "a fast origin: \(prefetcher.windows)")
+        try await settle("fast")
+        #expect(fetched("fast") == Set((0..<8).map { "/fast/seg\($0).ts" }), "eight ahead of a player at the start: \(fetched("fast").sorted())")
+
+        let slow = try await Curl.run(proxy.baseURL + "/slow/index.m3u8")
+        #expect(slow.status == 200)
+        // Measured once the first segment is in (3 until then).
+        #expect(try await Self.eventually { (window("slow") ?? 3) <= 2 }, "an origin that barely keeps up: \(prefetcher.windows)")
+        try await settle("slow")
+        #expect(fetched("slow").count <= 3, "no more than the first measurement allowed: \(fetched("slow").sorted())")
+        await proxy.stop()
+    }
+
     @Test("DASH prefetch: after the player's first segment of a Representation, the next N of that Representation; nothing past the window")
     func dashPrefetch() async throws {
         let files = try TemporaryDirectory("dash-prefetch")

@@ -30,6 +30,14 @@ public struct MetricsExposition: Sendable {
         out.sample("sparsecache_origin_failures_total", [:], ProxyMetrics.originFailures.value)
         out.family("sparsecache_origin_retries_total", "counter", "Fill requests retried after a failure.")
         out.sample("sparsecache_origin_retries_total", [:], fill.retries)
+        out.family(
+            "sparsecache_fetch_yields_total", "counter",
+            "Background transfers (prefetch, read-ahead) that gave their origin connection to a request a client waits on.")
+        out.sample("sparsecache_fetch_yields_total", [:], fill.yields)
+        out.family(
+            "sparsecache_fetch_yielded_unread_bytes_total", "counter",
+            "Bytes those transfers had asked for and not read when they yielded (the origin may have sent them anyway).")
+        out.sample("sparsecache_fetch_yielded_unread_bytes_total", [:], fill.yieldedUnread)
         out.family("sparsecache_fill_received_bytes_total", "counter", "Body bytes received by fills from origins.")
         out.sample("sparsecache_fill_received_bytes_total", [:], fill.bytesReceived)
         out.family("sparsecache_fetches_in_flight", "gauge", "Range fetches running now.")

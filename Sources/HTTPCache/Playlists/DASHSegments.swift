@@ -15,8 +15,8 @@ import Foundation
 /// duration-only template (its numbers follow the wall clock from `availabilityStartTime`),
 /// and a Representation with only `SegmentBase` (one file, fetched by ranges as it is read).
 struct DASHSegments: Sendable {
-    /// Representation id -> its segments.
-    private(set) var representations: [(id: String, segments: [URL])] = []
+    /// Representation id -> its segments, and each segment's duration in seconds (0 unknown).
+    private(set) var representations: [(id: String, segments: [URL], durations: [Double])] = []
 
     /// Enumerating stops past this many segments per Representation: a timeline of a few bytes
     /// can name millions (`r="9999999"`), and the prefetcher keeps every URL of the 64 media
@@ -39,10 +39,12 @@ struct DASHSegments: Sendable {
                     guard let id = representation.attributes["id"] else { continue }
                     let base = Self.base(of: representation, over: adaptationBase)
                     let levels = [period, adaptation, representation]
-                    var segments: [URL] = []
+                    var segments: [(URL, Double)] = []
                     if let list = levels.compactMap({ $0.first(named: "SegmentList") }).last {
+                        let timescale = list.attributes["timescale"].flatMap(Double.init).map { max($0, 1) } ?? 1
+                        let duration = list.attributes["duration"].flatMap(Double.init).map { $0 / timescale } ?? 0
                         segments = list.children(named: "SegmentURL").compactMap { $0.attributes["media"] }
-                            .compactMap { URL(string: $0, relativeTo: base)?.absoluteURL }
+                            .compactMap { URL(string: $0, relativeTo: base)?.absoluteURL }.map { ($0, duration) }
                     } else {
                         let templates = levels.compactMap { $0.first(named: "SegmentTemplate") }
                         guard !templates.isEmpty else { continue }
@@ -50,7 +52,8 @@ struct DASHSegments: Sendable {
                             templates, representation: id, bandwidth: representation.attributes["bandwidth"] ?? "", base: base,
                             periodDuration: periodDuration, dynamic: dynamic)
                     }
-                    if !segments.isEmpty { representations.append((id, Array(segments.prefix(Self.maximumSegments)))) }
+                    let kept = segments.prefix(Self.maximumSegments)
+                    if !kept.isEmpty { representations.append((id, kept.map(\.0), kept.map(\.1))) }
                 }
             }
         }
@@ -59,14 +62,14 @@ struct DASHSegments: Sendable {
     /// The URLs a merged template names.
     private static func expand(
         _ templates: [XMLElementTree.Element], representation: String, bandwidth: String, base: URL, periodDuration: Double?, dynamic: Bool
-    ) -> [URL] {
+    ) -> [(URL, Double)] {
         var attributes: [String: String] = [:]
         for template in templates { attributes.merge(template.attributes) { $1 } }
         guard let media = attributes["media"] else { return [] }
         let timescale = attributes["timescale"].flatMap(Double.init).map { max($0, 1) } ?? 1
         let startNumber = attributes["startNumber"].flatMap(Int.init) ?? 1
-        // (number, time) of each segment.
-        var numbered: [(Int, Int64)] = []
+        // (number, time, duration) of each segment, in timescale units.
+        var numbered: [(Int, Int64, Int64)] = []
         if let timeline = templates.compactMap({ $0.first(named: "SegmentTimeline") }).last {
             var time: Int64 = 0
             let end = periodDuration.map { Int64($0 * timescale) }
@@ -79,17 +82,18 @@ struct DASHSegments: Sendable {
                     repeats = Int((end - time + duration - 1) / duration) - 1
                 }
                 for _ in 0...max(0, min(repeats, maximumSegments)) where numbered.count < maximumSegments {
-                    numbered.append((startNumber + numbered.count, time))
+                    numbered.append((startNumber + numbered.count, time, duration))
                     time += duration
                 }
             }
         } else if let duration = attributes["duration"].flatMap(Double.init), duration > 0, let periodDuration, !dynamic {
             let count = min(maximumSegments, Int((periodDuration * timescale / duration).rounded(.up)))
-            numbered = (0..<max(0, count)).map { (startNumber + $0, Int64(Double($0) * duration)) }
+            numbered = (0..<max(0, count)).map { (startNumber + $0, Int64(Double($0) * duration), Int64(duration)) }
         }
-        return numbered.compactMap { number, time in
+        return numbered.compactMap { number, time, duration in
             let path = fill(media, representation: representation, number: number, time: time, bandwidth: bandwidth)
-            return URL(string: path, relativeTo: base)?.absoluteURL
+            guard let url = URL(string: path, relativeTo: base)?.absoluteURL else { return nil }
+            return (url, Double(duration) / timescale)
         }
     }
 

@@ -15,6 +15,8 @@ struct HLSPlaylist: Sendable {
     let text: String
     /// Media segments in order, as absolute URLs (empty for a master playlist).
     private(set) var segments: [URL] = []
+    /// Each segment's duration in seconds (its `EXTINF`; 0 when it has none).
+    private(set) var durations: [Double] = []
     /// Variant streams and renditions a master playlist names.
     private(set) var variants: [URL] = []
     /// `EXT-X-TARGETDURATION`, in seconds.
@@ -30,6 +32,7 @@ struct HLSPlaylist: Sendable {
         self.url = url
         self.text = text
         var nextIsVariant = false
+        var duration = 0.0
         for line in text.split(omittingEmptySubsequences: true, whereSeparator: \.isNewline) {
             let line = line.trimmingCharacters(in: .whitespaces)
             if line.isEmpty { continue }
@@ -38,6 +41,8 @@ struct HLSPlaylist: Sendable {
                     targetDuration = Int64(line.dropFirst("#EXT-X-TARGETDURATION:".count).trimmingCharacters(in: .whitespaces))
                 } else if line.hasPrefix("#EXT-X-ENDLIST") {
                     ended = true
+                } else if line.hasPrefix("#EXTINF:") {
+                    duration = Double(line.dropFirst("#EXTINF:".count).prefix { $0 != "," }.trimmingCharacters(in: .whitespaces)) ?? 0
                 } else if line.hasPrefix("#EXT-X-STREAM-INF") {
                     nextIsVariant = true
                 } else if line.hasPrefix("#EXT-X-MEDIA:"), let uri = Self.attribute("URI", in: line),
@@ -52,8 +57,10 @@ struct HLSPlaylist: Sendable {
                 variants.append(resolved)
             } else {
                 segments.append(resolved)
+                durations.append(duration)
             }
             nextIsVariant = false
+            duration = 0
         }
     }
 

@@ -9,7 +9,8 @@ import Synchronization
 /// master playlist that named the media playlist, or the media playlist itself when no master
 /// was seen). A media playlist served starts the session at its first segment (VOD) or at the
 /// segments a player starts a live stream with (its last few); each segment the player asks
-/// for moves it on. The session fetches up to ``StreamingOptions/prefetchSegments`` segments
+/// for moves it on. The session fetches up to its window of segments (``StreamingOptions/prefetchSegments``,
+/// or from the bandwidth seen, ``StreamingOptions/automaticPrefetch``)
 /// past the last one asked for, one at a time, at background priority (``ConnectionLimiter``:
 /// a request a client waits on goes first, and a prefetch holding a connection yields it).
 /// Prefetched segments stay open, so pinned, until the player has asked for them, switches
@@ -37,6 +38,8 @@ final class SegmentPrefetcher: Sendable {
 
     private struct Playlist {
         var segments: [URL]
+        /// Seconds of playing time of each segment (0: unknown).
+        var durations: [Double]
         var group: String
     }
 
@@ -53,6 +56,8 @@ final class SegmentPrefetcher: Sendable {
         var pins: [Int: CacheReader] = [:]
         var forwarding: HTTPRangeSource.Forwarding
         var lastActivity = ContinuousClock.now
+        /// The origin's speed over the stream's, as measured (nil: not yet).
+        var speed: Double?
     }
 
     /// The most media playlists remembered.
@@ -64,7 +69,7 @@ final class SegmentPrefetcher: Sendable {
     /// A playlist went out to a client: remembers its variants (master) or segments (media),
     /// and starts or moves that client's session.
     func servedPlaylist(_ hls: HLSPlaylist, proxy: CachingProxy, exchange: CachingProxy.Exchange) {
-        guard options.prefetchSegments > 0 else { return }
+        guard options.prefetches else { return }
         let key = hls.url.absoluteString
         if hls.isMaster {
             state.withLock { state in
@@ -76,7 +81,7 @@ final class SegmentPrefetcher: Sendable {
         let client = Self.client(exchange)
         let closing: [CacheReader] = state.withLock { state in
             let group = state.groups[key] ?? key
-            let old = Self.register(&state, key: key, segments: hls.segments, group: group)
+            let old = Self.register(&state, key: key, segments: hls.segments, durations: hls.durations, group: group)
             let sessionKey = client + " " + group
             if var session = state.sessions[sessionKey], session.playlist == key {
                 // A live reload: the window may have slid (segments dropped from the top), so
@@ -116,18 +121,20 @@ final class SegmentPrefetcher: Sendable {
     /// media playlists of one group (the manifest). Which one the player plays shows with its
     /// first segment request (``requested(_:proxy:exchange:)``), which starts the session.
     func servedManifest(_ dash: DASHManifest) {
-        guard options.prefetchSegments > 0 else { return }
+        guard options.prefetches else { return }
         let group = dash.url.absoluteString
         let representations = DASHSegments(dash).representations
         guard !representations.isEmpty else { return }
         state.withLock { state in
-            for (id, segments) in representations { Self.register(&state, key: group + "#" + id, segments: segments, group: group) }
+            for (id, segments, durations) in representations {
+                Self.register(&state, key: group + "#" + id, segments: segments, durations: durations, group: group)
+            }
         }
     }
 
     /// Remembers (or updates) media playlist `key` and returns what it was before.
     @discardableResult
-    private static func register(_ state: inout State, key: String, segments: [URL], group: String) -> Playlist? {
+    private static func register(_ state: inout State, key: String, segments: [URL], durations: [Double], group: String) -> Playlist? {
         let old = state.playlists[key]
         if let old {
             for segment in old.segments where state.segments[segment.absoluteString]?.playlist == key {
@@ -144,7 +151,7 @@ final class SegmentPrefetcher: Sendable {
                 }
             }
         }
-        state.playlists[key] = Playlist(segments: segments, group: group)
+        state.playlists[key] = Playlist(segments: segments, durations: durations, group: group)
         for (index, segment) in segments.enumerated() { state.segments[segment.absoluteString] = (key, index) }
         return old
     }
@@ -152,7 +159,7 @@ final class SegmentPrefetcher: Sendable {
     /// A request for `url` went out to a client: when it is a known segment, the client's
     /// session moves to it (switching variant if it is another playlist's).
     func requested(_ url: URL, proxy: CachingProxy, exchange: CachingProxy.Exchange) {
-        guard options.prefetchSegments > 0 else { return }
+        guard options.prefetches else { return }
         let client = Self.client(exchange)
         var sessionKey = ""
         let closing: [CacheReader]? = state.withLock { state in
@@ -196,6 +203,11 @@ final class SegmentPrefetcher: Sendable {
         for reader in readers { await reader.close() }
     }
 
+    /// Each session's window now (for tests).
+    var windows: [String: Int] {
+        state.withLock { state in state.sessions.mapValues { window(of: $0) } }
+    }
+
     /// Sessions running now, and the segments each has pinned (for tests).
     var pinnedSegments: [String: [Int]] {
         state.withLock { state in state.sessions.mapValues { $0.pins.keys.sorted() } }
@@ -224,18 +236,26 @@ final class SegmentPrefetcher: Sendable {
 
     private func work(sessionKey: String, id: Int, proxy: CachingProxy) async {
         while !Task.isCancelled {
-            let job: (index: Int, url: URL, forwarding: HTTPRangeSource.Forwarding)? = state.withLock { state in
-                guard var session = state.sessions[sessionKey], session.id == id,
-                    let segments = state.playlists[session.playlist]?.segments,
-                    session.next < segments.count, session.next <= session.position + options.prefetchSegments
+            let job: (index: Int, url: URL, duration: Double, forwarding: HTTPRangeSource.Forwarding)? = state.withLock { state in
+                guard var session = state.sessions[sessionKey], session.id == id, let playlist = state.playlists[session.playlist],
+                    session.next < playlist.segments.count, session.next <= session.position + window(of: session)
                 else { return nil }
                 let index = session.next
                 session.next += 1
                 state.sessions[sessionKey] = session
-                return (index, segments[index], session.forwarding)
+                return (index, playlist.segments[index], playlist.durations.indices.contains(index) ? playlist.durations[index] : 0, session.forwarding)
             }
             guard let job else { break }
-            guard let reader = await fetch(job.url, forwarding: job.forwarding, proxy: proxy) else { continue }
+            guard let fetched = await fetch(job.url, duration: job.duration, forwarding: job.forwarding, proxy: proxy) else { continue }
+            let (reader, speed) = fetched
+            if let speed {
+                state.withLock { state in
+                    guard var session = state.sessions[sessionKey], session.id == id else { return }
+                    // Smoothed: one slow or fast segment moves the window by half its own say.
+                    session.speed = session.speed.map { ($0 + speed) / 2 } ?? speed
+                    state.sessions[sessionKey] = session
+                }
+            }
             let kept = state.withLock { state -> Bool in
                 guard var session = state.sessions[sessionKey], session.id == id, job.index > session.position else { return false }
                 session.pins[job.index] = reader
@@ -264,9 +284,22 @@ final class SegmentPrefetcher: Sendable {
         close(closing)
     }
 
-    /// Brings one segment into the cache and returns it open (pinned); nil when it cannot be
-    /// stored (the origin's answer is not one to cache) or the fetch failed or was stopped.
-    private func fetch(_ url: URL, forwarding: HTTPRangeSource.Forwarding, proxy: CachingProxy) async -> CacheReader? {
+    /// How many segments ahead of the player the session fetches.
+    private func window(of session: Session) -> Int {
+        if let fixed = options.prefetchSegments { return fixed }
+        let automatic = options.automaticPrefetch
+        guard let speed = session.speed else { return automatic.initial }
+        let segments = speed.isFinite ? Int(min(speed.rounded(.up), 1_000)) : automatic.range.upperBound
+        return min(max(segments, automatic.range.lowerBound), automatic.range.upperBound)
+    }
+
+    /// Brings one segment (of `duration` seconds) into the cache and returns it open
+    /// (pinned), with the origin's speed over the stream's when this fetch measured it; nil
+    /// when it cannot be stored (the origin's answer is not one to cache) or the fetch failed
+    /// or was stopped.
+    private func fetch(
+        _ url: URL, duration: Double, forwarding: HTTPRangeSource.Forwarding, proxy: CachingProxy
+    ) async -> (CacheReader, Double?)? {
         guard let base = try? proxy.source(for: url) else { return nil }
         let source = ProxiedSource(base: base, key: CachingProxy.cacheKey(url), forwarding: forwarding)
         let reader: CacheReader
@@ -278,14 +311,24 @@ final class SegmentPrefetcher: Sendable {
         } catch {
             return nil
         }
+        let length = reader.length
+        let missing = (try? await reader.missingRanges(in: 0..<length))?.reduce(Int64(0)) { $0 + Int64($1.count) } ?? 0
+        let started = ContinuousClock.now
         do {
             try await proxy.cache.prefetch(source)
         } catch {
             await reader.close()
             return nil
         }
-        return reader
+        // Bytes per second from the origin over the segment's bytes per second of playing
+        // time; only from a transfer long enough to say something.
+        let elapsed = (ContinuousClock.now - started) / .seconds(1)
+        guard missing >= Self.measuredBytes, duration > 0, length > 0, elapsed > 0 else { return (reader, nil) }
+        return (reader, (Double(missing) / elapsed) / (Double(length) / duration))
     }
+
+    /// The least a prefetch must bring from the origin to measure its speed.
+    static let measuredBytes: Int64 = 64 << 10
 
     private static func end(_ session: Session) -> [CacheReader] {
         session.task?.cancel()
