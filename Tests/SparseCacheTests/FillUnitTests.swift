@@ -2,7 +2,7 @@
 // connection limiter; and prefetch, progress and cancellation against a slow origin.
 import Foundation
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 import Synchronization
 import Testing
@@ -23,9 +23,10 @@ struct FillUnitTests {
         #expect(ContentRange("bytes */1000")?.total == 1000)
         #expect(ContentRange("bytes */1000")?.range == nil)
         #expect(ContentRange("BYTES 1-2/3")?.range == 1..<3)
-        for bad in ["", "bytes", "bytes 9-3/10", "bytes 0-10/10", "bytes -1-3/10", "items 0-1/2", "bytes 0-1", "bytes */*", "bytes a-b/c",
-            "bytes 0-9223372036854775807/9223372036854775807"]
-        {
+        for bad in [
+            "", "bytes", "bytes 9-3/10", "bytes 0-10/10", "bytes -1-3/10", "items 0-1/2", "bytes 0-1", "bytes */*", "bytes a-b/c",
+            "bytes 0-9223372036854775807/9223372036854775807",
+        ] {
             #expect(ContentRange(bad) == nil, "'\(bad)' parsed")
         }
     }
@@ -39,9 +40,20 @@ struct FillUnitTests {
         #expect(!strong.matches(ContentValidator(lastModified: "Mon, 23 Nov 2026 10:00:00 GMT")))
         #expect(strong.matches(ContentValidator()))
         #expect(HTTPRangeSource.ifRange(strong) == "\"abc\"")
-        // A weak ETag may not go in If-Range: the date goes instead, or nothing.
-        #expect(HTTPRangeSource.ifRange(ContentValidator(etag: "W/\"abc\"", lastModified: "x")) == "x")
+        // RFC 9110 13.1.5: a weak ETag may not go in If-Range, and with an entity tag of any
+        // kind a date may not either; a date alone only when it is a strong validator (a second
+        // or more before the Date of the answer that carried it, 8.8.2.2).
+        let modified = "Sun, 22 Nov 2026 10:00:00 GMT"
+        #expect(
+            HTTPRangeSource.ifRange(ContentValidator(etag: "W/\"abc\"", lastModified: modified, date: "Mon, 23 Nov 2026 10:00:00 GMT"))
+                == nil)
         #expect(HTTPRangeSource.ifRange(ContentValidator(etag: "W/\"abc\"")) == nil)
+        #expect(HTTPRangeSource.ifRange(ContentValidator(lastModified: modified, date: "Sun, 22 Nov 2026 10:00:01 GMT")) == modified)
+        #expect(HTTPRangeSource.ifRange(ContentValidator(lastModified: modified, date: modified)) == nil)
+        #expect(HTTPRangeSource.ifRange(ContentValidator(lastModified: modified)) == nil)
+        #expect(HTTPRangeSource.ifRange(ContentValidator(lastModified: "not a date", date: "Mon, 23 Nov 2026 10:00:00 GMT")) == nil)
+        // The date is not part of the version.
+        #expect(ContentValidator(etag: "\"abc\"", date: "x") == ContentValidator(etag: "\"abc\"", date: "y"))
         let cached = ContentInfo(length: 100, validator: strong)
         #expect(ProgressiveCache.isDifferentVersion(ContentInfo(length: 101, validator: strong), than: cached))
         #expect(ProgressiveCache.isDifferentVersion(ContentInfo(length: 100, validator: ContentValidator(etag: "\"zzz\"")), than: cached))
@@ -60,7 +72,8 @@ struct FillUnitTests {
                 status: response.statusCode, headers: HTTPHeaders(response), contentLength: length, requested: requested, key: key)
         }
         let partial = try interpret(
-            response(206, ["Content-Range": "bytes 100-199/1000", "ETag": "\"v1\"", "Content-Type": "video/mp4"]), requested: 100..<200, key: "k")
+            response(206, ["Content-Range": "bytes 100-199/1000", "ETag": "\"v1\"", "Content-Type": "video/mp4"]), requested: 100..<200,
+            key: "k")
         #expect(partial.1 == 100 && partial.0.length == 1000)
         #expect(partial.0.validator.etag == "\"v1\"" && partial.0.contentType == "video/mp4")
         let whole = try interpret(response(200, ["Content-Length": "1000"]), requested: 100..<200, key: "k")

@@ -223,11 +223,13 @@ public final class HTTPRangeSource: RangeSource {
         return nil
     }
 
-    /// The `If-Range` value: a strong ETag, else the Last-Modified date (a weak ETag may not
-    /// be used there).
+    /// The `If-Range` value (RFC 9110 section 13.1.5): a strong ETag; the Last-Modified date
+    /// only when there is no entity tag at all and the date is a strong validator; else none.
+    /// Without If-Range the answer's validators and length are still compared with the
+    /// stored ones (``ProgressiveCache/isDifferentVersion(_:than:)``).
     static func ifRange(_ validator: ContentValidator) -> String? {
-        if let etag = validator.etag, !etag.hasPrefix("W/") { return etag }
-        return validator.lastModified
+        if let etag = validator.etag { return etag.hasPrefix("W/") ? nil : etag }
+        return validator.lastModifiedIsStrong ? validator.lastModified : nil
     }
 
     /// What a response means for a request of `requested`.
@@ -237,7 +239,7 @@ public final class HTTPRangeSource: RangeSource {
         status: Int, headers: HTTPHeaders, contentLength: Int64?, requested: Range<Int64>?, key: String,
         times: (request: Int64, response: Int64) = (0, 0), forwarding: Forwarding? = nil
     ) throws -> (ContentInfo, Int64) {
-        let validator = ContentValidator(etag: headers["etag"], lastModified: headers["last-modified"])
+        let validator = ContentValidator(etag: headers["etag"], lastModified: headers["last-modified"], date: headers["date"])
         let contentType = headers["content-type"]
         // The request fields the response varies on, as they were sent (RFC 9111, section 4.1).
         let varyNames = headers.listElements("vary").map { $0.lowercased() }

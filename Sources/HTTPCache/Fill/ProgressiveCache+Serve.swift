@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 import SparseCacheEngine
 import SparseCacheStore
@@ -158,7 +158,8 @@ extension ProgressiveCache {
     /// origin does not idle between spans for a request and the span's last commit. Returns the
     /// fetch bringing it, which the reader then holds an interest in (leaving cancels it), or nil.
     private func readAhead(_ resource: FillResource, after span: Range<Int>, before stop: Int, generation: Int) async -> Int? {
-        guard options.readAhead, !resource.ignoresRanges, span.upperBound < stop, resource.owner[span.upperBound] == nil, let file = resource.handle?.file,
+        guard options.readAhead, !resource.ignoresRanges, span.upperBound < stop, resource.owner[span.upperBound] == nil,
+            let file = resource.handle?.file,
             fetchesRunning < options.readAheadLimit
         else { return nil }
         let shift = Int64(file.segmentShift)
@@ -295,9 +296,11 @@ extension ProgressiveCache {
             return
         }
         // Known from an earlier run: its validators go out with every request.
+        let stored = StoredHead(metadata)
         resource.info = ContentInfo(
             length: length, contentType: metadata.contentType,
-            validator: ContentValidator(etag: metadata.etag, lastModified: metadata.lastModified), stored: StoredHead(metadata))
+            validator: ContentValidator(etag: metadata.etag, lastModified: metadata.lastModified, date: stored?.headers["date"]),
+            stored: stored)
     }
 
     /// First contact asks for the first segment: the answer tells the length, the validators

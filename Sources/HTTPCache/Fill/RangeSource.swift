@@ -43,10 +43,32 @@ public struct ContentInfo: Sendable, Equatable {
 public struct ContentValidator: Sendable, Equatable, Hashable {
     public var etag: String?
     public var lastModified: String?
+    /// The `Date` of the response the validators came with: it tells whether `lastModified`
+    /// is a strong validator (RFC 9110 section 8.8.2.2). Not part of the version: two
+    /// answers of one version have different dates.
+    public var date: String?
 
-    public init(etag: String? = nil, lastModified: String? = nil) {
+    public init(etag: String? = nil, lastModified: String? = nil, date: String? = nil) {
         self.etag = etag
         self.lastModified = lastModified
+        self.date = date
+    }
+
+    public static func == (lhs: ContentValidator, rhs: ContentValidator) -> Bool {
+        lhs.etag == rhs.etag && lhs.lastModified == rhs.lastModified
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(etag)
+        hasher.combine(lastModified)
+    }
+
+    /// Whether `lastModified` is a strong validator: at least a second older than the `Date`
+    /// of the response that carried it, so no second change can hide in the same second
+    /// (RFC 9110 section 8.8.2.2). Without a `Date` it is weak.
+    public var lastModifiedIsStrong: Bool {
+        guard let modified = lastModified.flatMap(HTTPDate.parse), let sent = date.flatMap(HTTPDate.parse) else { return false }
+        return modified + 1 <= sent
     }
 
     /// Nothing to compare by: the origin sent neither validator.

@@ -50,7 +50,7 @@ public struct StoredHead: Sendable, Equatable {
 
     /// The validators, for `If-Range` on the fill's range requests.
     public var validator: ContentValidator {
-        ContentValidator(etag: headers["etag"], lastModified: headers["last-modified"])
+        ContentValidator(etag: headers["etag"], lastModified: headers["last-modified"], date: headers["date"])
     }
 
     // MARK: In the resource's metadata
