@@ -68,7 +68,9 @@ enum RunningServer {
         guard (200...299).contains(exchange.head.status) else {
             throw SparseCacheError(
                 .io, operation: "\(method) \(path)", path: hostField,
-                detail: "answered \(exchange.head.status): \(String(decoding: body.prefix(300), as: UTF8.self))")
+                detail:
+                    "answered \(exchange.head.status): \(String(decoding: body.prefix(300), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))"
+            )
         }
         return body
     }

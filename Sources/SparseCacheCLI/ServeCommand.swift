@@ -98,9 +98,10 @@ enum ServeCommand: Command {
                                  log-format, access-log and quiet; other changes need a restart
           --admin-listen ADDR:PORT
                                  The admin listener: GET /metrics (Prometheus), GET /status
-                                 (JSON), POST /purge?key=URL, /budget?bytes=N,
-                                 /prefetch?url=URL (default 127.0.0.1 on a free port, written
-                                 to DIR/serve.admin for 'sparsecache stats'; 'off' for none).
+                                 and /resources (JSON), POST /purge?key=URL, /budget?bytes=N,
+                                 /evict?bytes=N, /prefetch?url=URL, /pin?key=URL (default
+                                 127.0.0.1 on a free port, written to DIR/serve.admin for
+                                 'sparsecache stats' and 'ls'; 'off' for none).
                                  No authentication: keep it on loopback or a private network.
           --log-format FORMAT    text (default) or json: one JSON object per line with a
                                  request id, the time, and the cache outcome

@@ -39,10 +39,11 @@ enum ListCommand: Command {
     static let help = """
         OVERVIEW: List the resources in a cache directory, least recently used first.
 
-        Reads the directory without taking its lock, so it works while a cache or proxy runs.
-        Lengths and present bytes are read from each resource's index (the truth, also after
-        a crash); the catalog gives the last access. FILE is the data file in DIR/resources
-        (its index is FILE.scidx).
+        While `sparsecache serve` runs on the directory, the list comes from the server (its
+        admin listener, GET /resources): last accesses as of now. Otherwise the directory is
+        read without taking its lock: lengths and present bytes from each resource's index
+        (the truth, also after a crash), the last access from the catalog. FILE is the data
+        file in DIR/resources (its index is FILE.scidx).
 
         USAGE: sparsecache ls [--cache-dir DIR] [--json]
 
@@ -57,14 +58,14 @@ enum ListCommand: Command {
 
     static func run(_ arguments: ParsedArguments) async throws -> Int32 {
         let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
-        let summary = try await SparseStore.inspect(directory: directory)
+        let (summary, server) = try await listing(directory)
         if arguments.has("--json") {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
             Output.print(String(decoding: try encoder.encode(summary), as: UTF8.self))
             return ExitStatus.ok
         }
-        Output.print("cache directory: \(directory)")
+        Output.print("cache directory: \(directory)" + (server.map { " (from the running server at \($0))" } ?? ""))
         if summary.entries.isEmpty {
             Output.print("no resources")
             return ExitStatus.ok
@@ -78,8 +79,26 @@ enum ListCommand: Command {
                     + pad(share, 8) + pad(SizeParser.describe(entry.allocatedBytes), 12) + pad(timestamp(entry.lastAccess), 22)
                     + pad(entry.name, 20) + entry.key)
         }
-        Output.print("\(summary.entries.count) resources, \(SizeParser.describe(summary.presentBytes)) present, \(SizeParser.describe(summary.allocatedBytes)) on disk")
+        Output.print(
+            "\(summary.entries.count) resources, \(SizeParser.describe(summary.presentBytes)) present, \(SizeParser.describe(summary.allocatedBytes)) on disk"
+        )
         return ExitStatus.ok
+    }
+
+    /// The listing from the running server when one owns the directory (named by its admin
+    /// address), else read from the directory. A server that does not answer (one killed
+    /// without withdrawing its address) is said on stderr, and the directory is read.
+    private static func listing(_ directory: String) async throws -> (StoreSummary, String?) {
+        if let admin = RunningServer.address(in: directory, file: RunningServer.adminFile) {
+            let name = "\(admin.host):\(admin.port)"
+            do {
+                let body = try await RunningServer.get("/resources", at: admin)
+                return (try JSONDecoder().decode(StoreSummary.self, from: Data(body)), name)
+            } catch {
+                Output.error("sparsecache ls: the server at \(name) did not answer (\(error)); reading the directory instead")
+            }
+        }
+        return (try await SparseStore.inspect(directory: directory), nil)
     }
 
     private static func pad(_ text: String, _ width: Int) -> String {
@@ -160,7 +179,9 @@ enum EvictCommand: Command {
         }
         let remaining = try await SparseStore.inspect(directory: directory)
         for key in evicted { Output.print("evicted: \(key)") }
-        Output.print("\(evicted.count) evicted; \(remaining.entries.count) resources remain, \(SizeParser.describe(remaining.allocatedBytes)) on disk")
+        Output.print(
+            "\(evicted.count) evicted; \(remaining.entries.count) resources remain, \(SizeParser.describe(remaining.allocatedBytes)) on disk"
+        )
         return ExitStatus.ok
     }
 }

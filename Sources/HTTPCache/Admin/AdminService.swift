@@ -10,6 +10,7 @@ import SparseHTTP
 /// |---|---|
 /// | `GET /metrics` | the Prometheus text exposition (``MetricsExposition``) |
 /// | `GET /status` | JSON: the store, what is in flight, connections, request totals |
+/// | `GET /resources` | JSON: every stored resource with its live last access (`sparsecache ls` beside a server) |
 /// | `POST /purge?key=URL` | drops the URL and its variants; `key=URL*` every key with the prefix |
 /// | `POST /budget?bytes=N` | changes the budget and evicts down to it |
 /// | `POST /evict?bytes=N` | evicts least recently used resources down to N bytes on disk, once |
@@ -37,8 +38,14 @@ public final class AdminService: Sendable {
             try await send(response, type: "text/plain; version=0.0.4; charset=utf-8", body: Array(await metricsText().utf8))
         case ("GET", "/status"), ("HEAD", "/status"):
             try await sendJSON(response, await status())
+        case ("GET", "/resources"), ("HEAD", "/resources"):
+            // The live catalog: last accesses as the server knows them now (the catalog file
+            // on disk is saved now and then), what `sparsecache ls` shows beside a server.
+            try await sendJSON(response, await proxy.cache.store.summary())
         case ("POST", "/purge"):
-            guard let key = query["key"], !key.isEmpty else { return try await refuse(response, 400, "POST /purge needs ?key=<URL> (or <URL>* for a prefix)") }
+            guard let key = query["key"], !key.isEmpty else {
+                return try await refuse(response, 400, "POST /purge needs ?key=<URL> (or <URL>* for a prefix)")
+            }
             let dropped = try await proxy.purge(key: key)
             try await sendJSON(response, ["key": key, "purged": String(dropped)], status: dropped == 0 ? 404 : 200)
         case ("POST", "/budget"):
@@ -81,10 +88,14 @@ public final class AdminService: Sendable {
             } catch {
                 try await refuse(response, 502, "prefetch of \(text) failed: \(error)")
             }
-        case (_, "/metrics"), (_, "/status"), (_, "/purge"), (_, "/budget"), (_, "/evict"), (_, "/prefetch"), (_, "/pin"), (_, "/unpin"):
+        case (_, "/metrics"), (_, "/status"), (_, "/resources"), (_, "/purge"), (_, "/budget"), (_, "/evict"), (_, "/prefetch"),
+            (_, "/pin"),
+            (_, "/unpin"):
             try await refuse(response, 405, "method \(request.method) not allowed on \(path)")
         default:
-            try await refuse(response, 404, "no such admin endpoint \(path): use /metrics, /status, /purge, /budget, /evict, /prefetch, /pin or /unpin")
+            try await refuse(
+                response, 404,
+                "no such admin endpoint \(path): use /metrics, /status, /resources, /purge, /budget, /evict, /prefetch, /pin or /unpin")
         }
     }
 
