@@ -42,10 +42,12 @@ enum ServeCommand: Command {
                                            mpv --http-proxy, curl -x)
         GET and HEAD, keep-alive, Range in all forms (a-b, a-, -n): 206 with Content-Range,
         200 without a Range, 416 when no range overlaps or the ranges are malformed, and the
-        whole resource (200) for a request of several ranges. Content-Type, ETag and
-        Last-Modified are the origin's; its 4xx/5xx pages and redirects pass through as sent,
-        answers without a length stream and are stored once complete; an unreachable origin is
-        502, one that does not answer in time 504.
+        whole resource (200) for a request of several ranges. A shared cache by RFC 9111: the
+        origin's end-to-end fields are stored and replayed with Age, Via and Cache-Status;
+        freshness, revalidation, Vary, no-store/private/Authorization and client
+        conditionals as docs/HTTP-CACHING.md says. The origin's 4xx/5xx pages and redirects
+        pass through as sent, answers without a length stream and are stored once complete;
+        an unreachable origin is 502, one that does not answer in time 504.
 
         Other methods (POST, PUT, DELETE, PATCH, OPTIONS, any other) go to the origin with
         the client's fields and body (Content-Length or chunked, streamed; Expect:
