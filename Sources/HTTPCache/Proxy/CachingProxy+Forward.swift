@@ -9,8 +9,10 @@ extension CachingProxy {
     enum Revalidation: Sendable {
         /// The stored response is still the origin's: its head, freshened, is now stored.
         case freshened(StoredHead, status: Int)
-        /// The origin has another version: the stored one was dropped.
-        case changed(status: Int)
+        /// The origin has another version: the stored one was dropped. When the origin sent
+        /// the new version in answer, `response` holds it for the first contact of the new
+        /// resource (one origin request, not a second one to fetch what just arrived).
+        case changed(status: Int, response: PreparedResponse?)
         /// The origin answered with something else (an error page, a response not to store);
         /// a 2xx or 4xx dropped the stored response, a 5xx did not.
         case answered(OriginAnswer)
@@ -30,15 +32,19 @@ extension CachingProxy {
         }
     }
 
-    /// One conditional request for the first byte (`If-None-Match` / `If-Modified-Since`): a
-    /// `304` or a `206` of the same version freshens the stored head; another version drops it.
+    /// One conditional request (`If-None-Match` / `If-Modified-Since`, RFC 9111 section 4.3.1)
+    /// for what a first contact asks for (the first segment): a `304`, or a `2xx` of the same
+    /// version, freshens the stored head; another version drops the stored one, and its answer
+    /// becomes the new resource's first contact instead of being asked for again.
     private func revalidate(key: String, policy: CachePolicy, length: Int64, source: ProxiedSource) async -> Revalidation {
         var headers = source.forwarding.headers
         for field in policy.revalidationHeaders { headers.append(name: field.name, value: field.value) }
         let requestTime = Int64(time(nil))
         let response: RangeResponse
+        var forwarding = source.forwarding
+        forwarding.headers = headers
         do {
-            response = try await source.base.fetch(0..<1, validator: nil, forwarding: HTTPRangeSource.Forwarding(headers: headers, via: source.forwarding.via))
+            response = try await source.base.fetch(0..<Int64(cache.store.options.segmentSize), validator: nil, forwarding: forwarding)
         } catch let answer as OriginAnswer {
             let responseTime = Int64(time(nil))
             if answer.head.status == 304 {
@@ -53,22 +59,22 @@ extension CachingProxy {
                     }
                 }
                 _ = try? await cache.invalidate(key: key)
-                return .changed(status: 304)
+                return .changed(status: 304, response: nil)
             }
             if answer.head.status < 500 { _ = try? await cache.invalidate(key: key) }
             return .answered(answer)
         } catch {
             return .failed(error)
         }
-        response.cancel()
         let stored = policy.response.headers
         if let fresh = response.info.stored, Self.sameVersion(fresh.headers, stored), response.info.length == length,
             (try? await cache.updateStoredHead(key: key, fresh)) == true
         {
-            return .freshened(fresh, status: response.offset == 0 ? 200 : 206)
+            response.cancel()
+            return .freshened(fresh, status: response.info.stored?.status ?? 200)
         }
         _ = try? await cache.invalidate(key: key)
-        return .changed(status: response.info.stored?.status ?? 200)
+        return .changed(status: response.info.stored?.status ?? 200, response: PreparedResponse(response, asked: 0))
     }
 
     /// Whether a new response shows the same version as the stored one: an equal strong entity
@@ -91,10 +97,10 @@ extension CachingProxy {
             exchange.status.forwardStatus = status
             exchange.status.ttl = fresh.freshnessLifetime - age
             try await send(reader, head: head, age: age, exchange)
-        case .changed(let status):
+        case .changed(let status, let response):
             await reader.close()
             exchange.status.forwardStatus = status
-            try await fetchAndAnswer(source, exchange)
+            try await fetchAndAnswer(response.map { source.answered(by: $0) } ?? source, exchange)
         case .answered(let answer):
             exchange.status.forwardStatus = answer.head.status
             if answer.head.status >= 500, policy.mayServeStaleOnError(now: exchange.now) {
@@ -152,7 +158,8 @@ extension CachingProxy {
             for value in exchange.request.headers.values(name) { headers.append(name: name, value: value) }
         }
         do {
-            let response = try await exchange.base.fetch(nil, validator: nil, forwarding: .init(headers: headers, passOn: true, via: exchange.forwarding.via))
+            let response = try await exchange.base.fetch(
+                nil, validator: nil, forwarding: .init(headers: headers, passOn: true, via: exchange.forwarding.via))
             response.cancel()
             throw SparseCacheError(.origin, operation: "fetch", path: exchange.target, detail: "a passed-on request came back as cacheable")
         } catch let answer as OriginAnswer {
@@ -174,7 +181,8 @@ extension CachingProxy {
         case .chunked, .untilClose: length = nil
         }
         do {
-            try await response.writeHead(status: answer.head.status, headers: proxyFields(headers, status: exchange.status, via: via.element), contentLength: length)
+            try await response.writeHead(
+                status: answer.head.status, headers: proxyFields(headers, status: exchange.status, via: via.element), contentLength: length)
             if exchange.request.method == "HEAD" || length == 0 {
                 answer.cancel()
                 return
@@ -198,9 +206,48 @@ struct ProxiedSource: RangeSource {
     let base: HTTPRangeSource
     let key: String
     let forwarding: HTTPRangeSource.Forwarding
+    /// An answer that already arrived (a revalidation's new version): the first fetch it
+    /// fits takes it instead of asking the origin.
+    var prepared: PreparedResponse? = nil
 
     func fetch(_ range: Range<Int64>?, validator: ContentValidator?) async throws -> RangeResponse {
-        try await base.fetch(range, validator: validator, forwarding: forwarding)
+        if let response = prepared?.take(for: range) { return response }
+        return try await base.fetch(range, validator: validator, forwarding: forwarding)
+    }
+
+    /// This source, with `response` waiting for the fetch it answers.
+    func answered(by response: PreparedResponse) -> ProxiedSource {
+        var source = self
+        source.prepared = response
+        return source
+    }
+}
+
+/// An origin's answer that arrived before the fetch that wants it: taken once, by a fetch that
+/// starts where it was asked from (`asked`); cancelled when nobody takes it (another client
+/// opened the new resource first, or the client left).
+final class PreparedResponse: @unchecked Sendable {
+    // @unchecked: `response` is read and cleared under `lock` only.
+    private let lock = NSLock()
+    private var response: RangeResponse?
+    private let asked: Int64
+
+    init(_ response: RangeResponse, asked: Int64) {
+        self.response = response
+        self.asked = asked
+    }
+
+    /// The answer, once, for a fetch of `range` from where it was asked; nil otherwise.
+    func take(for range: Range<Int64>?) -> RangeResponse? {
+        lock.lock()
+        defer { lock.unlock() }
+        guard (range?.lowerBound ?? 0) == asked, let taken = response else { return nil }
+        response = nil
+        return taken
+    }
+
+    deinit {
+        response?.cancel()
     }
 }
 
