@@ -53,9 +53,15 @@ struct CachePolicyTests {
         for bad in [
             "", "0", "-1", "Sun, 06 Nov 1994 08:49:37 PST", "Sun, 31 Nov 1994 08:49:37 GMT", "Thu, 29 Feb 2023 00:00:00 GMT",
             "Sun, 06 Nov 1994 25:49:37 GMT", "Sun, 6 Nov 1994 08:49:37 GMT", "Sun, 06 Foo 1994 08:49:37 GMT", "yesterday",
+            // One space between words, exactly (asctime's one-digit day aside).
+            "Thu, 18  Aug  2050 02:01:18 GMT", "Thu,  18 Aug 2050 02:01:18 GMT", "Thu, 18 Aug 2050 02:01:18 GMT ",
+            " Thu, 18 Aug 2050 02:01:18 GMT", "Sun Nov   6 08:49:37 1994", "Sun  Nov 6 08:49:37 1994", "Sun Nov 06  08:49:37 1994",
         ] {
             #expect(HTTPDate.parse(bad) == nil, "\(bad)")
         }
+        // Month and zone in another case: accepted, as most caches do.
+        #expect(HTTPDate.parse("Sun, 06 NOV 1994 08:49:37 gmt") == 784_111_777)
+        #expect(HTTPDate.parse("Sun Nov 06 08:49:37 1994") == 784_111_777)
         // Formatting and parsing agree.
         #expect(HTTPDate.parse(HTTPDate.format(Date(timeIntervalSince1970: 1_795_428_123))) == 1_795_428_123)
     }
@@ -116,6 +122,43 @@ struct CachePolicyTests {
         }
     }
 
+    @Test("CDN-Cache-Control (RFC 9213): when valid it replaces Cache-Control and Expires for this cache; invalid, it is ignored")
+    func targetedCacheControl() {
+        let expiresLater = ("Expires", "Mon, 23 Nov 2026 12:46:40 GMT")
+        let cases: [([(String, String)], Int64, Bool)] = [
+            ([("CDN-Cache-Control", "max-age=3600")], 3600, true),
+            ([("CDN-Cache-Control", "max-age=0"), expiresLater], 0, true),
+            ([("Cache-Control", "max-age=3600"), ("CDN-Cache-Control", "max-age=1")], 1, true),
+            ([("Cache-Control", "max-age=1"), ("CDN-Cache-Control", "max-age=3600")], 3600, true),
+            ([("Cache-Control", "no-store"), ("CDN-Cache-Control", "max-age=10000")], 10_000, true),
+            ([("Cache-Control", "max-age=10000"), ("CDN-Cache-Control", "no-store")], 0, false),
+            ([("Cache-Control", "max-age=10000"), ("CDN-Cache-Control", "private")], 0, false),
+            ([("CDN-Cache-Control", "max-age=99999999999")], CacheControl.maximumSeconds, true),
+            ([("CDN-Cache-Control", "foobar, max-age=3600;x=1")], 3600, true),
+            // Not a valid dictionary, or max-age of the wrong type: Cache-Control decides.
+            ([("Cache-Control", "no-store"), ("CDN-Cache-Control", "max-age=10000, &&&&&")], 0, false),
+            ([("Cache-Control", "no-store"), ("CDN-Cache-Control", "max-age=\"10000\"")], 0, false),
+            ([("Cache-Control", "max-age=60"), ("CDN-Cache-Control", "MaX-aGe=3600")], 60, true),
+            ([("Cache-Control", "max-age=60"), ("CDN-Cache-Control", "max-age=-1")], 60, true),
+            ([("Cache-Control", "max-age=60"), ("CDN-Cache-Control", "")], 60, true),
+            ([("Cache-Control", "max-age=60"), ("CDN-Cache-Control", "max-age=5,")], 60, true),
+        ]
+        for (fields, lifetime, storable) in cases {
+            let policy = Self.policy(fields)
+            #expect(policy.freshnessLifetime == lifetime && policy.isStorable == storable, "\(fields): \(policy.freshnessLifetime)")
+        }
+        let noCache = Self.policy([("Cache-Control", "max-age=10000"), ("CDN-Cache-Control", "no-cache")])
+        #expect(noCache.alwaysRevalidates, "CDN-Cache-Control: no-cache means revalidate every time")
+        // The dictionary syntax (RFC 8941 3.2): members, parameters, inner lists, the item types.
+        for valid in ["a", "a=1, b=?0", "a=(1 2);q=1, b=\"x\\\"y\"", "a=:aGk=:, b=tok/en:x, c=-1.5", "a=1,\tb"] {
+            #expect(CacheControl.targeted(fieldValues: [valid]) != nil, "\(valid)")
+        }
+        for invalid in ["A=1", "a=", "a=1 b=2", "a=\"unterminated", "a=1.2345", "a=1234567890123456", ",a", "a=?2", "a=(1 2"] {
+            #expect(CacheControl.targeted(fieldValues: [invalid]) == nil, "\(invalid)")
+        }
+        #expect(CacheControl.targeted(fieldValues: ["max-age=5", "no-store"])?.contains("no-store") == true, "field lines combine")
+    }
+
     @Test("age: apparent age, Age with the response delay, resident time (4.2.3)")
     func age() {
         // Date 10:00:00; sent 10:00:08, received 10:00:10 with Age: 5.
@@ -135,6 +178,14 @@ struct CachePolicyTests {
             request: Self.request(), response: HTTPResponseHead(status: 200, headers: HTTPHeaders([("Cache-Control", "max-age=10")])),
             requestTime: Self.t0, responseTime: Self.t0)
         #expect(undated.isFresh(now: Self.t0 + 9) && !undated.isFresh(now: Self.t0 + 10))
+        // A list-based Age: the first member counts; an invalid one is ignored (5.1).
+        for (value, expected) in [("7200, 0", 7200), ("0, 7200", 0), ("old, 0", 0), (" 30 ,x", 30), ("-5", 0)] as [(String, Int64)] {
+            let listed = CachePolicy(
+                request: Self.request(),
+                response: HTTPResponseHead(status: 200, headers: HTTPHeaders([("Date", Self.date), ("Age", value)])),
+                requestTime: Self.t0, responseTime: Self.t0)
+            #expect(listed.currentAge(now: Self.t0) == expected, "Age: \(value)")
+        }
     }
 
     @Test("using a stored response: fresh, stale, client directives, no-cache, must-revalidate, stale-while-revalidate (4, 5.2)")

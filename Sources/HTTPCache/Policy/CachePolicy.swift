@@ -21,8 +21,14 @@ public struct CachePolicy: Sendable, Equatable {
     public let requestTime: Int64
     /// When the response was received (`response_time`).
     public let responseTime: Int64
-    /// The response's Cache-Control, parsed once.
+    /// The response's cache directives, parsed once: its `CDN-Cache-Control` when that is
+    /// present and valid (RFC 9213: this cache is one a CDN operator runs), else its
+    /// `Cache-Control`.
     let responseDirectives: CacheControl
+    /// Whether `responseDirectives` came from `CDN-Cache-Control`: then `Expires` and
+    /// `Cache-Control` are ignored for this cache (RFC 9213, section 2.2), and passed on as
+    /// they are for the caches after it.
+    let targeted: Bool
     /// How long the response is fresh after it was generated (section 4.2.1), in seconds: for a
     /// shared cache `s-maxage`, else `max-age`, else `Expires` minus `Date`, else a heuristic.
     /// An invalid or contradictory value gives 0 (stale).
@@ -44,12 +50,22 @@ public struct CachePolicy: Sendable, Equatable {
         self.response = stored
         self.requestTime = requestTime
         self.responseTime = responseTime
-        let directives = CacheControl(stored.headers)
+        let cdn = CacheControl.targeted(fieldValues: stored.headers.values("cdn-cache-control"))
+        let directives = cdn ?? CacheControl(stored.headers)
         responseDirectives = directives
+        targeted = cdn != nil
         let date = stored.headers["date"].flatMap(HTTPDate.parse) ?? responseTime
         dateValue = date
-        freshnessLifetime = Self.freshnessLifetime(status: stored.status, headers: stored.headers, directives: directives, date: date)
-        let ageValue = stored.headers["age"].flatMap { CacheControl.deltaSeconds($0).seconds } ?? 0
+        freshnessLifetime = Self.freshnessLifetime(
+            status: stored.status, headers: stored.headers, directives: directives, date: date, expiresCounts: cdn == nil)
+        // A list-based Age: its first member counts (RFC 9111 section 5.1), so `7200, 0` is
+        // 7200; an invalid one is ignored.
+        let ageValue =
+            stored.headers["age"].flatMap { value in
+                CacheControl.deltaSeconds(
+                    String(value.split(separator: ",", omittingEmptySubsequences: false)[0]).trimmingCharacters(in: .whitespaces)
+                ).seconds
+            } ?? 0
         let apparentAge = max(0, responseTime - date)
         let responseDelay = max(0, responseTime - requestTime)
         initialAge = max(apparentAge, ageValue + responseDelay)
@@ -84,9 +100,7 @@ public struct CachePolicy: Sendable, Equatable {
         }
         if response.headers.contains("set-cookie") { return (false, "Set-Cookie") }
         if response.headers.listElements("vary").contains("*") { return (false, "Vary: *") }
-        let explicit =
-            directives.contains("public") || directives.contains("max-age") || directives.contains("s-maxage")
-            || response.headers.contains("expires")
+        let explicit = directives.contains("public") || directives.contains("max-age") || directives.contains("s-maxage") || hasExpires
         guard explicit || Self.heuristicallyCacheable.contains(response.status) else {
             return (false, "status \(response.status) without explicit freshness")
         }
@@ -95,11 +109,16 @@ public struct CachePolicy: Sendable, Equatable {
 
     public var isStorable: Bool { storability.storable }
 
+    /// Whether an `Expires` field counts for this cache (not beside a valid `CDN-Cache-Control`).
+    var hasExpires: Bool { !targeted && response.headers.contains("expires") }
+
     // MARK: Freshness (section 4.2)
 
     /// The freshness lifetime of a response (section 4.2.1) whose `Date` (or receipt time) is
     /// `date`.
-    private static func freshnessLifetime(status: Int, headers: HTTPHeaders, directives: CacheControl, date: Int64) -> Int64 {
+    private static func freshnessLifetime(
+        status: Int, headers: HTTPHeaders, directives: CacheControl, date: Int64, expiresCounts: Bool
+    ) -> Int64 {
         for name in ["s-maxage", "max-age"] {
             switch directives.seconds(name) {
             case .seconds(let seconds): return seconds
@@ -107,7 +126,7 @@ public struct CachePolicy: Sendable, Equatable {
             case nil: continue
             }
         }
-        if headers.contains("expires") {
+        if expiresCounts, headers.contains("expires") {
             let expires = headers.values("expires")
             // Several Expires fields or an invalid date: already expired (section 5.3).
             guard expires.count == 1, let time = HTTPDate.parse(expires[0]) else { return 0 }
@@ -126,9 +145,7 @@ public struct CachePolicy: Sendable, Equatable {
     /// for at most half its target duration (CachingProxy+Playlists). Explicit freshness
     /// (`s-maxage`, `max-age`, `Expires`) is left as it is.
     public func limitingHeuristicFreshness(to seconds: Int64) -> CachePolicy {
-        let explicit =
-            responseDirectives.seconds("s-maxage") != nil || responseDirectives.seconds("max-age") != nil
-            || response.headers.contains("expires")
+        let explicit = responseDirectives.seconds("s-maxage") != nil || responseDirectives.seconds("max-age") != nil || hasExpires
         guard !explicit else { return self }
         var limited = self
         limited.freshnessLifetime = min(freshnessLifetime, max(0, seconds))

@@ -12,7 +12,8 @@ public struct StoredHead: Sendable, Equatable {
     /// The status of the stored response: 200 for a representation filled by ranges.
     public let status: Int
     /// The response's fields without hop-by-hop ones and without the fields that describe one
-    /// message's framing (`Content-Length`, `Content-Range`): those are written per answer.
+    /// message's framing (`Content-Length`, and a `206`'s `Content-Range`): those are written
+    /// per answer.
     public let headers: HTTPHeaders
     /// When the request that brought the response was sent, and when its head arrived (seconds
     /// since 1970; RFC 9111, section 4.2.3).
@@ -31,7 +32,10 @@ public struct StoredHead: Sendable, Equatable {
     public init(status: Int = 200, headers: HTTPHeaders, requestTime: Int64, responseTime: Int64, varyRequest: HTTPHeaders = []) {
         self.status = status == 206 ? 200 : status
         var kept = headers.removingHopByHop()
-        for name in Self.perMessage { kept.remove(name) }
+        // A 206's Content-Range describes that one part; any other status's is an end-to-end
+        // field like the rest, stored and replayed (RFC 9111 section 3.1).
+        kept.remove("content-length")
+        if status == 206 { kept.remove("content-range") }
         self.headers = kept
         self.requestTime = requestTime
         self.responseTime = responseTime
@@ -44,9 +48,6 @@ public struct StoredHead: Sendable, Equatable {
             request: HTTPRequestHead(method: "GET", target: "/", headers: varyRequest),
             response: HTTPResponseHead(status: self.status, headers: kept), requestTime: requestTime, responseTime: responseTime)
     }
-
-    /// Fields that belong to one message, not to the stored representation.
-    static let perMessage = ["content-length", "content-range"]
 
     /// The validators, for `If-Range` on the fill's range requests.
     public var validator: ContentValidator {

@@ -276,14 +276,16 @@ public final class CachingProxy: Sendable {
         let representation = head.status == 200
         switch representation ? Precondition.evaluate(request, etag: etag, lastModified: lastModified) : .proceed {
         case .failed:
-            try await response.respond(status: 412, message: "precondition failed", headers: proxyFields([], status: exchange.status, via: via.element))
+            try await response.respond(
+                status: 412, message: "precondition failed", headers: proxyFields([], status: exchange.status, via: via.element))
             return
         case .notModified:
             // The fields a 304 carries (RFC 9110, section 15.4.5), and Last-Modified as nginx does.
             let kept = ["cache-control", "content-location", "date", "etag", "expires", "vary", "last-modified"]
             let fields = HTTPHeaders(stored.filter { field in kept.contains { field.hasName($0) } })
             try await response.writeHead(
-                status: 304, headers: proxyFields(fields, status: exchange.status, via: via.element) + [("Age", String(age))], contentLength: 0)
+                status: 304, headers: proxyFields(fields, status: exchange.status, via: via.element) + [("Age", String(age))],
+                contentLength: 0)
             return
         case .proceed:
             break
@@ -312,6 +314,8 @@ public final class CachingProxy: Sendable {
         case .single(let single):
             status = 206
             range = single
+            // The part's own Content-Range replaces any the stored 200 carried.
+            headers.removeAll { $0.0.lowercased() == "content-range" }
             headers.append(("Content-Range", "bytes \(single.lowerBound)-\(single.upperBound - 1)/\(length)"))
         case .unsatisfiable:
             try await response.respond(

@@ -28,7 +28,7 @@ public struct CacheControl: Sendable, Equatable {
         }
     }
 
-    public private(set) var directives: [Directive] = []
+    public internal(set) var directives: [Directive] = []
 
     /// The directives of every `Cache-Control` field of `headers`.
     public init(_ headers: HTTPHeaders) {

@@ -7,15 +7,24 @@ extension HTTPDate {
     /// one. All three forms a recipient must accept: IMF-fixdate (`Sun, 06 Nov 1994 08:49:37
     /// GMT`), the obsolete RFC 850 form (`Sunday, 06-Nov-94 08:49:37 GMT`, a two-digit year
     /// more than 50 years ahead taken as the past century) and asctime (`Sun Nov  6 08:49:37
-    /// 1994`). The day name is not checked against the date, as the RFC allows.
+    /// 1994`). The day name is not checked against the date, as the RFC allows. Words are
+    /// separated by exactly one space (asctime's one-digit day by two): `Thu, 18  Aug  2050`
+    /// is no date, and an `Expires` of it means stale. Month names and `GMT` are taken in any
+    /// case, as most caches do (RFC 9110 lets a recipient be lenient there).
     package static func parse(_ text: String) -> Int64? {
-        let words = text.utf8.split(separator: HTTPSyntax.space).map { String(decoding: $0, as: UTF8.self) }
+        var words = text.utf8.split(separator: HTTPSyntax.space, omittingEmptySubsequences: false).map {
+            String(decoding: $0, as: UTF8.self)
+        }
+        // asctime's `Nov  6`: the double space before a one-digit day is part of the form.
+        if words.count == 6, !words[0].hasSuffix(","), words[2].isEmpty, words[3].utf8.count == 1 { words.remove(at: 2) }
+        guard !words.contains(where: \.isEmpty) else { return nil }
+        let zone = words.last?.uppercased()
         switch words.count {
-        case 6 where words[0].hasSuffix(",") && words[5] == "GMT":
+        case 6 where words[0].hasSuffix(",") && zone == "GMT":
             // IMF-fixdate: day-name "," SP DD SP Mon SP YYYY SP hh:mm:ss SP GMT
             guard words[1].utf8.count == 2, words[3].utf8.count == 4 else { return nil }
             return seconds(day: words[1], month: words[2], year: words[3], time: words[4])
-        case 4 where words[0].hasSuffix(",") && words[3] == "GMT":
+        case 4 where words[0].hasSuffix(",") && zone == "GMT":
             // RFC 850: day-name "," SP DD-Mon-YY SP hh:mm:ss SP GMT
             let parts = words[1].split(separator: "-", omittingEmptySubsequences: false).map(String.init)
             guard parts.count == 3, parts[0].utf8.count == 2, parts[2].utf8.count == 2, let short = Int(parts[2]) else { return nil }
@@ -24,8 +33,7 @@ extension HTTPDate {
             while year < thisYear - 49 { year += 100 }
             return seconds(day: parts[0], month: parts[1], year: String(year), time: words[2])
         case 5:
-            // asctime: day-name SP Mon SP (DD | SP D) SP hh:mm:ss SP YYYY (the double space of a
-            // one-digit day is one split here).
+            // asctime: day-name SP Mon SP (DD | SP D) SP hh:mm:ss SP YYYY
             guard (1...2).contains(words[2].utf8.count), words[4].utf8.count == 4 else { return nil }
             return seconds(day: words[2], month: words[1], year: words[4], time: words[3])
         default:
@@ -34,7 +42,9 @@ extension HTTPDate {
     }
 
     private static func seconds(day: String, month: String, year: String, time: String) -> Int64? {
-        guard let day = digits(day), let year = digits(year), let month = months.firstIndex(of: month) else { return nil }
+        guard let day = digits(day), let year = digits(year),
+            let month = months.firstIndex(where: { $0.uppercased() == month.uppercased() })
+        else { return nil }
         let clock = time.split(separator: ":", omittingEmptySubsequences: false)
         guard clock.count == 3, clock.allSatisfy({ $0.utf8.count == 2 }), let hour = digits(String(clock[0])),
             let minute = digits(String(clock[1])), let second = digits(String(clock[2])), hour < 24, minute < 60, second < 61,
