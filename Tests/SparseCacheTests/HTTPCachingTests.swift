@@ -147,6 +147,41 @@ struct HTTPCachingTests {
         await rig.stop()
     }
 
+    @Test(
+        "CDN-Cache-Control decides for this cache over Cache-Control and Expires, and is passed on; an invalid one is ignored (RFC 9213 2.2)"
+    )
+    func targetedCacheControl() async throws {
+        let rig = try await ScriptedProxy()
+        let cases: [(name: String, headers: [(String, String)], stored: Bool)] = [
+            ("cdn-no-store", [("Cache-Control", "max-age=10000"), ("CDN-Cache-Control", "no-store")], false),
+            ("cdn-private", [("Cache-Control", "max-age=10000"), ("CDN-Cache-Control", "private")], false),
+            ("cdn-fresh", [("Cache-Control", "no-store"), ("CDN-Cache-Control", "max-age=10000")], true),
+            ("cdn-invalid", [("Cache-Control", "no-store"), ("CDN-Cache-Control", "max-age=\"10000\"")], false),
+        ]
+        for (name, headers, stored) in cases {
+            try rig.script(name, headers, body: "body of \(name)")
+            let first = try await rig.get(name)
+            let second = try await rig.get(name)
+            #expect(first.text == "body of \(name)" && second.text == "body of \(name)", "\(name): \(first) / \(second)")
+            #expect(
+                second.isHit == stored && rig.count(name) == (stored ? 1 : 2), "\(name): stored \(stored)? \(second), \(rig.requests(name))"
+            )
+            #expect(first.headers["cdn-cache-control"] != nil, "\(name): the field goes on to the client: \(first.headers)")
+        }
+        // A 200's Content-Range is an end-to-end field like the rest (RFC 9111 3.1); a range
+        // of the stored answer carries its own instead, once.
+        // (Chunked, so the scripted origin ignores the proxy's Range, as the conformance suite's does.)
+        try rig.script("odd-range", [("Cache-Control", "max-age=3600"), ("Content-Range", "ananananananana")], body: "0123456789") {
+            $0.framing = "chunked"
+        }
+        _ = try await rig.get("odd-range")
+        let replayed = try await rig.get("odd-range")
+        #expect(replayed.isHit && replayed.headers["content-range"] == "ananananananana", "\(replayed)")
+        let part = try await rig.get("odd-range", ["-r", "2-4"])
+        #expect(part.status == 206 && part.text == "234" && part.headers["content-range"] == "bytes 2-4/10", "\(part)")
+        await rig.stop()
+    }
+
     // MARK: freshness (RFC 9111 4.2)
 
     @Test(
