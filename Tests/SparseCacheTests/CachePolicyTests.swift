@@ -88,7 +88,14 @@ struct CachePolicyTests {
             (307, [("Expires", "Mon, 23 Nov 2026 11:00:00 GMT")], Self.request(), nil),
             (404, [], Self.request(), nil), (410, [], Self.request(), nil), (501, [], Self.request(), nil),
             (500, [], Self.request(), "status 500 without explicit freshness"),
-            (299, [("Cache-Control", "max-age=60")], Self.request(), "status 299 not understood"),
+            // Any final status with explicit freshness may be stored; must-understand asks for
+            // a status the cache knows (3, 5.2.2.3).
+            (299, [("Cache-Control", "max-age=60")], Self.request(), nil),
+            (599, [("Cache-Control", "public"), ("Last-Modified", "Mon, 23 Nov 2026 09:00:00 GMT")], Self.request(), nil),
+            (599, [], Self.request(), "status 599 without explicit freshness"),
+            (299, [("Cache-Control", "max-age=60, must-understand")], Self.request(), "must-understand: status 299 not understood"),
+            (299, [("Cache-Control", "no-store, must-understand")], Self.request(), "must-understand: status 299 not understood"),
+            (204, [("Cache-Control", "max-age=60")], Self.request(), nil),
         ]
         for (status, fields, request, reason) in cases {
             let policy = Self.policy(status: status, fields, request: request)

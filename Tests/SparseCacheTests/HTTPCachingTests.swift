@@ -686,6 +686,17 @@ struct HTTPCachingTests {
         let smallAgain = try await rig.get("small.json")
         #expect(small.status == 200 && small.text == json && smallAgain.text == json, "a small JSON: \(small) / \(smallAgain)")
         #expect(smallAgain.isHit && rig.count("small.json") == 1, "a small JSON is stored and hit: \(rig.requests("small.json"))")
+
+        // A 204 has no content (RFC 9110 15.3.5) and is stored like any other answer; a status
+        // this cache does not know (299) is stored with explicit freshness (RFC 9111 3).
+        for (name, status) in [("nothing", 204), ("odd-status", 299)] {
+            try rig.script(name, status: status, [("Cache-Control", "max-age=60")], body: status == 204 ? "" : "odd")
+            let first = try await rig.get(name)
+            let second = try await rig.get(name)
+            #expect(first.status == status && second.status == status && second.text == first.text, "\(name): \(first) / \(second)")
+            #expect(second.isHit && rig.count(name) == 1, "\(name) is stored: \(second), \(rig.requests(name))")
+            if status == 204 { #expect(second.headers["content-length"] == nil, "a 204 carries no Content-Length: \(second.headers)") }
+        }
         await rig.stop()
     }
 }

@@ -51,6 +51,17 @@ struct ProxyRulesTests {
         }
         #expect(Precondition.evaluate(Self.request([("If-Match", "*")]), etag: nil, lastModified: nil) == .failed)
         #expect(Precondition.evaluate(Self.request([("If-None-Match", "*")]), etag: nil, lastModified: nil) == .proceed)
+        // Without Last-Modified, If-Modified-Since is judged by the stored Date (RFC 9111 4.3.2);
+        // If-Unmodified-Since is not (13.1.4: no modification date, no condition met).
+        let undated = Self.request([("If-Modified-Since", Self.later)])
+        #expect(Precondition.evaluate(undated, etag: nil, lastModified: nil, date: Self.lastModified) == .notModified)
+        #expect(Precondition.evaluate(undated, etag: nil, lastModified: nil) == .proceed)
+        #expect(
+            Precondition.evaluate(
+                Self.request([("If-Modified-Since", Self.earlier)]), etag: nil, lastModified: nil, date: Self.lastModified) == .proceed)
+        #expect(
+            Precondition.evaluate(
+                Self.request([("If-Unmodified-Since", Self.later)]), etag: nil, lastModified: nil, date: Self.lastModified) == .failed)
     }
 
     @Test("If-Range: a strong entity tag, or the Last-Modified date only when it is strong (13.1.5)")

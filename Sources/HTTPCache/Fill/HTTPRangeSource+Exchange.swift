@@ -21,7 +21,11 @@ extension HTTPRangeSource {
             let head = exchange.head
             let times = (requestTime, Int64(time(nil)))
             var length: Int64?
-            if case .length(let count) = head.framing { length = count }
+            switch head.framing {
+            case .length(let count): length = count
+            case .none: length = 0  // a 204 (RFC 9110 section 15.3.5): no content, known to be none
+            case .chunked, .untilClose: break
+            }
             if let reason = Self.uncached(
                 status: head.status, headers: head.headers, contentLength: length, forwarding: forwarding, target: current.path)
             {

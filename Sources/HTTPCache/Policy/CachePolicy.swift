@@ -77,8 +77,9 @@ public struct CachePolicy: Sendable, Equatable {
     /// Statuses whose responses may be given heuristic freshness (RFC 9110, section 15.1).
     public static let heuristicallyCacheable: Set<Int> = [200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501]
 
-    /// Statuses this cache understands well enough to store (section 3: the others need
-    /// `must-understand`-free handling it does not have).
+    /// Statuses this cache knows the semantics of (section 3): what `must-understand` asks for.
+    /// Other final statuses (a 299, a 599) are stored only with explicit freshness and without
+    /// `must-understand`.
     public static let understood: Set<Int> = heuristicallyCacheable.union([302, 303, 307, 400, 403, 500, 502, 503, 504])
 
     /// Whether a shared cache may store this response (section 3), and if not, why: the reason
@@ -88,9 +89,13 @@ public struct CachePolicy: Sendable, Equatable {
         let requestDirectives = CacheControl(request.headers)
         guard request.method == "GET" else { return (false, "method \(request.method)") }
         guard response.status >= 200 else { return (false, "interim status") }
-        guard Self.understood.contains(response.status) else { return (false, "status \(response.status) not understood") }
-        // must-understand with an understood status overrides no-store (section 5.2.2.3).
-        if directives.contains("no-store"), !directives.contains("must-understand") { return (false, "no-store") }
+        // must-understand (section 5.2.2.3): stored only with a status this cache understands,
+        // and then it overrides no-store. Without it any final status may be stored (section 3).
+        let mustUnderstand = directives.contains("must-understand")
+        if mustUnderstand, !Self.understood.contains(response.status) {
+            return (false, "must-understand: status \(response.status) not understood")
+        }
+        if directives.contains("no-store"), !mustUnderstand { return (false, "no-store") }
         if requestDirectives.contains("no-store") { return (false, "request no-store") }
         if directives.contains("private") { return (false, "private") }
         if request.headers.contains("authorization"),

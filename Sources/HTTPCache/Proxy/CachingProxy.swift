@@ -274,7 +274,7 @@ public final class CachingProxy: Sendable {
         // Conditionals and ranges select among representations: a stored error page or
         // redirect is sent as it is (RFC 9110, sections 13.2.1 and 14.2).
         let representation = head.status == 200
-        switch representation ? Precondition.evaluate(request, etag: etag, lastModified: lastModified) : .proceed {
+        switch representation ? Precondition.evaluate(request, etag: etag, lastModified: lastModified, date: stored["date"]) : .proceed {
         case .failed:
             try await response.respond(
                 status: 412, message: "precondition failed", headers: proxyFields([], status: exchange.status, via: via.element))

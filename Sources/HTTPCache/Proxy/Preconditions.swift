@@ -10,7 +10,9 @@ enum Precondition: Sendable, Equatable {
     /// `412 Precondition Failed` (If-Match or If-Unmodified-Since).
     case failed
 
-    static func evaluate(_ request: HTTPRequestHead, etag: String?, lastModified: String?) -> Precondition {
+    /// - Parameter date: the stored response's `Date`: a cache evaluates If-Modified-Since
+    ///   against it when the response has no Last-Modified (RFC 9111 section 4.3.2).
+    static func evaluate(_ request: HTTPRequestHead, etag: String?, lastModified: String?, date: String? = nil) -> Precondition {
         // Parsed only for a date conditional: most requests carry none.
         var modified: Int64? { lastModified.flatMap(HTTPDate.parse) }
         // 1. If-Match: a strong comparison against the current entity tag (13.1.1).
@@ -28,7 +30,8 @@ enum Precondition: Sendable, Equatable {
             let matches = tags.contains("*") ? etag != nil : tags.contains { weakMatch($0, etag) }
             if matches { return request.method == "GET" || request.method == "HEAD" ? .notModified : .failed }
         } else if request.method == "GET" || request.method == "HEAD",
-            let since = request.header("if-modified-since").flatMap(HTTPDate.parse), let modified
+            let since = request.header("if-modified-since").flatMap(HTTPDate.parse),
+            let modified = modified ?? date.flatMap(HTTPDate.parse)
         {
             // 4. If-Modified-Since, only without If-None-Match.
             if modified <= since { return .notModified }
