@@ -14,12 +14,12 @@ extension HTTPRangeSource {
         for _ in 0...Self.maximumRedirects {
             guard let host = current.host else { break }
             let request = try Self.request(for: current, range: range, validator: validator, key: key, forwarding: forwarding)
-            let requestTime = Int64(time(nil))
+            let clock = ExchangeTimes()
             let exchange = try await HTTPExchange.start(
                 host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host, port: current.port ?? 80, request: request,
                 name: key, timeout: timeout, resolver: resolver, pool: pool, policy: addressPolicy)
             let head = exchange.head
-            let times = (requestTime, Int64(time(nil)))
+            let times = clock.finished()
             var length: Int64?
             switch head.framing {
             case .length(let count): length = count

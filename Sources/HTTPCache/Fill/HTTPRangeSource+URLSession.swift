@@ -76,7 +76,7 @@ extension HTTPRangeSource {
             request.setValue("bytes=\(range.lowerBound)-\(range.upperBound - 1)", forHTTPHeaderField: "Range")
             if let validator, let ifRange = Self.ifRange(validator) { request.setValue(ifRange, forHTTPHeaderField: "If-Range") }
         }
-        let requestTime = Int64(time(nil))
+        let clock = ExchangeTimes()
         let (response, stream, task) = try await startSessionTask(request, followRedirects: forwarding == nil, release: release)
         let (headers, wasDecoded) = Self.decoded(HTTPHeaders(response))
         let contentLength = response.expectedContentLength >= 0 && !wasDecoded ? response.expectedContentLength : nil
@@ -94,7 +94,7 @@ extension HTTPRangeSource {
             }
             let (info, offset) = try Self.interpret(
                 status: response.statusCode, headers: headers, contentLength: contentLength, requested: range, key: key,
-                times: (requestTime, Int64(time(nil))), forwarding: forwarding)
+                times: clock.finished(), forwarding: forwarding)
             return RangeResponse(info: info, offset: offset, body: stream.body, cancel: { task.cancel() })
         } catch {
             task.cancel()

@@ -39,14 +39,14 @@ extension CachingProxy {
     private func revalidate(key: String, policy: CachePolicy, length: Int64, source: ProxiedSource) async -> Revalidation {
         var headers = source.forwarding.headers
         for field in policy.revalidationHeaders { headers.append(name: field.name, value: field.value) }
-        let requestTime = Int64(time(nil))
+        let clock = ExchangeTimes()
         let response: RangeResponse
         var forwarding = source.forwarding
         forwarding.headers = headers
         do {
             response = try await source.base.fetch(0..<Int64(cache.store.options.segmentSize), validator: nil, forwarding: forwarding)
         } catch let answer as OriginAnswer {
-            let responseTime = Int64(time(nil))
+            let (requestTime, responseTime) = clock.finished()
             if answer.head.status == 304 {
                 // No body: reading its end finishes the exchange, and the connection is reused.
                 do { for try await _ in answer.body {} } catch { answer.cancel() }
