@@ -38,7 +38,8 @@ extension CachingProxy {
         let requestTime = Int64(time(nil))
         let response: RangeResponse
         do {
-            response = try await source.base.fetch(0..<1, validator: nil, forwarding: HTTPRangeSource.Forwarding(headers: headers, via: source.forwarding.via))
+            response = try await source.base.fetch(
+                0..<1, validator: nil, forwarding: HTTPRangeSource.Forwarding(headers: headers, via: source.forwarding.via))
         } catch let answer as OriginAnswer {
             let responseTime = Int64(time(nil))
             if answer.head.status == 304 {
@@ -133,7 +134,18 @@ extension CachingProxy {
             head.reason = "OK"
             head.headers.remove("content-range")
         }
-        let usable = head.status != 206 && status != 304
+        // A 206 to first contact's request for the client's own range: the client's part of it
+        // is the answer (its start when the client asked on to the end: RFC 9110, section
+        // 15.3.7 leaves a client that gets less than it asked to ask again).
+        var part: (skip: Int64, range: Range<Int64>, total: Int64)?
+        if head.status == 206, let header = exchange.request.header("range"),
+            let contentRange = head.headers["content-range"].flatMap(ContentRange.init), let sent = contentRange.range,
+            let total = contentRange.total, case .single(let wanted) = RangeRequest.parse(header, length: total),
+            sent.contains(wanted.lowerBound)
+        {
+            part = (wanted.lowerBound - sent.lowerBound, wanted.lowerBound..<min(wanted.upperBound, sent.upperBound), total)
+        }
+        let usable = (head.status != 206 || part != nil) && status != 304
         guard usable, answer.claim() else {
             if answer.claim() { answer.cancel() }
             try await passThrough(exchange)
@@ -141,7 +153,50 @@ extension CachingProxy {
         }
         var whole = answer
         whole.head = head
+        if let part, part.skip > 0 || head.framing != .length(Int64(part.range.count)) {
+            whole = Self.slice(whole, skip: part.skip, range: part.range, total: part.total)
+        }
         try await stream(whole, exchange)
+    }
+
+    /// The part `range` of a 206 answer whose body starts `skip` bytes before it: the same head
+    /// with its Content-Range and Content-Length for the part, the body cut to it.
+    static func slice(_ answer: OriginAnswer, skip: Int64, range: Range<Int64>, total: Int64) -> OriginAnswer {
+        var head = answer.head
+        head.headers.remove("content-range")
+        head.headers.remove("content-length")
+        head.headers.append(name: "Content-Range", value: "bytes \(range.lowerBound)-\(range.upperBound - 1)/\(total)")
+        head.headers.append(name: "Content-Length", value: String(range.count))
+        let source = answer.body
+        let cancel = answer.cancel
+        let body = AsyncThrowingStream<[UInt8], Error> { continuation in
+            let task = Task {
+                var toSkip = skip
+                var left = Int64(range.count)
+                do {
+                    for try await chunk in source {
+                        var bytes = chunk[...]
+                        if toSkip > 0 {
+                            let dropped = Int(min(Int64(bytes.count), toSkip))
+                            bytes = bytes.dropFirst(dropped)
+                            toSkip -= Int64(dropped)
+                        }
+                        if bytes.isEmpty { continue }
+                        let take = Int(min(Int64(bytes.count), left))
+                        continuation.yield(Array(bytes.prefix(take)))
+                        left -= Int64(take)
+                        if left == 0 { break }
+                    }
+                    // The rest of the origin's part is not the client's: the exchange stops.
+                    if left == 0 { cancel() }
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+        return OriginAnswer(head: head, body: body, cancel: cancel, reason: answer.reason)
     }
 
     /// The client's request sent on as it is (its range and conditionals included), the answer
@@ -152,7 +207,8 @@ extension CachingProxy {
             for value in exchange.request.headers.values(name) { headers.append(name: name, value: value) }
         }
         do {
-            let response = try await exchange.base.fetch(nil, validator: nil, forwarding: .init(headers: headers, passOn: true, via: exchange.forwarding.via))
+            let response = try await exchange.base.fetch(
+                nil, validator: nil, forwarding: .init(headers: headers, passOn: true, via: exchange.forwarding.via))
             response.cancel()
             throw SparseCacheError(.origin, operation: "fetch", path: exchange.target, detail: "a passed-on request came back as cacheable")
         } catch let answer as OriginAnswer {
@@ -174,7 +230,8 @@ extension CachingProxy {
         case .chunked, .untilClose: length = nil
         }
         do {
-            try await response.writeHead(status: answer.head.status, headers: proxyFields(headers, status: exchange.status, via: via.element), contentLength: length)
+            try await response.writeHead(
+                status: answer.head.status, headers: proxyFields(headers, status: exchange.status, via: via.element), contentLength: length)
             if exchange.request.method == "HEAD" || length == 0 {
                 answer.cancel()
                 return
