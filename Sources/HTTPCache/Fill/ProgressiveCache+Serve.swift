@@ -206,32 +206,34 @@ extension ProgressiveCache {
         let distance = ahead.distance(at: position, options: options)
         let limit = Int64(stop) << shift
         let wanted = min(limit, position + distance)
-        guard ahead.covered < wanted, fetchesRunning < options.readAheadLimit else { return }
-        let from = max(ahead.covered, position)
+        guard ahead.covered < wanted else { return }
         let target = min(limit, position + 2 * distance)
-        let missing = await file.missingRanges(in: from..<target)
-        await options.afterReadAheadLook?()
-        // Re-check after the await: the resource may have been replaced meanwhile.
-        guard resource.generation == generation else { return }
-        guard let first = missing.first else {
-            ahead.covered = max(ahead.covered, target)
-            return
-        }
-        let segment = Int(first.lowerBound >> shift)
-        let targetSegment = Int((target + Int64(file.segmentSize) - 1) >> shift)
-        var id: Int
-        if let owner = resource.owner[segment] {
-            id = owner
-        } else {
-            // Nobody waits on these bytes yet: a request a client waits on goes first.
-            id = await ConnectionLimiter.$priority.withValue(.background) {
-                await startFetch(resource, from: segment, before: min(stop, targetSegment))
+        // Spans are at most maximumFetch: a window wider than that takes more than one fetch.
+        for _ in 0..<4 where ahead.covered < target && fetchesRunning < options.readAheadLimit {
+            let missing = await file.missingRanges(in: max(ahead.covered, position)..<target)
+            await options.afterReadAheadLook?()
+            // Re-check after the await: the resource may have been replaced meanwhile.
+            guard resource.generation == generation else { return }
+            guard let first = missing.first else {
+                ahead.covered = max(ahead.covered, target)
+                return
             }
-            guard id >= 0, resource.generation == generation else { return }
+            let segment = Int(first.lowerBound >> shift)
+            let targetSegment = Int((target + Int64(file.segmentSize) - 1) >> shift)
+            var id: Int
+            if let owner = resource.owner[segment] {
+                id = owner
+            } else {
+                // Nobody waits on these bytes yet: a request a client waits on goes first.
+                id = await ConnectionLimiter.$priority.withValue(.background) {
+                    await startFetch(resource, from: segment, before: min(stop, targetSegment))
+                }
+                guard id >= 0, resource.generation == generation else { return }
+            }
+            guard let span = resource.fetches[id]?.segments else { return }
+            if interests.insert(id).inserted { resource.fetches[id]?.interest += 1 }
+            ahead.covered = max(ahead.covered, Int64(span.upperBound) << shift)
         }
-        guard let span = resource.fetches[id]?.segments else { return }
-        if interests.insert(id).inserted { resource.fetches[id]?.interest += 1 }
-        ahead.covered = max(ahead.covered, Int64(span.upperBound) << shift)
     }
 
     /// For a prefetch (nobody reads the bytes): while it waits on the fetch `fetchID`, the next
