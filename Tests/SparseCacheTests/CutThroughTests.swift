@@ -107,7 +107,8 @@ struct CutThroughTests {
         let got = Received(readers: 2)
         let readers = (0..<2).map { index in
             Task {
-                for try await chunk in cache.read(source, range: 0..<Int64.max) { got.withLock { $0[index] += chunk } }
+                // The whole resource: first contact asks for it (one answer, which holds).
+                for try await chunk in cache.read(source) { got.withLock { $0[index] += chunk } }
             }
         }
         // Both readers get everything that arrived while the origin still holds the rest:
@@ -160,7 +161,7 @@ struct CutThroughTests {
         try await fixture.close()
     }
 
-    @Test("a reader that stops early leaves little fetched past it (the fast-drop seek): at most 1.25x of what it read")
+    @Test("a reader that stops early leaves little fetched past it (the fast-drop seek): at most 1.1x of what it read")
     func stopEarly() async throws {
         let seed = testSeed(183)
         var random = SplitMix64(seed: seed)
@@ -180,7 +181,7 @@ struct CutThroughTests {
         let asked = source.requests.map { Int($0.clamped(to: 0..<Int64(bytes.count)).count) }.reduce(0, +)
         // The old fill asked for 16 MiB spans and one more ahead: 8x what was read.
         #expect(
-            asked >= 4 << 20 && Double(asked) <= 1.25 * Double(read.count),
+            asked >= 4 << 20 && Double(asked) <= 1.1 * Double(read.count),
             "asked \(asked) bytes for \(read.count) read: \(source.requests)")
         try await fixture.close()
     }

@@ -32,10 +32,12 @@ public struct FillOptions: Sendable {
     /// would take a connection another reader needs now. Off: each fetch is one
     /// ``maximumFetch`` span, nothing is asked ahead.
     public var readAhead = true
-    /// See ``readAhead``. Default 256 KiB.
-    public var readAheadMinimum: Int64 = 256 << 10
-    /// See ``readAhead``. Default 16: a reader that has read 64 MiB in a row has 4 MiB ahead.
-    public var readAheadFraction: Int64 = 16
+    /// See ``readAhead``. Default 64 KiB (one segment): what a player that seeks and hangs up
+    /// at once leaves fetched past its last byte.
+    public var readAheadMinimum: Int64 = 64 << 10
+    /// See ``readAhead``. Default 64: a reader that has read 64 MiB in a row has 1 MiB ahead,
+    /// 256 MiB 4 MiB. (Past what the client's socket took: its buffers hold more, unseen.)
+    public var readAheadFraction: Int64 = 64
     /// See ``readAhead``. Half of ``HTTPRangeSource/connectionsPerOrigin`` by default.
     public var readAheadLimit = 3
     /// The largest chunk a reader is handed.

@@ -219,7 +219,9 @@ extension ProgressiveCache {
                 return
             }
             let segment = Int(first.lowerBound >> shift)
-            let targetSegment = Int((target + Int64(file.segmentSize) - 1) >> shift)
+            // Whole segments up to the target, at least one: a reader that hangs up leaves no
+            // more than the window fetched past it.
+            let targetSegment = max(segment + 1, Int(target >> shift))
             var id: Int
             if let owner = resource.owner[segment] {
                 id = owner
