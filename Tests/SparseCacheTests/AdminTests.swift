@@ -44,9 +44,7 @@ struct AdminTests {
         return last
     }
 
-    @Test(
-        "a known workload: requests by status and outcome, body bytes and origin requests are exact; status, purge, budget, prefetch, pin, evict; JSON log"
-    )
+    @Test("a known workload: requests by status and outcome, body bytes and origin requests are exact; status, purge, budget, prefetch, pin, evict; JSON log")
     func exactCounters() async throws {
         let scratch = try CLIScratch("serve-admin")
         let files = try TemporaryDirectory("serve-admin-origin")
@@ -76,9 +74,7 @@ struct AdminTests {
         #expect(missing.status == 404)
         received += missing.body.count
 
-        let metrics = try await Self.scrape(admin) {
-            $0.filter { $0.key.hasPrefix("sparsecache_requests_total{") }.values.reduce(0, +) >= 8
-        }
+        let metrics = try await Self.scrape(admin) { $0.filter { $0.key.hasPrefix("sparsecache_requests_total{") }.values.reduce(0, +) >= 8 }
         let expected: [String: Double] = [
             "sparsecache_requests_total{cache=\"miss\",status=\"200\"}": 2, "sparsecache_requests_total{cache=\"hit\",status=\"200\"}": 3,
             "sparsecache_requests_total{cache=\"hit\",status=\"206\"}": 2, "sparsecache_requests_total{cache=\"pass\",status=\"404\"}": 1,
@@ -87,17 +83,12 @@ struct AdminTests {
         #expect(requests == expected, "requests by status and outcome: \(requests)")
         let fromCache = metrics["sparsecache_response_body_bytes_total{source=\"cache\"}"] ?? -1
         let fromOrigin = metrics["sparsecache_response_body_bytes_total{source=\"origin\"}"] ?? -1
-        #expect(
-            fromCache + fromOrigin == Double(received), "every body byte sent is counted once: \(fromCache) + \(fromOrigin) vs \(received)")
+        #expect(fromCache + fromOrigin == Double(received), "every body byte sent is counted once: \(fromCache) + \(fromOrigin) vs \(received)")
         // The hits alone (two whole files and two ranges) came from the cache.
         #expect(fromCache >= Double(2 * a.count + 2000), "hits are cache bytes: \(fromCache)")
-        #expect(
-            metrics["sparsecache_origin_requests_total"] == Double(origin.requests().count),
-            "origin requests as nginx logged them: \(metrics)")
+        #expect(metrics["sparsecache_origin_requests_total"] == Double(origin.requests().count), "origin requests as nginx logged them: \(metrics)")
         #expect(metrics["sparsecache_store_resources"] == 2 && metrics["sparsecache_corrupt_segments_total"] == 0)
-        #expect(
-            (metrics["sparsecache_commit_duration_seconds_count"] ?? 0) > 0
-                && metrics["sparsecache_fdatasync_duration_seconds_bucket{le=\"+Inf\"}"] != nil)
+        #expect((metrics["sparsecache_commit_duration_seconds_count"] ?? 0) > 0 && metrics["sparsecache_fdatasync_duration_seconds_bucket{le=\"+Inf\"}"] != nil)
 
         // Status as JSON and through `sparsecache stats`.
         let status = try await Curl.run(admin + "/status")
@@ -115,9 +106,7 @@ struct AdminTests {
         var filled = false
         while !filled, ContinuousClock.now < deadline {
             let ls = try await CLI.run(["ls", "--cache-dir", cacheDir, "--json"])
-            filled =
-                ls.out.contains("c.bin") && ls.out.contains("\"presentBytes\" : \(c.count)")
-                || ls.out.contains("\"presentBytes\":\(c.count)")
+            filled = ls.out.contains("c.bin") && ls.out.contains("\"presentBytes\" : \(c.count)") || ls.out.contains("\"presentBytes\":\(c.count)")
             if !filled { try await Task.sleep(for: .milliseconds(100)) }
         }
         let originBefore = origin.requests().count
@@ -152,9 +141,7 @@ struct AdminTests {
         server.kill()
         let result = try await server.finish()
         // The JSON log: one object per request, numbered, with the cache outcome.
-        let lines = result.out.split(separator: "\n").compactMap {
-            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
-        }
+        let lines = result.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         #expect(lines.count >= 9, "\(result.out)")
         let ids = lines.compactMap { $0["id"] as? Int }
         #expect(Set(ids).count == lines.count && ids.min() == 1, "request ids are unique from 1: \(ids)")
@@ -188,8 +175,7 @@ struct AdminTests {
         let origin = try await OriginServer.nginx(root: files.path, locations: "expires 1h;")
         defer { origin.stop() }
         let log = scratch.file("access.log")
-        let (server, base) = try await ProxyCLITests.serve(
-            cacheDir: scratch.file("cache"), origin: origin.baseURL, extra: ["--access-log", log])
+        let (server, base) = try await ProxyCLITests.serve(cacheDir: scratch.file("cache"), origin: origin.baseURL, extra: ["--access-log", log])
         func lines(_ path: String) -> [Substring] { ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n") }
         func waitFor(_ path: String, count: Int) async throws {
             let deadline = ContinuousClock.now + .seconds(30)
@@ -214,9 +200,7 @@ struct AdminTests {
         #expect(!result.out.contains("GET /a.bin"), "nothing of the log on stdout: \(result.out)")
     }
 
-    @Test(
-        "--config: options from a file under the command line's; SIGHUP applies a new budget and log format, names what needs a restart, and keeps everything on a broken file"
-    )
+    @Test("--config: options from a file under the command line's; SIGHUP applies a new budget and log format, names what needs a restart, and keeps everything on a broken file")
     func configReload() async throws {
         let scratch = try CLIScratch("serve-config")
         let files = try TemporaryDirectory("serve-config-origin")

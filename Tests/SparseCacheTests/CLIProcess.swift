@@ -5,7 +5,7 @@ import SeededRandom
 import Testing
 
 #if canImport(Glibc)
-    import Glibc
+import Glibc
 #endif
 
 /// What one run of the CLI produced.
@@ -24,8 +24,7 @@ struct CLIResult: Sendable, CustomStringConvertible {
     /// (standard output shortened when it is large or binary).
     var description: String {
         let shownOut = stdout.count > 4096 ? "<\(stdout.count) bytes>" : out
-        return
-            "$ sparsecache \(arguments.joined(separator: " "))\n-> exit \(status)\(signaled ? " (signal)" : "")\n--- stdout:\n\(shownOut)\n--- stderr:\n\(err)"
+        return "$ sparsecache \(arguments.joined(separator: " "))\n-> exit \(status)\(signaled ? " (signal)" : "")\n--- stdout:\n\(shownOut)\n--- stderr:\n\(err)"
     }
 
     /// Parses standard output as a JSON object.

@@ -117,9 +117,7 @@ struct CLIStoreTests {
         let segments = ((bad?["report"] as? [String: Any])?["damaged"] as? [[String: Any]])?.compactMap { CLIJSON.int($0["segment"]) }
         #expect(segments == [2], "\(json)")
         let differences = report["catalogDifferences"] as? [String] ?? []
-        #expect(
-            differences == ["\(laggingName): \(length) bytes present in the catalog, \(length - Int64(Self.segment)) in the index"],
-            "\(json)")
+        #expect(differences == ["\(laggingName): \(length) bytes present in the catalog, \(length - Int64(Self.segment)) in the index"], "\(json)")
         let leftovers = (report["leftovers"] as? [[String: Any]] ?? []).map { "\($0["path"] ?? "") \($0["kind"] ?? "")" }.sorted()
         #expect(
             leftovers == ["resources/00000000000000aa data file without an index", "resources/00000000000000bb.scidx.tmp temporary file"],
@@ -172,11 +170,9 @@ struct CLIStoreTests {
 
     // MARK: - Exit statuses and leftovers (item 9)
 
-    @Test(
-        "a mistyped --cache-dir: exit 66 naming it, nothing created",
-        arguments: [
-            ["ls"], ["evict", "--key", "k"], ["evict", "--to-size", "0"], ["clear"], ["verify"], ["verify", "--repair"],
-        ])
+    @Test("a mistyped --cache-dir: exit 66 naming it, nothing created", arguments: [
+        ["ls"], ["evict", "--key", "k"], ["evict", "--to-size", "0"], ["clear"], ["verify"], ["verify", "--repair"],
+    ])
     func mistypedCacheDirectory(command: [String]) async throws {
         let scratch = try CLIScratch("mistyped")
         let missing = scratch.file("cahce")
@@ -223,8 +219,7 @@ struct CLIStoreTests {
         let input = try scratch.write("input", [UInt8](repeating: 9, count: 3 * Self.segment))
         let result = try await CLI.run(["write", resource, "--offset", "0", "--size", "\(Self.segment)", "--input", input])
         #expect(result.status == 64, "\(result)")
-        #expect(
-            !FileManager.default.fileExists(atPath: resource) && !FileManager.default.fileExists(atPath: resource + ".scidx"), "\(result)")
+        #expect(!FileManager.default.fileExists(atPath: resource) && !FileManager.default.fileExists(atPath: resource + ".scidx"), "\(result)")
 
         // An existing resource is never removed by a failed write.
         let first = try scratch.write("first", [UInt8](repeating: 1, count: Self.segment))
@@ -322,8 +317,7 @@ struct CLIStoreTests {
         #expect(String(decoding: first, as: UTF8.self).hasPrefix("sparsecache demo:"))
         try reader.close()
         let (status, signaled, stderr) = await demo.finish()
-        #expect(
-            status == 141 && !signaled && stderr.contains("standard output was closed"), "exit \(status) signaled \(signaled): \(stderr)")
+        #expect(status == 141 && !signaled && stderr.contains("standard output was closed"), "exit \(status) signaled \(signaled): \(stderr)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: demo.temporary).isEmpty, "left \(demo.temporary)'s contents")
     }
 }

@@ -5,7 +5,7 @@ import Foundation
 import Testing
 
 #if canImport(Glibc)
-    import Glibc
+import Glibc
 #endif
 
 @Suite("CLITests")
@@ -161,8 +161,7 @@ struct CLITests {
             }
             let expected = layout.predictWrite(chunk, present: &present)
             #expect(result.status == 0, "\(context)\n\(result)")
-            checkWriteReport(
-                result, resource: resource, chunk: chunk, expected: expected, layout: layout, present: present, context: context)
+            checkWriteReport(result, resource: resource, chunk: chunk, expected: expected, layout: layout, present: present, context: context)
         }
 
         var info = try await CLI.run(["info", resource, "--json"])
@@ -179,10 +178,8 @@ struct CLITests {
                 #expect(missing.lowerBound % 16384 == 0, "\(context): missing range \(missing) is not segment-aligned")
                 let bytes = source[Int(missing.lowerBound)..<Int(missing.upperBound)]
                 let result = try await CLI.run(
-                    [
-                        "write", resource, "--offset", "\(missing.lowerBound)", "--size", "\(total)", "--segment-size", "16K",
-                        "--input", try scratch.write("chunk", bytes),
-                    ])
+                    ["write", resource, "--offset", "\(missing.lowerBound)", "--size", "\(total)", "--segment-size", "16K",
+                     "--input", try scratch.write("chunk", bytes)])
                 #expect(result.status == 0, "\(context)\n\(result)")
                 #expect(result.out.contains("present now: [\(missing.lowerBound), \(missing.upperBound))\n"), "\(context)\n\(result)")
                 #expect(result.out.contains("not kept (incomplete segments): none\n"), "\(context)\n\(result)")
@@ -255,10 +252,8 @@ struct CLITests {
         let resource = scratch.file("gappy.bin")
         for range: Range<Int64> in [65536..<81920, 0..<32768, 98304..<100000] {
             let result = try await CLI.run(
-                [
-                    "write", resource, "--offset", "\(range.lowerBound)", "--size", "100000", "--segment-size", "16K",
-                    "--input", try scratch.write("part", source[Int(range.lowerBound)..<Int(range.upperBound)]),
-                ])
+                ["write", resource, "--offset", "\(range.lowerBound)", "--size", "100000", "--segment-size", "16K",
+                 "--input", try scratch.write("part", source[Int(range.lowerBound)..<Int(range.upperBound)])])
             try #require(result.status == 0, "\(result)")
         }
         return resource
@@ -307,8 +302,7 @@ struct CLITests {
         #expect(pastEnd.err.contains("100000"), "\(pastEnd)")
     }
 
-    @Test(
-        "read: absurd offsets are usage errors, not traps; /dev/null, '-' and a FIFO as output; --partial past the end (issue 14, item 8)")
+    @Test("read: absurd offsets are usage errors, not traps; /dev/null, '-' and a FIFO as output; --partial past the end (issue 14, item 8)")
     func readOutputsAndLimits() async throws {
         var random = CLIRandom(defaultSeed: 0x8EAD)
         let seed = random.seed
@@ -373,9 +367,7 @@ struct CLITests {
 
         // A resource whose length is not known yet: the last segment cannot complete.
         let unknown = scratch.file("unknown.bin")
-        let write = try await CLI.run([
-            "write", unknown, "--offset", "0", "--segment-size", "4K", "--input", try scratch.write("src", random.bytes(10_000)),
-        ])
+        let write = try await CLI.run(["write", unknown, "--offset", "0", "--segment-size", "4K", "--input", try scratch.write("src", random.bytes(10_000))])
         #expect(write.status == 0, "\(write)")
         #expect(write.out.contains("not kept (incomplete segments): [8192, 10000)"), "\(write)")
         let unknownInfo = try await CLI.run(["info", unknown, "--json"])
@@ -392,10 +384,8 @@ struct CLITests {
     private func makeCompleteResource(_ scratch: CLIScratch, source: [UInt8], name: String = "full.bin") async throws -> String {
         let resource = scratch.file(name)
         let result = try await CLI.run(
-            [
-                "write", resource, "--offset", "0", "--size", "\(source.count)", "--segment-size", "16K",
-                "--input", try scratch.write(name + ".src", source),
-            ])
+            ["write", resource, "--offset", "0", "--size", "\(source.count)", "--segment-size", "16K",
+             "--input", try scratch.write(name + ".src", source)])
         try #require(result.status == 0, "\(result)")
         return resource
     }
@@ -422,9 +412,7 @@ struct CLITests {
         #expect(damaged.status == 65, "\(context)\n\(damaged)")
         let damageLines = damaged.out.split(separator: "\n").filter { $0.contains("damaged segment") }
         #expect(damageLines.count == 1, "\(context)\n\(damaged)")
-        #expect(
-            damaged.out.contains("damaged segment \(segment) [\(bytes.lowerBound), \(bytes.upperBound)): checksum mismatch"),
-            "\(context)\n\(damaged)")
+        #expect(damaged.out.contains("damaged segment \(segment) [\(bytes.lowerBound), \(bytes.upperBound)): checksum mismatch"), "\(context)\n\(damaged)")
 
         let json = try await CLI.run(["verify", resource, "--json"])
         #expect(json.status == 65, "\(context)\n\(json)")
@@ -447,8 +435,7 @@ struct CLITests {
         #expect(after.status == 0 && after.out.hasSuffix("clean\n"), "\(context)\n\(after)")
 
         let info = try await CLI.run(["info", resource, "--json"])
-        #expect(
-            try CLIJSON.ranges(info.json()["presentRanges"]) == [0..<bytes.lowerBound, bytes.upperBound..<200_000], "\(context)\n\(info)")
+        #expect(try CLIJSON.ranges(info.json()["presentRanges"]) == [0..<bytes.lowerBound, bytes.upperBound..<200_000], "\(context)\n\(info)")
         let presentBytes: Int64 = 200_000 - 16384
         #expect(try CLIJSON.int(info.json()["presentBytes"]) == presentBytes, "\(context)\n\(info)")
         for range in [0..<bytes.lowerBound, bytes.upperBound..<200_000] {
@@ -458,13 +445,9 @@ struct CLITests {
 
         // The dropped segment is simply missing: writing it again completes the resource.
         let rewrite = try await CLI.run(
-            [
-                "write", resource, "--offset", "\(bytes.lowerBound)", "--input",
-                try scratch.write("segment", source[Int(bytes.lowerBound)..<Int(bytes.upperBound)]),
-            ])
-        #expect(
-            rewrite.status == 0 && rewrite.out.contains("present now: [\(bytes.lowerBound), \(bytes.upperBound))"), "\(context)\n\(rewrite)"
-        )
+            ["write", resource, "--offset", "\(bytes.lowerBound)", "--input",
+             try scratch.write("segment", source[Int(bytes.lowerBound)..<Int(bytes.upperBound)])])
+        #expect(rewrite.status == 0 && rewrite.out.contains("present now: [\(bytes.lowerBound), \(bytes.upperBound))"), "\(context)\n\(rewrite)")
         let whole = try await CLI.run(["read", resource])
         #expect(whole.status == 0 && whole.stdout == source, "\(context)\n\(whole)")
     }
@@ -514,10 +497,8 @@ struct CLITests {
 
         for missing: Range<Int64> in [114688..<131072, 163840..<200_000] {
             let write = try await CLI.run(
-                [
-                    "write", resource, "--offset", "\(missing.lowerBound)", "--input",
-                    try scratch.write("part", source[Int(missing.lowerBound)..<Int(missing.upperBound)]),
-                ])
+                ["write", resource, "--offset", "\(missing.lowerBound)", "--input",
+                 try scratch.write("part", source[Int(missing.lowerBound)..<Int(missing.upperBound)])])
             #expect(write.status == 0, "\(write)")
         }
         let whole = try await CLI.run(["read", resource])
@@ -584,11 +565,9 @@ struct CLITests {
         #expect(write.err.contains("is a directory"), "\(write)")
     }
 
-    @Test(
-        "a corrupt index: exit 65 for every command",
-        arguments: [
-            ["info"], ["info", "--json"], ["read"], ["verify"], ["verify", "--repair"], ["write", "--offset", "0", "--input"],
-        ])
+    @Test("a corrupt index: exit 65 for every command", arguments: [
+        ["info"], ["info", "--json"], ["read"], ["verify"], ["verify", "--repair"], ["write", "--offset", "0", "--input"],
+    ])
     func corruptIndex(command: [String]) async throws {
         var random = CLIRandom(defaultSeed: 0xBAD1D5)
         let scratch = try CLIScratch("corrupt-index")
@@ -638,12 +617,8 @@ struct CLITests {
             UsageCase(arguments: ["--offset", "99999999999T"], message: "invalid size '99999999999T' for --offset"),
             UsageCase(arguments: ["--offset", "0", "--size", "-1"], message: "invalid size '-1' for --size"),
             UsageCase(arguments: ["--offset", "0", "--size", "1X"], message: "invalid size '1X' for --size"),
-            UsageCase(
-                arguments: ["--offset", "0", "--segment-size", "3K"],
-                message: "--segment-size must be a power of two from 4K to 16M, got 3072"),
-            UsageCase(
-                arguments: ["--offset", "0", "--segment-size", "32M"],
-                message: "--segment-size must be a power of two from 4K to 16M, got 33554432"),
+            UsageCase(arguments: ["--offset", "0", "--segment-size", "3K"], message: "--segment-size must be a power of two from 4K to 16M, got 3072"),
+            UsageCase(arguments: ["--offset", "0", "--segment-size", "32M"], message: "--segment-size must be a power of two from 4K to 16M, got 33554432"),
             UsageCase(arguments: ["--offset", "0", "--segment-size", "junk"], message: "invalid size 'junk' for --segment-size"),
         ])
     func badWriteSizes(_ usage: UsageCase) async throws {
@@ -804,9 +779,7 @@ struct CLITests {
             }
             let descriptors = "/proc/\(pid)/fd"
             if let entries = try? FileManager.default.contentsOfDirectory(atPath: descriptors),
-                entries.contains(where: {
-                    (try? FileManager.default.destinationOfSymbolicLink(atPath: descriptors + "/" + $0)) == indexPath
-                })
+                entries.contains(where: { (try? FileManager.default.destinationOfSymbolicLink(atPath: descriptors + "/" + $0)) == indexPath })
             {
                 return
             }

@@ -28,8 +28,7 @@ struct ClusterTests {
             }
             """
         let log = work.file("logs/access.log")
-        let process = try NginxServer.process(
-            root: work.path, work: work.path, port: port, accessLog: log, locations: location, http: upstream)
+        let process = try NginxServer.process(root: work.path, work: work.path, port: port, accessLog: log, locations: location, http: upstream)
         return try await OriginServer.launch(process, root: work.path, port: port, work: work, log: log)
     }
 
@@ -38,9 +37,7 @@ struct ClusterTests {
         origin.requests().reduce(into: [:]) { $0[$1.path, default: 0] += $1.bytes }
     }
 
-    @Test(
-        "3 nodes behind nginx: each URL on one node, each byte from the origin once for the cluster; a killed node's URLs move to the others, nothing wrong is served"
-    )
+    @Test("3 nodes behind nginx: each URL on one node, each byte from the origin once for the cluster; a killed node's URLs move to the others, nothing wrong is served")
     func threeNodes() async throws {
         let files = try TemporaryDirectory("cluster-origin")
         defer { files.remove() }
@@ -73,9 +70,7 @@ struct ClusterTests {
         let first = try await playAll()
         #expect(Set(first.values).count >= 2, "URLs spread over the nodes: \(first)")
         for (name, bytes) in Self.originBytes(origin) {
-            #expect(
-                bytes == Int64(contents[String(name.dropFirst())]?.count ?? -1),
-                "\(name): each byte once from the origin for the whole cluster")
+            #expect(bytes == Int64(contents[String(name.dropFirst())]?.count ?? -1), "\(name): each byte once from the origin for the whole cluster")
         }
         let originRequests = origin.requests().count
         let second = try await playAll()
@@ -109,9 +104,7 @@ struct ClusterTests {
         }
     }
 
-    @Test(
-        "two tiers (edge -> parent -> origin): bytes right, Via and Cache-Status name both caches, a second request is an edge hit that asks nobody"
-    )
+    @Test("two tiers (edge -> parent -> origin): bytes right, Via and Cache-Status name both caches, a second request is an edge hit that asks nobody")
     func twoTiers() async throws {
         let files = try TemporaryDirectory("tiers-origin")
         defer { files.remove() }
@@ -121,8 +114,7 @@ struct ClusterTests {
         let scratch = try CLIScratch("tiers")
         let parentDir = scratch.file("parent")
         let (parent, parentBase) = try await ProxyCLITests.serve(cacheDir: parentDir, origin: origin.baseURL, extra: ["--quiet"])
-        let (edge, edgeBase) = try await ProxyCLITests.serve(
-            cacheDir: scratch.file("edge"), origin: URL(string: parentBase)!, extra: ["--quiet"])
+        let (edge, edgeBase) = try await ProxyCLITests.serve(cacheDir: scratch.file("edge"), origin: URL(string: parentBase)!, extra: ["--quiet"])
 
         let first = try await Curl.run(edgeBase + "/movie.bin")
         #expect(first.status == 200 && first.body == movie, "\(first)")
@@ -136,13 +128,10 @@ struct ClusterTests {
         let parentBefore = try await AdminTests.scrape(admin) { _ in true }["sparsecache_requests_total{cache=\"miss\",status=\"200\"}"]
         let again = try await Curl.run(edgeBase + "/movie.bin")
         #expect(again.body == movie, "\(again)")
-        #expect(
-            again.headers["cache-status"]?.components(separatedBy: ",").last?.contains("hit") == true,
-            "the edge's own entry is last, a hit: \(again.headers)")
+        #expect(again.headers["cache-status"]?.components(separatedBy: ",").last?.contains("hit") == true, "the edge's own entry is last, a hit: \(again.headers)")
         let parentMetrics = try await AdminTests.scrape(admin) { _ in true }
         let parentRequests = parentMetrics.filter { $0.key.hasPrefix("sparsecache_requests_total{") }.values.reduce(0, +)
-        #expect(
-            parentMetrics["sparsecache_requests_total{cache=\"miss\",status=\"200\"}"] == parentBefore, "the parent was not asked again")
+        #expect(parentMetrics["sparsecache_requests_total{cache=\"miss\",status=\"200\"}"] == parentBefore, "the parent was not asked again")
         #expect(parentRequests >= 1)
         for server in [edge, parent] {
             server.kill()

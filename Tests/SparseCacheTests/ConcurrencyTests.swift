@@ -58,8 +58,7 @@ struct ConcurrencyTests {
                                 let result = try await file.write(sourceBytes(range, salt: seed), at: range.lowerBound)
                                 for done in result.completed {
                                     // A completed range is whole segments (the last one may be short).
-                                    let aligned =
-                                        done.lowerBound % Int64(segmentSize) == 0
+                                    let aligned = done.lowerBound % Int64(segmentSize) == 0
                                         && (done.upperBound % Int64(segmentSize) == 0 || done.upperBound == length)
                                     if !aligned { shared.problem("\(context): completed \(done) is not whole segments") }
                                 }
@@ -67,17 +66,11 @@ struct ConcurrencyTests {
                             case 50..<75:
                                 do {
                                     let bytes = try await file.read(offset: range.lowerBound, length: Int(range.count))
-                                    if bytes != sourceBytes(range, salt: seed) {
-                                        shared.problem("\(context): read \(range) returned wrong bytes")
-                                    }
+                                    if bytes != sourceBytes(range, salt: seed) { shared.problem("\(context): read \(range) returned wrong bytes") }
                                     shared.successes.add(1, ordering: .relaxed)
                                 } catch let error as SparseCacheError where error.code == .notPresent {
-                                    let inside = error.missing.allSatisfy {
-                                        !$0.isEmpty && $0.lowerBound >= range.lowerBound && $0.upperBound <= range.upperBound
-                                    }
-                                    if error.missing.isEmpty || !inside {
-                                        shared.problem("\(context): missing \(error.missing) for \(range)")
-                                    }
+                                    let inside = error.missing.allSatisfy { !$0.isEmpty && $0.lowerBound >= range.lowerBound && $0.upperBound <= range.upperBound }
+                                    if error.missing.isEmpty || !inside { shared.problem("\(context): missing \(error.missing) for \(range)") }
                                 }
                             case 75..<88:
                                 let bytes = try await file.readAvailable(from: range.lowerBound, maxLength: Int(range.count))
@@ -183,8 +176,7 @@ struct ConcurrencyTests {
                                     if task % 3 == 0 {
                                         let index = Int.random(in: (segments / 2)..<segments, using: &generator)
                                         let start = Int64(index * segmentSize)
-                                        let range =
-                                            start..<min(length, start + Int64(Int.random(in: 1...3, using: &generator) * segmentSize))
+                                        let range = start..<min(length, start + Int64(Int.random(in: 1...3, using: &generator) * segmentSize))
                                         let result = try await file.write(sourceBytes(range, salt: seed), at: range.lowerBound)
                                         shared.addCompleted(result.completed)
                                     } else {
@@ -193,8 +185,7 @@ struct ConcurrencyTests {
                                         let bytes = try await file.read(offset: range.lowerBound, length: Int(range.count))
                                         // Spot checks keep a debug build fast; a short or shifted read fails them.
                                         let probes = [range.lowerBound, range.upperBound - 1, range.lowerBound + Int64(range.count / 2)]
-                                        let good =
-                                            bytes.count == range.count
+                                        let good = bytes.count == range.count
                                             && probes.allSatisfy { bytes[Int($0 - range.lowerBound)] == sourceByte(at: $0, salt: seed) }
                                         if !good { shared.problem("\(context): read \(range) returned wrong bytes") }
                                     }
@@ -262,8 +253,7 @@ struct ConcurrencyTests {
                                 let count = 8 << 20
                                 do {
                                     let bytes = try await file.read(offset: start + 3, length: count)
-                                    let good =
-                                        bytes.count == count
+                                    let good = bytes.count == count
                                         && [0, count / 2, count - 1].allSatisfy { bytes[$0] == pattern[(3 + $0) % (1 << 20)] }
                                     if !good { shared.problem("task \(task), step \(step): wrong bytes") }
                                     shared.successes.add(1, ordering: .relaxed)

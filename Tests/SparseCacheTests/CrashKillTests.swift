@@ -15,7 +15,7 @@ import Testing
 @testable import SparseHTTP
 
 #if canImport(Glibc)
-    import Glibc
+import Glibc
 #endif
 
 @Suite("Crash: real process kills")
@@ -34,11 +34,9 @@ struct CrashKillTests {
         let (a, b) = try await (first, second)
         reportCounts(
             "process kills seed \(seed)",
-            [
-                "SIGKILLs": a.kills + b.kills, "fault-injected exits": a.faultExits + b.faultExits,
-                "acknowledged commits": a.acks + b.acks, "acknowledged discards": a.drops + b.drops,
-                "journal records replayed": a.recoveredRecords + b.recoveredRecords, "violations": a.violations + b.violations,
-            ])
+            ["SIGKILLs": a.kills + b.kills, "fault-injected exits": a.faultExits + b.faultExits,
+             "acknowledged commits": a.acks + b.acks, "acknowledged discards": a.drops + b.drops,
+             "journal records replayed": a.recoveredRecords + b.recoveredRecords, "violations": a.violations + b.violations])
         #expect(a.kills + b.kills >= kills)
         #expect(a.acks + b.acks > 0)
         #expect(a.violations + b.violations == 0, "replay with SPARSECACHE_TEST_SEED=\(seed)")
@@ -66,19 +64,15 @@ struct CrashKillTests {
             if random.next() % 10 == 0 {
                 let k = 1 + random.next() % 12
                 let torn = random.next() % 8192
-                environment["SPARSECACHE_FAULTS"] =
-                    [
-                        "pwrite:nth=\(k):torn=\(torn):crash",
-                        "pwrite:path=.scidx:nth=\(k % 8 + 1):torn=\(torn % 4096):crash",
-                        "fdatasync:nth=\(k):crash",
-                    ][Int(random.next() % 3)]
+                environment["SPARSECACHE_FAULTS"] = [
+                    "pwrite:nth=\(k):torn=\(torn):crash",
+                    "pwrite:path=.scidx:nth=\(k % 8 + 1):torn=\(torn % 4096):crash",
+                    "fdatasync:nth=\(k):crash",
+                ][Int(random.next() % 3)]
             }
             let child = try StressProcess.spawn(
-                binary,
-                [
-                    path, "--seed", String(random.next() % 1_000_000), "--segments", String(Self.segments),
-                    "--segment-size", String(Self.segmentSize), "--salt", String(salt),
-                ],
+                binary, [path, "--seed", String(random.next() % 1_000_000), "--segments", String(Self.segments),
+                         "--segment-size", String(Self.segmentSize), "--salt", String(salt)],
                 environment: environment)
             let delay = random.next() % 4 == 0 ? random.next() % 3_000 : 5_000 + random.next() % 40_000
             try await Task.sleep(for: .microseconds(delay))
@@ -148,13 +142,9 @@ struct CrashKillTests {
             let data = try RawFile.read(path)
             for segment in present.sorted() {
                 let range = model.range(segment)
-                let same =
-                    range.upperBound <= data.count
-                    && data.withUnsafeBytes { a in
-                        expected.withUnsafeBytes { b in
-                            memcmp(a.baseAddress! + Int(range.lowerBound), b.baseAddress! + Int(range.lowerBound), Int(range.count)) == 0
-                        }
-                    }
+                let same = range.upperBound <= data.count && data.withUnsafeBytes { a in
+                    expected.withUnsafeBytes { b in memcmp(a.baseAddress! + Int(range.lowerBound), b.baseAddress! + Int(range.lowerBound), Int(range.count)) == 0 }
+                }
                 if !same {
                     violations.append("segment \(segment) is claimed with wrong bytes")
                 }

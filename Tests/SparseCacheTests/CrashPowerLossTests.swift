@@ -46,10 +46,8 @@ struct CrashPowerLossTests {
         let counts = try await Self.run(shape, seed: seed)
         reportCounts(
             "power loss [\(shape.name)] seed \(seed)",
-            [
-                "crash points": counts.points, "process crashes": counts.crashes, "power cuts": counts.cuts,
-                "violations": counts.violations,
-            ])
+            ["crash points": counts.points, "process crashes": counts.crashes, "power cuts": counts.cuts,
+             "violations": counts.violations])
         #expect(counts.points > 0)
         #expect(counts.violations == 0, "seed \(seed): replay with SPARSECACHE_TEST_SEED=\(seed)")
     }

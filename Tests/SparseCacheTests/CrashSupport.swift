@@ -129,11 +129,7 @@ enum CrashInvariants {
             let versions = ledger.written[segment] ?? []
             let matching = versions.first { model.bytes(segment, version: $0) == actual }
             if let want = required[segment] {
-                if matching != want {
-                    check.fail(
-                        "segment \(segment) does not hold its acknowledged version \(want) (holds \(matching.map(String.init) ?? "unknown bytes"))"
-                    )
-                }
+                if matching != want { check.fail("segment \(segment) does not hold its acknowledged version \(want) (holds \(matching.map(String.init) ?? "unknown bytes"))") }
             } else if matching == nil {
                 check.fail("segment \(segment) is claimed but holds bytes never written there")
             }

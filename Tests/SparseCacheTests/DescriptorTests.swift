@@ -38,8 +38,7 @@ struct DescriptorTests {
 
         // One curl, one keep-alive connection, 300 URLs: status and size of each.
         let urls = (0..<300).map { "http://127.0.0.1:\(port)/o\($0).bin" }
-        let result = try await ChildProcess.run(
-            "curl", ["-s", "-w", "%{http_code} %{size_download}\\n"] + urls.flatMap { ["-o", "/dev/null", $0] })
+        let result = try await ChildProcess.run("curl", ["-s", "-w", "%{http_code} %{size_download}\\n"] + urls.flatMap { ["-o", "/dev/null", $0] })
         let answers = result.text.split(separator: "\n")
         #expect(answers.count == 300, "\(result.errorText)")
         let failed = answers.enumerated().filter { $0.element != "200 4096" }

@@ -11,7 +11,7 @@ import Testing
 @testable import SparseHTTP
 
 #if canImport(Glibc)
-    import Glibc
+import Glibc
 #endif
 
 @Suite("Fault injection")
@@ -63,8 +63,7 @@ struct FaultInjectionTests {
         let payload = [UInt8](repeating: 7, count: 50)
 
         // A short write is retried by the engine's loop: the caller never sees it.
-        let short = try FaultInjection.add(
-            FaultRule([.pwrite], pathContains: directory.path, trigger: .after(0), maxFires: 3, shortBytes: 10))
+        let short = try FaultInjection.add(FaultRule([.pwrite], pathContains: directory.path, trigger: .after(0), maxFires: 3, shortBytes: 10))
         try fd.write(toAbsoluteOffset: 0, payload)
         FaultInjection.remove(short)
         #expect(FaultInjection.fired(short) == 3)
@@ -94,10 +93,7 @@ struct FaultInjectionTests {
         // delay that was not applied can fail this (issue 14, item 10: it was never checked).
         #expect(elapsed >= .milliseconds(20), "the delay effect was not applied: \(elapsed)")
 
-        let eintr = try FaultInjection.add(
-            FaultRule(
-                [.pwrite, .fdatasync, .pread], pathContains: directory.path, trigger: .probability(0.5, seed: 7), maxFires: 40, error: EINTR
-            ))
+        let eintr = try FaultInjection.add(FaultRule([.pwrite, .fdatasync, .pread], pathContains: directory.path, trigger: .probability(0.5, seed: 7), maxFires: 40, error: EINTR))
         for i in 0..<20 { try fd.write(toAbsoluteOffset: Int64(i), [UInt8(i)]) }
         try fd.dataSync()
         #expect(try fd.read(fromAbsoluteOffset: 0, count: 20) == (0..<20).map(UInt8.init))
@@ -122,10 +118,8 @@ struct FaultInjectionTests {
             #expect(ids.count == spec.split(separator: ";").count, "\(spec)")
             for id in ids { FaultInjection.remove(id) }
         }
-        let bad = [
-            "pwrite", "pwrite:nth=0:errno=EIO", "frobnicate:errno=EIO", "pwrite:errno=EWHAT",
-            "pwrite:nth=1:after=2:errno=EIO", "pwrite:prob=2:errno=EIO", "pwrite:size=3:errno=EIO",
-        ]
+        let bad = ["pwrite", "pwrite:nth=0:errno=EIO", "frobnicate:errno=EIO", "pwrite:errno=EWHAT",
+                   "pwrite:nth=1:after=2:errno=EIO", "pwrite:prob=2:errno=EIO", "pwrite:size=3:errno=EIO"]
         for spec in bad {
             let error = expectErrorSync(.invalidArgument, spec) { try FaultInjection.add(spec: spec) }
             #expect(error?.detail?.isEmpty == false)
@@ -180,9 +174,7 @@ struct FaultInjectionTests {
             #expect(error?.description.contains("No space left on device (errno 28)") == true)
             #expect(try await file.read(offset: 0, length: 16384) == model.bytes(0..<16384, versions: versions))
             // A commit whose record cannot be written fails cleanly and keeps what it had.
-            await expectError(.io) {
-                try await file.setMetadata(ResourceMetadata(key: "k")); try await file.commit()
-            }
+            await expectError(.io) { try await file.setMetadata(ResourceMetadata(key: "k")); try await file.commit() }
             FaultInjection.remove(rule)
         }
         try await file.write(model.bytes(16384..<32768, versions: versions), at: 16384)

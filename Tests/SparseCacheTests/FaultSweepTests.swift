@@ -13,7 +13,7 @@ import Testing
 @testable import SparseHTTP
 
 #if canImport(Glibc)
-    import Glibc
+import Glibc
 #endif
 
 @Suite("Fault sweep: fail every I/O call")
@@ -129,9 +129,7 @@ struct FaultSweepTests {
                 }
             }
         }
-        reportCounts(
-            "I/O error sweep",
-            ["calls per workload": calls, "runs": runs, "injected failures surfaced": failures, "violations": violations])
+        reportCounts("I/O error sweep", ["calls per workload": calls, "runs": runs, "injected failures surfaced": failures, "violations": violations])
         #expect(violations == 0)
     }
 
@@ -157,8 +155,7 @@ struct FaultSweepTests {
         var violations = 0
         for errno in [EIO, ENOSPC] {
             for n in 1...calls {
-                let rule = try FaultInjection.add(
-                    .fail(Set(FaultOperation.allCases), errno: errno, trigger: .nth(n), pathContains: directory.path))
+                let rule = try FaultInjection.add(.fail(Set(FaultOperation.allCases), errno: errno, trigger: .nth(n), pathContains: directory.path))
                 do {
                     let file = try await SparseFile.open(path, options: .testing())
                     _ = try? await file.read(offset: 0, length: 8192)

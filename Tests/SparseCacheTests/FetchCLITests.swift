@@ -8,7 +8,7 @@ import Testing
 @testable import SparseHTTP
 
 #if canImport(Glibc)
-    import Glibc
+import Glibc
 #endif
 
 @Suite("sparsecache fetch", .serialized, .timeLimit(.minutes(3)))
@@ -81,8 +81,7 @@ struct FetchCLITests {
         #expect(resumed.status == 0, "\(resumed)")
         #expect(try scratch.read("out.bin") == source, "the resumed download differs from the source")
         let secondRun = await origin.bytesSent("slow.bin") - firstRun
-        reportCounts(
-            "fetch resume", ["first run bytes": Int(firstRun), "second run bytes": Int(secondRun), "resource bytes": source.count])
+        reportCounts("fetch resume", ["first run bytes": Int(firstRun), "second run bytes": Int(secondRun), "resource bytes": source.count])
         #expect(secondRun <= Int64(source.count) - present + 1, "the second run fetched \(secondRun) bytes; \(present) were cached")
     }
 }

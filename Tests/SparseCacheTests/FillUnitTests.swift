@@ -2,7 +2,7 @@
 // connection limiter; and prefetch, progress and cancellation against a slow origin.
 import Foundation
 #if canImport(FoundationNetworking)
-    import FoundationNetworking
+import FoundationNetworking
 #endif
 import Synchronization
 import Testing
@@ -23,10 +23,9 @@ struct FillUnitTests {
         #expect(ContentRange("bytes */1000")?.total == 1000)
         #expect(ContentRange("bytes */1000")?.range == nil)
         #expect(ContentRange("BYTES 1-2/3")?.range == 1..<3)
-        for bad in [
-            "", "bytes", "bytes 9-3/10", "bytes 0-10/10", "bytes -1-3/10", "items 0-1/2", "bytes 0-1", "bytes */*", "bytes a-b/c",
-            "bytes 0-9223372036854775807/9223372036854775807",
-        ] {
+        for bad in ["", "bytes", "bytes 9-3/10", "bytes 0-10/10", "bytes -1-3/10", "items 0-1/2", "bytes 0-1", "bytes */*", "bytes a-b/c",
+            "bytes 0-9223372036854775807/9223372036854775807"]
+        {
             #expect(ContentRange(bad) == nil, "'\(bad)' parsed")
         }
     }
@@ -61,8 +60,7 @@ struct FillUnitTests {
                 status: response.statusCode, headers: HTTPHeaders(response), contentLength: length, requested: requested, key: key)
         }
         let partial = try interpret(
-            response(206, ["Content-Range": "bytes 100-199/1000", "ETag": "\"v1\"", "Content-Type": "video/mp4"]), requested: 100..<200,
-            key: "k")
+            response(206, ["Content-Range": "bytes 100-199/1000", "ETag": "\"v1\"", "Content-Type": "video/mp4"]), requested: 100..<200, key: "k")
         #expect(partial.1 == 100 && partial.0.length == 1000)
         #expect(partial.0.validator.etag == "\"v1\"" && partial.0.contentType == "video/mp4")
         let whole = try interpret(response(200, ["Content-Length": "1000"]), requested: 100..<200, key: "k")

@@ -10,7 +10,7 @@ import Testing
 @testable import SparseHTTP
 
 #if canImport(Glibc)
-    import Glibc
+import Glibc
 #endif
 
 /// A small tmpfs mounted on a fresh directory, unmounted by `unmount()`.
@@ -47,9 +47,8 @@ final class SmallFileSystem {
 
 @Suite("A real full disk")
 struct FullDiskTests {
-    @Test(
-        "ENOSPC is a clear error, committed data survives, writing resumes once space is freed",
-        .enabled(if: SmallFileSystem.available, "mounting a tmpfs needs root"))
+    @Test("ENOSPC is a clear error, committed data survives, writing resumes once space is freed",
+          .enabled(if: SmallFileSystem.available, "mounting a tmpfs needs root"))
     func fullDisk() async throws {
         let disk = try SmallFileSystem(bytes: 2 << 20)
         defer { disk.unmount() }
@@ -106,9 +105,8 @@ struct FullDiskTests {
         #expect(report.isClean, "\(report)")
     }
 
-    @Test(
-        "a full disk: segments that reached the data file still commit, their record goes to the journal's reserved room",
-        .enabled(if: SmallFileSystem.available, "mounting a tmpfs needs root"))
+    @Test("a full disk: segments that reached the data file still commit, their record goes to the journal's reserved room",
+          .enabled(if: SmallFileSystem.available, "mounting a tmpfs needs root"))
     func commitOnFullDisk() async throws {
         let disk = try SmallFileSystem(bytes: 2 << 20)
         defer { disk.unmount() }

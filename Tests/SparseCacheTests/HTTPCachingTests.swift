@@ -13,9 +13,7 @@ struct HTTPCachingTests {
 
     // MARK: stored header fields, Via, Cache-Status, Age
 
-    @Test(
-        "a hit replays every end-to-end field and the origin's Date; hop-by-hop fields never reach the client; Via, Cache-Status, Age (RFC 9111 3.1, 4.2.3, 5.1; RFC 9110 7.6.1, 7.6.3; RFC 9211)"
-    )
+    @Test("a hit replays every end-to-end field and the origin's Date; hop-by-hop fields never reach the client; Via, Cache-Status, Age (RFC 9111 3.1, 4.2.3, 5.1; RFC 9110 7.6.1, 7.6.3; RFC 9211)")
     func storedFieldsReplayed() async throws {
         let rig = try await ScriptedProxy()
         let endToEnd = [
@@ -86,9 +84,7 @@ struct HTTPCachingTests {
 
     // MARK: what is stored (RFC 9111 3)
 
-    @Test(
-        "no-store, private, Set-Cookie and answers to Authorization are not stored: every request reaches the origin; public, s-maxage, must-revalidate allow Authorization (RFC 9111 3, 3.5)"
-    )
+    @Test("no-store, private, Set-Cookie and answers to Authorization are not stored: every request reaches the origin; public, s-maxage, must-revalidate allow Authorization (RFC 9111 3, 3.5)")
     func storability() async throws {
         let rig = try await ScriptedProxy()
         let token = ["-H", "Authorization: Bearer secret-token"]
@@ -104,13 +100,11 @@ struct HTTPCachingTests {
             for round in 1...3 {
                 let before = rig.count(name)
                 let answer = try await rig.get(name, arguments)
-                #expect(
-                    answer.status == 200 && answer.text == body, "\(name) #\(round): the origin's body passes through unchanged: \(answer)")
+                #expect(answer.status == 200 && answer.text == body, "\(name) #\(round): the origin's body passes through unchanged: \(answer)")
                 #expect(rig.count(name) > before, "\(name) #\(round): not storable, so it must reach the origin: \(rig.requests(name))")
                 #expect(
                     answer.cacheStatus.contains("fwd=uri-miss") && !answer.cacheStatus.contains("stored"),
-                    "\(name) #\(round): Cache-Status should be fwd=uri-miss without 'stored', got \(answer.headers["cache-status"] ?? "none")"
-                )
+                    "\(name) #\(round): Cache-Status should be fwd=uri-miss without 'stored', got \(answer.headers["cache-status"] ?? "none")")
                 if name == "set-cookie" {
                     #expect(answer.headers["set-cookie"] == "session=abc123; Path=/", "Set-Cookie reaches its client: \(answer.headers)")
                 }
@@ -123,33 +117,24 @@ struct HTTPCachingTests {
         // Another client, without credentials, is not served the authorized answer.
         let before = rig.count("authorized")
         let anonymous = try await rig.get("authorized")
-        #expect(
-            anonymous.status == 200 && rig.count("authorized") > before,
-            "an anonymous request goes to the origin: \(rig.requests("authorized"))")
+        #expect(anonymous.status == 200 && rig.count("authorized") > before, "an anonymous request goes to the origin: \(rig.requests("authorized"))")
         #expect(rig.requests("authorized").last?.header("Authorization") == nil, "no credentials invented for the anonymous request")
 
         // RFC 9111 3.5: these directives allow storing an answer to an authorized request.
-        for (name, cacheControl) in [
-            ("public", "public, max-age=60"), ("s-maxage", "s-maxage=60"), ("must-revalidate", "must-revalidate, max-age=60"),
-        ] {
+        for (name, cacheControl) in [("public", "public, max-age=60"), ("s-maxage", "s-maxage=60"), ("must-revalidate", "must-revalidate, max-age=60")] {
             try rig.script("auth-\(name)", [("Cache-Control", cacheControl), ("ETag", "\"\(name)\"")], body: "shared \(name)")
             let first = try await rig.get("auth-\(name)", token)
             let second = try await rig.get("auth-\(name)", token)
             #expect(first.text == "shared \(name)" && second.text == "shared \(name)", "\(cacheControl): bodies \(first) / \(second)")
-            #expect(
-                first.cacheStatus.contains("stored"),
-                "\(cacheControl) with Authorization is stored: \(first.headers["cache-status"] ?? "none")")
+            #expect(first.cacheStatus.contains("stored"), "\(cacheControl) with Authorization is stored: \(first.headers["cache-status"] ?? "none")")
             #expect(
                 second.isHit && rig.count("auth-\(name)") == 1,
-                "\(cacheControl) with Authorization: the second request is a hit: \(second.headers["cache-status"] ?? "none"), origin \(rig.requests("auth-\(name)"))"
-            )
+                "\(cacheControl) with Authorization: the second request is a hit: \(second.headers["cache-status"] ?? "none"), origin \(rig.requests("auth-\(name)"))")
         }
         await rig.stop()
     }
 
-    @Test(
-        "a range of a response not to store: the origin is asked once, with the client's range, and its part is passed on (RFC 9111 3, RFC 9110 15.3.7)"
-    )
+    @Test("a range of a response not to store: the origin is asked once, with the client's range, and its part is passed on (RFC 9111 3, RFC 9110 15.3.7)")
     func unstorableRange() async throws {
         let rig = try await ScriptedProxy()
         let body = OriginScript.pattern(count: 300_000, seed: 5)
@@ -173,15 +158,12 @@ struct HTTPCachingTests {
 
     // MARK: freshness (RFC 9111 4.2)
 
-    @Test(
-        "freshness lifetime: max-age, s-maxage over max-age, Expires in the past or invalid, heuristic from Last-Modified, max-age=0 and no-cache stored but revalidated (RFC 9111 4.2.1, 4.2.2, 4.2.4, 5.2.2.4, 5.3)"
-    )
+    @Test("freshness lifetime: max-age, s-maxage over max-age, Expires in the past or invalid, heuristic from Last-Modified, max-age=0 and no-cache stored but revalidated (RFC 9111 4.2.1, 4.2.2, 4.2.4, 5.2.2.4, 5.3)")
     func freshnessLifetime() async throws {
         let rig = try await ScriptedProxy()
         try rig.script("max-age-60", [("Cache-Control", "max-age=60"), ("ETag", "\"a\"")], body: "fresh for a minute")
         try rig.script("s-maxage-fresh", [("Cache-Control", "max-age=0, s-maxage=60"), ("ETag", "\"b\"")], body: "shared lifetime wins")
-        try rig.script(
-            "s-maxage-stale", [("Cache-Control", "max-age=60, s-maxage=1"), ("ETag", "\"c\"")], body: "shared lifetime is short")
+        try rig.script("s-maxage-stale", [("Cache-Control", "max-age=60, s-maxage=1"), ("ETag", "\"c\"")], body: "shared lifetime is short")
         try rig.script("expires-past", [("ETag", "\"d\"")], body: "expired an hour ago") { $0.expiresOffset = -3600 }
         try rig.script("expires-invalid", [("Expires", "0"), ("ETag", "\"e\"")], body: "an invalid Expires is in the past")
         try rig.script("heuristic", [("ETag", "\"f\"")], body: "modified an hour ago") { $0.lastModifiedOffset = -3600 }
@@ -224,8 +206,7 @@ struct HTTPCachingTests {
         }
         let noCacheChecks = rig.requests("no-cache").dropFirst()
         #expect(
-            noCacheChecks.count == 2
-                && noCacheChecks.allSatisfy { $0.header("If-None-Match") == "\"h\"" && $0.status == 304 && $0.bytes == 0 },
+            noCacheChecks.count == 2 && noCacheChecks.allSatisfy { $0.header("If-None-Match") == "\"h\"" && $0.status == 304 && $0.bytes == 0 },
             "no-cache: the later requests are conditional (If-None-Match \"h\") and answered 304: \(noCacheChecks)")
         // s-maxage=1 overrides max-age=60 for a shared cache (RFC 9111 5.2.2.10).
         _ = try await rig.get("s-maxage-stale")
@@ -240,9 +221,7 @@ struct HTTPCachingTests {
 
     // MARK: validation (RFC 9111 4.3)
 
-    @Test(
-        "a stale answer is revalidated with its validators: 304 freshens it and updates stored fields; 200 replaces it, at any length (RFC 9111 3.2, 4.3.1, 4.3.3, 4.3.4)"
-    )
+    @Test("a stale answer is revalidated with its validators: 304 freshens it and updates stored fields; 200 replaces it, at any length (RFC 9111 3.2, 4.3.1, 4.3.3, 4.3.4)")
     func revalidation() async throws {
         let rig = try await ScriptedProxy()
         let lastModified = ScriptedProxy.httpDate(-3600)
@@ -265,9 +244,7 @@ struct HTTPCachingTests {
         let same = try await rig.get("same")
         let check = rig.requests("same").last
         #expect(rig.count("same") == 2, "stale after 2 s: the request reaches the origin: \(rig.requests("same"))")
-        #expect(
-            check?.header("If-None-Match") == "\"same-1\"",
-            "the revalidation carries If-None-Match with the stored ETag: \(String(describing: check))")
+        #expect(check?.header("If-None-Match") == "\"same-1\"", "the revalidation carries If-None-Match with the stored ETag: \(String(describing: check))")
         #expect(check?.status == 304, "the origin answered the revalidation 304: \(String(describing: check))")
         #expect(same.status == 200 && same.text == "version one of same", "after a 304 the client gets 200 and the stored body: \(same)")
         #expect(same.headers["x-version"] == "2", "the 304's X-Version replaces the stored one (RFC 9111 3.2): \(same.headers)")
@@ -276,8 +253,7 @@ struct HTTPCachingTests {
             same.cacheStatus.contains("fwd=stale") && same.cacheStatus.contains("fwd-status=304"),
             "Cache-Status for a 304 revalidation: \(same.headers["cache-status"] ?? "none")")
         let sameAgain = try await rig.get("same")
-        #expect(
-            sameAgain.isHit && rig.count("same") == 2, "freshened by the 304 (max-age=60): a hit: \(sameAgain), \(rig.requests("same"))")
+        #expect(sameAgain.isHit && rig.count("same") == 2, "freshened by the 304 (max-age=60): a hit: \(sameAgain), \(rig.requests("same"))")
         #expect(sameAgain.headers["x-version"] == "2", "the updated field was stored, not only sent once: \(sameAgain.headers)")
 
         // A new version, longer: the client gets it whole, and it replaces the stored one.
@@ -325,9 +301,7 @@ struct HTTPCachingTests {
 
     // MARK: request directives (RFC 9111 5.2.1, 5.4)
 
-    @Test(
-        "request max-age=0, no-cache and Pragma: no-cache go to the origin; only-if-cached answers from storage or 504 (RFC 9111 5.2.1.1, 5.2.1.4, 5.2.1.7, 5.4)"
-    )
+    @Test("request max-age=0, no-cache and Pragma: no-cache go to the origin; only-if-cached answers from storage or 504 (RFC 9111 5.2.1.1, 5.2.1.4, 5.2.1.7, 5.4)")
     func requestDirectives() async throws {
         let rig = try await ScriptedProxy()
         let body = "a fresh stored answer"
@@ -355,9 +329,7 @@ struct HTTPCachingTests {
 
         let before = rig.count("stored")
         let cachedOnly = try await rig.get("stored", ["-H", "Cache-Control: only-if-cached"])
-        #expect(
-            cachedOnly.status == 200 && cachedOnly.text == body && rig.count("stored") == before,
-            "only-if-cached on a stored URL: \(cachedOnly)")
+        #expect(cachedOnly.status == 200 && cachedOnly.text == body && rig.count("stored") == before, "only-if-cached on a stored URL: \(cachedOnly)")
         let notCached = try await rig.get("never-fetched", ["-H", "Cache-Control: only-if-cached"])
         #expect(notCached.status == 504, "only-if-cached on an uncached URL is 504 (RFC 9111 5.2.1.7), got \(notCached)")
         #expect(rig.count("never-fetched") == 0, "only-if-cached never reaches the origin: \(rig.requests("never-fetched"))")
@@ -366,9 +338,7 @@ struct HTTPCachingTests {
 
     // MARK: client conditionals (RFC 9110 13)
 
-    @Test(
-        "conditionals on a fresh stored answer are answered by the cache: If-None-Match (weak, list, *), If-Modified-Since, If-Match, If-Unmodified-Since, precedence, If-Range (RFC 9110 13.1, 13.2.2)"
-    )
+    @Test("conditionals on a fresh stored answer are answered by the cache: If-None-Match (weak, list, *), If-Modified-Since, If-Match, If-Unmodified-Since, precedence, If-Range (RFC 9110 13.1, 13.2.2)")
     func clientConditionals() async throws {
         let rig = try await ScriptedProxy()
         let lastModified = ScriptedProxy.httpDate(-3600)
@@ -423,13 +393,10 @@ struct HTTPCachingTests {
 
     // MARK: Vary (RFC 9111 4.1)
 
-    @Test(
-        "Vary: each Accept-Encoding gets its own variant, variants are stored side by side, whitespace is normalised, Vary: * never matches (RFC 9111 4.1)"
-    )
+    @Test("Vary: each Accept-Encoding gets its own variant, variants are stored side by side, whitespace is normalised, Vary: * never matches (RFC 9111 4.1)")
     func vary() async throws {
         let rig = try await ScriptedProxy()
-        let plain = OriginScript(
-            headers: [("Cache-Control", "max-age=60"), ("Vary", "Accept-Encoding"), ("ETag", "\"plain\"")], body: "identity variant")
+        let plain = OriginScript(headers: [("Cache-Control", "max-age=60"), ("Vary", "Accept-Encoding"), ("ETag", "\"plain\"")], body: "identity variant")
         var script = plain
         script.variants = [
             "gzip": OriginScript(
@@ -475,9 +442,7 @@ struct HTTPCachingTests {
 
     // MARK: Content-Encoding (RFC 9110 8.4, 14.1)
 
-    @Test(
-        "Content-Encoding is stored and replayed as sent: --compressed decodes the original, a Range is of the encoded bytes, Accept-Encoding reaches the origin (RFC 9110 8.4, 14.1.1)"
-    )
+    @Test("Content-Encoding is stored and replayed as sent: --compressed decodes the original, a Range is of the encoded bytes, Accept-Encoding reaches the origin (RFC 9110 8.4, 14.1.1)")
     func contentEncoding() async throws {
         let rig = try await ScriptedProxy()
         let original = (0..<400).map { "line \($0) of a compressible text\n" }.joined()
@@ -485,9 +450,7 @@ struct HTTPCachingTests {
             headers: [("Cache-Control", "max-age=60"), ("Vary", "Accept-Encoding"), ("Content-Type", "text/plain"), ("ETag", "\"text\"")],
             body: original)
         var encoded = script
-        encoded.headers = [
-            ("Cache-Control", "max-age=60"), ("Vary", "Accept-Encoding"), ("Content-Type", "text/plain"), ("ETag", "\"text-gz\""),
-        ]
+        encoded.headers = [("Cache-Control", "max-age=60"), ("Vary", "Accept-Encoding"), ("Content-Type", "text/plain"), ("ETag", "\"text-gz\"")]
         encoded.gzip = true
         script.variants = ["gzip": encoded]
         try rig.script("text", script)
@@ -500,9 +463,7 @@ struct HTTPCachingTests {
         let decodedIsOriginal = decoded.text == original
         #expect(decoded.exitCode == 0 && decodedIsOriginal, "curl --compressed decodes the original text: \(decoded)")
         #expect(decoded.headers["content-encoding"] == "gzip", "Content-Encoding reaches the client: \(decoded.headers)")
-        #expect(
-            rig.requests("text").first?.header("Accept-Encoding") == "gzip",
-            "the client's Accept-Encoding reached the origin: \(rig.requests("text"))")
+        #expect(rig.requests("text").first?.header("Accept-Encoding") == "gzip", "the client's Accept-Encoding reached the origin: \(rig.requests("text"))")
 
         let raw = try await rig.get("text", ["-H", "Accept-Encoding: gzip"])
         let rawIsEncoded = sameBytes(raw.body, gzipBytes[...])
@@ -523,9 +484,7 @@ struct HTTPCachingTests {
 
     // MARK: request fields forwarded (RFC 9110 7.6.1)
 
-    @Test(
-        "request fields reach the origin except hop-by-hop ones: Connection-named fields, Keep-Alive, Proxy-Authorization (RFC 9110 7.6.1, 11.7.2)"
-    )
+    @Test("request fields reach the origin except hop-by-hop ones: Connection-named fields, Keep-Alive, Proxy-Authorization (RFC 9110 7.6.1, 11.7.2)")
     func requestFieldsForwarded() async throws {
         let rig = try await ScriptedProxy()
         try rig.script("echo", [("Cache-Control", "no-store")], body: "fields seen")
@@ -533,9 +492,7 @@ struct HTTPCachingTests {
             ("Authorization", "Bearer token-1"), ("Cookie", "theme=dark; session=42"), ("Accept-Language", "fr-CH, fr;q=0.9"),
             ("User-Agent", "sparsecache-tests/1.0"), ("X-Header", "custom value"),
         ]
-        let dropped = [
-            ("Connection", "X-Secret"), ("X-Secret", "1"), ("Keep-Alive", "timeout=30"), ("Proxy-Authorization", "Basic cHJveHk6cGFzcw=="),
-        ]
+        let dropped = [("Connection", "X-Secret"), ("X-Secret", "1"), ("Keep-Alive", "timeout=30"), ("Proxy-Authorization", "Basic cHJveHk6cGFzcw==")]
         let answer = try await rig.get("echo", (forwarded + dropped).flatMap { ["-H", "\($0.0): \($0.1)"] })
         #expect(answer.status == 200 && answer.text == "fields seen", "\(answer)")
         let seen = rig.requests("echo").last
@@ -556,9 +513,7 @@ struct HTTPCachingTests {
     @Test("ranges on a stored answer: 206 with the right bytes and Content-Range, 416 past the end, no origin request")
     func rangesOnStoredAnswer() async throws {
         let rig = try await ScriptedProxy()
-        try rig.script("clip", [("Cache-Control", "max-age=60"), ("ETag", "\"clip\""), ("Content-Type", "video/mp4")]) {
-            $0.bodySize = 1000
-        }
+        try rig.script("clip", [("Cache-Control", "max-age=60"), ("ETag", "\"clip\""), ("Content-Type", "video/mp4")]) { $0.bodySize = 1000 }
         let source = OriginScript.pattern(count: 1000)
         let whole = try await rig.get("clip")
         let wholeIsSource = whole.body == source
@@ -572,9 +527,7 @@ struct HTTPCachingTests {
         for (range, status, bytes, contentRange) in cases {
             let answer = try await rig.get("clip", ["-r", range])
             #expect(answer.status == status, "range \(range): expected \(status), got \(answer)")
-            #expect(
-                answer.headers["content-range"] == contentRange,
-                "range \(range): Content-Range \(answer.headers["content-range"] ?? "none")")
+            #expect(answer.headers["content-range"] == contentRange, "range \(range): Content-Range \(answer.headers["content-range"] ?? "none")")
             if let bytes {
                 let right = answer.body == Array(source[bytes])
                 #expect(right, "range \(range): wrong bytes (\(answer.body.count) bytes)")
@@ -645,9 +598,7 @@ struct HTTPCachingTests {
         let emptyRequests = rig.count("empty")
         let emptyAgain = try await rig.get("empty")
         #expect(emptyAgain.status == 200 && emptyAgain.body.isEmpty && emptyAgain.headers["content-length"] == "0", "\(emptyAgain)")
-        #expect(
-            emptyAgain.isHit && rig.count("empty") == emptyRequests,
-            "the empty body is stored: the second request is a hit: \(rig.requests("empty"))")
+        #expect(emptyAgain.isHit && rig.count("empty") == emptyRequests, "the empty body is stored: the second request is a hit: \(rig.requests("empty"))")
 
         let page = "<html><body><h1>Not here</h1><p>nothing at this address</p></body></html>\n"
         try rig.script("gone", status: 404, [("Content-Type", "text/html"), ("Cache-Control", "max-age=60")], body: page)
@@ -655,8 +606,7 @@ struct HTTPCachingTests {
             let answer = try await rig.get("gone")
             #expect(answer.status == 404 && answer.text == page, "404 #\(round): status and page byte for byte: \(answer)")
             #expect(
-                (answer.headers["via"] ?? "").contains("1.1 sparsecache")
-                    && (answer.headers["cache-status"] ?? "").hasPrefix("sparsecache;"),
+                (answer.headers["via"] ?? "").contains("1.1 sparsecache") && (answer.headers["cache-status"] ?? "").hasPrefix("sparsecache;"),
                 "404 #\(round): every answer carries Via and Cache-Status: \(answer.headers)")
         }
 

@@ -36,9 +36,7 @@ struct HTTPParserTests {
 
     @Test("absolute-form targets (a client using this server as its HTTP proxy) are accepted for http:// only")
     func absoluteForm() {
-        guard
-            case .request(let head, _, _) = HTTPRequestParser.parse(Self.bytes("GET HTTP://o:81/m.mp4?x=1 HTTP/1.1\r\nHost: o:81\r\n\r\n"))
-        else {
+        guard case .request(let head, _, _) = HTTPRequestParser.parse(Self.bytes("GET HTTP://o:81/m.mp4?x=1 HTTP/1.1\r\nHost: o:81\r\n\r\n")) else {
             Issue.record("refused an absolute-form target")
             return
         }
@@ -47,19 +45,15 @@ struct HTTPParserTests {
         #expect(!HTTPRequestParser.isAbsoluteHTTP(Array("http://".utf8)))
     }
 
-    @Test(
-        "malformed requests are refused with the right status",
-        arguments: [
-            ("GET  / HTTP/1.1\r\nHost: h\r\n\r\n", 400), ("GET / HTTP/1.1 \r\nHost: h\r\n\r\n", 400),
-            ("G@T / HTTP/1.1\r\nHost: h\r\n\r\n", 400),
-            ("GET / HTTP/2.0\r\nHost: h\r\n\r\n", 505), ("GET / HTTQ/1.1\r\nHost: h\r\n\r\n", 400), ("GET / HTTP/1.1\r\n\r\n", 400),
-            ("GET / HTTP/1.1\r\nHost : h\r\n\r\n", 400), ("GET / HTTP/1.1\r\nHost: h\r\n folded\r\n\r\n", 400),
-            ("GET / HTTP/1.1\nHost: h\r\n\r\n", 400), ("GET / HTTP/1.1\rHost: h\r\n\r\n", 400),
-            ("GET ftp://x/ HTTP/1.1\r\nHost: h\r\n\r\n", 400),
-            ("GET http:///x HTTP/1.1\r\nHost: h\r\n\r\n", 400), ("GET x/ HTTP/1.1\r\nHost: h\r\n\r\n", 400),
-            ("GET / HTTP/1.1\r\nHost: h\r\nHost: h\r\n\r\n", 400), ("GET / HTTP/1.1\r\nHost: h\u{1}\r\n\r\n", 400),
-            ("GET /\u{7F} HTTP/1.1\r\nHost: h\r\n\r\n", 400),
-        ])
+    @Test("malformed requests are refused with the right status", arguments: [
+        ("GET  / HTTP/1.1\r\nHost: h\r\n\r\n", 400), ("GET / HTTP/1.1 \r\nHost: h\r\n\r\n", 400), ("G@T / HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+        ("GET / HTTP/2.0\r\nHost: h\r\n\r\n", 505), ("GET / HTTQ/1.1\r\nHost: h\r\n\r\n", 400), ("GET / HTTP/1.1\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\nHost : h\r\n\r\n", 400), ("GET / HTTP/1.1\r\nHost: h\r\n folded\r\n\r\n", 400),
+        ("GET / HTTP/1.1\nHost: h\r\n\r\n", 400), ("GET / HTTP/1.1\rHost: h\r\n\r\n", 400), ("GET ftp://x/ HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+        ("GET http:///x HTTP/1.1\r\nHost: h\r\n\r\n", 400), ("GET x/ HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\nHost: h\r\nHost: h\r\n\r\n", 400), ("GET / HTTP/1.1\r\nHost: h\u{1}\r\n\r\n", 400),
+        ("GET /\u{7F} HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+    ])
     func malformed(text: String, status: Int) {
         guard case .invalid(let got, let reason) = HTTPRequestParser.parse(Self.bytes(text)) else {
             Issue.record("accepted: \(text.debugDescription)")
@@ -152,8 +146,7 @@ struct HTTPParserTests {
             case .request(let head, let consumed, let framing):
                 accepted += 1
                 let used = Array(input.prefix(consumed))
-                let wellFormed =
-                    consumed <= input.count && used.suffix(4) == [13, 10, 13, 10]
+                let wellFormed = consumed <= input.count && used.suffix(4) == [13, 10, 13, 10]
                     && !head.method.isEmpty && head.method.utf8.allSatisfy(HTTPSyntax.isTokenByte)
                     && (head.target.hasPrefix("/") || head.target == "*" || head.target.lowercased().hasPrefix("http://")
                         || (head.method == "CONNECT" && head.target.contains(":") && !head.target.contains("/")))
@@ -168,9 +161,7 @@ struct HTTPParserTests {
                 }
                 if !wellFormed || !stable || !framed {
                     violations += 1
-                    Issue.record(
-                        "iteration \(iteration) (seed \(seed)): accepted a malformed head \(String(decoding: used, as: UTF8.self).debugDescription)"
-                    )
+                    Issue.record("iteration \(iteration) (seed \(seed)): accepted a malformed head \(String(decoding: used, as: UTF8.self).debugDescription)")
                 }
                 // Then its body, from what follows the head, with the server's decoder.
                 if framing != .none {
@@ -193,31 +184,29 @@ struct HTTPParserTests {
         #expect(violations == 0, "replay with SPARSECACHE_TEST_SEED=\(seed)")
     }
 
-    @Test(
-        "request body framing (RFC 9112 6.3, 7.1): Content-Length, chunked, and the combinations refused against smuggling",
-        arguments: [
-            ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n", 0, HTTPBodyFraming.length(5)),
-            ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", 0, .length(5)),
-            ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5, 5\r\n\r\n", 0, .length(5)),
-            ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", 0, .none),
-            ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", 0, .chunked),
-            ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\n\r\n", 0, .chunked),
-            ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400, .none),
-            ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5, 6\r\n\r\n", 400, .none),
-            ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: +5\r\n\r\n", 400, .none),
-            ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 0x5\r\n\r\n", 400, .none),
-            ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: \r\n\r\n", 400, .none),
-            ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999\r\n\r\n", 400, .none),
-            ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n", 400, .none),
-            ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400, .none),
-            ("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400, .none),
-            ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n", 400, .none),
-            ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", 400, .none),
-            ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", 400, .none),
-            ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501, .none),
-            ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n", 501, .none),
-            ("POST / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, .none),
-        ])
+    @Test("request body framing (RFC 9112 6.3, 7.1): Content-Length, chunked, and the combinations refused against smuggling", arguments: [
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n", 0, HTTPBodyFraming.length(5)),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", 0, .length(5)),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5, 5\r\n\r\n", 0, .length(5)),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", 0, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", 0, .chunked),
+        ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\n\r\n", 0, .chunked),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5, 6\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: +5\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 0x5\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: \r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", 400, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501, .none),
+        ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n", 501, .none),
+        ("POST / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, .none),
+    ])
     func bodyFraming(text: String, status: Int, framing: HTTPBodyFraming) {
         switch HTTPRequestParser.parse(Self.bytes(text)) {
         case .request(_, let consumed, let found):
@@ -229,9 +218,7 @@ struct HTTPParserTests {
         }
     }
 
-    @Test(
-        "request bodies decode from what follows the head: exact length, chunked with extensions and trailers, the rest kept for the next request; cut, malformed and oversized bodies fail with 400 and 413"
-    )
+    @Test("request bodies decode from what follows the head: exact length, chunked with extensions and trailers, the rest kept for the next request; cut, malformed and oversized bodies fail with 400 and 413")
     func bodyDecoding() async throws {
         let next = Self.bytes("GET /next HTTP/1.1\r\nHost: h\r\n\r\n")
         let length = await Self.readBody(.length(5), Self.bytes("hello") + next, maximum: 100)
@@ -240,8 +227,7 @@ struct HTTPParserTests {
         #expect((try? chunked.get())?.body == Self.bytes("hello!") && (try? chunked.get())?.rest == next, "\(chunked)")
         for (framing, bytes, status) in [
             (HTTPBodyFraming.length(10), "hello", 400), (.chunked, "5\r\nhello\r\n", 400), (.chunked, "5\r\nhelloX\r\n0\r\n\r\n", 400),
-            (.chunked, "g\r\n", 400), (.chunked, "5\r\nhello\r\n0\r\nbad trailer\r\n\r\n", 400),
-            (.length(200), String(repeating: "a", count: 200), 413),
+            (.chunked, "g\r\n", 400), (.chunked, "5\r\nhello\r\n0\r\nbad trailer\r\n\r\n", 400), (.length(200), String(repeating: "a", count: 200), 413),
             (.chunked, "c8\r\n" + String(repeating: "a", count: 200) + "\r\n0\r\n\r\n", 413),
         ] {
             let result = await Self.readBody(framing, Self.bytes(bytes), maximum: 100)
@@ -296,9 +282,7 @@ struct HTTPParserTests {
                 }
             }
         }
-        reportCounts(
-            "request body fuzz",
-            ["inputs": count, "intact": intact, "damaged accepted": mutated, "refused": refused, "violations": violations])
+        reportCounts("request body fuzz", ["inputs": count, "intact": intact, "damaged accepted": mutated, "refused": refused, "violations": violations])
         #expect(violations == 0, "replay with SPARSECACHE_TEST_SEED=\(seed)")
     }
 }
@@ -367,9 +351,7 @@ struct HTTPResponseWriterTests {
         #expect(HTTPSyntax.sanitizedFieldValue("a\tb\u{7F}\u{0}c") == "a\tbc")
     }
 
-    @Test(
-        "a body of unknown length: chunked to HTTP/1.1 (the connection stays), until close to HTTP/1.0; 304 and 204 carry no length (RFC 9112 6, 7.1; RFC 9110 8.6)"
-    )
+    @Test("a body of unknown length: chunked to HTTP/1.1 (the connection stays), until close to HTTP/1.0; 304 and 204 carry no length (RFC 9112 6, 7.1; RFC 9110 8.6)")
     func unannouncedBodies() async throws {
         var options = HTTPServer.Options()
         options.port = 0

@@ -173,9 +173,7 @@ struct HTTPTransportTests {
             let (theirs, theirText) = await Self.outcome(session, range, validator: validator)
             #expect(mine == theirs, "\(name) \(String(describing: range)): own \(mine) \(myText) vs URLSession \(theirs) \(theirText)")
             if let expected {
-                #expect(
-                    mine.offset == expected.offset && mine.body == expected.body && mine.error == expected.error,
-                    "\(name): \(mine) \(myText)")
+                #expect(mine.offset == expected.offset && mine.body == expected.body && mine.error == expected.error, "\(name): \(mine) \(myText)")
             }
             if let info = mine.info {
                 #expect(info.length == 3_000_000 && info.validator.etag != nil && info.validator.lastModified != nil, "\(info)")
@@ -190,10 +188,7 @@ struct HTTPTransportTests {
     @Test("chunked bodies, interim 1xx responses and bodies that run until the close are framed right")
     func framing() async throws {
         let cases: [(String, [UInt8])] = [
-            (
-                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nX-Trailer: 1\r\n\r\n",
-                Array("hello, world".utf8)
-            ),
+            ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nX-Trailer: 1\r\n\r\n", Array("hello, world".utf8)),
             ("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc", Array("abc".utf8)),
             ("HTTP/1.0 200 OK\r\n\r\nuntil the close", Array("until the close".utf8)),
             ("HTTP/1.1 200 OK\nContent-Length: 2\n\nok", Array("ok".utf8)),
@@ -263,8 +258,7 @@ struct HTTPTransportTests {
         let origin = try await OriginServer.nginx(root: files.path)
         defer { origin.stop() }
         let pool = OriginConnectionPool()
-        let source = try HTTPRangeSource(
-            url: origin.url("movie.bin"), timeout: .seconds(30), limiter: nil, transport: .automatic, pool: pool)
+        let source = try HTTPRangeSource(url: origin.url("movie.bin"), timeout: .seconds(30), limiter: nil, transport: .automatic, pool: pool)
         for start in stride(from: 0, to: 2_500_000, by: 500_000) {
             let range = Int64(start)..<Int64(start + 100_000)
             #expect(try await Self.body(try await source.fetch(range, validator: nil)) == Array(bytes[start..<(start + 100_000)]))
@@ -359,9 +353,7 @@ struct HTTPTransportTests {
         let extra = try CannedOrigin.text("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nabcdEXTRA")
         defer { extra.stop() }
         let extraPool = OriginConnectionPool()
-        _ = try await Self.body(
-            try await HTTPRangeSource(url: extra.url, timeout: .seconds(10), limiter: nil, transport: .automatic, pool: extraPool).fetch(
-                nil, validator: nil))
+        _ = try await Self.body(try await HTTPRangeSource(url: extra.url, timeout: .seconds(10), limiter: nil, transport: .automatic, pool: extraPool).fetch(nil, validator: nil))
         #expect(extraPool.count("127.0.0.1:\(extra.listener.port)") == 0)
     }
 

@@ -12,7 +12,7 @@ import Testing
 @testable import SparseCacheStore
 
 #if canImport(Glibc)
-    import Glibc
+import Glibc
 #endif
 
 /// The lines a store logs.
@@ -105,8 +105,7 @@ struct HousekeepingFailureTests {
             let failures = await store.housekeepingFailures
             #expect(failures.releases == 1, "\(failures)")
             #expect(
-                failures.recent.contains { $0.contains("release of '\(source.key)' failed") && $0.contains("unlink") }, "\(failures.recent)"
-            )
+                failures.recent.contains { $0.contains("release of '\(source.key)' failed") && $0.contains("unlink") }, "\(failures.recent)")
             #expect(log.all.count == failures.total)
             #expect(Array(log.all.suffix(HousekeepingFailures.recentLimit)) == failures.recent)
             FaultInjection.remove(rule)

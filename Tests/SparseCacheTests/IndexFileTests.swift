@@ -364,8 +364,7 @@ struct IndexFileTests {
     }
 
     /// The 32,768 bits are split in four parts that run in parallel, each on its own file.
-    @Test(
-        "every single-bit flip in the superblock slot in use is corrected: nothing committed is lost (issue 14, item 3)", arguments: 0..<4)
+    @Test("every single-bit flip in the superblock slot in use is corrected: nothing committed is lost (issue 14, item 3)", arguments: 0..<4)
     func everySuperblockBitFlip(part: Int) throws {
         let created = sectorFillingState()
         let directory = try TemporaryDirectory("index")
@@ -388,9 +387,7 @@ struct IndexFileTests {
             do {
                 let (state, report) = try recover(path)
                 // Before: every flip fell back to slot 0's older state and lost [8, 9].
-                if report.usedSlot != 1 || report.correctedSlots != [1] || report.slotProblems[1] == nil
-                    || !state.sameContent(as: committed)
-                {
+                if report.usedSlot != 1 || report.correctedSlots != [1] || report.slotProblems[1] == nil || !state.sameContent(as: committed) {
                     wrong.append("bit \(bit): slot \(report.usedSlot), problems \(report.slotProblems), \(state.summary)")
                 }
             } catch {
@@ -428,8 +425,7 @@ struct IndexFileTests {
         #expect(matches)
         let slot = try RawFile.read(path, offset: 0, count: 4096)
         var generator = SplitMix64(seed: 3)
-        let bits =
-            Array(0..<(64 * 8)) + Array((4092 * 8)..<(4096 * 8)) + (0..<200).map { _ in Int.random(in: 0..<(4096 * 8), using: &generator) }
+        let bits = Array(0..<(64 * 8)) + Array((4092 * 8)..<(4096 * 8)) + (0..<200).map { _ in Int.random(in: 0..<(4096 * 8), using: &generator) }
         var wrong: [String] = []
         for bit in bits {
             var flipped = slot
@@ -474,9 +470,7 @@ struct IndexFileTests {
                 if report.rebuiltCheckpoint != nil {
                     // Generation 1 was folded from generation 0's state: its journal applies on top.
                     rebuilt += 1
-                    if !state.sameContent(as: committed) || report.usedSlot != 1 || report.fellBack {
-                        wrong.append("byte \(byte): \(report)")
-                    }
+                    if !state.sameContent(as: committed) || report.usedSlot != 1 || report.fellBack { wrong.append("byte \(byte): \(report)") }
                 } else {
                     // The header is what was hit: fall back, and say what is lost (the two
                     // segments of the journal) or that it cannot be known.

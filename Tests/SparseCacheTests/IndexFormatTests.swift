@@ -531,10 +531,9 @@ struct MetadataCodingTests {
         let values = [
             ResourceMetadata(),
             ResourceMetadata(key: "", contentType: "", etag: "", lastModified: "", user: ["": ""]),
-            ResourceMetadata(
-                key: "https://example.com/vidéo/🎬.mp4?x=1&y=2", contentType: "video/mp4",
-                etag: "W/\"abc\"", lastModified: "Wed, 21 Oct 2015 07:28:00 GMT",
-                user: ["ß": "∂", "z": String(repeating: "x", count: 10_000)]),
+            ResourceMetadata(key: "https://example.com/vidéo/🎬.mp4?x=1&y=2", contentType: "video/mp4",
+                             etag: "W/\"abc\"", lastModified: "Wed, 21 Oct 2015 07:28:00 GMT",
+                             user: ["ß": "∂", "z": String(repeating: "x", count: 10_000)]),
         ]
         for metadata in values {
             #expect(try MetadataCoding.decode(MetadataCoding.encode(metadata)[...]) == metadata)

@@ -106,9 +106,7 @@ struct IndexFuzzTests {
             run("truncation", Array(index.prefix(length)))
         }
         let total = counts.values.reduce(0, +) + violations
-        print(
-            "[crash-counts] index damage (\(index.count)-byte index, \(states.count) states): \(counts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")) inputs=\(total) violations=\(violations)"
-        )
+        print("[crash-counts] index damage (\(index.count)-byte index, \(states.count) states): \(counts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")) inputs=\(total) violations=\(violations)")
         #expect(violations == 0)
         // Every single-bit flip leaves a usable state: a flipped superblock bit is corrected, a
         // damaged newest checkpoint rebuilt from the other copy (issue 14, item 3); before, a
@@ -175,9 +173,7 @@ struct IndexFuzzTests {
         let seed = testSeed(0xF022)
         let iterations = Int(ProcessInfo.processInfo.environment["SPARSECACHE_FUZZ_ITERATIONS"] ?? "") ?? 30_000
         var random = SplitMix64(seed: seed)
-        let interesting: [UInt64] = [
-            0, 1, 0xFF, 4095, 4096, 8192, 0x7FFF_FFFF, 0xFFFF_FFFF, 1 << 32, UInt64(Int64.max), .max, 1 << 63, 24, 12,
-        ]
+        let interesting: [UInt64] = [0, 1, 0xFF, 4095, 4096, 8192, 0x7FFF_FFFF, 0xFFFF_FFFF, 1 << 32, UInt64(Int64.max), .max, 1 << 63, 24, 12]
         var decoded = 0
         var sealed = 0
         var violations = 0
@@ -196,9 +192,7 @@ struct IndexFuzzTests {
                     let aligned = at & ~3
                     let value = interesting[Int(random.next() % UInt64(interesting.count))]
                     let width = random.next() % 2 == 0 ? 4 : 8
-                    for i in 0..<width where aligned + i < bytes.count {
-                        bytes[aligned + i] = UInt8(truncatingIfNeeded: value >> UInt64(8 * i))
-                    }
+                    for i in 0..<width where aligned + i < bytes.count { bytes[aligned + i] = UInt8(truncatingIfNeeded: value >> UInt64(8 * i)) }
                 case 4: bytes.removeLast(Int(random.next() % UInt64(min(bytes.count, 9000))))
                 case 5:
                     let from = Int(random.next() % UInt64(bytes.count))
@@ -231,9 +225,7 @@ struct IndexFuzzTests {
             }
         }
         let elapsed = ContinuousClock.now - start
-        print(
-            "[crash-counts] index fuzz seed \(seed): inputs=\(iterations) resealed=\(sealed) decoded=\(decoded) violations=\(violations) crashes=0 time=\(elapsed)"
-        )
+        print("[crash-counts] index fuzz seed \(seed): inputs=\(iterations) resealed=\(sealed) decoded=\(decoded) violations=\(violations) crashes=0 time=\(elapsed)")
         #expect(violations == 0)
     }
 }

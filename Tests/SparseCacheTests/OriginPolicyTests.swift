@@ -30,26 +30,21 @@ struct OriginPolicyTests {
         let local = try #require(IPAddress(numeric: "127.0.0.1"))
         let exact = try #require(OriginAddressPolicy.Pattern("LocalHost:8080"))
         #expect(exact.host == "localhost" && exact.port == 8080 && !exact.wildcard)
-        #expect(
-            exact.matches(name: "localhost.", port: 8080, address: local) && !exact.matches(name: "localhost", port: 8081, address: local))
+        #expect(exact.matches(name: "localhost.", port: 8080, address: local) && !exact.matches(name: "localhost", port: 8081, address: local))
         let wild = try #require(OriginAddressPolicy.Pattern("*.corp.example"))
-        #expect(
-            wild.matches(name: "a.corp.example", port: 1, address: local) && !wild.matches(name: "corp.example", port: 1, address: local))
+        #expect(wild.matches(name: "a.corp.example", port: 1, address: local) && !wild.matches(name: "corp.example", port: 1, address: local))
         let literal = try #require(OriginAddressPolicy.Pattern("127.0.0.1"))
-        #expect(
-            literal.matches(name: "2130706433", port: 5, address: local), "an address pattern matches the address, whatever the URL wrote")
+        #expect(literal.matches(name: "2130706433", port: 5, address: local), "an address pattern matches the address, whatever the URL wrote")
         let v6 = try #require(OriginAddressPolicy.Pattern("[::1]:9000"))
         #expect(v6.host == "::1" && v6.port == 9000)
         for bad in ["", "*", "a:b", "a:0", "[::1", "*.a*.b", "a/b"] { #expect(OriginAddressPolicy.Pattern(bad) == nil, "\(bad)") }
         let policy = OriginAddressPolicy(allowing: [literal])
         let private10 = try #require(IPAddress(numeric: "10.0.0.1"))
-        #expect(
-            policy.permits(name: "x", port: 80, addresses: [local]) && !policy.permits(name: "x", port: 80, addresses: [local, private10]),
+        #expect(policy.permits(name: "x", port: 80, addresses: [local]) && !policy.permits(name: "x", port: 80, addresses: [local, private10]),
             "every address must pass")
     }
 
-    @Test(
-        "URL mode: loopback origins in every numeric form are refused as 'not allowed', open and closed ports alike; --allow-origin admits")
+    @Test("URL mode: loopback origins in every numeric form are refused as 'not allowed', open and closed ports alike; --allow-origin admits")
     func urlModeRefusesLocalOrigins() async throws {
         let files = try TemporaryDirectory("ssrf-origin")
         _ = FileManager.default.createFile(atPath: files.path + "/secret.txt", contents: Data("TOP SECRET\n".utf8))
@@ -64,8 +59,7 @@ struct OriginPolicyTests {
                 let result = try await Curl.run(strict.baseURL + "/x?url=" + Self.encoded("http://" + target))
                 let body = String(decoding: result.body, as: UTF8.self)
                 #expect(result.status == 403 && body.contains("not allowed") && !body.contains("SECRET"), "\(target): \(result)")
-                bodies.insert(
-                    body.replacingOccurrences(of: String(port), with: "P").replacingOccurrences(of: String(closedPort), with: "P"))
+                bodies.insert(body.replacingOccurrences(of: String(port), with: "P").replacingOccurrences(of: String(closedPort), with: "P"))
             }
         }
         #expect(bodies.count == 7, "one refusal per host, the same for an open and a closed port: \(bodies)")
@@ -111,8 +105,7 @@ struct OriginPolicyTests {
     @Test("serve: a foreign Host is 421 (DNS rebinding); the default budget is printed at start")
     func serveHostCheckAndBudget() async throws {
         let scratch = try CLIScratch("serve-host")
-        let (running, base) = try await ProxyCLITests.serve(
-            cacheDir: scratch.file("cache"), origin: nil, extra: ["--server-name", "media.lan"])
+        let (running, base) = try await ProxyCLITests.serve(cacheDir: scratch.file("cache"), origin: nil, extra: ["--server-name", "media.lan"])
         let rebound = try await Curl.run(base + "/x?url=http%3A%2F%2Fexample.invalid%2F", ["-H", "Host: evil.example"])
         #expect(rebound.status == 421 && String(decoding: rebound.body, as: UTF8.self).contains("Host"), "\(rebound)")
         let named = try await Curl.run(base + "/x", ["-H", "Host: media.lan:1234"])
@@ -121,8 +114,7 @@ struct OriginPolicyTests {
         let result = try await running.finish()
         #expect(result.err.contains("budget") && result.err.contains("a quarter of the free space"), "\(result.err)")
         let help = try await CLI.run(["serve", "--help"])
-        #expect(
-            help.out.contains("--allow-origin") && help.out.contains("--server-name") && help.out.contains("a quarter of the free space"))
+        #expect(help.out.contains("--allow-origin") && help.out.contains("--server-name") && help.out.contains("a quarter of the free space"))
     }
 
     static func encoded(_ url: String) -> String {

@@ -3,7 +3,7 @@
 import Foundation
 
 #if canImport(Glibc)
-    import Glibc
+import Glibc
 #endif
 
 /// One path's answer from ``OriginServer/scripted(root:)``.

@@ -6,7 +6,7 @@ import Foundation
 import LoopbackOrigins
 
 #if canImport(Glibc)
-    import Glibc
+import Glibc
 #endif
 
 struct OriginFailure: Error, CustomStringConvertible {
@@ -196,330 +196,330 @@ final class OriginServer: @unchecked Sendable {
 
 /// The fault-injecting origin (see ``OriginServer/faulty(root:)``).
 private let faultyOriginScript = #"""
-    import os, sys, time, threading, email.utils
-    from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
+import os, sys, time, threading, email.utils
+from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 
-    root, port, log_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    lock = threading.RLock()
+root, port, log_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+lock = threading.RLock()
 
-    def faults(name):
-        path = os.path.join(root, name + ".faults")
-        try:
-            with open(path) as f:
-                spec = dict(item.split("=") for item in f.read().split())
-        except FileNotFoundError:
-            return None, path
-        return spec, path
+def faults(name):
+    path = os.path.join(root, name + ".faults")
+    try:
+        with open(path) as f:
+            spec = dict(item.split("=") for item in f.read().split())
+    except FileNotFoundError:
+        return None, path
+    return spec, path
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
 
-        def log_message(self, *args):
-            pass
+    def log_message(self, *args):
+        pass
 
-        def record(self, status, sent):
-            with lock, open(log_path, "a") as log:
-                log.write('GET %s %d %d "%s" %d\n' % (self.path, status, sent, self.headers.get("Range", ""), self.client_address[1]))
+    def record(self, status, sent):
+        with lock, open(log_path, "a") as log:
+            log.write('GET %s %d %d "%s" %d\n' % (self.path, status, sent, self.headers.get("Range", ""), self.client_address[1]))
 
-        def do_GET(self):
-            name = self.path.lstrip("/")
-            path = os.path.join(root, name)
-            if not os.path.isfile(path):
-                self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers(); self.record(404, 0); return
-            stat = os.stat(path)
-            size = stat.st_size
-            etag = '"%x-%x"' % (int(stat.st_mtime_ns), size)
-            start, end, status = 0, size, 200
-            header = self.headers.get("Range")
-            if_range = self.headers.get("If-Range")
-            if header and header.startswith("bytes=") and (if_range is None or if_range == etag):
-                first, _, last = header[6:].partition("-")
-                start = int(first)
-                end = min(size, int(last) + 1) if last else size
-                if start >= size:
-                    self.send_response(416); self.send_header("Content-Range", "bytes */%d" % size)
-                    self.send_header("Content-Length", "0"); self.end_headers(); self.record(416, 0); return
-                status = 206
-            spec, spec_path = faults(name)
-            cut, delay = None, 0.0
-            if spec and "stall_ms" in spec:
-                time.sleep(int(spec["stall_ms"]) / 1000.0)
-            with lock:
-                if spec and "status" in spec and int(spec.get("times", "1")) > 0:
-                    spec["times"] = str(int(spec.get("times", "1")) - 1)
+    def do_GET(self):
+        name = self.path.lstrip("/")
+        path = os.path.join(root, name)
+        if not os.path.isfile(path):
+            self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers(); self.record(404, 0); return
+        stat = os.stat(path)
+        size = stat.st_size
+        etag = '"%x-%x"' % (int(stat.st_mtime_ns), size)
+        start, end, status = 0, size, 200
+        header = self.headers.get("Range")
+        if_range = self.headers.get("If-Range")
+        if header and header.startswith("bytes=") and (if_range is None or if_range == etag):
+            first, _, last = header[6:].partition("-")
+            start = int(first)
+            end = min(size, int(last) + 1) if last else size
+            if start >= size:
+                self.send_response(416); self.send_header("Content-Range", "bytes */%d" % size)
+                self.send_header("Content-Length", "0"); self.end_headers(); self.record(416, 0); return
+            status = 206
+        spec, spec_path = faults(name)
+        cut, delay = None, 0.0
+        if spec and "stall_ms" in spec:
+            time.sleep(int(spec["stall_ms"]) / 1000.0)
+        with lock:
+            if spec and "status" in spec and int(spec.get("times", "1")) > 0:
+                spec["times"] = str(int(spec.get("times", "1")) - 1)
+                with open(spec_path, "w") as f:
+                    f.write(" ".join("%s=%s" % kv for kv in spec.items()))
+                code = int(spec["status"])
+                self.send_response(code); self.send_header("Content-Length", "0"); self.end_headers(); self.record(code, 0); return
+            if spec:
+                times = int(spec.get("times", "1"))
+                if times > 0 and "cut" in spec:
+                    cut = int(spec["cut"])
+                    spec["times"] = str(times - 1)
                     with open(spec_path, "w") as f:
                         f.write(" ".join("%s=%s" % kv for kv in spec.items()))
-                    code = int(spec["status"])
-                    self.send_response(code); self.send_header("Content-Length", "0"); self.end_headers(); self.record(code, 0); return
-                if spec:
-                    times = int(spec.get("times", "1"))
-                    if times > 0 and "cut" in spec:
-                        cut = int(spec["cut"])
-                        spec["times"] = str(times - 1)
-                        with open(spec_path, "w") as f:
-                            f.write(" ".join("%s=%s" % kv for kv in spec.items()))
-                    delay = int(spec.get("delay_ms", "0")) / 1000.0
-            self.send_response(status)
-            self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("ETag", etag)
-            self.send_header("Last-Modified", email.utils.formatdate(stat.st_mtime, usegmt=True))
-            self.send_header("Accept-Ranges", "bytes")
-            self.send_header("Content-Length", str(end - start))
-            if status == 206:
-                self.send_header("Content-Range", "bytes %d-%d/%d" % (start, end - 1, size))
-            self.end_headers()
-            sent = 0
-            with open(path, "rb") as f:
-                f.seek(start)
-                position = start
-                try:
-                    while position < end:
-                        chunk = f.read(min(16384, end - position))
-                        if cut is not None and sent + len(chunk) > cut:
-                            chunk = chunk[: max(0, cut - sent)]
-                            self.wfile.write(chunk); sent += len(chunk); self.wfile.flush()
-                            self.close_connection = True
-                            self.connection.shutdown(2)
-                            break
-                        self.wfile.write(chunk)
-                        sent += len(chunk)
-                        position += len(chunk)
-                        if delay:
-                            self.wfile.flush(); time.sleep(delay)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-            self.record(status, sent)
+                delay = int(spec.get("delay_ms", "0")) / 1000.0
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("ETag", etag)
+        self.send_header("Last-Modified", email.utils.formatdate(stat.st_mtime, usegmt=True))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Content-Length", str(end - start))
+        if status == 206:
+            self.send_header("Content-Range", "bytes %d-%d/%d" % (start, end - 1, size))
+        self.end_headers()
+        sent = 0
+        with open(path, "rb") as f:
+            f.seek(start)
+            position = start
+            try:
+                while position < end:
+                    chunk = f.read(min(16384, end - position))
+                    if cut is not None and sent + len(chunk) > cut:
+                        chunk = chunk[: max(0, cut - sent)]
+                        self.wfile.write(chunk); sent += len(chunk); self.wfile.flush()
+                        self.close_connection = True
+                        self.connection.shutdown(2)
+                        break
+                    self.wfile.write(chunk)
+                    sent += len(chunk)
+                    position += len(chunk)
+                    if delay:
+                        self.wfile.flush(); time.sleep(delay)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+        self.record(status, sent)
 
-    ThreadingHTTPServer.daemon_threads = True
-    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
-    """#
+ThreadingHTTPServer.daemon_threads = True
+ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""#
 
 /// The scripted origin (see ``OriginServer/scripted(root:)`` and ``OriginScript``).
 private let scriptedOriginScript = #"""
-    import os, sys, json, time, gzip, threading, email.utils
-    from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
+import os, sys, json, time, gzip, threading, email.utils
+from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 
-    root, port, log_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    lock = threading.Lock()
+root, port, log_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+lock = threading.Lock()
 
-    def pattern(size, seed):
-        # Deterministic bytes; OriginScript.pattern in Swift computes the same.
-        return bytes(((i * 131 + seed * 17 + (i >> 8)) & 0xFF) for i in range(size))
+def pattern(size, seed):
+    # Deterministic bytes; OriginScript.pattern in Swift computes the same.
+    return bytes(((i * 131 + seed * 17 + (i >> 8)) & 0xFF) for i in range(size))
 
-    def load(name):
-        # The script and when it was written. Tests replace it by rename, so one open sees one version.
-        try:
-            with open(os.path.join(root, name + ".json")) as f:
-                return json.load(f), os.fstat(f.fileno()).st_mtime
-        except FileNotFoundError:
-            return None, None
+def load(name):
+    # The script and when it was written. Tests replace it by rename, so one open sees one version.
+    try:
+        with open(os.path.join(root, name + ".json")) as f:
+            return json.load(f), os.fstat(f.fileno()).st_mtime
+    except FileNotFoundError:
+        return None, None
 
-    def tokens(value):
-        return [part.split(";")[0].strip().lower() for part in value.split(",") if part.strip()]
+def tokens(value):
+    return [part.split(";")[0].strip().lower() for part in value.split(",") if part.strip()]
 
-    def opaque(tag):
-        # Weak comparison (RFC 9110 8.8.3.2): W/ does not count.
-        tag = tag.strip()
-        return tag[2:] if tag.startswith("W/") else tag
+def opaque(tag):
+    # Weak comparison (RFC 9110 8.8.3.2): W/ does not count.
+    tag = tag.strip()
+    return tag[2:] if tag.startswith("W/") else tag
 
-    def seconds(value):
-        parsed = email.utils.parsedate_tz(value) if value else None
-        return email.utils.mktime_tz(parsed) if parsed else None
+def seconds(value):
+    parsed = email.utils.parsedate_tz(value) if value else None
+    return email.utils.mktime_tz(parsed) if parsed else None
 
-    def field(headers, name):
-        for key, value in headers:
-            if key.lower() == name.lower():
-                return value
+def field(headers, name):
+    for key, value in headers:
+        if key.lower() == name.lower():
+            return value
+    return None
+
+def byte_range(header, size):
+    # One range of bytes=a-b, a- or -n: (start, end) with end exclusive; "unsatisfiable";
+    # or None to ignore the header (several ranges, other units, nonsense).
+    if not header.startswith("bytes=") or "," in header:
+        return None
+    first, dash, last = header[6:].strip().partition("-")
+    try:
+        if not dash:
+            return None
+        if first == "":
+            count = int(last)
+            return (max(0, size - count), size) if count > 0 and size > 0 else "unsatisfiable"
+        start = int(first)
+        end = min(size, int(last) + 1) if last else size
+        if last and int(last) < start:
+            return None
+        return (start, end) if start < size else "unsatisfiable"
+    except ValueError:
         return None
 
-    def byte_range(header, size):
-        # One range of bytes=a-b, a- or -n: (start, end) with end exclusive; "unsatisfiable";
-        # or None to ignore the header (several ranges, other units, nonsense).
-        if not header.startswith("bytes=") or "," in header:
-            return None
-        first, dash, last = header[6:].strip().partition("-")
-        try:
-            if not dash:
-                return None
-            if first == "":
-                count = int(last)
-                return (max(0, size - count), size) if count > 0 and size > 0 else "unsatisfiable"
-            start = int(first)
-            end = min(size, int(last) + 1) if last else size
-            if last and int(last) < start:
-                return None
-            return (start, end) if start < size else "unsatisfiable"
-        except ValueError:
-            return None
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def log_message(self, *args):
+        pass
 
-        def log_message(self, *args):
-            pass
-
-        def answer(self):
-            method = self.command
-            name = self.path.split("?")[0].lstrip("/")
-            spec, written = load(name)
-            self.spec = spec or {}
-            if spec is not None and spec.get("ignore_body"):
-                # Answers without reading the body, then closes: an origin refusing an upload early.
-                self.body, self.body_chunked = b"", False
-                self.close_connection = True
+    def answer(self):
+        method = self.command
+        name = self.path.split("?")[0].lstrip("/")
+        spec, written = load(name)
+        self.spec = spec or {}
+        if spec is not None and spec.get("ignore_body"):
+            # Answers without reading the body, then closes: an origin refusing an upload early.
+            self.body, self.body_chunked = b"", False
+            self.close_connection = True
+        else:
+            self.body, self.body_chunked = self.read_body()
+        if spec is None:
+            self.reply(404, [("Content-Type", "text/plain")], b"no script for /%s\n" % name.encode())
+            return
+        accepted = tokens(self.headers.get("Accept-Encoding", ""))
+        for key, override in spec.get("variants", {}).items():
+            if key.lower() in accepted:
+                spec = override
+                break
+        status = spec.get("status", 200)
+        headers = [(key, value) for key, value in spec.get("headers", []) if key.lower() != "content-length"]
+        # Date moves with the clock; Last-Modified and Expires are fixed when the script is
+        # written (its mtime), so a revalidation sees the same validator.
+        for header, key, base in (
+            ("Date", "date_offset", time.time()), ("Last-Modified", "last_modified_offset", written),
+            ("Expires", "expires_offset", written)):
+            if field(headers, header) is None and (key in spec or header == "Date"):
+                headers.append((header, email.utils.formatdate(int(base) + spec.get(key, 0), usegmt=True)))
+        if "body_file" in spec:
+            with open(os.path.join(root, spec["body_file"]), "rb") as f:
+                body = f.read()
+        elif "body_size" in spec:
+            body = pattern(spec["body_size"], spec.get("body_seed", 0))
+        else:
+            body = spec.get("body", "").encode()
+        if spec.get("echo"):
+            # The request as the origin got it: method and framing in fields, the body as the body.
+            headers += [("X-Echo-Method", method), ("X-Echo-Framing", "chunked" if self.body_chunked else "length")]
+            body = self.body
+        if spec.get("gzip"):
+            body = gzip.compress(body, mtime=0)
+            if field(headers, "Content-Encoding") is None:
+                headers.append(("Content-Encoding", "gzip"))
+        etag, last_modified = field(headers, "ETag"), field(headers, "Last-Modified")
+        if status != 200 or method not in ("GET", "HEAD"):
+            self.reply(status, headers, body)
+            return
+        if spec.get("conditional"):
+            # RFC 9110 13.2.2: If-None-Match first; If-Modified-Since only without it.
+            match = self.headers.get("If-None-Match")
+            since = self.headers.get("If-Modified-Since")
+            if match is not None:
+                tags = [opaque(tag) for tag in match.split(",")]
+                fresh = "*" in tags or (etag is not None and opaque(etag) in tags)
             else:
-                self.body, self.body_chunked = self.read_body()
-            if spec is None:
-                self.reply(404, [("Content-Type", "text/plain")], b"no script for /%s\n" % name.encode())
+                stamp, modified = seconds(since), seconds(last_modified)
+                fresh = stamp is not None and modified is not None and modified <= stamp
+            if fresh:
+                self.reply(304, headers, b"")
                 return
-            accepted = tokens(self.headers.get("Accept-Encoding", ""))
-            for key, override in spec.get("variants", {}).items():
-                if key.lower() in accepted:
-                    spec = override
-                    break
-            status = spec.get("status", 200)
-            headers = [(key, value) for key, value in spec.get("headers", []) if key.lower() != "content-length"]
-            # Date moves with the clock; Last-Modified and Expires are fixed when the script is
-            # written (its mtime), so a revalidation sees the same validator.
-            for header, key, base in (
-                ("Date", "date_offset", time.time()), ("Last-Modified", "last_modified_offset", written),
-                ("Expires", "expires_offset", written)):
-                if field(headers, header) is None and (key in spec or header == "Date"):
-                    headers.append((header, email.utils.formatdate(int(base) + spec.get(key, 0), usegmt=True)))
-            if "body_file" in spec:
-                with open(os.path.join(root, spec["body_file"]), "rb") as f:
-                    body = f.read()
-            elif "body_size" in spec:
-                body = pattern(spec["body_size"], spec.get("body_seed", 0))
-            else:
-                body = spec.get("body", "").encode()
-            if spec.get("echo"):
-                # The request as the origin got it: method and framing in fields, the body as the body.
-                headers += [("X-Echo-Method", method), ("X-Echo-Framing", "chunked" if self.body_chunked else "length")]
-                body = self.body
-            if spec.get("gzip"):
-                body = gzip.compress(body, mtime=0)
-                if field(headers, "Content-Encoding") is None:
-                    headers.append(("Content-Encoding", "gzip"))
-            etag, last_modified = field(headers, "ETag"), field(headers, "Last-Modified")
-            if status != 200 or method not in ("GET", "HEAD"):
-                self.reply(status, headers, body)
-                return
-            if spec.get("conditional"):
-                # RFC 9110 13.2.2: If-None-Match first; If-Modified-Since only without it.
-                match = self.headers.get("If-None-Match")
-                since = self.headers.get("If-Modified-Since")
-                if match is not None:
-                    tags = [opaque(tag) for tag in match.split(",")]
-                    fresh = "*" in tags or (etag is not None and opaque(etag) in tags)
+        header = self.headers.get("Range")
+        # An answer without a length (a dynamic page) ignores Range, as such origins do.
+        if header and spec.get("framing", "length") == "length":
+            condition = self.headers.get("If-Range")
+            applies = True
+            if condition is not None:
+                condition = condition.strip()
+                if condition.startswith('"') or condition.startswith("W/"):
+                    # Strong comparison only.
+                    applies = etag is not None and condition == etag and not etag.startswith("W/")
                 else:
-                    stamp, modified = seconds(since), seconds(last_modified)
-                    fresh = stamp is not None and modified is not None and modified <= stamp
-                if fresh:
-                    self.reply(304, headers, b"")
-                    return
-            header = self.headers.get("Range")
-            # An answer without a length (a dynamic page) ignores Range, as such origins do.
-            if header and spec.get("framing", "length") == "length":
-                condition = self.headers.get("If-Range")
-                applies = True
-                if condition is not None:
-                    condition = condition.strip()
-                    if condition.startswith('"') or condition.startswith("W/"):
-                        # Strong comparison only.
-                        applies = etag is not None and condition == etag and not etag.startswith("W/")
-                    else:
-                        applies = last_modified is not None and condition == last_modified
-                found = byte_range(header, len(body)) if applies else None
-                if found == "unsatisfiable":
-                    self.reply(416, headers + [("Content-Range", "bytes */%d" % len(body))], b"")
-                    return
-                if found is not None:
-                    start, end = found
-                    self.reply(206, headers + [("Content-Range", "bytes %d-%d/%d" % (start, end - 1, len(body)))], body[start:end])
-                    return
-            self.reply(200, headers, body)
+                    applies = last_modified is not None and condition == last_modified
+            found = byte_range(header, len(body)) if applies else None
+            if found == "unsatisfiable":
+                self.reply(416, headers + [("Content-Range", "bytes */%d" % len(body))], b"")
+                return
+            if found is not None:
+                start, end = found
+                self.reply(206, headers + [("Content-Range", "bytes %d-%d/%d" % (start, end - 1, len(body)))], body[start:end])
+                return
+        self.reply(200, headers, body)
 
-        def read_body(self):
-            # Both framings (RFC 9112 6.3, 7.1); chunk extensions and trailers skipped.
-            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-                data = b""
-                while True:
-                    size = int(self.rfile.readline(65537).split(b";")[0].strip(), 16)
-                    if size == 0:
-                        while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
-                            pass
-                        return data, True
-                    data += self.rfile.read(size)
-                    self.rfile.readline(65537)
-            length = int(self.headers.get("Content-Length") or 0)
-            return (self.rfile.read(length) if length > 0 else b""), False
+    def read_body(self):
+        # Both framings (RFC 9112 6.3, 7.1); chunk extensions and trailers skipped.
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            data = b""
+            while True:
+                size = int(self.rfile.readline(65537).split(b";")[0].strip(), 16)
+                if size == 0:
+                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                        pass
+                    return data, True
+                data += self.rfile.read(size)
+                self.rfile.readline(65537)
+        length = int(self.headers.get("Content-Length") or 0)
+        return (self.rfile.read(length) if length > 0 else b""), False
 
-        def reply(self, status, headers, body):
-            bodyless = self.command == "HEAD" or status in (204, 304) or status < 200
-            sent = 0 if bodyless else len(body)
-            # Logged before the answer goes out: a request whose answer anyone saw is in the log.
-            entry = {
-                "method": self.command, "path": self.path, "status": status,
-                "headers": [[key, value] for key, value in self.headers.items()],
-                "response_headers": [[key, value] for key, value in headers], "bytes": sent,
-                "request_bytes": len(self.body), "request_chunked": self.body_chunked,
-                "request_body": self.body.decode("latin-1") if len(self.body) <= 4096 else "",
-            }
-            with lock, open(log_path, "a") as log:
-                log.write(json.dumps(entry) + "\n")
-            # "framing": "length" (Content-Length), "chunked", or "close" (the body ends when the
-            # connection closes); "chunk_size" bytes per write, "chunk_delay_ms" between writes;
-            # "cut_after": close the connection after that many body bytes (a chunked body then
-            # lacks its last chunk).
-            framing = self.spec.get("framing", "length") if status >= 200 and status not in (204, 304) else "length"
-            size = self.spec.get("chunk_size") or max(1, len(body))
-            delay = self.spec.get("chunk_delay_ms", 0) / 1000.0
-            cut = self.spec.get("cut_after")
-            try:
-                self.send_response_only(status)
-                for key, value in headers:
-                    self.send_header(key, value)
-                if framing == "chunked":
-                    self.send_header("Transfer-Encoding", "chunked")
-                elif framing == "close":
-                    self.send_header("Connection", "close")
-                    self.close_connection = True
-                elif status not in (204, 304) and status >= 200:
-                    self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if framing == "length" and cut is None:
-                    if sent:
-                        self.wfile.write(body)
-                    return
-                position = 0
-                while position < sent:
-                    if cut is not None and position >= cut:
-                        self.wfile.flush()
-                        self.close_connection = True
-                        return
-                    piece = body[position:position + size]
-                    if cut is not None:
-                        piece = piece[:cut - position]
-                    position += len(piece)
-                    if framing == "chunked":
-                        self.wfile.write(b"%x\r\n" % len(piece) + piece + b"\r\n")
-                    else:
-                        self.wfile.write(piece)
-                    self.wfile.flush()
-                    if delay and position < sent:
-                        time.sleep(delay)
-                if cut is not None and position >= cut:
-                    self.close_connection = True
-                    return
-                if framing == "chunked" and not bodyless:
-                    self.wfile.write(b"0\r\n\r\n")
-                    self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
+    def reply(self, status, headers, body):
+        bodyless = self.command == "HEAD" or status in (204, 304) or status < 200
+        sent = 0 if bodyless else len(body)
+        # Logged before the answer goes out: a request whose answer anyone saw is in the log.
+        entry = {
+            "method": self.command, "path": self.path, "status": status,
+            "headers": [[key, value] for key, value in self.headers.items()],
+            "response_headers": [[key, value] for key, value in headers], "bytes": sent,
+            "request_bytes": len(self.body), "request_chunked": self.body_chunked,
+            "request_body": self.body.decode("latin-1") if len(self.body) <= 4096 else "",
+        }
+        with lock, open(log_path, "a") as log:
+            log.write(json.dumps(entry) + "\n")
+        # "framing": "length" (Content-Length), "chunked", or "close" (the body ends when the
+        # connection closes); "chunk_size" bytes per write, "chunk_delay_ms" between writes;
+        # "cut_after": close the connection after that many body bytes (a chunked body then
+        # lacks its last chunk).
+        framing = self.spec.get("framing", "length") if status >= 200 and status not in (204, 304) else "length"
+        size = self.spec.get("chunk_size") or max(1, len(body))
+        delay = self.spec.get("chunk_delay_ms", 0) / 1000.0
+        cut = self.spec.get("cut_after")
+        try:
+            self.send_response_only(status)
+            for key, value in headers:
+                self.send_header(key, value)
+            if framing == "chunked":
+                self.send_header("Transfer-Encoding", "chunked")
+            elif framing == "close":
+                self.send_header("Connection", "close")
                 self.close_connection = True
+            elif status not in (204, 304) and status >= 200:
+                self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if framing == "length" and cut is None:
+                if sent:
+                    self.wfile.write(body)
+                return
+            position = 0
+            while position < sent:
+                if cut is not None and position >= cut:
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                piece = body[position:position + size]
+                if cut is not None:
+                    piece = piece[:cut - position]
+                position += len(piece)
+                if framing == "chunked":
+                    self.wfile.write(b"%x\r\n" % len(piece) + piece + b"\r\n")
+                else:
+                    self.wfile.write(piece)
+                self.wfile.flush()
+                if delay and position < sent:
+                    time.sleep(delay)
+            if cut is not None and position >= cut:
+                self.close_connection = True
+                return
+            if framing == "chunked" and not bodyless:
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
 
-        do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_PURGE = do_FROB = answer
+    do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_PURGE = do_FROB = answer
 
-    ThreadingHTTPServer.daemon_threads = True
-    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
-    """#
+ThreadingHTTPServer.daemon_threads = True
+ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""#

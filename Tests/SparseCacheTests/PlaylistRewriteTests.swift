@@ -47,11 +47,9 @@ struct PlaylistRewriteTests {
     func hlsReverse() throws {
         let playlist = try #require(HLSPlaylist(Array(Self.media.utf8), url: URL(string: "http://origin.test:8000/live/index.m3u8")!))
         #expect(playlist.targetDuration == 2 && !playlist.ended && !playlist.isMaster)
-        #expect(
-            playlist.segments.map(\.absoluteString) == [
-                "http://origin.test:8000/live/seg0.m4s", "http://origin.test:8000/live/seg1.m4s?token=a&b=1",
-                "https://cdn.test/live/seg2.m4s",
-            ])
+        #expect(playlist.segments.map(\.absoluteString) == [
+            "http://origin.test:8000/live/seg0.m4s", "http://origin.test:8000/live/seg1.m4s?token=a&b=1", "https://cdn.test/live/seg2.m4s",
+        ])
         let text = playlist.rewritten(Self.reverse)
         let lines = text.components(separatedBy: "\r\n")
         #expect(lines.contains("#EXT-X-KEY:METHOD=AES-128,URI=\"/live/keys/k1.bin\",IV=0x1"))
@@ -73,9 +71,7 @@ struct PlaylistRewriteTests {
         let base = URL(string: "http://origin.test/base/hls/index.m3u8")!
         #expect(plain.reference(for: "http://origin.test:80/base/hls/a.ts?x=1", base: base) == "/hls/a.ts?x=1")
         #expect(plain.reference(for: "b.ts", base: base) == "/hls/b.ts")
-        #expect(
-            plain.reference(for: "/other/c.ts", base: base) == "/c.ts?url=http%3A%2F%2Forigin.test%2Fother%2Fc.ts",
-            "outside the origin's path")
+        #expect(plain.reference(for: "/other/c.ts", base: base) == "/c.ts?url=http%3A%2F%2Forigin.test%2Fother%2Fc.ts", "outside the origin's path")
         #expect(plain.reference(for: "data:text/plain,abc", base: base) == nil)
     }
 
@@ -107,18 +103,16 @@ struct PlaylistRewriteTests {
         let playlist = try #require(HLSPlaylist(Array(master.utf8), url: URL(string: "http://origin.test:8000/vod/master.m3u8")!))
         #expect(playlist.isMaster && playlist.variants.count == 3)
         let lines = playlist.rewritten(Self.reverse).components(separatedBy: "\n")
-        #expect(
-            lines == [
-                "#EXTM3U",
-                "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"aac\",NAME=\"en\",URI=\"/vod/audio/en.m3u8\"",
-                "#EXT-X-STREAM-INF:BANDWIDTH=800000,RESOLUTION=640x360,AUDIO=\"aac\"",
-                "/vod/low/index.m3u8",
-                "#EXT-X-STREAM-INF:BANDWIDTH=2000000",
-                "/index.m3u8?url=http%3A%2F%2Fother.test%2Fhigh%2Findex.m3u8",
-                "#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH=90000,URI=\"/vod/low/iframes.m3u8\"",
-            ])
-        let vod = try #require(
-            HLSPlaylist(Array("#EXTM3U\n#EXT-X-TARGETDURATION:4\n#EXTINF:4,\na.ts\n#EXT-X-ENDLIST\n".utf8), url: Self.origin))
+        #expect(lines == [
+            "#EXTM3U",
+            "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"aac\",NAME=\"en\",URI=\"/vod/audio/en.m3u8\"",
+            "#EXT-X-STREAM-INF:BANDWIDTH=800000,RESOLUTION=640x360,AUDIO=\"aac\"",
+            "/vod/low/index.m3u8",
+            "#EXT-X-STREAM-INF:BANDWIDTH=2000000",
+            "/index.m3u8?url=http%3A%2F%2Fother.test%2Fhigh%2Findex.m3u8",
+            "#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH=90000,URI=\"/vod/low/iframes.m3u8\"",
+        ])
+        let vod = try #require(HLSPlaylist(Array("#EXTM3U\n#EXT-X-TARGETDURATION:4\n#EXTINF:4,\na.ts\n#EXT-X-ENDLIST\n".utf8), url: Self.origin))
         #expect(vod.ended && vod.targetDuration == 4)
         #expect(HLSPlaylist(Array("not a playlist".utf8), url: Self.origin) == nil)
     }
@@ -195,8 +189,7 @@ struct PlaylistRewriteTests {
     func heuristicLimit() {
         let request = HTTPRequestHead(method: "GET", target: "/live.m3u8", headers: [])
         let heuristic = HTTPResponseHead(
-            status: 200,
-            headers: HTTPHeaders([("Date", "Mon, 23 Nov 2026 12:00:00 GMT"), ("Last-Modified", "Mon, 23 Nov 2026 11:00:00 GMT")]))
+            status: 200, headers: HTTPHeaders([("Date", "Mon, 23 Nov 2026 12:00:00 GMT"), ("Last-Modified", "Mon, 23 Nov 2026 11:00:00 GMT")]))
         let policy = CachePolicy(request: request, response: heuristic, requestTime: 0, responseTime: 0)
         #expect(policy.freshnessLifetime == 360, "10% of an hour")
         #expect(policy.limitingHeuristicFreshness(to: 1).freshnessLifetime == 1)
@@ -326,9 +319,7 @@ struct DASHSegmentTests {
         #expect(found.first?.segments == (1...4).map { "http://origin.test/vod/chunk-stream0-0000\($0).m4s" })
     }
 
-    @Test(
-        "a template inherited from the AdaptationSet, duration-numbered $Time$ and $Bandwidth$, BaseURLs at every level, two Representations"
-    )
+    @Test("a template inherited from the AdaptationSet, duration-numbered $Time$ and $Bandwidth$, BaseURLs at every level, two Representations")
     func inheritedDurationTemplate() throws {
         let mpd = """
             <MPD type="static" mediaPresentationDuration="PT0H0M5.5S"><BaseURL>http://cdn.test/a/</BaseURL>
@@ -349,9 +340,7 @@ struct DASHSegmentTests {
         #expect(found.last?.segments.count == 3)
     }
 
-    @Test(
-        "SegmentList URLs in order; r=-1 repeats to the end of the Period; a timeline of millions is cut; live duration-only templates and SegmentBase give none"
-    )
+    @Test("SegmentList URLs in order; r=-1 repeats to the end of the Period; a timeline of millions is cut; live duration-only templates and SegmentBase give none")
     func listsRepeatsAndLimits() throws {
         let list = try Self.segments(
             """
@@ -416,8 +405,7 @@ struct DASHSegmentTests {
     @Test("identifiers: widths, unknown ones kept, $$ and an unclosed $ as written; xs:duration forms")
     func identifiersAndDurations() {
         #expect(DASHSegments.fill("$Number%03d$-$Time%02d$", representation: "r", number: 7, time: 123, bandwidth: "") == "007-123")
-        #expect(
-            DASHSegments.fill("a$Unknown$b$$c$Number", representation: "r", number: 1, time: 0, bandwidth: "") == "a$Unknown$b$c$Number")
+        #expect(DASHSegments.fill("a$Unknown$b$$c$Number", representation: "r", number: 1, time: 0, bandwidth: "") == "a$Unknown$b$c$Number")
         #expect(DASHSegments.seconds("PT4.0S") == 4)
         #expect(DASHSegments.seconds("P1DT1H2M3.5S") == 86_400 + 3_600 + 120 + 3.5)
         #expect(DASHSegments.seconds("PT") == 0)

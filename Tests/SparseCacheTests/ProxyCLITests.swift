@@ -10,7 +10,7 @@ import Testing
 @testable import SparseHTTP
 
 #if canImport(Glibc)
-    import Glibc
+import Glibc
 #endif
 
 @Suite("sparsecache serve", .serialized, .timeLimit(.minutes(3)))
@@ -182,9 +182,7 @@ struct ProxyCLITests {
         _ = try await server.finish()
     }
 
-    @Test(
-        "evict while serve runs: --key goes through the server (PURGE over loopback), the next request goes to the origin; a prefix with *; --to-size through the admin listener"
-    )
+    @Test("evict while serve runs: --key goes through the server (PURGE over loopback), the next request goes to the origin; a prefix with *; --to-size through the admin listener")
     func evictThroughServer() async throws {
         let scratch = try CLIScratch("serve-evict")
         let files = try TemporaryDirectory("serve-evict-origin")
@@ -271,9 +269,7 @@ struct ProxyCLITests {
             let resources = try listed.json()["entries"] as? [[String: Any]] ?? []
             #expect(resources.count == 2, "round \(round): \(listed)")
             for resource in resources {
-                #expect(
-                    resource["length"] as? Int != nil && resource["presentBytes"] as? Int == resource["length"] as? Int,
-                    "round \(round): \(resource)")
+                #expect(resource["length"] as? Int != nil && resource["presentBytes"] as? Int == resource["length"] as? Int, "round \(round): \(resource)")
             }
         }
     }

@@ -69,13 +69,11 @@ struct ProxyRulesTests {
     @Test("Cache-Status: the cache's name, then hit or fwd, fwd-status, ttl, stored, a quoted detail (RFC 9211 2)")
     func cacheStatus() {
         #expect(CacheStatus(hit: true, ttl: 30).value == "sparsecache; hit; ttl=30")
-        #expect(
-            CacheStatus(forward: "uri-miss", forwardStatus: 200, stored: true).value == "sparsecache; fwd=uri-miss; fwd-status=200; stored")
+        #expect(CacheStatus(forward: "uri-miss", forwardStatus: 200, stored: true).value == "sparsecache; fwd=uri-miss; fwd-status=200; stored")
         #expect(CacheStatus(forward: "stale", forwardStatus: 304, ttl: -5).value == "sparsecache; fwd=stale; fwd-status=304; ttl=-5")
         #expect(CacheStatus(detail: "say \"no\"").value == "sparsecache; detail=\"say \\\"no\\\"\"")
         let via = ProxyVia()
-        let fields = proxyFields(
-            HTTPHeaders([("Via", "1.0 upstream"), ("ETag", "\"a\"")]), status: CacheStatus(hit: true), via: via.element)
+        let fields = proxyFields(HTTPHeaders([("Via", "1.0 upstream"), ("ETag", "\"a\"")]), status: CacheStatus(hit: true), via: via.element)
         #expect(fields.map(\.0) == ["ETag", "Via", "Cache-Status"])
         #expect(fields[1].1 == "1.0 upstream, 1.1 \(via.pseudonym)" && via.pseudonym.hasPrefix("sparsecache-"))
         // Loop detection (RFC 9110 7.6.3): our own received-by, not another sparsecache's.
@@ -88,11 +86,7 @@ struct ProxyRulesTests {
         let secret = "http://10.1.2.3:8081/internal/path.bin"
         let cases: [(SparseCacheError, Int)] = [
             (SparseCacheError(.originUnavailable, operation: "connect", path: "10.1.2.3", errno: 111, detail: "connection refused"), 502),
-            (
-                SparseCacheError(
-                    .originUnavailable, operation: "fetch", path: secret, detail: "timed out: no answer from the origin within 30 seconds"),
-                504
-            ),
+            (SparseCacheError(.originUnavailable, operation: "fetch", path: secret, detail: "timed out: no answer from the origin within 30 seconds"), 504),
             (SparseCacheError(.originUnavailable, operation: "fetch", path: secret, detail: "timed out waiting for the origin"), 504),
             (SparseCacheError(.origin, operation: "fetch", path: secret, detail: "206 with a missing or malformed Content-Range ''"), 502),
             (SparseCacheError(.io, operation: "pwrite", path: "/var/cache/sparsecache/ab/cd.data", detail: "No space left on device"), 500),
@@ -112,9 +106,7 @@ struct ProxyRulesTests {
                 ("Content-Type", "text/plain"), ("ETag", "\"v1\""), ("Cache-Control", "max-age=60"), ("X-Empty", ""),
                 ("Content-Length", "12"), ("Connection", "close, X-Hop"), ("X-Hop", "1"), ("Content-Range", "bytes 0-1/12"),
             ]), requestTime: 10, responseTime: 11, varyRequest: HTTPHeaders([("Accept-Encoding", "gzip, br")]))
-        #expect(
-            head.headers.map(\.name) == ["Content-Type", "ETag", "Cache-Control", "X-Empty"], "framing and hop-by-hop fields are not stored"
-        )
+        #expect(head.headers.map(\.name) == ["Content-Type", "ETag", "Cache-Control", "X-Empty"], "framing and hop-by-hop fields are not stored")
         let metadata = head.stored(in: ResourceMetadata(key: "http://o/a"))
         #expect(metadata.contentType == "text/plain" && metadata.etag == "\"v1\"" && metadata.key == "http://o/a")
         #expect(StoredHead(metadata) == head)
@@ -150,8 +142,7 @@ struct ProxyRulesTests {
         let gzip = CachingProxy.variantKey("k", of: head, for: Self.request([("Accept-Encoding", "gzip,br"), ("Cookie", "a")]))
         let spaced = CachingProxy.variantKey("k", of: head, for: Self.request([("accept-encoding", "gzip, br")]))
         let other = CachingProxy.variantKey("k", of: head, for: Self.request([("Accept-Encoding", "identity")]))
-        let language = CachingProxy.variantKey(
-            "k", of: head, for: Self.request([("Accept-Encoding", "gzip,br"), ("Accept-Language", "de")]))
+        let language = CachingProxy.variantKey("k", of: head, for: Self.request([("Accept-Encoding", "gzip,br"), ("Accept-Language", "de")]))
         #expect(gzip == spaced && gzip != other && gzip != language && gzip.hasPrefix("k#vary="))
         #expect(!gzip.contains("gzip"), "values are hashed, not written into the key")
     }

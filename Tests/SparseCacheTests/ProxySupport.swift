@@ -10,7 +10,7 @@ import Synchronization
 @testable import SparseHTTP
 
 #if canImport(Glibc)
-    import Glibc
+import Glibc
 #endif
 
 /// A store, a cache, the proxy handler and an HTTPServer on a free loopback port.

@@ -91,9 +91,7 @@ struct ProxyTests {
         #expect(whole.status == 200 && whole.body.count == 3_000_000, "\(whole)")
         #expect(await origin.bytesSent("whole.bin") == 3_000_000)
         let wholeAsked = origin.requests().filter { $0.path == "/whole.bin" }
-        #expect(
-            wholeAsked.count == 1 && wholeAsked.first?.status == 200 && wholeAsked.first?.range.hasPrefix("bytes") == false, "\(wholeAsked)"
-        )
+        #expect(wholeAsked.count == 1 && wholeAsked.first?.status == 200 && wholeAsked.first?.range.hasPrefix("bytes") == false, "\(wholeAsked)")
         // A player's open-ended seek: the first window, then read-ahead as it reads on.
         let seek = try await Curl.run(proxy.baseURL + "/player.bin", ["-r", "4000000-"])
         #expect(seek.status == 206 && seek.body == Array(player[4_000_000...]), "\(seek)")
@@ -250,9 +248,7 @@ struct ProxyTests {
         #expect(small.server.evictedConnections >= 1 && small.server.rejectedConnections == 0)
         // The holders closed their ends; the server notices each close a moment later.
         let closeStart = ContinuousClock.now
-        while small.server.connectionCount > 0, ContinuousClock.now - closeStart < .seconds(2) {
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        while small.server.connectionCount > 0, ContinuousClock.now - closeStart < .seconds(2) { try await Task.sleep(for: .milliseconds(10)) }
         let fine = try await Curl.run(small.baseURL + "/a.bin")
         #expect(fine.status == 200 && fine.body.count == 10_000, "\(fine)")
         await small.stop()
@@ -355,8 +351,7 @@ struct ProxyTests {
         #expect(statistics.bytesReceived == Int64(length), "each byte received once: \(statistics)")
         #expect(
             sent >= Int64(length) && sent <= Int64(length) + statistics.yieldedUnread,
-            "each byte fetched once: the origin sent \(sent) for \(length), \(statistics.yields) yields left \(statistics.yieldedUnread) unread"
-        )
+            "each byte fetched once: the origin sent \(sent) for \(length), \(statistics.yields) yields left \(statistics.yieldedUnread) unread")
 
         guard let wrk = ["/usr/bin/wrk", "/usr/local/bin/wrk"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
             Issue.record("wrk is not installed (apt-get install wrk; .ci/run does this)")

@@ -13,7 +13,7 @@ import Testing
 @testable import SparseHTTP
 
 #if canImport(Glibc)
-    import Glibc
+import Glibc
 #endif
 
 @Suite("Read paths: page cache first, DispatchIO for the rest")
@@ -109,8 +109,7 @@ struct ReadPathTests {
             let file = try await SparseFile.open(path, mode: .readOnly, options: options)
             let error = await expectError(.corruptData) { try await file.read(offset: 0, length: 10 * Self.segment) }
             #expect(error?.segments == [victim])
-            #expect(
-                try await file.read(offset: 0, length: victim * Self.segment) == sourceBytes(0..<Int64(victim * Self.segment), salt: 11))
+            #expect(try await file.read(offset: 0, length: victim * Self.segment) == sourceBytes(0..<Int64(victim * Self.segment), salt: 11))
             await expectError(.notPresent) { try await file.read(offset: offset, length: 1) }
             try await file.close()
         }

@@ -13,9 +13,7 @@ struct RequestBodyTests {
     /// Echoes what reached the origin: method, framing, body.
     static let echo = OriginScript(status: 200, headers: [("Content-Type", "application/octet-stream")], echo: true)
 
-    @Test(
-        "curl POST and PUT with bodies in both framings (Content-Length, chunked from a pipe) reach the origin whole, with the client's fields and Via; the answer comes back"
-    )
+    @Test("curl POST and PUT with bodies in both framings (Content-Length, chunked from a pipe) reach the origin whole, with the client's fields and Via; the answer comes back")
     func postAndPut() async throws {
         let rig = try await ScriptedProxy()
         try rig.script("echo", Self.echo)
@@ -32,14 +30,11 @@ struct RequestBodyTests {
         ]
         for (index, item) in cases.enumerated() {
             // Generous: the full suite runs loaded, and two of these move 3 MiB each way.
-            let answer = try await rig.get(
-                "echo?case=\(index)", item.arguments + ["-H", "X-Custom: \(index)", "-H", "Expect:"], timeout: 120)
+            let answer = try await rig.get("echo?case=\(index)", item.arguments + ["-H", "X-Custom: \(index)", "-H", "Expect:"], timeout: 120)
             #expect(answer.status == 200, "\(item.method) #\(index): \(answer)")
             #expect(answer.headers["x-echo-method"] == item.method, "\(item.method) #\(index) reached the origin as: \(answer.headers)")
-            #expect(
-                sameBytes(answer.body, item.body[...]), "\(item.method) #\(index): \(answer.body.count) of \(item.body.count) bytes echoed")
-            #expect(
-                answer.cacheStatus.contains("fwd=method") && (answer.headers["via"] ?? "").contains("1.1 sparsecache"), "\(answer.headers)")
+            #expect(sameBytes(answer.body, item.body[...]), "\(item.method) #\(index): \(answer.body.count) of \(item.body.count) bytes echoed")
+            #expect(answer.cacheStatus.contains("fwd=method") && (answer.headers["via"] ?? "").contains("1.1 sparsecache"), "\(answer.headers)")
             let logged = rig.requests("echo").last
             #expect(logged?.method == item.method && logged?.requestBytes == item.body.count, "origin log: \(String(describing: logged))")
             #expect(logged?.header("x-custom") == String(index), "the client's own fields are forwarded: \(String(describing: logged))")
@@ -67,18 +62,14 @@ struct RequestBodyTests {
         for method in ["DELETE", "PATCH", "OPTIONS", "FROB"] {
             let answer = try await rig.get("thing", ["-X", method])
             #expect(answer.status == 204 && answer.headers["x-done"] == "yes", "\(method): \(answer)")
-            #expect(
-                rig.requests("thing").last?.method == method,
-                "\(method) reached the origin: \(rig.requests("thing").last.map(\.description) ?? "none")")
+            #expect(rig.requests("thing").last?.method == method, "\(method) reached the origin: \(rig.requests("thing").last.map(\.description) ?? "none")")
         }
         let missing = try await rig.get("page", ["--data-binary", "x"])
         #expect(missing.status == 404 && missing.text == "no such page\n", "an origin 404 to a POST passes through: \(missing)")
         await rig.stop()
     }
 
-    @Test(
-        "PUT and DELETE invalidate the stored target and its Vary variants; a same-origin Location or Content-Location too; another origin's and an error answer's not (RFC 9111 4.4)"
-    )
+    @Test("PUT and DELETE invalidate the stored target and its Vary variants; a same-origin Location or Content-Location too; another origin's and an error answer's not (RFC 9111 4.4)")
     func invalidation() async throws {
         let rig = try await ScriptedProxy()
         let fresh: [(String, String)] = [("Cache-Control", "max-age=600"), ("ETag", "\"v1\"")]
@@ -137,9 +128,7 @@ struct RequestBodyTests {
         await rig.stop()
     }
 
-    @Test(
-        "GETs filling a key and POSTs invalidating it, concurrently and more of them than origin connections: every request is answered (no fill slot is held while invalidating)"
-    )
+    @Test("GETs filling a key and POSTs invalidating it, concurrently and more of them than origin connections: every request is answered (no fill slot is held while invalidating)")
     func concurrentInvalidation() async throws {
         let rig = try await ScriptedProxy()
         try rig.script("busy", [("Cache-Control", "max-age=600"), ("ETag", "\"b\"")], body: String(repeating: "b", count: 100_000))
@@ -162,9 +151,7 @@ struct RequestBodyTests {
         await rig.stop()
     }
 
-    @Test(
-        "Expect: 100-continue: the interim 100 comes before the body is sent and the final answer after; a body over the limit gets 413 and no 100; an answer without reading the body closes the connection (RFC 9110 10.1.1)"
-    )
+    @Test("Expect: 100-continue: the interim 100 comes before the body is sent and the final answer after; a body over the limit gets 413 and no 100; an answer without reading the body closes the connection (RFC 9110 10.1.1)")
     func expectContinue() async throws {
         var options = ProxyFixture.defaultOptions
         options.maximumBodySize = 1000
@@ -172,8 +159,7 @@ struct RequestBodyTests {
         try rig.script("echo", Self.echo)
         let head = "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"
         let exchange = await RawHTTP.exchange(
-            port: rig.proxy.server.port,
-            [Array(head.utf8), Array("hello".utf8), Array("GET /none HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8)],
+            port: rig.proxy.server.port, [Array(head.utf8), Array("hello".utf8), Array("GET /none HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8)],
             pause: .milliseconds(500), timeout: .seconds(20))
         #expect(exchange.text.hasPrefix("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 "), "\(exchange.text.prefix(200).debugDescription)")
         #expect(exchange.text.contains("\r\n\r\nhello"), "the body went through after the 100: \(exchange.text.debugDescription)")
@@ -215,9 +201,7 @@ struct RequestBodyTests {
         await rig.stop()
     }
 
-    @Test(
-        "keep-alive and pipelining with bodies: two pipelined POSTs (Content-Length, chunked) then a GET on one connection, answered in order; a GET's unread body is drained"
-    )
+    @Test("keep-alive and pipelining with bodies: two pipelined POSTs (Content-Length, chunked) then a GET on one connection, answered in order; a GET's unread body is drained")
     func pipelinedBodies() async throws {
         let rig = try await ScriptedProxy()
         try rig.script("echo", Self.echo)

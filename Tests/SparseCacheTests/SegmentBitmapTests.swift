@@ -134,8 +134,7 @@ struct SegmentBitmapTests {
             switch Int.random(in: 0..<100, using: &generator) {
             case 0..<45:
                 // Mostly inside, sometimes past the end (which grows the bitmap).
-                let segment = Int.random(
-                    in: 0..<(Int.random(in: 0..<20, using: &generator) == 0 ? span : max(model.count, 1)), using: &generator)
+                let segment = Int.random(in: 0..<(Int.random(in: 0..<20, using: &generator) == 0 ? span : max(model.count, 1)), using: &generator)
                 let inserted = bitmap.insert(segment)
                 let modelInserted = model.insert(segment)
                 #expect(inserted == modelInserted, "insert \(segment). \(context)")

@@ -31,9 +31,7 @@ struct SoakTests {
         let probe = Array(body[first..<min(body.count, first + 64)])
         let zeros = probe.allSatisfy { $0 == 0 }
         var source = "not in the file"
-        if probe.count == 64, let found = file.firstRange(of: probe) {
-            source = "file offset \(found.lowerBound) (\(found.lowerBound - at) bytes off)"
-        }
+        if probe.count == 64, let found = file.firstRange(of: probe) { source = "file offset \(found.lowerBound) (\(found.lowerBound - at) bytes off)" }
         return " (first difference at file offset \(at), segment \(at >> 16)\(zeros ? ", zeros" : ""); served bytes from \(source))"
     }
 

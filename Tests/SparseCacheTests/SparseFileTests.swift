@@ -118,9 +118,7 @@ struct SparseFileTests {
             #expect(error?.missing == [seg(3)..<(seg(2) + 10 + 5000)])
             error = await expectError(.notPresent) { try await file.read(offset: 0, length: Int(length)) }
             #expect(error?.missing == [seg(3)..<seg(4), seg(6)..<seg(8)])
-            #expect(
-                error?.description.contains("missing [\(seg(3)), \(seg(4))), [\(seg(6)), \(seg(8)))") == true,
-                "\(String(describing: error))")
+            #expect(error?.description.contains("missing [\(seg(3)), \(seg(4))), [\(seg(6)), \(seg(8)))") == true, "\(String(describing: error))")
 
             #expect(try await file.read(offset: 0, length: 0) == [])
             #expect(try await file.read(offset: length, length: 0) == [])

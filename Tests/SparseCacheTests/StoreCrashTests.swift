@@ -76,9 +76,7 @@ extension CrashPowerLossTests {
             let found = Set(try FileManager.default.contentsOfDirectory(atPath: trial.path + "/resources"))
             if found != expected {
                 violations += 1
-                Issue.record(
-                    "\(snapshot): leftovers after start-up: \(found.subtracting(expected).sorted()); missing: \(expected.subtracting(found).sorted())"
-                )
+                Issue.record("\(snapshot): leftovers after start-up: \(found.subtracting(expected).sorted()); missing: \(expected.subtracting(found).sorted())")
             }
         }
         reportCounts("store eviction crashes", ["snapshots": points, "violations": violations])

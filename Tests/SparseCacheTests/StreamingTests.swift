@@ -31,9 +31,7 @@ struct StreamingTests {
         var muxer = ["-f", "hls", "-hls_time", "1", "-hls_list_size", "0"]
         if !live { muxer += ["-hls_playlist_type", "vod"] }
         if fmp4 {
-            muxer += [
-                "-hls_segment_type", "fmp4", "-hls_fmp4_init_filename", "init.mp4", "-hls_segment_filename", directory + "/seg%d.m4s",
-            ]
+            muxer += ["-hls_segment_type", "fmp4", "-hls_fmp4_init_filename", "init.mp4", "-hls_segment_filename", directory + "/seg%d.m4s"]
         } else {
             muxer += ["-hls_segment_filename", directory + "/seg%d.ts"]
         }
@@ -80,9 +78,7 @@ struct StreamingTests {
         origin.requests().filter { !$0.path.hasSuffix(".m3u8") && !$0.path.hasSuffix(".mpd") && $0.status != 304 }.count
     }
 
-    @Test(
-        "VOD HLS, MPEG-TS and fMP4, relative and absolute URLs, both modes: played to the end, the second play fetches no segment, and plays with the origin stopped"
-    )
+    @Test("VOD HLS, MPEG-TS and fMP4, relative and absolute URLs, both modes: played to the end, the second play fetches no segment, and plays with the origin stopped")
     func vod() async throws {
         let files = try TemporaryDirectory("hls-origin")
         defer { files.remove() }
@@ -154,9 +150,7 @@ struct StreamingTests {
         }
     }
 
-    @Test(
-        "Automatic prefetch: the window follows the origin's speed over the stream's: 8 ahead from a fast origin, at most 2 from one that barely keeps up"
-    )
+    @Test("Automatic prefetch: the window follows the origin's speed over the stream's: 8 ahead from a fast origin, at most 2 from one that barely keeps up")
     func automaticPrefetch() async throws {
         let files = try TemporaryDirectory("auto-prefetch")
         defer { files.remove() }
@@ -192,9 +186,7 @@ struct StreamingTests {
         #expect(fast.status == 200)
         #expect(try await Self.eventually { window("fast") == 8 }, "a fast origin: \(prefetcher.windows)")
         try await settle("fast")
-        #expect(
-            fetched("fast") == Set((0..<8).map { "/fast/seg\($0).ts" }), "eight ahead of a player at the start: \(fetched("fast").sorted())"
-        )
+        #expect(fetched("fast") == Set((0..<8).map { "/fast/seg\($0).ts" }), "eight ahead of a player at the start: \(fetched("fast").sorted())")
 
         let slow = try await Curl.run(proxy.baseURL + "/slow/index.m3u8")
         #expect(slow.status == 200)
@@ -267,8 +259,7 @@ struct StreamingTests {
                 try FileManager.default.copyItem(atPath: staging.file("seg\(index).ts"), toPath: files.file("live/seg\(index).ts"))
             }
             try Self.livePlaylist(segments, ended: ended).write(toFile: files.file("live/index.m3u8"), atomically: true, encoding: .utf8)
-            try FileManager.default.setAttributes(
-                [.modificationDate: Date(timeIntervalSinceNow: -3600)], ofItemAtPath: files.file("live/index.m3u8"))
+            try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSinceNow: -3600)], ofItemAtPath: files.file("live/index.m3u8"))
         }
         try publish(3, ended: false)
         let proxy = try await ProxyFixture(origin: origin.baseURL)
@@ -289,9 +280,7 @@ struct StreamingTests {
         await proxy.stop()
     }
 
-    @Test(
-        "Live HLS written by ffmpeg into nginx's root as the player plays it through the proxy: played to the end, with segments that did not exist when it started"
-    )
+    @Test("Live HLS written by ffmpeg into nginx's root as the player plays it through the proxy: played to the end, with segments that did not exist when it started")
     func livePackager() async throws {
         try ProxyCLITests.requireFFmpeg()
         let files = try TemporaryDirectory("live-packager")
@@ -309,8 +298,7 @@ struct StreamingTests {
             try await ChildProcess.run(
                 "ffmpeg",
                 [
-                    "-v", "error", "-nostdin", "-re", "-f", "lavfi", "-i", "testsrc=duration=\(seconds):size=320x180:rate=25", "-c:v",
-                    "libx264",
+                    "-v", "error", "-nostdin", "-re", "-f", "lavfi", "-i", "testsrc=duration=\(seconds):size=320x180:rate=25", "-c:v", "libx264",
                     "-preset", "ultrafast", "-g", "25", "-keyint_min", "25", "-sc_threshold", "0", "-f", "hls", "-hls_time", "1",
                     "-hls_list_size", "0", "-hls_flags", "temp_file", "-hls_segment_filename", live + "/seg%d.ts", live + "/index.m3u8",
                 ])
@@ -343,9 +331,7 @@ struct StreamingTests {
         return condition()
     }
 
-    @Test(
-        "Prefetch: the next N segments after a media playlist and after each segment; a variant switch stops the old variant's; nothing past the window"
-    )
+    @Test("Prefetch: the next N segments after a media playlist and after each segment; a variant switch stops the old variant's; nothing past the window")
     func prefetch() async throws {
         let staging = try TemporaryDirectory("prefetch-staging")
         defer { staging.remove() }
@@ -383,8 +369,7 @@ struct StreamingTests {
         let first = try await Curl.run(proxy.baseURL + "/low/seg0.ts")
         #expect(first.status == 200 && first.body.count > 0)
         // Only revalidated (nginx's fresh Last-Modified gives no heuristic lifetime), not fetched again.
-        #expect(
-            origin.requests().filter { $0.path == "/low/seg0.ts" && $0.status != 304 }.count == 1, "the player's segment was in the cache")
+        #expect(origin.requests().filter { $0.path == "/low/seg0.ts" && $0.status != 304 }.count == 1, "the player's segment was in the cache")
         #expect(try await Self.eventually { fetched("/low/seg2.ts") }, "the window moves with the player")
         _ = try await settle()
         #expect(!fetched("/low/seg3.ts"))
@@ -397,9 +382,7 @@ struct StreamingTests {
         #expect(try await Self.eventually { fetched("/high/seg4.ts") && fetched("/high/seg5.ts") })
         let quiet = try await settle()
         #expect(!fetched("/low/seg3.ts") && !fetched("/high/seg0.ts") && !fetched("/high/seg6.ts"), "\(origin.requests().map(\.path))")
-        #expect(
-            proxy.proxy.streaming.prefetcher.pinnedSegments.values.sorted { $0.count < $1.count } == [[4, 5]],
-            "the old variant's pins are gone")
+        #expect(proxy.proxy.streaming.prefetcher.pinnedSegments.values.sorted { $0.count < $1.count } == [[4, 5]], "the old variant's pins are gone")
         // The player stops: nothing more is fetched.
         try await Task.sleep(for: .seconds(1))
         #expect(origin.requests().count == quiet)
@@ -414,9 +397,7 @@ struct StreamingTests {
         let bytes = try originFile(files.path, "seek.bin", count: length, seed: 19)
         try FileManager.default.createDirectory(atPath: files.file("slow"), withIntermediateDirectories: true)
         let prefetches = HTTPRangeSource.connectionsPerOrigin
-        for index in 0..<prefetches {
-            try FileManager.default.linkItem(atPath: files.file("seek.bin"), toPath: files.file("slow/p\(index).bin"))
-        }
+        for index in 0..<prefetches { try FileManager.default.linkItem(atPath: files.file("seek.bin"), toPath: files.file("slow/p\(index).bin")) }
         // 8 MiB at 128 KiB/s: each prefetch would hold its connection for a minute.
         let origin = try await OriginServer.nginx(root: files.path, locations: "location /slow/ { limit_rate 128k; }")
         defer { origin.stop() }
@@ -438,8 +419,7 @@ struct StreamingTests {
         let seek = try await Curl.run(proxy.baseURL + "/seek.bin", ["-r", "\(middle)-\(middle + 65535)"], timeout: 30)
         #expect(seek.status == 206 && sameBytes(seek.body, bytes[middle..<(middle + 65536)]), "\(seek)")
         // The prefetch that yielded ended its request and asks again: back to every place taken.
-        #expect(
-            try await Self.eventually { origin.requests().contains { $0.path.hasPrefix("/slow/") } }, "a prefetch yielded its connection")
+        #expect(try await Self.eventually { origin.requests().contains { $0.path.hasPrefix("/slow/") } }, "a prefetch yielded its connection")
         let back = ContinuousClock.now + .seconds(30)
         while await limiter.inUse < prefetches, ContinuousClock.now < back { try await Task.sleep(for: .milliseconds(20)) }
         #expect(await limiter.inUse == prefetches, "the yielded prefetch resumed")
@@ -457,9 +437,7 @@ struct StreamingTests {
         try FileManager.default.createDirectory(atPath: files.file("slow"), withIntermediateDirectories: true)
         try FileManager.default.linkItem(atPath: files.file("segment.bin"), toPath: files.file("slow/segment.bin"))
         let others = HTTPRangeSource.connectionsPerOrigin - 1
-        for index in 0...others {
-            try FileManager.default.linkItem(atPath: files.file("segment.bin"), toPath: files.file("slow/o\(index).bin"))
-        }
+        for index in 0...others { try FileManager.default.linkItem(atPath: files.file("segment.bin"), toPath: files.file("slow/o\(index).bin")) }
         let origin = try await OriginServer.nginx(root: files.path, locations: "location /slow/ { limit_rate 1m; }")
         defer { origin.stop() }
         let proxy = try await ProxyFixture(origin: origin.baseURL)

@@ -176,8 +176,7 @@ func expectBytes(
     sourceLocation: SourceLocation = #_sourceLocation
 ) {
     guard actual != expected else { return }
-    let firstDifference =
-        zip(actual, expected).enumerated().first { $0.element.0 != $0.element.1 }?.offset
+    let firstDifference = zip(actual, expected).enumerated().first { $0.element.0 != $0.element.1 }?.offset
         ?? min(actual.count, expected.count)
     Issue.record(
         "bytes differ: got \(actual.count), expected \(expected.count), first difference at \(firstDifference). \(comment())",

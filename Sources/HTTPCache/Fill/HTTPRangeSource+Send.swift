@@ -62,8 +62,7 @@ extension HTTPRangeSource {
             // RFC 9110, section 8.6: a POST or PUT without content says so.
             framing.append(("Content-Length", "0"))
         }
-        let request = try Self.request(
-            for: url, range: nil, validator: nil, key: key, forwarding: forwarding, method: method, extra: framing)
+        let request = try Self.request(for: url, range: nil, validator: nil, key: key, forwarding: forwarding, method: method, extra: framing)
         let exchange = try await HTTPExchange.start(
             host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host, port: url.port ?? 80, request: request,
             body: body.map { HTTPExchange.RequestBody(length: $0.length, next: $0.next) },

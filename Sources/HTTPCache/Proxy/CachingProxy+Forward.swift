@@ -38,8 +38,7 @@ extension CachingProxy {
         let requestTime = Int64(time(nil))
         let response: RangeResponse
         do {
-            response = try await source.base.fetch(
-                0..<1, validator: nil, forwarding: HTTPRangeSource.Forwarding(headers: headers, via: source.forwarding.via))
+            response = try await source.base.fetch(0..<1, validator: nil, forwarding: HTTPRangeSource.Forwarding(headers: headers, via: source.forwarding.via))
         } catch let answer as OriginAnswer {
             let responseTime = Int64(time(nil))
             if answer.head.status == 304 {

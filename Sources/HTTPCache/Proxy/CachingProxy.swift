@@ -277,16 +277,14 @@ public final class CachingProxy: Sendable {
         let representation = head.status == 200
         switch representation ? Precondition.evaluate(request, etag: etag, lastModified: lastModified) : .proceed {
         case .failed:
-            try await response.respond(
-                status: 412, message: "precondition failed", headers: proxyFields([], status: exchange.status, via: via.element))
+            try await response.respond(status: 412, message: "precondition failed", headers: proxyFields([], status: exchange.status, via: via.element))
             return
         case .notModified:
             // The fields a 304 carries (RFC 9110, section 15.4.5), and Last-Modified as nginx does.
             let kept = ["cache-control", "content-location", "date", "etag", "expires", "vary", "last-modified"]
             let fields = HTTPHeaders(stored.filter { field in kept.contains { field.hasName($0) } })
             try await response.writeHead(
-                status: 304, headers: proxyFields(fields, status: exchange.status, via: via.element) + [("Age", String(age))],
-                contentLength: 0)
+                status: 304, headers: proxyFields(fields, status: exchange.status, via: via.element) + [("Age", String(age))], contentLength: 0)
             return
         case .proceed:
             break
