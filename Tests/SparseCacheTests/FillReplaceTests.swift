@@ -91,16 +91,20 @@ struct FillReplaceTests {
         let second = random.bytes(length)
         for round in 0..<3 {
             var options = FillOptions.testing
-            options.maximumFetch = 256 << 10
+            // First contact brings the first 64 KiB; the reader's read-ahead then asks for the
+            // next two 16 KiB spans, which wait on the origin.
+            options.maximumFetch = 16 << 10
+            options.readAheadMinimum = 32 << 10
             options.readAhead = true
             options.readAheadLimit = 3
-            let fixture = try await FillFixture("fill-replace", options: options)
+            let fixture = try await FillFixture("fill-replace", options: options, segmentSize: 16 << 10)
             let cache = fixture.cache
             let source = SwappingSource(first, second, ignoresCancellation: ignoresCancellation)
             let outcome = Mutex<String?>(nil)
             let reader = Task {
                 do {
-                    let bytes = try await collect(cache.read(source))
+                    // Open-ended, as a player asks: first contact asks for a window, not all.
+                    let bytes = try await collect(cache.read(source, range: 0..<Int64.max))
                     outcome.withLock { $0 = bytes == second ? "second version" : "wrong bytes" }
                 } catch let error as SparseCacheError where error.code == .originChanged {
                     outcome.withLock { $0 = "originChanged" }

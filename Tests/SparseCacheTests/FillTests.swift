@@ -33,8 +33,20 @@ struct FillFixture {
         cache = ProgressiveCache(store: store, options: options)
     }
 
+    /// Stops the fills (each writes back and commits what it received: a reader may have had
+    /// its bytes from memory before they were durable) and closes the store.
     func close() async throws {
+        await cache.shutdown()
         try await store.close()
+    }
+
+    /// Waits until no fetch runs (every byte received is written back and committed).
+    func settled() async throws {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while await cache.activity.fetchesInFlight > 0 {
+            guard ContinuousClock.now < deadline else { throw OriginFailure("fetches still running after 60 s") }
+            try await Task.sleep(for: .milliseconds(5))
+        }
     }
 }
 
@@ -133,13 +145,14 @@ struct FillTests {
         let again = try await collect(fixture.cache.read(http))
         #expect(again == source)
         #expect(await origin.bytesSent("movie.bin") == sent, "the second read came from the origin")
+        try await fixture.settled()
         let progress = try await fixture.cache.progress(key: http.key)
         #expect(progress.presentBytes == Int64(source.count) && progress.length == Int64(source.count))
         #expect(progress.contiguousBytes == Int64(source.count))
         try await fixture.close()
     }
 
-    @Test("a player's first read of a new resource takes one request: first contact brings the first segment")
+    @Test("a player's first read of a new resource takes one request: first contact asks for the reader's own range")
     func firstContact() async throws {
         let files = try TemporaryDirectory("origin-files")
         let source = try originFile(files.path, "start.bin", count: 1_000_000, seed: 5)
@@ -151,10 +164,12 @@ struct FillTests {
         #expect(try await collect(fixture.cache.read(http, range: 0..<4096)) == Array(source[0..<4096]))
         #expect(await origin.bytesSent("start.bin") == 65_536, "first contact asks for the first segment and keeps it")
         #expect(origin.requests().filter { $0.path == "/start.bin" }.count == 1, "\(origin.requests())")
-        // Elsewhere in the resource: first contact, then the range (the first segment is kept).
+        // Elsewhere in the resource: one request for the segment holding it.
         #expect(try await collect(fixture.cache.read(http, range: 500_000..<501_000)) == Array(source[500_000..<501_000]))
         _ = await origin.bytesSent("start.bin")  // waits for the access log to settle
         #expect(origin.requests().filter { $0.path == "/start.bin" }.count == 2)
+        // The reader had its bytes as they arrived; the write-back commits them behind it.
+        try await fixture.settled()
         #expect(try await fixture.cache.progress(key: http.key).presentBytes >= 65_536 * 2)
         // Shorter than a segment: first contact is the whole resource.
         let small = try HTTPRangeSource(url: origin.url("tiny.bin"))
@@ -237,32 +252,37 @@ struct FillTests {
         try await fixture.close()
     }
 
-    @Test("reading ahead: the next span is requested while a reader waits on one; not when turned off or when the cache is busy")
+    @Test("reading ahead adapts: requests start small past the reader and grow while it reads on; off, each is one span")
     func readAhead() async throws {
-        let length = 1 << 20
+        let length = 8 << 20
         var random = SplitMix64(seed: 15)
         let bytes = random.bytes(length)
-        for (readAhead, limit, asksAhead) in [(true, 3, true), (false, 3, false), (true, 1, false)] {
+        for readAhead in [true, false] {
             var options = FillOptions.testing
-            options.maximumFetch = 256 << 10
+            options.maximumFetch = 1 << 20
             options.readAhead = readAhead
-            options.readAheadLimit = limit
+            options.readAheadMinimum = 64 << 10
+            options.readAheadFraction = 4
             let fixture = try await FillFixture("fill-read-ahead", options: options)
             let source = GatedSource(bytes)
-            let cache = fixture.cache
-            let reader = Task { try await collect(cache.read(source)) }
-            // First contact (segment 0) is answered at once; the reader's first span (segments
-            // 1 to 4) is held back, so the reader waits on it for as long as this test likes.
-            try await source.waitForRequests(2)
-            if asksAhead {
-                try await source.waitForRequests(3)
-                #expect(source.requests[2].lowerBound == 5 << 16, "\(source.requests)")
-            } else {
-                try await Task.sleep(for: .milliseconds(300))
-                #expect(source.requests.count == 2, "read ahead \(readAhead), limit \(limit): \(source.requests)")
-            }
             source.release()
-            #expect(try await reader.value == bytes)
+            // Open-ended, as a player asks (`bytes=0-`).
+            #expect(try await collect(fixture.cache.read(source, range: 0..<Int64.max)) == bytes)
+            try await fixture.settled()
+            let requests = source.requests.map { $0.clamped(to: 0..<Int64(length)) }.sorted { $0.lowerBound < $1.lowerBound }
+            let sizes = requests.map(\.count)
+            // Every byte asked for once, in requests that tile the resource.
+            #expect(sizes.reduce(0, +) == length, "read ahead \(readAhead): \(requests)")
+            #expect(zip(requests, requests.dropFirst()).allSatisfy { $0.upperBound == $1.lowerBound }, "\(requests)")
+            // First contact asks for the first window: twice the minimum distance.
+            #expect(requests.first == 0..<(128 << 10), "read ahead \(readAhead): \(requests)")
+            #expect(sizes.allSatisfy { $0 <= 1 << 20 }, "no request over maximumFetch: \(sizes)")
+            if readAhead {
+                // Growing: small at first, maximumFetch-sized once the reader has read on.
+                #expect(sizes[1] <= 256 << 10 && sizes.dropLast().last == 1 << 20, "\(sizes)")
+            } else {
+                #expect(sizes.dropFirst().dropLast().allSatisfy { $0 == 1 << 20 }, "one span per request: \(sizes)")
+            }
             try await fixture.close()
         }
     }

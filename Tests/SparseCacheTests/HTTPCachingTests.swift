@@ -182,6 +182,28 @@ struct HTTPCachingTests {
         await rig.stop()
     }
 
+    @Test("a range of a response not to store: the origin is asked once, with the client's range, and its part is passed on (RFC 9111 3, RFC 9110 15.3.7)")
+    func unstorableRange() async throws {
+        let rig = try await ScriptedProxy()
+        let body = OriginScript.pattern(count: 300_000, seed: 5)
+        try rig.script("private-clip", [("Cache-Control", "no-store"), ("ETag", "\"p1\"")]) {
+            $0.bodySize = 300_000
+            $0.bodySeed = 5
+        }
+        let part = try await rig.get("private-clip", ["-r", "100000-100999"])
+        #expect(part.status == 206 && part.body == Array(body[100_000..<101_000]), "\(part)")
+        #expect(part.headers["content-range"] == "bytes 100000-100999/300000" && part.headers["etag"] == "\"p1\"", "\(part.headers)")
+        #expect(rig.count("private-clip") == 1, "asked once: \(rig.requests("private-clip"))")
+        #expect(part.cacheStatus.contains("fwd=uri-miss") && !part.cacheStatus.contains("stored"), "\(part.headers)")
+        // Open-ended: the part from the client's first byte, as the origin sent it.
+        let rest = try await rig.get("private-clip", ["-r", "250000-"])
+        #expect(rest.status == 206 && rest.body == Array(body[250_000...]), "\(rest)")
+        #expect(rest.headers["content-range"] == "bytes 250000-299999/300000", "\(rest.headers)")
+        #expect(rig.count("private-clip") == 2, "asked once more: \(rig.requests("private-clip"))")
+        #expect(await rig.proxy.store.entry(for: rig.origin.url("private-clip").absoluteString) == nil, "nothing stored")
+        await rig.stop()
+    }
+
     // MARK: freshness (RFC 9111 4.2)
 
     @Test(

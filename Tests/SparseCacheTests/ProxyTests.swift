@@ -69,6 +69,38 @@ struct ProxyTests {
         await proxy.stop()
     }
 
+    @Test("a miss asks the origin once, for the client's own range (aligned) or the whole: no probe for the first segment first")
+    func firstContactIsTheClientsRequest() async throws {
+        let files = try TemporaryDirectory("proxy-origin")
+        let source = try originFile(files.path, "seek.bin", count: 5_000_000, seed: 77)
+        _ = try originFile(files.path, "whole.bin", count: 3_000_000, seed: 78)
+        let player = try originFile(files.path, "player.bin", count: 5_000_000, seed: 79)
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        let proxy = try await ProxyFixture(origin: origin.baseURL)
+        let part = try await Curl.run(proxy.baseURL + "/seek.bin", ["-r", "1000000-1999999"])
+        #expect(part.status == 206 && part.body == Array(source[1_000_000..<2_000_000]), "\(part)")
+        #expect(part.headers["content-range"] == "bytes 1000000-1999999/5000000", "\(part.headers)")
+        _ = await origin.bytesSent("seek.bin")  // waits for the access log to settle
+        let asked = origin.requests().filter { $0.path == "/seek.bin" }
+        // One request: the client's range from the start of its 64 KiB segment to the end of
+        // its last one. Its answer told the length; no `bytes=0-65535` went first.
+        #expect(asked.map(\.range) == ["bytes=983040-2031615"], "\(asked)")
+        // A client without a range: the whole, in one answer (a 200 read on to the end).
+        let whole = try await Curl.run(proxy.baseURL + "/whole.bin")
+        #expect(whole.status == 200 && whole.body.count == 3_000_000, "\(whole)")
+        #expect(await origin.bytesSent("whole.bin") == 3_000_000)
+        let wholeAsked = origin.requests().filter { $0.path == "/whole.bin" }
+        #expect(wholeAsked.count == 1 && wholeAsked.first?.status == 200 && wholeAsked.first?.range.hasPrefix("bytes") == false, "\(wholeAsked)")
+        // A player's open-ended seek: the first window, then read-ahead as it reads on.
+        let seek = try await Curl.run(proxy.baseURL + "/player.bin", ["-r", "4000000-"])
+        #expect(seek.status == 206 && seek.body == Array(player[4_000_000...]), "\(seek)")
+        #expect(await origin.bytesSent("player.bin") == 5_000_000 - 3_997_696, "every byte from the segment start, once")
+        let seekAsked = origin.requests().filter { $0.path == "/player.bin" }
+        #expect(seekAsked.first?.range == "bytes=3997696-4128767", "the first window is 128 KiB: \(seekAsked)")
+        await proxy.stop()
+    }
+
     @Test("URL mode, origin errors passed through, bad targets and methods, origin down")
     func urlModeAndErrors() async throws {
         let files = try TemporaryDirectory("proxy-origin")

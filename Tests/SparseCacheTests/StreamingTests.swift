@@ -446,7 +446,8 @@ struct StreamingTests {
         let source = try HTTPRangeSource(url: origin.url("slow/segment.bin"))
         let cache = proxy.cache
         let prefetch = Task { await ConnectionLimiter.$priority.withValue(.background) { try? await cache.prefetch(source) } }
-        #expect(try await Self.eventually { origin.requests().contains { $0.range == "bytes=0-65535" } }, "first contact of the prefetch")
+        // First contact asks for the whole segment (no range): its answer is arriving.
+        #expect(try await Self.eventually { cache.statistics.bytesReceived > 0 }, "first contact of the prefetch")
         let middle = length / 2
         async let player = Curl.run(proxy.baseURL + "/slow/segment.bin", ["-r", "\(middle)-\(middle + 99)"], timeout: 60)
         try await Task.sleep(for: .milliseconds(300))

@@ -6,14 +6,17 @@ import Synchronization
 extension ProgressiveCache {
     /// Opens a resource for reading and tells what its origin said about it (length, type,
     /// validators) before any byte is read: what an HTTP server needs to write a response head.
-    /// A new resource costs one request to the origin (for its first segment, which is kept);
-    /// a known one none. An origin that answered without a length (chunked, or until the
+    /// A new resource costs one request to the origin, for what the reader reads first
+    /// (`first`), whose bytes the reader then gets as they arrive; a known one none. An origin that answered without a length (chunked, or until the
     /// connection closes) gives a reader of unknown ``CacheReader/length`` that follows the
     /// answer as it arrives; the answer is stored, with its length, once it has ended.
     ///
     /// The resource stays open (and pinned in the store) until ``CacheReader/close()``.
-    public func open(_ source: any RangeSource) async throws -> CacheReader {
-        let resource = try await attach(source)
+    ///
+    /// - Parameter first: what the reader will read first, which a new resource's first contact
+    ///   asks the origin for (``FirstRequest``): its answer brings those bytes too.
+    public func open(_ source: any RangeSource, first: FirstRequest = .whole) async throws -> CacheReader {
+        let resource = try await attach(source, first: first)
         guard let info = resource.info else {
             detach(resource)
             throw SparseCacheError(.closed, operation: "open", path: source.key, detail: "the resource is not open")
@@ -22,11 +25,20 @@ extension ProgressiveCache {
             detach(resource)
             throw SparseCacheError(.closed, operation: "open", path: source.key, detail: "the resource is not open")
         }
-        return CacheReader(cache: self, source: source, info: info, handle: handle, generation: resource.generation)
+        // The fetch first contact started for this opener is this reader's until it closes.
+        var firstFetch: Int?
+        if let opener = resource.openerFetch {
+            resource.openerFetch = nil
+            firstFetch = opener
+        }
+        return CacheReader(
+            cache: self, source: source, info: info, handle: handle, generation: resource.generation, firstFetch: firstFetch)
     }
 
-    func closeReader(key: String) {
-        if let resource = resources[key] { detach(resource) }
+    func closeReader(key: String, firstFetch: Int? = nil) {
+        guard let resource = resources[key] else { return }
+        if let firstFetch { releaseInterest(resource, [firstFetch]) }
+        detach(resource)
     }
 
     /// The step before closing the store: stops every fetch in flight, waits until each has
@@ -61,10 +73,14 @@ public final class CacheReader: Sendable {
     /// origin changed) closes it, so reads here fail and go to the cache, which says so.
     private let handle: ResourceHandle
     private let generation: Int
+    /// The fetch first contact started with the answer to this reader's first request: it runs
+    /// for this reader until it closes (or reads, which holds its own interest).
+    private let firstFetch: Int?
     private let closed = Atomic<Bool>(false)
 
-    init(cache: ProgressiveCache, source: any RangeSource, info: ContentInfo, handle: ResourceHandle, generation: Int) {
+    init(cache: ProgressiveCache, source: any RangeSource, info: ContentInfo, handle: ResourceHandle, generation: Int, firstFetch: Int?) {
         self.cache = cache
+        self.firstFetch = firstFetch
         self.source = source
         self.info = info
         self.handle = handle
@@ -73,8 +89,8 @@ public final class CacheReader: Sendable {
 
     deinit {
         if !closed.load(ordering: .acquiring) {
-            let cache = self.cache, key = source.key
-            Task { await cache.closeReader(key: key) }
+            let cache = self.cache, key = source.key, firstFetch = self.firstFetch
+            Task { await cache.closeReader(key: key, firstFetch: firstFetch) }
         }
     }
 
@@ -86,9 +102,10 @@ public final class CacheReader: Sendable {
     public var isLengthKnown: Bool { info.length != nil }
 
     /// Hands the bytes of `range` to `deliver` in order, in chunks of at most
-    /// ``FillOptions/readChunk`` bytes, each as soon as it is durable. The next chunk is read
-    /// only after `deliver` returns, so a slow consumer holds no more than one chunk; fetches
-    /// run ahead of it by about two spans of ``FillOptions/maximumFetch`` (see
+    /// ``FillOptions/readChunk`` bytes: cached ones from the file, missing ones as they arrive
+    /// from the origin (from memory, before they are durable: delivery, not a claim). The next
+    /// chunk is read only after `deliver` returns, so a slow consumer holds no more than one
+    /// chunk; fetches run ahead of it by a window that grows as it reads on (see
     /// ``FillOptions/readAhead``).
     ///
     /// Throws `.invalidArgument` for a range past the end, `.originChanged`, `.origin` /
@@ -143,6 +160,6 @@ public final class CacheReader: Sendable {
     /// Lets the resource go (the store may evict it once nobody holds it).
     public func close() async {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        await cache.closeReader(key: source.key)
+        await cache.closeReader(key: source.key, firstFetch: firstFetch)
     }
 }

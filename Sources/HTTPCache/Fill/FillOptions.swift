@@ -12,20 +12,32 @@ public struct FillOptions: Sendable {
     /// The pause before the first retry; it doubles up to ``maximumBackoff``.
     public var initialBackoff: Duration = .milliseconds(100)
     public var maximumBackoff: Duration = .seconds(5)
-    /// A fetch commits at least this often (bytes), so a crash or a cancel keeps what arrived.
+    /// The write-back commits at least this often (bytes), so a crash or a cancel keeps what
+    /// arrived. Readers do not wait for it: they get bytes as they arrive (``arrivedLimit``).
     public var commitEvery: Int64 = 4 << 20
-    /// While a reader waits for a segment the fetch has completed, the fetch commits at most
-    /// this long after the previous commit: the wait a reader sees behind the network.
-    public var readerCommitDelay: Duration = .milliseconds(10)
-    /// The largest span one request asks the origin for; a reader that goes on gets the
-    /// next span. It bounds what a reader that stops early leaves in flight, and the memory
-    /// an origin faster than the disk can fill ahead of the writes. Default 16 MiB.
+    /// The most bytes one fill holds in memory received and not yet present (cut-through:
+    /// readers take them from there while the write-back writes, syncs and commits them). The
+    /// origin is read only as fast as the disk takes the bytes once this is full. Default
+    /// 8 MiB, twice ``commitEvery``, so receiving goes on while a commit syncs.
+    public var arrivedLimit: Int64 = 8 << 20
+    /// The largest span one request asks the origin for. It bounds what a reader that stops
+    /// early leaves in flight. Default 16 MiB.
     public var maximumFetch: Int64 = 16 << 20
-    /// While a reader waits on one span, request the next span too, so the origin does not
-    /// idle between spans for a request and the span's last commit. Only while fewer than
-    /// ``readAheadLimit`` fetches run in the whole cache: under load a fetch ahead would take a
-    /// connection another reader needs now.
+    /// Read-ahead that adapts, as Linux's readahead does: a reader's fetches run
+    /// ``readAheadMinimum`` past it at first, and a ``readAheadFraction`` of what it has read in
+    /// a row once that is more, up to ``maximumFetch``; the next request leaves when less than
+    /// that distance is in flight, for up to twice it. A reader that stops early leaves at most
+    /// twice the distance fetched past its position (cancelled when it hangs up). Only while
+    /// fewer than ``readAheadLimit`` fetches run in the whole cache: under load a fetch ahead
+    /// would take a connection another reader needs now. Off: each fetch is one
+    /// ``maximumFetch`` span, nothing is asked ahead.
     public var readAhead = true
+    /// See ``readAhead``. Default 64 KiB (one segment): what a player that seeks and hangs up
+    /// at once leaves fetched past its last byte.
+    public var readAheadMinimum: Int64 = 64 << 10
+    /// See ``readAhead``. Default 64: a reader that has read 64 MiB in a row has 1 MiB ahead,
+    /// 256 MiB 4 MiB. (Past what the client's socket took: its buffers hold more, unseen.)
+    public var readAheadFraction: Int64 = 64
     /// See ``readAhead``. Half of ``HTTPRangeSource/connectionsPerOrigin`` by default.
     public var readAheadLimit = 3
     /// The largest chunk a reader is handed.
@@ -81,6 +93,14 @@ public struct FillStatistics: Sendable, Equatable {
     public var bytesReceived: Int64 = 0
     /// Bytes handed to readers from the cache without waiting for a fetch.
     public var bytesFromCache: Int64 = 0
+    /// Bytes handed to readers from memory as they arrived, before they were present
+    /// (cut-through).
+    public var bytesCutThrough: Int64 = 0
+    /// The most bytes one fill held received and not yet present (bounded by
+    /// ``FillOptions/arrivedLimit`` plus one network chunk).
+    public var mostArrived: Int64 = 0
+    /// Times a fill stopped receiving until the write-back caught up (its memory was full).
+    public var writeBackWaits = 0
     public var retries = 0
     /// Background transfers (read-ahead, prefetch) that gave their connection to a request a
     /// client waits on, and asked again from their last byte.

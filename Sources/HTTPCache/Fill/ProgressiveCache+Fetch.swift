@@ -4,13 +4,13 @@ import SparseHTTP
 
 extension ProgressiveCache {
     /// Starts a fetch of the missing segments from `segment` on, up to the first segment that
-    /// is present or already being fetched, `before`, or the span limit. Returns its id, or -1
-    /// when the resource is being replaced or `segment` arrived meanwhile (the caller looks
-    /// again).
-    func startFetch(_ resource: FillResource, from segment: Int, before stop: Int) async -> Int {
+    /// is present or already being fetched, `before`, or `span` segments (the span limit,
+    /// ``FillOptions/maximumFetch``, when nil). Returns its id, or -1 when the resource is being
+    /// replaced or `segment` arrived meanwhile (the caller looks again).
+    func startFetch(_ resource: FillResource, from segment: Int, before stop: Int, span: Int? = nil) async -> Int {
         guard let handle = resource.handle else { return -1 }
         let file = handle.file
-        let span = max(1, Int(options.maximumFetch >> Int64(file.segmentShift)))
+        let span = max(1, min(span ?? .max, Int(options.maximumFetch >> Int64(file.segmentShift))))
         let limit = min(stop, segment + span)
         let start = Int64(segment) << Int64(file.segmentShift)
         let ended = resource.fetchesEnded
@@ -24,25 +24,34 @@ extension ProgressiveCache {
         }
         let end = max(segment + 1, min(limit, Int((first.upperBound + Int64(file.segmentSize) - 1) >> Int64(file.segmentShift))))
         let owned = (segment..<end).first { resource.owner[$0] != nil }.map { max(segment + 1, $0) } ?? end
+        return registerFetch(resource, segments: segment..<owned, first: nil)
+    }
+
+    /// Makes `segments` one fetch's (with `first` as its first answer, already received from
+    /// the origin, when given) and starts it. Returns its id.
+    func registerFetch(_ resource: FillResource, segments: Range<Int>, first: FirstAnswer?, interest: Int = 0) -> Int {
         let id = takeID()
-        for taken in segment..<owned { resource.owner[taken] = id }
+        for taken in segments where resource.owner[taken] == nil { resource.owner[taken] = id }
         let promotion = ConnectionLimiter.effectivePriority == .background ? ConnectionLimiter.Promotion() : nil
-        resource.fetches[id] = FillResource.Fetch(segments: segment..<owned, promotion: promotion)
+        resource.fetches[id] = FillResource.Fetch(
+            segments: segments, interest: interest, promotion: promotion, readsOn: first?.readsOn ?? false)
         resource.users += 1
         resource.fetches[id]?.task = Task {
-            await ConnectionLimiter.$promotion.withValue(promotion) { await self.runFetch(resource, id: id) }
+            await ConnectionLimiter.$promotion.withValue(promotion) { await self.runFetch(resource, id: id, first: first) }
         }
         return id
     }
 
-    /// Brings one fetch's segments: asks the origin, writes what arrives, commits as it goes,
-    /// retries failures that may pass from the last byte received, and hands ownership back.
-    private func runFetch(_ resource: FillResource, id: Int) async {
+    /// Brings one fetch's segments: asks the origin (or reads the answer it was started with),
+    /// hands what arrives to waiting readers at once and writes it back behind them (write,
+    /// fdatasync, commit), retries failures that may pass from the last byte received, and
+    /// hands ownership back.
+    private func runFetch(_ resource: FillResource, id: Int, first: FirstAnswer?) async {
         var failure: Error?
         let generation = resource.generation
         if let fetch = resource.fetches[id], let handle = resource.handle, let info = resource.info, let source = resource.source {
             do {
-                try await transfer(fetch.segments, of: resource, id: id, handle: handle, info: info, source: source)
+                try await transfer(fetch.segments, of: resource, id: id, handle: handle, info: info, source: source, first: first)
             } catch is CancellationError {
                 // Nobody wanted the rest.
             } catch {
@@ -50,10 +59,19 @@ extension ProgressiveCache {
                 (error as? OriginAnswer)?.cancel()
                 failure = error
             }
-            // What arrived stays: commit it even when the fetch stopped early (not when the
-            // resource was replaced: those bytes are of the old version).
+            first?.response.cancel()
+            // What arrived stays: written back and committed even when the fetch stopped early
+            // (not when the resource was replaced: those bytes are of the old version).
             if resource.generation == generation {
-                do { try await handle.file.commit() } catch { failure = failure ?? error }
+                do {
+                    if let arrived = resource.fetches[id]?.arrived {
+                        try await finishWriteBack(arrived, of: resource, handle: handle, generation: generation)
+                    } else {
+                        try await handle.file.commit()
+                    }
+                } catch {
+                    failure = failure ?? error
+                }
             }
         }
         for segment in resource.fetches[id]?.segments ?? 0..<0 where resource.owner[segment] == id {
@@ -68,22 +86,32 @@ extension ProgressiveCache {
     }
 
     private func transfer(
-        _ segments: Range<Int>, of resource: FillResource, id: Int, handle: ResourceHandle, info: ContentInfo, source: any RangeSource
+        _ segments: Range<Int>, of resource: FillResource, id: Int, handle: ResourceHandle, info: ContentInfo, source: any RangeSource,
+        first: FirstAnswer?
     ) async throws {
         let file = handle.file
         let generation = resource.generation
         guard let length = info.length else { return }
         var position = Int64(segments.lowerBound) << Int64(file.segmentShift)
         var end = min(Int64(segments.upperBound) << Int64(file.segmentShift), length)
+        // Received bytes wait here, readable by readers, until the write-back made them present.
+        let arrived = ArrivedBytes(at: position)
+        resource.fetches[id]?.arrived = arrived
+        var given = first
         var attempt = 0
-        var sinceCommit: Int64 = 0
         while position < end {
             try Task.checkCancellation()
             guard resource.generation == generation else { return }
             let response: RangeResponse
-            do {
+            let readsOn: Bool
+            if let answer = given {
+                given = nil
+                response = answer.response
+                readsOn = answer.readsOn
+            } else {
                 response = try await fetchWithRetries(
                     source, position..<end, validator: info.validator.isEmpty ? nil : info.validator, key: resource.key)
+                readsOn = false
             }
             defer { response.cancel() }
             // Re-check after the await: while this request was out, another fetch may have seen
@@ -98,11 +126,15 @@ extension ProgressiveCache {
             }
             // An origin that ignores ranges sends the whole resource: skip to the position, and
             // read on past the span (below) rather than ask again for every span, each
-            // answered from byte 0 again (quadratic in the length).
+            // answered from byte 0 again (quadratic in the length). A whole answer asked for as
+            // such (first contact without a range) reads on too.
             var skip = position - response.offset
-            let whole = skip > 0
-            if whole { resource.ignoresRanges = true }
-            var pending = PendingWrite(offset: position)
+            if skip > 0 { resource.ignoresRanges = true }
+            let whole = skip > 0 || readsOn
+            // The transfer stops at once when the fetch is cancelled (its reader left), not at
+            // its next chunk: a stalled origin would hold it until the timeout.
+            resource.fetches[id]?.stop = response.cancel
+            defer { resource.fetches[id]?.stop = nil }
             do {
                 for try await chunk in response.body {
                     count { $0.bytesReceived += Int64(chunk.count) }
@@ -116,22 +148,14 @@ extension ProgressiveCache {
                         if bytes.isEmpty { continue }
                     }
                     // A whole-resource answer may carry on past `end` within this chunk: what
-                    // follows is written once the next segments are claimed, never dropped.
+                    // follows is taken once the next segments are claimed, never dropped.
                     var reachedEnd = false
                     while !bytes.isEmpty {
                         let take = Int(min(Int64(bytes.count), end - position))
-                        pending.bytes.append(contentsOf: bytes.prefix(take))
+                        try await receive(bytes.prefix(take), into: arrived, of: resource, handle: handle, generation: generation)
                         bytes = bytes.dropFirst(take)
                         position += Int64(take)
-                        sinceCommit += Int64(take)
                         attempt = 0
-                        let completed = Int(position >> Int64(file.segmentShift))
-                        if pending.bytes.count >= Self.writeBatch || position >= end
-                            || resource.waiters.values.contains(where: { $0.segment < completed })
-                        {
-                            try await pending.flush(to: handle)
-                            if try await commitIfDue(resource, file: file, position: position, sinceCommit: sinceCommit) { sinceCommit = 0 }
-                        }
                         if position >= end {
                             guard whole, position < length, resource.generation == generation,
                                 let more = await claimOnward(resource, id: id, from: position, length: length)
@@ -144,7 +168,8 @@ extension ProgressiveCache {
                     }
                     if reachedEnd { break }
                 }
-                try await pending.flush(to: handle)
+                try Task.checkCancellation()
+                guard resource.generation == generation else { return }
                 if position < end {
                     throw SparseCacheError(
                         .originUnavailable, operation: "fetch", path: resource.key, offset: position,
@@ -153,7 +178,6 @@ extension ProgressiveCache {
             } catch is ConnectionYielded {
                 // A request a client waits on took the connection: keep what arrived and queue
                 // again for one (behind the waited-on requests), from the last byte, at once.
-                try await pending.flush(to: handle)
                 let unread = (whole ? length : end) - position
                 count {
                     $0.yields += 1
@@ -161,14 +185,10 @@ extension ProgressiveCache {
                 }
             } catch let error as SparseCacheError where error.code == .originUnavailable && attempt < options.retries {
                 // A cut connection: keep what arrived, resume from the last byte after a pause.
-                try await pending.flush(to: handle)
                 try Task.checkCancellation()
                 attempt += 1
                 count { $0.retries += 1 }
                 try await Task.sleep(for: options.backoff(attempt: attempt))
-            } catch {
-                if resource.generation == generation { try? await pending.flush(to: handle) }
-                throw error
             }
         }
     }
@@ -190,27 +210,6 @@ extension ProgressiveCache {
         segments = segments.lowerBound..<claimed
         resource.fetches[id]?.segments = segments
         return min(Int64(claimed) << shift, length)
-    }
-
-    /// Network chunks are gathered up to this many bytes per write: one hop to the resource
-    /// per batch instead of per chunk. A reader waiting for a completed segment flushes early.
-    static let writeBatch = 1 << 20
-
-    /// Commits when enough has arrived, or when a waiting reader's segment is complete and the
-    /// last commit is long enough ago. Returns whether it committed.
-    private func commitIfDue(_ resource: FillResource, file: SparseFile, position: Int64, sinceCommit: Int64) async throws -> Bool {
-        let completedBefore = Int(position >> Int64(file.segmentShift))
-        let readerWaits =
-            resource.waiters.values.contains { $0.segment < completedBefore }
-            || (position == resource.info?.length && !resource.waiters.isEmpty)
-        let due =
-            sinceCommit >= options.commitEvery
-            || (readerWaits && ContinuousClock.now - resource.lastCommit >= options.readerCommitDelay)
-        guard due else { return false }
-        try await file.commit()
-        resource.lastCommit = .now
-        await changed(resource)
-        return true
     }
 
     /// A response of another version than the one cached: a different validator or length.
@@ -275,8 +274,10 @@ extension ProgressiveCache {
         resource.info = nil
         resource.generation += 1
         resource.outcomes.removeAll()
-        let others = resource.fetches.filter { $0.key != fetchID }.compactMap(\.value.task)
+        let stopping = resource.fetches.filter { $0.key != fetchID }
+        let others = stopping.compactMap(\.value.task)
         for task in others { task.cancel() }
+        for fetch in stopping.values { fetch.stop?() }
         // An answer without a length may be waiting on a silent origin: cut it now.
         resource.stream?.cancel()
         let task = Task {
@@ -290,18 +291,5 @@ extension ProgressiveCache {
         resource.opening = task
         await changed(resource)
         try await task.value
-    }
-}
-
-/// Bytes received but not yet written, with the offset of the first.
-struct PendingWrite {
-    var offset: Int64
-    var bytes: [UInt8] = []
-
-    mutating func flush(to handle: ResourceHandle) async throws {
-        guard !bytes.isEmpty else { return }
-        _ = try await handle.write(bytes, at: offset)
-        offset += Int64(bytes.count)
-        bytes.removeAll(keepingCapacity: true)
     }
 }

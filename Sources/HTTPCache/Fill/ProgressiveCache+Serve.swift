@@ -7,11 +7,14 @@ import SparseHTTP
 
 extension ProgressiveCache {
     /// Walks `range` from its start: present bytes are read (and handed to `deliver`) at once;
-    /// at the first missing byte the reader joins the fetch bringing it, or starts one, and
-    /// waits for the next commit. `deliver` nil only brings the bytes in (prefetch); the walk
-    /// goes on only when it returns (a slow reader holds back its own reads).
-    /// `generation`, when given, is the version the reader was promised (``CacheReader``): a
-    /// resource replaced since then fails with `.originChanged` before any byte.
+    /// bytes a fetch has received and not yet made present are handed over from memory
+    /// (cut-through); at the first byte nobody has, the reader joins the fetch bringing it, or
+    /// starts one, and waits for the next bytes to arrive. Fetches run ahead of the reader by a
+    /// window that grows as it reads on (``FillOptions/readAhead``). `deliver` nil only brings
+    /// the bytes in (prefetch); the walk goes on only when it returns (a slow reader holds back
+    /// its own reads). `generation`, when given, is the version the reader was promised
+    /// (``CacheReader``): a resource replaced since then fails with `.originChanged` before any
+    /// byte.
     func serve(
         _ source: any RangeSource, range: Range<Int64>?,
         deliver: (@Sendable (_ bytes: [UInt8]) async throws -> Void)?,
@@ -20,8 +23,14 @@ extension ProgressiveCache {
         if let range, range.lowerBound < 0 {
             throw SparseCacheError(.invalidArgument, operation: "read", path: source.key, detail: "negative offset \(range.lowerBound)")
         }
-        let resource = try await attach(source)
+        let resource = try await attach(source, first: range.map { .range($0) } ?? .whole)
         var interests = Set<Int>()
+        // First contact started a fetch with the answer to this very request: it is this
+        // reader's (its interest, held for the opener, is released with the others).
+        if let opener = resource.openerFetch {
+            resource.openerFetch = nil
+            if resource.fetches[opener] != nil { interests.insert(opener) }
+        }
         defer {
             releaseInterest(resource, interests)
             detach(resource)
@@ -34,6 +43,8 @@ extension ProgressiveCache {
         }
         var waited = false
         var position = range?.lowerBound ?? 0
+        // Read-ahead: how far this reader has made sure fetches exist, from where it started.
+        var ahead = ReadAhead(start: position)
         // The answer of unknown length this reader took bytes of, if any: when it stops before
         // its end, that is the reader's error (not a change of version).
         var followed: StreamFill?
@@ -73,9 +84,10 @@ extension ProgressiveCache {
                     var bytes = try await handle.readAvailable(from: position, maxLength: Int(min(chunk, limit - position)))
                     if resource.generation != generation || resource.stream !== stream { continue }
                     if bytes.isEmpty {
-                        // Committed meanwhile (the buffer moved on): the file has it now.
-                        if position < stream.start { continue }
-                        bytes = stream.bytes(at: position, limit: min(chunk, limit - position))
+                        // Committed meanwhile (the memory moved on): the file has it now.
+                        if position < stream.arrived.start { continue }
+                        bytes = stream.arrived.bytes(at: position, limit: min(chunk, limit - position))
+                        count { $0.bytesCutThrough += Int64(bytes.count) }
                     } else {
                         count { $0.bytesFromCache += Int64(bytes.count) }
                     }
@@ -99,9 +111,27 @@ extension ProgressiveCache {
             }
             if position >= end { return }
             let file = handle.file
+            let shift = Int64(file.segmentShift)
+            let segment = Int(position >> shift)
+            let stop = Int((end + Int64(file.segmentSize) - 1) >> shift)
             // Noted before the look: the wait below ends at once if anything changed since.
             let seen = resource.changes
             if let deliver {
+                // Received by the fetch bringing it, not yet present: from memory.
+                if let owner = resource.owner[segment], let arrived = resource.fetches[owner]?.arrived {
+                    let bytes = arrived.bytes(at: position, limit: min(Int64(options.readChunk), end - position))
+                    if !bytes.isEmpty {
+                        count { $0.bytesCutThrough += Int64(bytes.count) }
+                        waited = false
+                        delivered = true
+                        position += Int64(bytes.count)
+                        try await deliver(bytes)
+                        // Past what the reader took (not what it is being handed): a reader
+                        // that hangs up leaves only the window past its last byte.
+                        await keepAhead(resource, &ahead, position: position, before: stop, generation: generation, interests: &interests)
+                        continue
+                    }
+                }
                 let bytes = try await handle.readAvailable(from: position, maxLength: Int(min(Int64(options.readChunk), end - position)))
                 // Re-check after the await: bytes read while the resource was replaced are dropped.
                 if resource.generation != generation { continue }
@@ -113,6 +143,7 @@ extension ProgressiveCache {
                     // The resource's state may change while the reader takes the bytes: the
                     // next pass looks again.
                     try await deliver(bytes)
+                    await keepAhead(resource, &ahead, position: position, before: stop, generation: generation, interests: &interests)
                     continue
                 }
             } else {
@@ -122,30 +153,33 @@ extension ProgressiveCache {
                 position = first.lowerBound
             }
             // `position` is missing: join the fetch bringing its segment, or start one.
-            let segment = Int(position >> Int64(file.segmentShift))
-            let stop = Int((end + Int64(file.segmentSize) - 1) >> Int64(file.segmentShift))
+            let missingSegment = Int(position >> shift)
             let fetchID: Int
-            if let owner = resource.owner[segment] {
+            if let owner = resource.owner[missingSegment] {
                 fetchID = owner
             } else if let failure = interests.compactMap({ resource.outcomes[$0] }).first {
                 throw failure
             } else {
                 // Re-check after the await: the resource may be being replaced (no fetch started).
-                fetchID = await startFetch(resource, from: segment, before: stop)
+                // A prefetch brings spans; a reader a window that grows as it reads on.
+                let span = deliver == nil ? nil : ahead.window(at: position, options: options, shift: shift)
+                fetchID = await startFetch(resource, from: missingSegment, before: stop, span: span)
                 if fetchID < 0 || resource.generation != generation { continue }
             }
             if interests.insert(fetchID).inserted { resource.fetches[fetchID]?.interest += 1 }
             // A client now waits on a fetch that may have started in the background.
             if deliver != nil, ConnectionLimiter.effectivePriority == .waited { resource.fetches[fetchID]?.promotion?.promote() }
-            if let span = resource.fetches[fetchID]?.segments,
-                let ahead = await readAhead(resource, after: span, before: stop, generation: generation),
-                interests.insert(ahead).inserted
-            {
-                resource.fetches[ahead]?.interest += 1
+            if let span = resource.fetches[fetchID]?.segments {
+                ahead.covered = max(ahead.covered, Int64(span.upperBound) << shift)
+            }
+            if deliver == nil {
+                await prefetchAhead(resource, fetchID: fetchID, before: stop, generation: generation, interests: &interests)
+            } else {
+                await keepAhead(resource, &ahead, position: position, before: stop, generation: generation, interests: &interests)
             }
             // A failed fetch shows on the next pass: the byte is still missing, nobody brings
             // it, and this reader waited on the fetch that failed.
-            await waitForChange(resource, segment: segment, since: seen)
+            await waitForChange(resource, segment: missingSegment, since: seen)
             waited = true
             if let progress {
                 progress(await Self.progress(of: file, key: resource.key, from: range?.lowerBound ?? 0))
@@ -153,34 +187,85 @@ extension ProgressiveCache {
         }
     }
 
-    /// Reading ahead (``FillOptions/readAhead``): while a reader waits on the fetch of `span`,
-    /// the first missing segment of the span after it (before `stop`) is asked for too, so the
-    /// origin does not idle between spans for a request and the span's last commit. Returns the
-    /// fetch bringing it, which the reader then holds an interest in (leaving cancels it), or nil.
-    private func readAhead(_ resource: FillResource, after span: Range<Int>, before stop: Int, generation: Int) async -> Int? {
-        guard options.readAhead, !resource.ignoresRanges, span.upperBound < stop, resource.owner[span.upperBound] == nil,
-            let file = resource.handle?.file,
-            fetchesRunning < options.readAheadLimit
-        else { return nil }
+    /// Adaptive read-ahead for a reader (as Linux's readahead): once fewer than
+    /// ``ReadAhead/distance(at:options:)`` bytes past the reader are being fetched, the missing
+    /// ones up to twice that distance are asked for, in the background (a request a client
+    /// waits on goes first). The distance starts at ``FillOptions/readAheadMinimum`` and grows
+    /// with what the reader has read since it started; a reader that stops reading stops it
+    /// growing, and a reader that leaves cancels what nobody else waits on. Only while fewer than
+    /// ``FillOptions/readAheadLimit`` fetches run in the whole cache.
+    private func keepAhead(
+        _ resource: FillResource, _ ahead: inout ReadAhead, position: Int64, before stop: Int, generation: Int,
+        interests: inout Set<Int>
+    ) async {
+        guard options.readAhead, !resource.ignoresRanges, let file = resource.handle?.file, resource.info?.length != nil else { return }
+        let shift = Int64(file.segmentShift)
+        // A whole answer being read on to the end brings these bytes already: a fetch ahead of
+        // it would stop it (it reads on only into segments nobody else fetches).
+        if resource.readsOn { return }
+        let distance = ahead.distance(at: position, options: options)
+        let limit = Int64(stop) << shift
+        let wanted = min(limit, position + distance)
+        guard ahead.covered < wanted else { return }
+        let target = min(limit, position + 2 * distance)
+        // Spans are at most maximumFetch: a window wider than that takes more than one fetch.
+        for _ in 0..<4 where ahead.covered < target && fetchesRunning < options.readAheadLimit {
+            let missing = await file.missingRanges(in: max(ahead.covered, position)..<target)
+            await options.afterReadAheadLook?()
+            // Re-check after the await: the resource may have been replaced meanwhile.
+            guard resource.generation == generation else { return }
+            guard let first = missing.first else {
+                ahead.covered = max(ahead.covered, target)
+                return
+            }
+            let segment = Int(first.lowerBound >> shift)
+            // Whole segments up to the target, at least one: a reader that hangs up leaves no
+            // more than the window fetched past it.
+            let targetSegment = max(segment + 1, Int(target >> shift))
+            var id: Int
+            if let owner = resource.owner[segment] {
+                id = owner
+            } else {
+                // Nobody waits on these bytes yet: a request a client waits on goes first.
+                id = await ConnectionLimiter.$priority.withValue(.background) {
+                    await startFetch(resource, from: segment, before: min(stop, targetSegment))
+                }
+                guard id >= 0, resource.generation == generation else { return }
+            }
+            guard let span = resource.fetches[id]?.segments else { return }
+            if interests.insert(id).inserted { resource.fetches[id]?.interest += 1 }
+            ahead.covered = max(ahead.covered, Int64(span.upperBound) << shift)
+        }
+    }
+
+    /// For a prefetch (nobody reads the bytes): while it waits on the fetch `fetchID`, the next
+    /// span is asked for too, so the origin does not idle between spans.
+    private func prefetchAhead(_ resource: FillResource, fetchID: Int, before stop: Int, generation: Int, interests: inout Set<Int>) async {
+        guard options.readAhead, !resource.ignoresRanges, !resource.readsOn, let span = resource.fetches[fetchID]?.segments,
+            span.upperBound < stop,
+            resource.owner[span.upperBound] == nil, let file = resource.handle?.file, fetchesRunning < options.readAheadLimit
+        else { return }
         let shift = Int64(file.segmentShift)
         let spanSegments = max(1, Int(options.maximumFetch >> shift))
         let window = (Int64(span.upperBound) << shift)..<(Int64(min(stop, span.upperBound + spanSegments)) << shift)
         let missing = await file.missingRanges(in: window)
         await options.afterReadAheadLook?()
-        // Re-check after the await: the resource may have been replaced meanwhile.
-        guard resource.generation == generation, let first = missing.first else { return nil }
+        guard resource.generation == generation, let first = missing.first else { return }
         let segment = Int(first.lowerBound >> shift)
-        if let owner = resource.owner[segment] { return owner }
-        // Nobody waits on these bytes yet: a request a client waits on goes first.
-        let id = await ConnectionLimiter.$priority.withValue(.background) { await startFetch(resource, from: segment, before: stop) }
-        return id >= 0 && resource.generation == generation ? id : nil
+        let id: Int
+        if let owner = resource.owner[segment] {
+            id = owner
+        } else {
+            id = await ConnectionLimiter.$priority.withValue(.background) { await startFetch(resource, from: segment, before: stop) }
+        }
+        if id >= 0, resource.generation == generation, interests.insert(id).inserted { resource.fetches[id]?.interest += 1 }
     }
 
     // MARK: Attaching readers
 
     /// Opens the resource in the store (once, shared) and learns what the origin says about
     /// it, from the stored metadata or by first contact.
-    func attach(_ source: any RangeSource) async throws -> FillResource {
+    func attach(_ source: any RangeSource, first: FirstRequest = .whole) async throws -> FillResource {
         let resource = entry(for: source.key)
         resource.users += 1
         keptOpen[source.key] = nil
@@ -194,7 +279,7 @@ extension ProgressiveCache {
                     try await opening.value
                     continue
                 }
-                let task = Task { try await self.open(resource) }
+                let task = Task { try await self.open(resource, first: first) }
                 resource.opening = task
                 try await task.value
             }
@@ -276,7 +361,7 @@ extension ProgressiveCache {
         }
     }
 
-    private func open(_ resource: FillResource) async throws {
+    private func open(_ resource: FillResource, first: FirstRequest) async throws {
         defer { resource.opening = nil }
         guard let source = resource.source else { return }
         if resource.handle == nil {
@@ -292,7 +377,7 @@ extension ProgressiveCache {
         guard let handle = resource.handle else { return }
         let metadata = await handle.file.metadata
         guard let length = await handle.file.length else {
-            try await firstContact(resource, source: source, handle: handle)
+            try await firstContact(resource, source: source, handle: handle, first: first)
             return
         }
         // Known from an earlier run: its validators go out with every request.
@@ -303,11 +388,14 @@ extension ProgressiveCache {
             stored: stored)
     }
 
-    /// First contact asks for the first segment: the answer tells the length, the validators
-    /// and whether ranges work, and its bytes are kept (players read the start first), so a
-    /// reader at 0 needs no second request. An answer without a length (chunked or
-    /// close-delimited) is received whole from here on (``StreamFill``).
-    private func firstContact(_ resource: FillResource, source: any RangeSource, handle: ResourceHandle) async throws {
+    /// First contact asks the origin for what the reader itself wants (`first`): the answer
+    /// tells the length, the validators and whether ranges work, and its body becomes the
+    /// first fetch, which the reader reads from memory as it arrives (no separate request for
+    /// the first segment before the reader's own). A range is asked from its segment-aligned
+    /// start, bounded (``FirstRequest``); the whole resource without a range, its `200` read on
+    /// to the end. An answer without a length (chunked or close-delimited) is received whole
+    /// from here on (``StreamFill``).
+    private func firstContact(_ resource: FillResource, source: any RangeSource, handle: ResourceHandle, first: FirstRequest) async throws {
         var handle = handle
         if await handle.file.presentBytes > 0 {
             // Bytes without a length: a body of unknown length that never ended (the process
@@ -318,24 +406,39 @@ extension ProgressiveCache {
             handle = try await store.open(key: resource.key)
             resource.handle = handle
         }
+        let shift = Int64(handle.file.segmentShift)
+        let segmentSize = Int64(handle.file.segmentSize)
+        let probe = 0..<segmentSize
+        var asked: Range<Int64>?
+        if case .range(let wanted) = first {
+            let start = (max(0, wanted.lowerBound) >> shift) << shift
+            let bounded = wanted.upperBound != .max && wanted.upperBound - start <= options.maximumFetch
+            let window = max(segmentSize, 2 * options.readAheadMinimum)
+            let stop = bounded ? ((wanted.upperBound + segmentSize - 1) >> shift) << shift : start + window
+            asked = start..<max(start + segmentSize, stop)
+        }
         let response: RangeResponse
         do {
             do {
-                response = try await fetchWithRetries(source, 0..<Int64(handle.file.segmentSize), validator: nil, key: resource.key)
-            } catch let error as SparseCacheError where error.httpStatus == 416 || error.httpStatus == 206 {
-                // No byte range of an empty resource is satisfiable (RFC 9110, section 14.1.1):
-                // some origins say so rather than send the empty 200. A 206 that does not say
-                // the total length cannot be placed. Ask for the whole.
+                response = try await fetchWithRetries(source, asked, validator: nil, key: resource.key)
+            } catch let error as SparseCacheError where error.httpStatus == 416 && asked != nil && asked != probe {
+                // Past the end: the resource is shorter than the reader thought. Its start tells
+                // the length (the reader then gets its own error).
+                response = try await fetchWithRetries(source, probe, validator: nil, key: resource.key)
+            }
+        } catch let error as SparseCacheError where error.httpStatus == 416 || error.httpStatus == 206 {
+            // No byte range of an empty resource is satisfiable (RFC 9110, section 14.1.1):
+            // some origins say so rather than send the empty 200. A 206 that does not say
+            // the total length cannot be placed. Ask for the whole.
+            do {
                 response = try await fetchWithRetries(source, nil, validator: nil, key: resource.key)
+                asked = nil
+            } catch {
+                await forgetUnknown(resource, handle: handle)
+                throw error
             }
         } catch {
-            // Nothing was learned: leave no empty resource behind (a client asking for missing
-            // URLs must not fill the store with them).
-            if resource.handle === handle, await handle.file.length == nil, await handle.file.presentBytes == 0 {
-                resource.handle = nil
-                await release(handle)
-                try? await store.remove(key: resource.key)
-            }
+            await forgetUnknown(resource, handle: handle)
             throw error
         }
         guard let length = response.info.length else {
@@ -347,46 +450,37 @@ extension ProgressiveCache {
             }
             return
         }
-        defer { response.cancel() }
-        try await adopt(response.info, in: resource)
-        // More than the first segment came: the origin ignores ranges, so no read-ahead may
-        // split the fill into spans that each download from byte 0 again.
-        if try await keepFirstSegment(of: response, length: length, in: handle) { resource.ignoresRanges = true }
+        do {
+            try await adopt(response.info, in: resource)
+        } catch {
+            response.cancel()
+            throw error
+        }
+        if length == 0 {
+            response.cancel()
+            try await handle.file.commit()
+            return
+        }
+        // The answer's bytes: from where it starts (0 for a 200) to the end of what was asked,
+        // or on to the end for a 200 (asked for whole, or a range the origin ignored: then no
+        // read-ahead may split the fill into spans that each download from byte 0 again).
+        let whole = asked == nil || response.offset < asked!.lowerBound
+        if asked != nil, whole { resource.ignoresRanges = true }
+        let from = Int(response.offset >> shift)
+        let upTo = whole ? min(length, response.offset + options.maximumFetch) : min(length, asked!.upperBound)
+        let segments = from..<max(from + 1, Int((upTo + segmentSize - 1) >> shift))
+        resource.openerFetch = registerFetch(
+            resource, segments: segments, first: FirstAnswer(response: response, readsOn: whole), interest: 1)
     }
 
-    /// Writes and commits the first segment from the first-contact answer. Best effort: a
-    /// body cut short leaves the segment to the first fetch, as if nothing had arrived.
-    /// Returns whether the answer went on past the segment asked for (a range ignored).
-    private func keepFirstSegment(of response: RangeResponse, length: Int64, in handle: ResourceHandle) async throws -> Bool {
-        guard response.offset == 0 else { return false }
-        let wanted = Int(min(Int64(handle.file.segmentSize), length))
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(wanted)
-        var more = false
-        do {
-            for try await chunk in response.body {
-                count { $0.bytesReceived += Int64(chunk.count) }
-                if chunk.count > wanted - bytes.count { more = true }
-                bytes.append(contentsOf: chunk.prefix(wanted - bytes.count))
-                if bytes.count >= wanted { break }
-            }
-            // A range answer ends here; a whole-resource answer has more (one more chunk tells).
-            if !more, bytes.count == wanted, Int64(wanted) < length {
-                var rest = response.body.makeAsyncIterator()
-                if let chunk = try await rest.next() {
-                    count { $0.bytesReceived += Int64(chunk.count) }
-                    more = !chunk.isEmpty
-                }
-            }
-        } catch let error as SparseCacheError where error.code == .originUnavailable {
-            return more
-        } catch is ConnectionYielded {
-            return more
+    /// Nothing was learned: leave no empty resource behind (a client asking for missing URLs
+    /// must not fill the store with them).
+    private func forgetUnknown(_ resource: FillResource, handle: ResourceHandle) async {
+        if resource.handle === handle, await handle.file.length == nil, await handle.file.presentBytes == 0 {
+            resource.handle = nil
+            await release(handle)
+            try? await store.remove(key: resource.key)
         }
-        guard bytes.count == wanted else { return more }
-        try await handle.write(bytes, at: 0)
-        try await handle.file.commit()
-        return more
     }
 
     /// Stores what the origin said: the length (when it said one), the content type and the
@@ -455,15 +549,18 @@ extension ProgressiveCache {
         }
     }
 
-    private func releaseInterest(_ resource: FillResource, _ interests: Set<Int>) {
+    func releaseInterest(_ resource: FillResource, _ interests: Set<Int>) {
         for id in interests {
             guard var fetch = resource.fetches[id] else {
                 continue
             }
             fetch.interest -= 1
             resource.fetches[id] = fetch
-            // Nobody waits for it any more: stop it (it commits what it has).
-            if fetch.interest <= 0 { fetch.task?.cancel() }
+            // Nobody waits for it any more: stop it at once (it commits what it has).
+            if fetch.interest <= 0 {
+                fetch.task?.cancel()
+                fetch.stop?()
+            }
         }
         if resource.waiters.isEmpty, resource.fetches.isEmpty { resource.outcomes.removeAll() }
     }

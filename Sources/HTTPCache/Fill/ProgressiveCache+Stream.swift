@@ -26,41 +26,31 @@ extension ProgressiveCache {
     private func runStream(_ stream: StreamFill, of resource: FillResource, response: RangeResponse, handle: ResourceHandle) async {
         let generation = resource.generation
         let file = handle.file
-        var pending = PendingWrite(offset: 0)
-        var sinceCommit: Int64 = 0
+        let arrived = stream.arrived
         do {
             for try await chunk in response.body {
                 try Task.checkCancellation()
                 guard resource.generation == generation else { throw CancellationError() }
                 count { $0.bytesReceived += Int64(chunk.count) }
-                stream.buffer.append(contentsOf: chunk)
-                stream.received += Int64(chunk.count)
-                pending.bytes.append(contentsOf: chunk)
-                sinceCommit += Int64(chunk.count)
-                // Readers at the front take the chunk from the buffer now.
-                await changed(resource)
-                if pending.bytes.count >= Self.writeBatch { try await pending.flush(to: handle) }
-                if sinceCommit >= options.commitEvery {
-                    try await pending.flush(to: handle)
-                    try await file.commit()
-                    sinceCommit = 0
-                    await trim(stream, file: file)
-                }
+                // Readers at the front take the chunk from memory now; the write-back follows.
+                try await receive(chunk[...], into: arrived, of: resource, handle: handle, generation: generation)
             }
             // The body ended as its framing says (the last chunk, or the close that ends a
             // close-delimited one): it is the whole resource.
             try Task.checkCancellation()
             guard resource.generation == generation else { throw CancellationError() }
-            try await pending.flush(to: handle)
-            try await file.setLength(stream.received)
+            try await finishWriteBack(arrived, of: resource, handle: handle, generation: generation, commit: false)
+            try await file.setLength(arrived.end)
             try await file.commit()
             guard resource.generation == generation else { throw CancellationError() }
-            resource.info?.length = stream.received
+            resource.info?.length = arrived.end
             resource.stream = nil
         } catch {
             stream.failure = error
         }
         response.cancel()
+        // A write-back still running ends before the files may go.
+        while let writer = arrived.writer { await writer.value }
         resource.fetches[stream.id] = nil
         resource.fetchesEnded += 1
         if stream.failure != nil, resource.generation == generation {
@@ -73,13 +63,5 @@ extension ProgressiveCache {
         resource.lastCommit = .now
         await changed(resource)
         detach(resource)
-    }
-
-    /// Drops the buffered bytes the last commit made present.
-    private func trim(_ stream: StreamFill, file: SparseFile) async {
-        let present = min(await file.contiguousPresentEnd(from: stream.start), stream.received)
-        guard present > stream.start else { return }
-        stream.buffer.removeFirst(Int(present - stream.start))
-        stream.start = present
     }
 }

@@ -4,15 +4,18 @@ import SparseHTTP
 import Synchronization
 
 /// Reads through a ``SparseStore``: what is cached comes from disk at once, what is missing is
-/// fetched from the resource's origin (a ``RangeSource``), written into the cache, committed,
-/// and handed to the reader as soon as it is durable.
+/// fetched from the resource's origin (a ``RangeSource``), handed to waiting readers as it
+/// arrives (cut-through, from memory), and written into the cache and committed behind them.
+/// The cache claims (and serves from its file) only what is durable and CRC-checked.
 ///
 /// - One fetch per missing byte: a reader that needs a segment another fetch is already
 ///   bringing waits for that fetch instead of starting its own, so any number of readers of
 ///   one uncached range cause one origin request per byte.
-/// - A fetch commits as it goes (at least every ``FillOptions/commitEvery`` bytes, and within
-///   ``FillOptions/readerCommitDelay`` of completing a segment a reader waits for), so a crash
-///   or a cancel keeps what arrived.
+/// - A fetch's write-back commits as it goes (at least every ``FillOptions/commitEvery``
+///   bytes), so a crash or a cancel keeps what arrived; it holds at most
+///   ``FillOptions/arrivedLimit`` bytes not yet present, and only then makes the origin wait.
+/// - A new resource costs no request of its own: first contact asks for the reader's own
+///   range (``FirstRequest``), and its answer is the first fetch.
 /// - A reader that goes away cancels the fetches it started unless another reader (or a
 ///   prefetch) still waits on them.
 /// - The origin's validators are stored with the resource and sent on every range request
@@ -161,6 +164,10 @@ final class FillResource {
     var users = 0
     /// Opening and first contact, shared by the readers that arrive meanwhile.
     var opening: Task<Void, Error>?
+    /// The fetch first contact started with the origin's answer to the opener's own request,
+    /// holding one interest for the opener until the opener takes it (``CacheReader``, or the
+    /// reader's ``ProgressiveCache/serve`` walk).
+    var openerFetch: Int?
     var fetches: [Int: Fetch] = [:]
     /// The origin answered a range request with the whole resource: one fetch reads it on to
     /// the end (``ProgressiveCache/claimOnward``) and no read-ahead splits it further.
@@ -194,9 +201,20 @@ final class FillResource {
         /// For a fetch started in the background (read-ahead, prefetch): promoted once a client
         /// waits on its bytes, so it no longer yields its connection (``ConnectionLimiter``).
         var promotion: ConnectionLimiter.Promotion?
+        /// What it received and has not yet made present: readers take bytes from here as
+        /// they arrive (cut-through).
+        var arrived: ArrivedBytes?
+        /// Cuts the origin's answer being read (a cancelled fetch stops at once, not at the
+        /// next chunk of a stalled origin).
+        var stop: (@Sendable () -> Void)?
+        /// Reads a whole answer on to the resource's end (``FirstAnswer/readsOn``).
+        var readsOn = false
     }
 
     init(key: String) {
         self.key = key
     }
+
+    /// A fetch reads a whole answer on to the end: no read-ahead may split it.
+    var readsOn: Bool { fetches.values.contains { $0.readsOn } }
 }

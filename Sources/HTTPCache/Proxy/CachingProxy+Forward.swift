@@ -139,7 +139,18 @@ extension CachingProxy {
             head.reason = "OK"
             head.headers.remove("content-range")
         }
-        let usable = head.status != 206 && status != 304
+        // A 206 to first contact's request for the client's own range: the client's part of it
+        // is the answer (its start when the client asked on to the end: RFC 9110, section
+        // 15.3.7 leaves a client that gets less than it asked to ask again).
+        var part: (skip: Int64, range: Range<Int64>, total: Int64)?
+        if head.status == 206, let header = exchange.request.header("range"),
+            let contentRange = head.headers["content-range"].flatMap(ContentRange.init), let sent = contentRange.range,
+            let total = contentRange.total, case .single(let wanted) = RangeRequest.parse(header, length: total),
+            sent.contains(wanted.lowerBound)
+        {
+            part = (wanted.lowerBound - sent.lowerBound, wanted.lowerBound..<min(wanted.upperBound, sent.upperBound), total)
+        }
+        let usable = (head.status != 206 || part != nil) && status != 304
         guard usable, answer.claim() else {
             if answer.claim() { answer.cancel() }
             try await passThrough(exchange)
@@ -147,7 +158,50 @@ extension CachingProxy {
         }
         var whole = answer
         whole.head = head
+        if let part, part.skip > 0 || head.framing != .length(Int64(part.range.count)) {
+            whole = Self.slice(whole, skip: part.skip, range: part.range, total: part.total)
+        }
         try await stream(whole, exchange)
+    }
+
+    /// The part `range` of a 206 answer whose body starts `skip` bytes before it: the same head
+    /// with its Content-Range and Content-Length for the part, the body cut to it.
+    static func slice(_ answer: OriginAnswer, skip: Int64, range: Range<Int64>, total: Int64) -> OriginAnswer {
+        var head = answer.head
+        head.headers.remove("content-range")
+        head.headers.remove("content-length")
+        head.headers.append(name: "Content-Range", value: "bytes \(range.lowerBound)-\(range.upperBound - 1)/\(total)")
+        head.headers.append(name: "Content-Length", value: String(range.count))
+        let source = answer.body
+        let cancel = answer.cancel
+        let body = AsyncThrowingStream<[UInt8], Error> { continuation in
+            let task = Task {
+                var toSkip = skip
+                var left = Int64(range.count)
+                do {
+                    for try await chunk in source {
+                        var bytes = chunk[...]
+                        if toSkip > 0 {
+                            let dropped = Int(min(Int64(bytes.count), toSkip))
+                            bytes = bytes.dropFirst(dropped)
+                            toSkip -= Int64(dropped)
+                        }
+                        if bytes.isEmpty { continue }
+                        let take = Int(min(Int64(bytes.count), left))
+                        continuation.yield(Array(bytes.prefix(take)))
+                        left -= Int64(take)
+                        if left == 0 { break }
+                    }
+                    // The rest of the origin's part is not the client's: the exchange stops.
+                    if left == 0 { cancel() }
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+        return OriginAnswer(head: head, body: body, cancel: cancel, reason: answer.reason)
     }
 
     /// The client's request sent on as it is (its range and conditionals included), the answer

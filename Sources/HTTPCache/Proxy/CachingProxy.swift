@@ -194,12 +194,13 @@ public final class CachingProxy: Sendable {
         return reader
     }
 
-    /// A miss: first contact stores the response (and its first segment) and the client is
-    /// answered from the cache as the rest arrives; an answer not to store is passed on.
+    /// A miss: first contact asks the origin for what the client asked (its range, or the
+    /// whole), stores the response, and the client gets the bytes as they arrive; an answer
+    /// not to store is passed on.
     func fetchAndAnswer(_ source: ProxiedSource, _ exchange: Exchange) async throws {
         let reader: CacheReader
         do {
-            reader = try await cache.open(source)
+            reader = try await cache.open(source, first: Self.firstRequest(for: exchange.request))
         } catch let answer as OriginAnswer {
             try await passOn(answer, exchange)
             return
@@ -354,6 +355,26 @@ public final class CachingProxy: Sendable {
             try await response.writeBody(bytes)
         }
         try await response.finishBody()
+    }
+
+    /// What a miss asks the origin for: the client's own request, so that one answer teaches
+    /// the length and validators and brings the client's bytes. A single range as asked (the
+    /// cache aligns and bounds it); several ranges or none, the whole (this proxy answers those
+    /// with the whole representation). A suffix range (`-n`) cannot be placed before the length
+    /// is known, so it asks for the first segment; so does a HEAD, which reads no body.
+    static func firstRequest(for request: HTTPRequestHead) -> FirstRequest {
+        if request.method == "HEAD" { return .range(0..<1) }
+        guard let header = request.header("range") else { return .whole }
+        // Parsed against an unknown (unbounded) length: `a-` runs to Int64.max, and a suffix
+        // lands at its very end.
+        switch RangeRequest.parse(header, length: .max) {
+        case .single(let range) where range.lowerBound < Int64.max / 2:
+            return .range(range)
+        case .whole, .multiple:
+            return .whole
+        case .single, .unsatisfiable:
+            return .range(0..<1)
+        }
     }
 
     /// The cache key of a URL: the URL without credentials (a key is a catalog entry and a log

@@ -1,0 +1,122 @@
+/// Bytes an origin sent that are not yet present in the cache file: received, in memory,
+/// handed to readers waiting for them (cut-through, DESIGN.md rule 8: delivery, not a claim),
+/// and written back to the file behind them (``ProgressiveCache`` write-back: write,
+/// fdatasync, commit), after which they are dropped from here.
+///
+/// One mechanism for both kinds of fill: a range fetch (``FillResource/Fetch/arrived``) and an
+/// answer of unknown length (``StreamFill``). Nothing held here is ever claimed present; a crash
+/// loses it, and the index names only what the write-back committed.
+///
+/// Bounded: the receiver stops taking bytes from the origin once ``count`` reaches the fill's
+/// limit (``FillOptions/arrivedLimit``) until the write-back has made some of them present.
+/// Only the owning ``ProgressiveCache`` touches it, on its actor.
+final class ArrivedBytes {
+    /// The offset of the first byte held: bytes before it are present in the file (or were
+    /// never received by this fill).
+    private(set) var start: Int64
+    /// The offset past the last byte received.
+    private(set) var end: Int64
+    /// Bytes before this offset went to the data file (write-back), not necessarily committed.
+    private(set) var written: Int64
+    /// Written bytes not yet committed.
+    var sinceCommit: Int64 = 0
+    /// The write-back running now, if any (one at a time per fill).
+    var writer: Task<Void, Never>?
+    /// Why the write-back failed: the receiver stops with it.
+    var failure: Error?
+    /// The received chunks from ``start`` on, in order, with the offset of each first byte.
+    private var chunks: [(offset: Int64, bytes: [UInt8])] = []
+    /// Index into ``chunks`` of the first chunk not yet written in full.
+    private var writeChunk = 0
+
+    init(at offset: Int64) {
+        start = offset
+        end = offset
+        written = offset
+    }
+
+    /// Bytes held: received and not yet present.
+    var count: Int64 { end - start }
+
+    /// Received bytes not yet written to the data file.
+    var unwrittenCount: Int64 { end - written }
+
+    /// Adds the next bytes received (at ``end``).
+    func append(_ bytes: ArraySlice<UInt8>) {
+        guard !bytes.isEmpty else { return }
+        chunks.append((end, Array(bytes)))
+        end += Int64(bytes.count)
+    }
+
+    /// The received bytes at `offset` not yet present, at most `limit` of them (gathered over
+    /// chunks); empty when `offset` is outside ``start``..<``end``.
+    func bytes(at offset: Int64, limit: Int64) -> [UInt8] {
+        guard offset >= start, offset < end, limit > 0 else { return [] }
+        let wanted = Int(min(limit, end - offset))
+        var index = chunkIndex(containing: offset)
+        var result: [UInt8] = []
+        result.reserveCapacity(wanted)
+        var position = offset
+        while result.count < wanted, index < chunks.count {
+            let chunk = chunks[index]
+            let from = Int(position - chunk.offset)
+            let take = min(chunk.bytes.count - from, wanted - result.count)
+            result.append(contentsOf: chunk.bytes[from..<(from + take)])
+            position += Int64(take)
+            index += 1
+        }
+        return result
+    }
+
+    /// The unwritten bytes from ``written``, at most `limit` of them, gathered for one write.
+    func unwritten(limit: Int) -> (offset: Int64, bytes: [UInt8]) {
+        let wanted = Int(min(Int64(limit), end - written))
+        var result: [UInt8] = []
+        guard wanted > 0 else { return (written, result) }
+        result.reserveCapacity(wanted)
+        var position = written
+        var index = writeChunk
+        while result.count < wanted, index < chunks.count {
+            let chunk = chunks[index]
+            let from = Int(position - chunk.offset)
+            let take = min(chunk.bytes.count - from, wanted - result.count)
+            result.append(contentsOf: chunk.bytes[from..<(from + take)])
+            position += Int64(take)
+            if from + take == chunk.bytes.count { index += 1 }
+        }
+        return (written, result)
+    }
+
+    /// `count` bytes from ``written`` are in the data file now.
+    func markWritten(_ count: Int) {
+        written = min(end, written + Int64(count))
+        sinceCommit += Int64(count)
+        while writeChunk < chunks.count, chunks[writeChunk].offset + Int64(chunks[writeChunk].bytes.count) <= written {
+            writeChunk += 1
+        }
+    }
+
+    /// Drops the bytes before `offset` (present in the file now). Never drops unwritten bytes.
+    func trim(upTo offset: Int64) {
+        let cut = min(offset, written)
+        guard cut > start else { return }
+        var drop = 0
+        while drop < chunks.count, chunks[drop].offset + Int64(chunks[drop].bytes.count) <= cut { drop += 1 }
+        if drop > 0 {
+            chunks.removeFirst(drop)
+            writeChunk = max(0, writeChunk - drop)
+        }
+        // A chunk that straddles the cut stays whole; `start` says where the held bytes begin.
+        start = cut
+    }
+
+    /// The chunk holding `offset` (which is in ``start``..<``end``).
+    private func chunkIndex(containing offset: Int64) -> Int {
+        var low = 0, high = chunks.count - 1
+        while low < high {
+            let middle = (low + high + 1) / 2
+            if chunks[middle].offset <= offset { low = middle } else { high = middle - 1 }
+        }
+        return low
+    }
+}

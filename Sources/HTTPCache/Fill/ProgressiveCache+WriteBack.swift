@@ -1,0 +1,103 @@
+import SparseCacheEngine
+import SparseCacheStore
+
+/// Cut-through and write-back: what a fill receives goes to waiting readers from memory at
+/// once (``ArrivedBytes``), and to the cache file behind them (write, fdatasync, commit). The
+/// receiver waits for the write-back only when the fill's memory is full
+/// (``FillOptions/arrivedLimit``). Delivery is not a claim: the index names a byte only once the
+/// write-back committed it (DESIGN.md rule 8, docs/DURABILITY.md).
+extension ProgressiveCache {
+    /// Bytes gathered per write: one hop to the resource per batch instead of per network chunk.
+    static let writeBatch = 1 << 20
+
+    /// Takes `bytes` (received at `arrived.end`), wakes the readers waiting for them, and keeps
+    /// the write-back going. Suspends only while the fill holds ``FillOptions/arrivedLimit`` bytes
+    /// not yet present. Throws the write-back's failure (a full disk, an fsync error).
+    func receive(
+        _ bytes: ArraySlice<UInt8>, into arrived: ArrivedBytes, of resource: FillResource, handle: ResourceHandle, generation: Int
+    ) async throws {
+        arrived.append(bytes)
+        let held = arrived.count
+        count { $0.mostArrived = max($0.mostArrived, held) }
+        arrivedMore(resource)
+        if let failure = arrived.failure { throw failure }
+        if arrived.writer == nil, arrived.unwrittenCount >= Self.writeBatch {
+            startWriteBack(arrived, of: resource, handle: handle, generation: generation, commit: false)
+        }
+        while arrived.count >= options.arrivedLimit {
+            // Memory full: the origin waits for the disk (its socket fills, TCP holds it back).
+            if arrived.writer == nil { startWriteBack(arrived, of: resource, handle: handle, generation: generation, commit: true) }
+            count { $0.writeBackWaits += 1 }
+            let before = arrived.count
+            await arrived.writer?.value
+            if let failure = arrived.failure { throw failure }
+            // Re-check after the await: bytes of a replaced version are never written.
+            guard resource.generation == generation else { throw CancellationError() }
+            // Only a partial segment left, which no commit makes present: take more.
+            if arrived.count >= before, arrived.writer == nil, arrived.unwrittenCount == 0 { break }
+        }
+    }
+
+    /// Writes back everything received and (with `commit`) commits it: the end of a fill (also
+    /// a cancelled or failed one: what arrived stays).
+    func finishWriteBack(
+        _ arrived: ArrivedBytes, of resource: FillResource, handle: ResourceHandle, generation: Int, commit: Bool = true
+    ) async throws {
+        while let writer = arrived.writer { await writer.value }
+        if let failure = arrived.failure { throw failure }
+        guard resource.generation == generation else { return }
+        try await writeBack(arrived, of: resource, handle: handle, generation: generation, commit: commit, all: true)
+        // The commit also stores a length and metadata adopted without any byte written.
+        if commit { try await handle.file.commit() }
+    }
+
+    private func startWriteBack(_ arrived: ArrivedBytes, of resource: FillResource, handle: ResourceHandle, generation: Int, commit: Bool) {
+        arrived.writer = Task {
+            do {
+                try await self.writeBack(arrived, of: resource, handle: handle, generation: generation, commit: commit, all: commit)
+            } catch {
+                arrived.failure = arrived.failure ?? error
+            }
+            arrived.writer = nil
+        }
+    }
+
+    /// Writes the received bytes in batches (all of them with `all`, else whole batches only),
+    /// commits every ``FillOptions/commitEvery`` bytes (and at the end with `commit`), and drops
+    /// from memory what each commit made present.
+    private func writeBack(
+        _ arrived: ArrivedBytes, of resource: FillResource, handle: ResourceHandle, generation: Int, commit: Bool, all: Bool
+    ) async throws {
+        while resource.generation == generation {
+            let batch = arrived.unwritten(limit: Self.writeBatch)
+            if batch.bytes.isEmpty || (!all && batch.bytes.count < Self.writeBatch) { break }
+            _ = try await handle.write(batch.bytes, at: batch.offset)
+            arrived.markWritten(batch.bytes.count)
+            if arrived.sinceCommit >= options.commitEvery {
+                try await commitArrived(arrived, of: resource, file: handle.file)
+            }
+        }
+        if commit, arrived.sinceCommit > 0, resource.generation == generation {
+            try await commitArrived(arrived, of: resource, file: handle.file)
+        }
+    }
+
+    private func commitArrived(_ arrived: ArrivedBytes, of resource: FillResource, file: SparseFile) async throws {
+        try await file.commit()
+        arrived.sinceCommit = 0
+        resource.lastCommit = .now
+        // Present now: readers find these bytes in the file.
+        arrived.trim(upTo: await file.contiguousPresentEnd(from: arrived.start))
+        await changed(resource)
+    }
+
+    /// Wakes the readers waiting on the resource: bytes arrived (no commit, so the progress
+    /// listeners, which report what is present, are not told).
+    func arrivedMore(_ resource: FillResource) {
+        resource.changes += 1
+        guard !resource.waiters.isEmpty else { return }
+        let waiters = resource.waiters
+        resource.waiters.removeAll()
+        for (_, waiter) in waiters { waiter.continuation.resume() }
+    }
+}

@@ -1,0 +1,188 @@
+// Cut-through delivery (DESIGN.md rule 8): readers get the bytes of a fetch from memory as
+// they arrive; the write-back makes them durable behind them; what is delivered is never claimed
+// before it is committed; the memory a fill holds is bounded; a reader that stops early leaves
+// little fetched past it.
+import Foundation
+import SeededRandom
+import Synchronization
+import Testing
+
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+
+/// A resource whose first answer sends its first `hold` bytes at once and the rest only after
+/// ``release()``; later requests are answered at once. Counts requests.
+final class HoldingSource: RangeSource, Sendable {
+    let key = "holding://resource"
+    private let bytes: [UInt8]
+    private let hold: Int
+    private let state = Mutex((requests: [Range<Int64>?](), released: false))
+
+    init(_ bytes: [UInt8], hold: Int) {
+        self.bytes = bytes
+        self.hold = hold
+    }
+
+    var requests: [Range<Int64>?] { state.withLock { $0.requests } }
+
+    func release() {
+        state.withLock { $0.released = true }
+    }
+
+    private var isReleased: Bool { state.withLock { $0.released } }
+
+    func fetch(_ range: Range<Int64>?, validator: ContentValidator?) async throws -> RangeResponse {
+        let first = state.withLock { state in
+            state.requests.append(range)
+            return state.requests.count == 1
+        }
+        let wanted = range ?? 0..<Int64(bytes.count)
+        let body = Array(bytes[Int(wanted.lowerBound)..<Int(min(wanted.upperBound, Int64(bytes.count)))])
+        let (stream, continuation) = AsyncThrowingStream<[UInt8], Error>.makeStream()
+        let hold = first ? min(self.hold, body.count) : body.count
+        let producer = Task {
+            for start in stride(from: 0, to: hold, by: 16 << 10) {
+                continuation.yield(Array(body[start..<min(hold, start + (16 << 10))]))
+            }
+            while !self.isReleased {
+                try? await Task.sleep(for: .milliseconds(5))
+                if Task.isCancelled { return continuation.finish(throwing: CancellationError()) }
+            }
+            for start in stride(from: hold, to: body.count, by: 64 << 10) {
+                continuation.yield(Array(body[start..<min(body.count, start + (64 << 10))]))
+            }
+            continuation.finish()
+        }
+        let info = ContentInfo(length: Int64(bytes.count), validator: ContentValidator(etag: "\"v1\""))
+        return RangeResponse(info: info, offset: wanted.lowerBound, body: stream, cancel: { producer.cancel() })
+    }
+}
+
+/// What each of several readers received so far.
+final class Received: Sendable {
+    private let state: Mutex<[[UInt8]]>
+
+    init(readers: Int) {
+        state = Mutex(Array(repeating: [], count: readers))
+    }
+
+    func withLock<T>(_ body: (inout [[UInt8]]) -> T) -> T { state.withLock { body(&$0) } }
+}
+
+@Suite("Cut-through delivery and adaptive read-ahead", .serialized, .timeLimit(.minutes(3)))
+struct CutThroughTests {
+    /// Copies the store's directory as it is on disk now (what a process crash leaves) and
+    /// opens the copy: the present bytes of `key` there, each checked against `expected`.
+    private static func presentAfterCrash(_ fixture: FillFixture, key: String, expected: [UInt8]) async throws -> Int64 {
+        let copy = try TemporaryDirectory("cut-through-crash")
+        try FileManager.default.removeItem(atPath: copy.path)
+        try FileManager.default.copyItem(atPath: fixture.directory.file("cache"), toPath: copy.path)
+        let store = try await SparseStore.open(directory: copy.path, options: StoreOptions(budget: 1 << 40))
+        var present: Int64 = 0
+        if await store.entry(for: key) != nil {
+            let handle = try await store.open(key: key)
+            for range in await handle.file.presentRanges() {
+                let bytes = try await handle.file.read(offset: range.lowerBound, length: Int(range.count))
+                #expect(bytes == Array(expected[Int(range.lowerBound)..<Int(range.upperBound)]), "claimed bytes differ at \(range)")
+                present += Int64(range.count)
+            }
+            try await handle.release()
+        }
+        try await store.close()
+        copy.remove()
+        return present
+    }
+
+    @Test("a reader gets bytes as they arrive, before they are durable; other readers join; delivered is not claimed until committed")
+    func deliveryIsNotAClaim() async throws {
+        let seed = testSeed(181)
+        var random = SplitMix64(seed: seed)
+        let bytes = random.bytes(1 << 20)
+        // Three whole 64 KiB segments and a part of the fourth, then the origin holds.
+        let hold = 3 * (64 << 10) + 20_000
+        let source = HoldingSource(bytes, hold: hold)
+        let fixture = try await FillFixture("cut-through", options: .testing)
+        let cache = fixture.cache
+        let got = Received(readers: 2)
+        let readers = (0..<2).map { index in
+            Task {
+                // The whole resource: first contact asks for it (one answer, which holds).
+                for try await chunk in cache.read(source) { got.withLock { $0[index] += chunk } }
+            }
+        }
+        // Both readers get everything that arrived while the origin still holds the rest:
+        // nothing of it is durable (no commit is due before 4 MiB), so this only happens by
+        // cut-through. (The old path handed bytes over only after their commit.)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while got.withLock({ $0.map(\.count) }) != [hold, hold] {
+            guard ContinuousClock.now < deadline else {
+                Issue.record("seed \(seed): readers got \(got.withLock { $0.map(\.count) }) of the \(hold) bytes that arrived")
+                break
+            }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(got.withLock { $0.allSatisfy { $0 == Array(bytes[0..<hold]) } }, "seed \(seed): the bytes delivered from memory are right")
+        #expect(source.requests.count == 1, "the second reader joined the first one's fetch: \(source.requests)")
+        // Delivered, not claimed: the index names none of it, neither here nor after a crash now.
+        #expect(try await cache.progress(key: source.key).presentBytes == 0)
+        #expect(try await Self.presentAfterCrash(fixture, key: source.key, expected: bytes) == 0, "a crash claims nothing delivered")
+        #expect(cache.statistics.bytesCutThrough >= Int64(2 * hold))
+
+        source.release()
+        for reader in readers { try await reader.value }
+        #expect(got.withLock { $0.allSatisfy { $0 == bytes } }, "seed \(seed): every byte, in order")
+        try await fixture.settled()
+        // Behind the readers, the write-back made all of it durable and committed.
+        #expect(try await cache.progress(key: source.key).presentBytes == Int64(bytes.count))
+        #expect(try await Self.presentAfterCrash(fixture, key: source.key, expected: bytes) == Int64(bytes.count))
+        try await fixture.close()
+    }
+
+    @Test("the memory a fill holds is bounded: an origin faster than the disk waits for the write-back")
+    func boundedMemory() async throws {
+        let seed = testSeed(182)
+        var random = SplitMix64(seed: seed)
+        let bytes = random.bytes(6 << 20)
+        var options = FillOptions.testing
+        options.arrivedLimit = 512 << 10
+        options.commitEvery = 256 << 10
+        let fixture = try await FillFixture("cut-through-bounded", options: options)
+        // Answered at once from memory: always faster than writes, fdatasyncs and commits.
+        let source = GatedSource(bytes)
+        source.release()
+        #expect(try await collect(fixture.cache.read(source)) == bytes, "seed \(seed)")
+        try await fixture.settled()
+        let statistics = fixture.cache.statistics
+        // At most the limit plus the one network chunk that crossed it.
+        #expect(statistics.mostArrived <= options.arrivedLimit + (64 << 10), "\(statistics)")
+        #expect(statistics.mostArrived >= options.commitEvery, "the bound was reached: \(statistics)")
+        #expect(try await fixture.cache.progress(key: source.key).presentBytes == Int64(bytes.count))
+        try await fixture.close()
+    }
+
+    @Test("a reader that stops early leaves little fetched past it (the fast-drop seek): at most 1.1x of what it read")
+    func stopEarly() async throws {
+        let seed = testSeed(183)
+        var random = SplitMix64(seed: seed)
+        let bytes = random.bytes(32 << 20)
+        let fixture = try await FillFixture("cut-through-drop", options: .testing)
+        let source = GatedSource(bytes)
+        source.release()
+        var read: [UInt8] = []
+        // A player's seek: `bytes=8388608-`, 4 MiB read, then it hangs up.
+        let start = 8 << 20
+        for try await chunk in fixture.cache.read(source, range: Int64(start)..<Int64.max) {
+            read += chunk
+            if read.count >= 4 << 20 { break }
+        }
+        #expect(read == Array(bytes[start..<(start + read.count)]), "seed \(seed)")
+        try await fixture.settled()
+        let asked = source.requests.map { Int($0.clamped(to: 0..<Int64(bytes.count)).count) }.reduce(0, +)
+        // The old fill asked for 16 MiB spans and one more ahead: 8x what was read.
+        #expect(
+            asked >= 4 << 20 && Double(asked) <= 1.1 * Double(read.count),
+            "asked \(asked) bytes for \(read.count) read: \(source.requests)")
+        try await fixture.close()
+    }
+}
