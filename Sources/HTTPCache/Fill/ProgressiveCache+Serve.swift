@@ -395,6 +395,21 @@ extension ProgressiveCache {
     /// start, bounded (``FirstRequest``); the whole resource without a range, its `200` read on
     /// to the end. An answer without a length (chunked or close-delimited) is received whole
     /// from here on (``StreamFill``).
+    /// The range first contact asks the origin for (nil: the whole): the reader's range from its
+    /// segment-aligned start, at most ``FillOptions/maximumFetch`` of it, and the first
+    /// read-ahead window when open-ended. A revalidation asks the same, so that its answer, when
+    /// it is a new version, is the new resource's first contact.
+    public nonisolated func firstContactRange(for first: FirstRequest) -> Range<Int64>? {
+        guard case .range(let wanted) = first else { return nil }
+        let segmentSize = Int64(store.options.segmentSize)
+        let shift = Int64(segmentSize.trailingZeroBitCount)
+        let start = (max(0, wanted.lowerBound) >> shift) << shift
+        let bounded = wanted.upperBound != .max && wanted.upperBound - start <= options.maximumFetch
+        let window = max(segmentSize, 2 * options.readAheadMinimum)
+        let stop = bounded ? ((wanted.upperBound + segmentSize - 1) >> shift) << shift : start + window
+        return start..<max(start + segmentSize, stop)
+    }
+
     private func firstContact(_ resource: FillResource, source: any RangeSource, handle: ResourceHandle, first: FirstRequest) async throws {
         var handle = handle
         if await handle.file.presentBytes > 0 {
@@ -409,14 +424,7 @@ extension ProgressiveCache {
         let shift = Int64(handle.file.segmentShift)
         let segmentSize = Int64(handle.file.segmentSize)
         let probe = 0..<segmentSize
-        var asked: Range<Int64>?
-        if case .range(let wanted) = first {
-            let start = (max(0, wanted.lowerBound) >> shift) << shift
-            let bounded = wanted.upperBound != .max && wanted.upperBound - start <= options.maximumFetch
-            let window = max(segmentSize, 2 * options.readAheadMinimum)
-            let stop = bounded ? ((wanted.upperBound + segmentSize - 1) >> shift) << shift : start + window
-            asked = start..<max(start + segmentSize, stop)
-        }
+        var asked = firstContactRange(for: first)
         let response: RangeResponse
         do {
             do {

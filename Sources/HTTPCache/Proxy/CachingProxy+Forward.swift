@@ -22,10 +22,16 @@ extension CachingProxy {
 
     /// Starts (or joins) the revalidation of `key`: one conditional request however many
     /// clients find it stale at once.
-    func startRevalidation(key: String, policy: CachePolicy, length: Int64, source: ProxiedSource) -> Task<Revalidation, Never> {
+    ///
+    /// - Parameter first: what the client that starts it would ask a first contact for: the
+    ///   revalidation asks the same, so that a new version's answer serves as that first
+    ///   contact. Nil (a background revalidation nobody waits on) asks for the first segment.
+    func startRevalidation(
+        key: String, policy: CachePolicy, length: Int64, source: ProxiedSource, first: FirstRequest?
+    ) -> Task<Revalidation, Never> {
         revalidations.task(for: key) {
             Task { [self] in
-                let outcome = await revalidate(key: key, policy: policy, length: length, source: source)
+                let outcome = await revalidate(key: key, policy: policy, length: length, source: source, first: first)
                 revalidations.remove(key)
                 return outcome
             }
@@ -36,15 +42,23 @@ extension CachingProxy {
     /// for what a first contact asks for (the first segment): a `304`, or a `2xx` of the same
     /// version, freshens the stored head; another version drops the stored one, and its answer
     /// becomes the new resource's first contact instead of being asked for again.
-    private func revalidate(key: String, policy: CachePolicy, length: Int64, source: ProxiedSource) async -> Revalidation {
+    private func revalidate(key: String, policy: CachePolicy, length: Int64, source: ProxiedSource, first: FirstRequest?) async
+        -> Revalidation
+    {
         var headers = source.forwarding.headers
         for field in policy.revalidationHeaders { headers.append(name: field.name, value: field.value) }
         let clock = ExchangeTimes()
         let response: RangeResponse
         var forwarding = source.forwarding
         forwarding.headers = headers
+        let asked = first.map { cache.firstContactRange(for: $0) } ?? 0..<Int64(cache.store.options.segmentSize)
         do {
-            response = try await source.base.fetch(0..<Int64(cache.store.options.segmentSize), validator: nil, forwarding: forwarding)
+            response = try await source.base.fetch(asked, validator: nil, forwarding: forwarding)
+        } catch let error as SparseCacheError where error.httpStatus == 416 {
+            // The client's range is past the end of what the origin has now: not the stored
+            // version (a match would have been a 304 whatever the range, RFC 9110 13.2.2).
+            _ = try? await cache.invalidate(key: key)
+            return .changed(status: 416, response: nil)
         } catch let answer as OriginAnswer {
             let (requestTime, responseTime) = clock.finished()
             if answer.head.status == 304 {
@@ -74,7 +88,7 @@ extension CachingProxy {
             return .freshened(fresh, status: response.info.stored?.status ?? 200)
         }
         _ = try? await cache.invalidate(key: key)
-        return .changed(status: response.info.stored?.status ?? 200, response: PreparedResponse(response, asked: 0))
+        return .changed(status: response.info.stored?.status ?? 200, response: PreparedResponse(response, asked: asked))
     }
 
     /// Whether a new response shows the same version as the stored one: an equal strong entity
@@ -89,7 +103,9 @@ extension CachingProxy {
 
     /// A stale (or client-refused) stored response: ask the origin, then answer.
     func revalidateAndAnswer(_ reader: CacheReader, policy: CachePolicy, source: ProxiedSource, _ exchange: Exchange) async throws {
-        let outcome = await startRevalidation(key: source.key, policy: policy, length: reader.length, source: source).value
+        let outcome = await startRevalidation(
+            key: source.key, policy: policy, length: reader.length, source: source, first: Self.firstRequest(for: exchange.request)
+        ).value
         switch outcome {
         case .freshened(let head, let status):
             let fresh = head.policy
@@ -278,24 +294,24 @@ struct ProxiedSource: RangeSource {
 }
 
 /// An origin's answer that arrived before the fetch that wants it: taken once, by a fetch that
-/// starts where it was asked from (`asked`); cancelled when nobody takes it (another client
-/// opened the new resource first, or the client left).
+/// asks for what it was asked for (`asked`, nil for the whole); cancelled when nobody takes it
+/// (another client opened the new resource first, or the client left).
 final class PreparedResponse: @unchecked Sendable {
     // @unchecked: `response` is read and cleared under `lock` only.
     private let lock = NSLock()
     private var response: RangeResponse?
-    private let asked: Int64
+    private let asked: Range<Int64>?
 
-    init(_ response: RangeResponse, asked: Int64) {
+    init(_ response: RangeResponse, asked: Range<Int64>?) {
         self.response = response
         self.asked = asked
     }
 
-    /// The answer, once, for a fetch of `range` from where it was asked; nil otherwise.
+    /// The answer, once, for a fetch of exactly what it was asked for; nil otherwise.
     func take(for range: Range<Int64>?) -> RangeResponse? {
         lock.lock()
         defer { lock.unlock() }
-        guard (range?.lowerBound ?? 0) == asked, let taken = response else { return nil }
+        guard range == asked, let taken = response else { return nil }
         response = nil
         return taken
     }
