@@ -206,6 +206,50 @@ struct HTTPCachingTests {
         await rig.stop()
     }
 
+    @Test(
+        "parts are combined only under a strong validator: a part without one is passed on, a whole answer without one is stored from that one answer (RFC 9111 3.4)"
+    )
+    func strongValidatorForParts() async throws {
+        let rig = try await ScriptedProxy()
+        let body = OriginScript.pattern(count: 300_000, seed: 9)
+        for (name, headers) in [
+            ("weak-etag", [("Cache-Control", "max-age=600"), ("ETag", "W/\"w1\"")]), ("no-validator", [("Cache-Control", "max-age=600")]),
+        ] {
+            try rig.script(name, headers) {
+                $0.bodySize = 300_000
+                $0.bodySeed = 9
+            }
+            // A range first: the origin's part cannot be proven to belong with any other part,
+            // so it goes to the client and is not stored; the next range asks again.
+            for round in 1...2 {
+                let part = try await rig.get(name, ["-r", "100000-100999"])
+                #expect(part.status == 206 && part.body == Array(body[100_000..<101_000]), "\(name) #\(round): \(part)")
+                #expect(
+                    !part.cacheStatus.contains("stored") && rig.count(name) == round,
+                    "\(name) #\(round): \(part.headers), \(rig.requests(name))")
+            }
+            // The whole, once: stored from that one answer, then ranges of it are hits.
+            let whole = try await rig.get(name)
+            #expect(whole.status == 200 && whole.body == body, "\(name): \(whole)")
+            let part = try await Self.pollHit(rig, name, ["-r", "200000-200099"])
+            #expect(part.status == 206 && part.body == Array(body[200_000..<200_100]) && part.isHit, "\(name): \(part)")
+            #expect(rig.count(name) == 3, "\(name): no origin request for a range of the stored whole: \(rig.requests(name))")
+        }
+        await rig.stop()
+    }
+
+    /// Asks until the answer is a hit (an answer stored as it streamed is a hit once it has
+    /// ended and been committed) or a deadline passes.
+    static func pollHit(_ rig: ScriptedProxy, _ name: String, _ arguments: [String]) async throws -> CurlResult {
+        let deadline = ContinuousClock.now + .seconds(30)
+        var answer = try await rig.get(name, arguments)
+        while !answer.isHit, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+            answer = try await rig.get(name, arguments)
+        }
+        return answer
+    }
+
     // MARK: freshness (RFC 9111 4.2)
 
     @Test(

@@ -63,6 +63,13 @@ public struct ContentValidator: Sendable, Equatable, Hashable {
         hasher.combine(lastModified)
     }
 
+    /// Whether parts of the representation may be combined into one stored response (RFC 9111
+    /// section 3.4): a strong entity tag, or a Last-Modified date that is strong.
+    public var isStrong: Bool {
+        if let etag, !etag.hasPrefix("W/") { return true }
+        return lastModifiedIsStrong
+    }
+
     /// Whether `lastModified` is a strong validator: at least a second older than the `Date`
     /// of the response that carried it, so no second change can hide in the same second
     /// (RFC 9110 section 8.8.2.2). Without a `Date` it is weak.
