@@ -363,14 +363,15 @@ struct HTTPCachingTests {
         try rig.script("changed", [("Cache-Control", "max-age=60"), ("ETag", "\"changed-2\"")]) { $0.bodySize = 70_000 }
         let newBody = OriginScript.pattern(count: 70_000)
         let changed = try await rig.get("changed")
-        // The revalidation (the request after the first) carries the old ETag and asks what a
-        // first contact for this client would (the whole: it sent no Range); answered with the
-        // new version, that answer is the new resource's first contact, not asked for again.
+        // The revalidation (the request after the first) carries the old ETag and asks for the
+        // first segment only (little to waste when the version is the same and the origin has
+        // no conditional requests). Answered with a part of the new version, the client's
+        // whole is asked for once more; an origin that sends all of it anyway saves that
+        // request (the conformance suite's origin does: one request there).
         let changedCheck = rig.requests("changed").dropFirst().first
-        // Before, the revalidation asked for one byte and a first contact followed.
         #expect(
-            rig.count("changed") == 2 && changedCheck?.header("Range") == nil,
-            "one origin request for the stale answer and its new version: \(rig.requests("changed"))")
+            rig.count("changed") == 3 && changedCheck?.header("Range") == "bytes=0-65535",
+            "the revalidation asks for the first segment: \(rig.requests("changed"))")
         #expect(
             changedCheck?.header("If-None-Match") == "\"changed-1\"" && changedCheck?.status != 304,
             "revalidated with the old ETag and answered with the new version: \(rig.requests("changed"))")

@@ -54,7 +54,7 @@ extension HTTPRangeSource {
                     forwarding: forwarding)
                 exchange.onFinish(release)
                 let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
-                return RangeResponse(info: info, offset: offset, body: body, cancel: { exchange.cancel() })
+                return RangeResponse(info: info, offset: offset, body: body, cancel: { exchange.cancel() }, isPartial: head.status == 206)
             } catch {
                 exchange.cancel()
                 throw error

@@ -95,7 +95,8 @@ extension HTTPRangeSource {
             let (info, offset) = try Self.interpret(
                 status: response.statusCode, headers: headers, contentLength: contentLength, requested: range, key: key,
                 times: clock.finished(), forwarding: forwarding)
-            return RangeResponse(info: info, offset: offset, body: stream.body, cancel: { task.cancel() })
+            return RangeResponse(
+                info: info, offset: offset, body: stream.body, cancel: { task.cancel() }, isPartial: response.statusCode == 206)
         } catch {
             task.cancel()
             throw error

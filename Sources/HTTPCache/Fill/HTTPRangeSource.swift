@@ -218,8 +218,7 @@ public final class HTTPRangeSource: RangeSource {
         // A page that is stale at once and cannot be revalidated would be fetched again for
         // every request: passed on, as nginx does with what it has no lifetime for.
         // RFC 9111 section 3.4: parts are combined into one stored response only when they share
-        // a strong validator. A part without one is handed on, never stored; a whole answer
-        // without one is stored from that one answer (``interpret``).
+        // a strong validator. A part without one is handed on, never stored.
         if status == 206, !ContentValidator(etag: headers["etag"], lastModified: headers["last-modified"], date: headers["date"]).isStrong {
             return "not stored: a part without a strong validator cannot be combined with others"
         }
@@ -271,11 +270,6 @@ public final class HTTPRangeSource: RangeSource {
                     .origin, operation: "fetch", path: key, detail: "206 without the total length ('\(value)')", httpStatus: 206)
             }
             return (ContentInfo(length: total, contentType: contentType, validator: validator, stored: stored), first.lowerBound)
-        case 200 where forwarding != nil && !validator.isStrong:
-            // Nothing could prove that a later part is of this version (RFC 9111 section 3.4):
-            // stored from this one answer only, as an answer without a length is (received whole,
-            // kept when it ended as its framing says, dropped when cut), never extended by ranges.
-            return (ContentInfo(length: nil, contentType: contentType, validator: validator, stored: stored), 0)
         case 200:
             return (ContentInfo(length: contentLength, contentType: contentType, validator: validator, stored: stored), 0)
         case _ where forwarding != nil && status != 416 && (200...599).contains(status):

@@ -105,12 +105,18 @@ public struct RangeResponse: Sendable {
     public var body: AsyncThrowingStream<[UInt8], Error>
     /// Stops the transfer (the body then ends).
     public var cancel: @Sendable () -> Void
+    /// Whether the body is a part of the resource (HTTP `206`) rather than all of it.
+    public var isPartial: Bool
 
-    public init(info: ContentInfo, offset: Int64, body: AsyncThrowingStream<[UInt8], Error>, cancel: @escaping @Sendable () -> Void) {
+    public init(
+        info: ContentInfo, offset: Int64, body: AsyncThrowingStream<[UInt8], Error>, cancel: @escaping @Sendable () -> Void,
+        isPartial: Bool = false
+    ) {
         self.info = info
         self.offset = offset
         self.body = body
         self.cancel = cancel
+        self.isPartial = isPartial
     }
 }
 

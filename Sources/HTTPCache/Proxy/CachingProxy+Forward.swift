@@ -51,7 +51,12 @@ extension CachingProxy {
         let response: RangeResponse
         var forwarding = source.forwarding
         forwarding.headers = headers
-        let asked = first.map { cache.firstContactRange(for: $0) } ?? 0..<Int64(cache.store.options.segmentSize)
+        // A client's range: what first contact would ask for it. The whole (or nobody waiting):
+        // the first segment only, so that an origin without conditional requests sends little
+        // when the version is the same; an origin that answers with all of it anyway (a 200
+        // that ignores Range) hands that answer to the whole-resource first contact.
+        let firstSegment = 0..<Int64(cache.store.options.segmentSize)
+        let asked = first.flatMap { cache.firstContactRange(for: $0) } ?? firstSegment
         do {
             response = try await source.base.fetch(asked, validator: nil, forwarding: forwarding)
         } catch let error as SparseCacheError where error.httpStatus == 416 {
@@ -294,15 +299,16 @@ struct ProxiedSource: RangeSource {
 }
 
 /// An origin's answer that arrived before the fetch that wants it: taken once, by a fetch that
-/// asks for what it was asked for (`asked`, nil for the whole); cancelled when nobody takes it
-/// (another client opened the new resource first, or the client left).
+/// asks for what it was asked for (`asked`), or by one that asks for the whole when it is the
+/// whole (a `200`); cancelled when nobody takes it (another client opened the new resource
+/// first, or the client left).
 final class PreparedResponse: @unchecked Sendable {
     // @unchecked: `response` is read and cleared under `lock` only.
     private let lock = NSLock()
     private var response: RangeResponse?
-    private let asked: Range<Int64>?
+    private let asked: Range<Int64>
 
-    init(_ response: RangeResponse, asked: Range<Int64>?) {
+    init(_ response: RangeResponse, asked: Range<Int64>) {
         self.response = response
         self.asked = asked
     }
@@ -311,7 +317,7 @@ final class PreparedResponse: @unchecked Sendable {
     func take(for range: Range<Int64>?) -> RangeResponse? {
         lock.lock()
         defer { lock.unlock() }
-        guard range == asked, let taken = response else { return nil }
+        guard let taken = response, range == nil ? !taken.isPartial && taken.offset == 0 : range == asked else { return nil }
         response = nil
         return taken
     }
