@@ -91,10 +91,10 @@ struct FillReplaceTests {
         let second = random.bytes(length)
         for round in 0..<3 {
             var options = FillOptions.testing
-            // First contact brings the first 64 KiB; the reader's read-ahead then asks for the
-            // next two 16 KiB spans, which wait on the origin.
-            options.maximumFetch = 16 << 10
-            options.readAheadMinimum = 32 << 10
+            // First contact brings the first 256 KiB; the reader's read-ahead then asks for the
+            // next two 64 KiB spans (the distance is at most one span), which wait on the origin.
+            options.maximumFetch = 64 << 10
+            options.readAheadMinimum = 128 << 10
             options.readAhead = true
             options.readAheadLimit = 3
             let fixture = try await FillFixture("fill-replace", options: options, segmentSize: 16 << 10)

@@ -99,6 +99,8 @@ extension ProgressiveCache {
         resource.fetches[id]?.arrived = arrived
         var given = first
         var attempt = 0
+        // The end a claim of the next span was last tried from (``claimOnward``).
+        var claimTried: Int64 = 0
         while position < end {
             try Task.checkCancellation()
             guard resource.generation == generation else { return }
@@ -156,6 +158,13 @@ extension ProgressiveCache {
                         bytes = bytes.dropFirst(take)
                         position += Int64(take)
                         attempt = 0
+                        // Reading a whole answer on: the next span is claimed half a span before
+                        // this one ends, so a reader right behind never finds the segment at the
+                        // end unclaimed and starts a fetch of its own (which would stop this one).
+                        if whole, end < length, end > claimTried, end - position <= options.maximumFetch / 2 {
+                            claimTried = end
+                            if let more = await claimOnward(resource, id: id, from: end, length: length) { end = more }
+                        }
                         if position >= end {
                             guard whole, position < length, resource.generation == generation,
                                 let more = await claimOnward(resource, id: id, from: position, length: length)

@@ -42,6 +42,8 @@ extension ProgressiveCache {
                 .originChanged, operation: "read", path: resource.key, detail: "the resource changed on the origin after it was opened")
         }
         var waited = false
+        // Whether this reader had bytes from memory, before they were durable.
+        var cutThrough = false
         var position = range?.lowerBound ?? 0
         // Read-ahead: how far this reader has made sure fetches exist, from where it started.
         var ahead = ReadAhead(start: position)
@@ -109,7 +111,13 @@ extension ProgressiveCache {
                     .invalidArgument, operation: "read", path: resource.key, offset: range.lowerBound,
                     length: Int64(range.count), detail: "runs past the resource length \(length)")
             }
-            if position >= end { return }
+            if position >= end {
+                // The reader has every byte; those it had from memory become durable behind it.
+                // It ends once they have (a keep-alive client's next request waits that long):
+                // fills writing back never pile up behind clients faster than the disk.
+                if cutThrough { await awaitDurable(resource, (range?.lowerBound ?? 0)..<end, generation: generation) }
+                return
+            }
             let file = handle.file
             let shift = Int64(file.segmentShift)
             let segment = Int(position >> shift)
@@ -121,7 +129,11 @@ extension ProgressiveCache {
                 if let owner = resource.owner[segment], let arrived = resource.fetches[owner]?.arrived {
                     let bytes = arrived.bytes(at: position, limit: min(Int64(options.readChunk), end - position))
                     if !bytes.isEmpty {
+                        // The reader follows this fetch now: it runs while the reader is here
+                        // (an opener that leaves first must not stop it under the reader).
+                        if interests.insert(owner).inserted { resource.fetches[owner]?.interest += 1 }
                         count { $0.bytesCutThrough += Int64(bytes.count) }
+                        cutThrough = true
                         waited = false
                         delivered = true
                         position += Int64(bytes.count)
@@ -184,6 +196,21 @@ extension ProgressiveCache {
             if let progress {
                 progress(await Self.progress(of: file, key: resource.key, from: range?.lowerBound ?? 0))
             }
+        }
+    }
+
+    /// Waits until `range` is present, as long as fetches still bring (write back) what is
+    /// missing of it; returns at once when nobody does (a fetch that stopped early), when the
+    /// resource was replaced, or when the reader's task is cancelled.
+    private func awaitDurable(_ resource: FillResource, _ range: Range<Int64>, generation: Int) async {
+        while !Task.isCancelled, resource.generation == generation, let file = resource.handle?.file {
+            let seen = resource.changes
+            let missing = await file.missingRanges(in: range)
+            guard resource.generation == generation, let first = missing.first else { return }
+            let shift = Int64(file.segmentShift)
+            let segments = missing.lazy.flatMap { Int($0.lowerBound >> shift)...Int(($0.upperBound - 1) >> shift) }
+            guard segments.contains(where: { resource.owner[$0] != nil }) else { return }
+            await waitForChange(resource, segment: Int(first.lowerBound >> shift), since: seen)
         }
     }
 
