@@ -153,8 +153,7 @@ public actor SmallObjectStore {
         try FileSystem.createDirectory(directory)
         var opened = Opened()
         let ids = try FileSystem.listDirectory(directory).compactMap(SmallObjectFormat.fileID(fromName:)).sorted()
-        // Sequence -> record, per key: the highest wins (a compaction copy has its original's).
-        var latest: [String: (sequence: UInt64, tombstone: Bool, location: Location)] = [:]
+        var scans: [SmallObjectLogScan] = []
         var removedFiles = false
         for id in ids {
             let path = directory + "/" + SmallObjectFormat.fileName(id: id)
@@ -183,23 +182,17 @@ public actor SmallObjectStore {
             opened.logs.append(SmallObjectLog(id: id, salt: scan.salt, path: path, descriptor: descriptor))
             opened.sizes[id] = scan.size
             opened.report.files += 1
-            for record in scan.records {
-                let header = record.header
-                opened.nextSequence = max(opened.nextSequence, header.sequence + 1)
-                if header.kind == .tombstone { opened.tombstones[id, default: [:]][record.key] = header.sequence }
-                if let known = latest[record.key], known.sequence > header.sequence { continue }
-                let location = Location(
-                    file: id, offset: record.offset, count: Int32(header.recordCount), bodyCount: Int32(header.bodyCount),
-                    sequence: header.sequence, lastAccess: 0)
-                latest[record.key] = (header.sequence, header.kind == .tombstone, location)
-            }
+            scans.append(scan)
         }
+        let replayed = replay(scans)
+        opened.index = replayed.index
+        opened.tombstones = replayed.tombstones
+        opened.nextSequence = replayed.nextSequence
         if removedFiles { try FileSystem.syncParentDirectory(of: directory + "/x") }
-        for (key, record) in latest where !record.tombstone { opened.index[key] = record.location }
         opened.report.objects = opened.index.count
         opened.report.tombstones = opened.tombstones.values.reduce(0) { $0 + $1.count }
         // Appends go on in the newest file when it is usable and not full; else a new one.
-        if let last = opened.logs.last, (opened.sizes[last.id] ?? 0) < 16 << 20 {
+        if let last = opened.logs.last, last.id == ids.last, (opened.sizes[last.id] ?? 0) < 16 << 20 {
             opened.active = last.id
         } else {
             let id = (opened.logs.last?.id ?? 0) + 1
@@ -209,6 +202,32 @@ public actor SmallObjectStore {
             opened.active = id
         }
         return opened
+    }
+
+    /// The live records of `scans` (files in increasing order): per key the record with the
+    /// highest sequence number, unless that is a tombstone. A compaction copy has its
+    /// original's number, so meeting both is harmless.
+    static func replay(_ scans: [SmallObjectLogScan]) -> (
+        index: [String: Location], tombstones: [UInt32: [String: UInt64]], nextSequence: UInt64
+    ) {
+        var latest: [String: (tombstone: Bool, location: Location)] = [:]
+        var tombstones: [UInt32: [String: UInt64]] = [:]
+        var nextSequence: UInt64 = 1
+        for scan in scans {
+            for record in scan.records {
+                let header = record.header
+                nextSequence = max(nextSequence, header.sequence + 1)
+                if header.kind == .tombstone { tombstones[scan.id, default: [:]][record.key] = header.sequence }
+                if let known = latest[record.key], known.location.sequence > header.sequence { continue }
+                let location = Location(
+                    file: scan.id, offset: record.offset, count: Int32(header.recordCount), bodyCount: Int32(header.bodyCount),
+                    sequence: header.sequence, lastAccess: 0)
+                latest[record.key] = (header.kind == .tombstone, location)
+            }
+        }
+        var index: [String: Location] = [:]
+        for (key, record) in latest where !record.tombstone { index[key] = record.location }
+        return (index, tombstones, nextSequence)
     }
 
     /// Creates log file `id`: header written and synced, then the directory synced, so no
@@ -321,6 +340,17 @@ public actor SmallObjectStore {
     }
 
     // MARK: Listing
+
+    /// Every live object as a store entry: its name is `objects/<log file>@<offset>`, its
+    /// length and present bytes the body's, its allocated bytes the record's.
+    public func entries() -> [StoreEntry] {
+        index.map { key, location in
+            StoreEntry(
+                key: key, name: SparseStore.objectsDirectoryName + "/" + SmallObjectFormat.fileName(id: location.file) + "@\(location.offset)",
+                length: Int64(location.bodyCount), presentBytes: Int64(location.bodyCount), allocatedBytes: Int64(location.count),
+                lastAccess: location.lastAccess, pinnedPrefix: 0, isOpen: false)
+        }
+    }
 
     /// Every live object: key, body length, record bytes, last access (ns since 1970; 0 for
     /// one not used since open), and the file and offset of its record.
