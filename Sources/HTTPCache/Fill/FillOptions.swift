@@ -40,6 +40,14 @@ public struct FillOptions: Sendable {
     /// the points where other calls on the cache interleave with the reader's (FillStallTests).
     var afterReadAheadLook: (@Sendable () async -> Void)?
 
+    /// A complete answer whose body is at most this many bytes (a `Content-Length` one, or
+    /// one without a length that ended under it) is kept in the store's small-object logs
+    /// (``SmallObjectStore``: one record, one shared fdatasync) instead of a sparse file and
+    /// its index; 0 keeps every answer in sparse files. At most the store's segment size for
+    /// ranged first contacts (the first answer must hold the whole body). Measured in
+    /// docs/BENCHMARKS.md (scenario 13).
+    public var smallObjectThreshold: Int64 = 64 * 1024
+
     public init() {}
 
     func backoff(attempt: Int) -> Duration {
@@ -81,6 +89,10 @@ public struct FillStatistics: Sendable, Equatable {
     public var bytesReceived: Int64 = 0
     /// Bytes handed to readers from the cache without waiting for a fetch.
     public var bytesFromCache: Int64 = 0
+    /// Answers stored as small objects, and small objects that could not be stored (the log
+    /// write or its sync failed: the client had its answer, the cache did not keep it).
+    public var smallObjectsStored = 0
+    public var smallObjectFailures = 0
     public var retries = 0
     /// Background transfers (read-ahead, prefetch) that gave their connection to a request a
     /// client waits on, and asked again from their last byte.

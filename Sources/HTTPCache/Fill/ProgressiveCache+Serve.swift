@@ -294,7 +294,10 @@ extension ProgressiveCache {
             try await firstContact(resource, source: source, handle: handle)
             return
         }
-        // Known from an earlier run: its validators go out with every request.
+        // Known from an earlier run: its validators go out with every request. A first-contact
+        // answer a small-object attempt left is not needed.
+        resource.firstResponse?.cancel()
+        resource.firstResponse = nil
         resource.info = ContentInfo(
             length: length, contentType: metadata.contentType,
             validator: ContentValidator(etag: metadata.etag, lastModified: metadata.lastModified), stored: StoredHead(metadata))
@@ -318,7 +321,14 @@ extension ProgressiveCache {
         let response: RangeResponse
         do {
             do {
-                response = try await fetchWithRetries(source, 0..<Int64(handle.file.segmentSize), validator: nil, key: resource.key)
+                if let received = resource.firstResponse {
+                    // A small-object attempt asked already (the same request) and found the
+                    // answer large or ranged: no second request.
+                    resource.firstResponse = nil
+                    response = received
+                } else {
+                    response = try await fetchWithRetries(source, 0..<Int64(handle.file.segmentSize), validator: nil, key: resource.key)
+                }
             } catch let error as SparseCacheError where error.httpStatus == 416 || error.httpStatus == 206 {
                 // No byte range of an empty resource is satisfiable (RFC 9110, section 14.1.1):
                 // some origins say so rather than send the empty 200. A 206 that does not say

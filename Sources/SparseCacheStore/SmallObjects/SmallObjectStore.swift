@@ -302,12 +302,13 @@ public actor SmallObjectStore {
         try await append(PendingRecord(kind: .object, key: key, sequence: sequence, metadata: encoded, body: body, lastAccess: SparseStore.now()))
     }
 
-    /// Replaces the metadata of `key`'s object, keeping its body (a new record). Returns false
-    /// when the key has no object, or it was replaced meanwhile.
+    /// Replaces the metadata of `key`'s object by `change` of it, keeping its body (a new
+    /// record; returns once it is durable). Returns false when the key has no object, or it was
+    /// replaced meanwhile.
     @discardableResult
-    public func updateMetadata(key: String, _ metadata: ResourceMetadata) async throws -> Bool {
+    public func updateMetadata(key: String, _ change: @Sendable (ResourceMetadata) -> ResourceMetadata) async throws -> Bool {
         guard let object = try await object(for: key), index[key]?.sequence == object.sequence else { return false }
-        try await put(key: key, metadata: metadata, body: object.body)
+        try await put(key: key, metadata: change(object.metadata), body: object.body)
         return true
     }
 
