@@ -7,8 +7,9 @@ import SparseCacheEngine
 extension SmallObjectStore {
     /// Drops least recently used objects (those used before `cutoff`, ns since 1970) and
     /// compacts files until the logs take at least `bytes` less disk, or nothing more can go.
-    /// Returns the keys dropped. An evicted object gets no tombstone: if its file is still there
-    /// after a crash, the object (a valid, checked copy) comes back, as any cached response may.
+    /// Returns the keys dropped. The dropped keys get tombstones (one batch), so a restart
+    /// before their records are compacted away does not bring them back: an evicted key is as
+    /// gone as a removed one, and a later removal of it has nothing to do.
     @discardableResult
     public func evict(bytes: Int64, olderThan cutoff: Int64 = .max) async throws -> [String] {
         guard bytes > 0, !isClosed else { return [] }
@@ -21,11 +22,14 @@ extension SmallObjectStore {
             let candidates = index.filter { $0.value.lastAccess < cutoff }.sorted {
                 ($0.value.lastAccess, $0.value.sequence) < ($1.value.lastAccess, $1.value.sequence)
             }
+            var tombstones: [PendingRecord] = []
             for (key, location) in candidates where reclaimable < bytes {
                 drop(key)
                 dropped.append(key)
                 reclaimable += Int64(location.count)
+                tombstones.append(PendingRecord(kind: .tombstone, key: key, sequence: takeSequence(), metadata: [], body: [], lastAccess: 0))
             }
+            try await appendTogether(tombstones)
         }
         // The file appended to is compacted too when it must be: sealed first.
         var tried = Set<UInt32>()
