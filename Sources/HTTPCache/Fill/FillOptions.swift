@@ -40,10 +40,12 @@ public struct FillOptions: Sendable {
     /// the points where other calls on the cache interleave with the reader's (FillStallTests).
     var afterReadAheadLook: (@Sendable () async -> Void)?
 
-    /// A complete answer whose body is at most this many bytes (a `Content-Length` one, or
-    /// one without a length that ended under it) is kept in the store's small-object logs
+    /// A complete answer with a length of at most this many bytes is kept in the store's
+    /// small-object logs
     /// (``SmallObjectStore``: one record, one shared fdatasync) instead of a sparse file and
-    /// its index; 0 keeps every answer in sparse files. At most the store's segment size for
+    /// its index; 0 keeps every answer in sparse files. Answers without a length stay with
+    /// the sparse path (they are streamed to readers and joined in flight as they arrive; one
+    /// that ends small is not moved to the logs). At most the store's segment size for
     /// ranged first contacts (the first answer must hold the whole body). Measured in
     /// docs/BENCHMARKS.md (scenario 13).
     public var smallObjectThreshold: Int64 = 64 * 1024

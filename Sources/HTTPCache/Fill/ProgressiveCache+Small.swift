@@ -3,7 +3,7 @@ import SparseCacheStore
 import SparseHTTP
 
 /// Small whole answers (issue 21): a complete body of at most
-/// ``FillOptions/smallObjectThreshold`` bytes is kept as one record of the store's
+/// ``FillOptions/smallObjectThreshold`` bytes whose length the origin gave is kept as one record of the store's
 /// ``SmallObjectStore`` (body and head together, one shared fdatasync) instead of a sparse file
 /// and its index. Larger and ranged resources stay sparse files; the first contact's answer is
 /// handed to them, so deciding costs no second request.
@@ -77,37 +77,29 @@ extension ProgressiveCache {
             // As the sparse first contact: an empty resource, or a 206 without a total.
             response = try await fetchWithRetries(source, nil, validator: nil, key: source.key)
         }
-        guard response.info.stored != nil, response.offset == 0, (response.info.length ?? 0) <= threshold else {
+        // An answer without a length stays with the sparse path (StreamFill): it is handed to
+        // its readers as it arrives and joined in flight, which buffering it here would undo.
+        guard response.info.stored != nil, response.offset == 0, let length = response.info.length, length <= threshold else {
             handOver(response, key: source.key)
             return nil
         }
         var chunks: [[UInt8]] = []
         var received = 0
-        var ended = false
         var iterator = response.body.makeAsyncIterator()
-        let limit = response.info.length.map(Int.init) ?? Int(threshold) + 1
+        var whole = false
         do {
-            while received < limit {
-                guard let chunk = try await iterator.next() else {
-                    ended = true
-                    break
-                }
+            while received < Int(length) {
+                guard let chunk = try await iterator.next() else { break }
                 count { $0.bytesReceived += Int64(chunk.count) }
                 chunks.append(chunk)
                 received += chunk.count
             }
-            // A body with a length ends here; reading its end lets the connection be reused.
-            if !ended, response.info.length != nil, received == limit, let extra = try await iterator.next() {
-                chunks.append(extra)
-                received += extra.count
-            } else if response.info.length != nil {
-                ended = received == limit
-            }
+            // The end of the body: reading it lets the connection be reused.
+            if received == Int(length) { whole = try await iterator.next() == nil }
         } catch {
             // Cut short: the sparse first contact keeps what came and fetches the rest by range.
-            ended = false
+            whole = false
         }
-        let whole = ended && (response.info.length.map { Int64(received) == $0 } ?? (Int64(received) <= threshold))
         guard whole else {
             handOver(RangeResponse(info: response.info, offset: 0, body: Self.replay(chunks, then: iterator), cancel: response.cancel), key: source.key)
             return nil

@@ -49,16 +49,15 @@ public enum StoreVerifier {
         // The small-object logs: every record's checksums (a damaged stretch is never served;
         // a torn tail is a crash's unsynced writes, cut at the next open).
         let objects = directory + "/" + SparseStore.objectsDirectoryName
-        for check in try await io.run({ try SmallObjectStore.checkFiles(directory: objects) }) {
+        report.smallObjectLogs = try await io.run { try SmallObjectStore.checkFiles(directory: objects) }.map { check in
             var problems: [String] = []
-            if let header = check.headerProblem { problems.append(header) }
-            if check.damagedBytes > 0 { problems.append("\(check.damagedBytes) damaged bytes between records (not served)") }
+            if let header = check.headerProblem { problems.append(header + "; the next open deletes the file") }
+            if check.damagedBytes > 0 { problems.append("\(check.damagedBytes) damaged bytes between records (never served)") }
             if check.tornTailBytes > 0 { problems.append("torn tail of \(check.tornTailBytes) bytes (cut at the next open)") }
-            let status = check.headerProblem != nil ? "unusable" : check.damagedBytes > 0 ? "damaged" : "ok"
-            report.resources.append(
-                .init(
-                    name: SparseStore.objectsDirectoryName + "/" + check.name, key: nil, length: check.size, presentBytes: check.size,
-                    allocatedBytes: check.size, status: status, problem: problems.isEmpty ? nil : problems.joined(separator: "; ")))
+            return .init(
+                name: SparseStore.objectsDirectoryName + "/" + check.name, size: check.size, records: check.records,
+                status: check.headerProblem != nil ? "unusable" : check.damagedBytes > 0 ? "damaged" : "clean",
+                problem: problems.isEmpty ? nil : problems.joined(separator: "; "))
         }
 
         report.foreignFiles = files.foreignFiles
@@ -184,11 +183,7 @@ public enum StoreVerifier {
                 lines.append("\(entry.name): \(entry.presentBytes) bytes present in the catalog, \(resource.presentBytes) in the index")
             }
         }
-        // Small-object logs are not in the catalog: their records are their own index.
-        for resource in resources
-        where !listed.contains(resource.name) && resource.status != "vanished" && resource.status != "unusable"
-            && !resource.name.hasPrefix(SparseStore.objectsDirectoryName + "/")
-        {
+        for resource in resources where !listed.contains(resource.name) && resource.status != "vanished" && resource.status != "unusable" {
             lines.append("\(resource.name): not in the catalog")
         }
         return lines
