@@ -48,6 +48,8 @@ extension ProgressiveCache {
         for task in tasks { await task.value }
         for key in Array(resources.keys) { closeIfIdle(key: key, force: true) }
         for release in Array(releases.values) { await release.value }
+        // Small objects still being written go in before the store closes.
+        await settleAllSmall()
     }
 }
 

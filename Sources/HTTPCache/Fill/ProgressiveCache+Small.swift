@@ -141,6 +141,11 @@ extension ProgressiveCache {
         }
     }
 
+    /// Waits until every small object on its way to the log is durable (or failed).
+    public func settleAllSmall() async {
+        while let task = smallArriving.values.compactMap(\.task).first { await task.value }
+    }
+
     /// Waits until an object arriving for `key` is durable (or failed): a removal after it
     /// then removes it, never the other way round.
     func settleSmall(key: String) async {
