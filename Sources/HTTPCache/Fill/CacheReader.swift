@@ -13,9 +13,17 @@ extension ProgressiveCache {
     ///
     /// The resource stays open (and pinned in the store) until ``CacheReader/close()``.
     public func open(_ source: any RangeSource) async throws -> CacheReader {
+        try await open(source, lookedUp: false)
+    }
+
+    /// ``open(_:)``; `lookedUp`: the caller has just found nothing stored for the key
+    /// (``openIfStored(_:)`` said nil), so the store is not asked again.
+    func open(_ source: any RangeSource, lookedUp: Bool) async throws -> CacheReader {
         if smallContacts[source.key] != nil, let small = try await firstContactSmall(source) { return small }
-        if resources[source.key] == nil, await store.entry(for: source.key) == nil, resources[source.key] == nil {
-            if let small = try await openSmallIfStored(source) { return small }
+        var absent = lookedUp
+        if !absent, resources[source.key] == nil { absent = await store.entry(for: source.key) == nil }
+        if absent, resources[source.key] == nil {
+            if !lookedUp, let small = try await openSmallIfStored(source) { return small }
             // Re-check after the awaits: another reader may have started the key's first contact.
             if options.smallObjectThreshold > 0, resources[source.key] == nil, let small = try await firstContactSmall(source) {
                 return small

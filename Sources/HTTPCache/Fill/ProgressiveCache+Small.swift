@@ -44,25 +44,38 @@ extension ProgressiveCache {
     /// (the reader gets it at once; the record is written in the background and claimed when
     /// durable); any other answer is left for the sparse first contact and nil returned.
     func firstContactSmall(_ source: any RangeSource) async throws -> CacheReader? {
-        // Concurrent first readers of one key share one request, as the sparse first contact's.
+        // Concurrent first readers of one key share one request, as the sparse first contact's:
+        // the first makes it on its own task (no task to hop to), the others wait for it.
         let key = source.key
-        let contact: Task<(ContentInfo, [UInt8])?, Error>
-        if let running = smallContacts[key] {
-            contact = running
-        } else {
-            contact = Task { try await self.smallContact(source) }
-            smallContacts[key] = contact
-        }
         let outcome: (ContentInfo, [UInt8])?
-        do {
-            outcome = try await contact.value
-        } catch {
-            if smallContacts[key] == contact { smallContacts[key] = nil }
-            throw error
+        if let running = smallContacts[key] {
+            do {
+                outcome = try await withCheckedThrowingContinuation { running.waiters.append($0) }
+            } catch is CancellationError where !Task.isCancelled {
+                // The reader that asked went away mid-request: ask again for this one.
+                return try await firstContactSmall(source)
+            }
+        } else {
+            let contact = SmallContact()
+            smallContacts[key] = contact
+            let result: Result<(ContentInfo, [UInt8])?, Error>
+            do {
+                result = .success(try await smallContact(source))
+            } catch {
+                result = .failure(error)
+            }
+            if smallContacts[key] === contact { smallContacts[key] = nil }
+            for waiter in contact.waiters { waiter.resume(with: result) }
+            outcome = try result.get()
         }
-        if smallContacts[key] == contact { smallContacts[key] = nil }
         guard let (info, body) = outcome else { return nil }
         return CacheReader(cache: self, source: source, info: info, body: body, fromCache: false)
+    }
+
+    /// A small-object first contact in flight and the readers waiting for it (touched on the
+    /// cache's actor only).
+    final class SmallContact {
+        var waiters: [CheckedContinuation<(ContentInfo, [UInt8])?, Error>] = []
     }
 
     /// The request behind ``firstContactSmall(_:)``: the object's info and body, or nil when

@@ -9,6 +9,11 @@ extension ProgressiveCache {
     /// now, whose first contact this one then shares); nil otherwise, with no request to the
     /// origin. A shared cache looks before it decides to forward (RFC 9111, section 4).
     public func openIfStored(_ source: any RangeSource) async throws -> CacheReader? {
+        // A small-object first contact in flight decides what the key is: wait for it (its
+        // answer is then an arriving small object, or a resource this reader joins).
+        if let running = smallContacts[source.key] {
+            _ = try? await withCheckedThrowingContinuation { running.waiters.append($0) }
+        }
         let inUse = resources[source.key].map { $0.handle != nil || $0.opening != nil } ?? false
         // The store's entry, not its length: the catalog learns a resource's length only when
         // the resource is released, and one closing after its last reader is still stored.

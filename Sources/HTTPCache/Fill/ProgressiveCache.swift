@@ -34,7 +34,7 @@ public actor ProgressiveCache {
     /// Small answers on their way to the small-object log (``ProgressiveCache/firstContactSmall(_:)``).
     var smallArriving: [String: ArrivingObject] = [:]
     /// Small-object first contacts in flight, shared by the readers that come meanwhile.
-    var smallContacts: [String: Task<(ContentInfo, [UInt8])?, Error>] = [:]
+    var smallContacts: [String: SmallContact] = [:]
     /// Totals over every resource, counted from the actor and from readers' own tasks.
     private nonisolated let counters = Mutex(FillStatistics())
 

@@ -31,15 +31,19 @@ extension SmallObjectStore {
             }
             try await appendTogether(tombstones)
         }
-        // The file appended to is compacted too when it must be: sealed first.
-        var tried = Set<UInt32>()
-        while diskBytes > goal {
-            let order = logs.keys.filter { !tried.contains($0) }.sorted { liveRatio($0) < liveRatio($1) }
-            guard let next = order.first, liveRatio(next) < 1 else { break }
-            tried.insert(next)
-            try await compact(next)
+        // Files with dead bytes, most dead first; the file appended to too (sealed first). Only
+        // the files there now: the copies go to new files, which would otherwise be compacted
+        // again and again while the goal is out of reach.
+        let candidates = logs.keys.filter { deadBytes($0) > 0 }.sorted { liveRatio($0) < liveRatio($1) }
+        for id in candidates where diskBytes > goal {
+            try await compact(id)
         }
         return dropped
+    }
+
+    /// Bytes of file `id` that no live record uses (its header aside).
+    func deadBytes(_ id: UInt32) -> Int64 {
+        (fileSizes[id] ?? 0) - (liveBytes[id] ?? 0) - Int64(SmallObjectFormat.headerSize)
     }
 
     /// Live bytes over file bytes.
@@ -53,7 +57,7 @@ extension SmallObjectStore {
     func scheduleCompaction() {
         guard compacting == nil, !isClosed else { return }
         let threshold = options.compactBelow
-        let candidates = logs.keys.filter { $0 != active && liveRatio($0) < threshold }
+        let candidates = logs.keys.filter { $0 != active && deadBytes($0) > 0 && liveRatio($0) < threshold }
         guard !candidates.isEmpty else { return }
         compacting = Task {
             for id in candidates.sorted() { try? await self.compact(id) }

@@ -114,7 +114,8 @@ extension SparseStore {
                 let before = smallObjects.diskBytes
                 let dropped = try await smallObjects.evict(bytes: smallNeed, olderThan: cutoff)
                 evicted += dropped
-                if !dropped.isEmpty || smallObjects.diskBytes < before { progress = true }
+                // Progress is disk given back: a pass that only moved records must end.
+                if smallObjects.diskBytes < before { progress = true }
             }
             var need = await excess(target: target)
             var victims: [String] = []
