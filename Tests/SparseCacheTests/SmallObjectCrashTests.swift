@@ -16,6 +16,8 @@ import Testing
     import Glibc
 #endif
 
+// Inside the serialized power-loss suite: the shim's power-loss recorder is one per process.
+extension CrashPowerLossTests {
 @Suite("Small-object store: crashes, power cuts and I/O errors", .serialized)
 struct SmallObjectCrashTests {
     /// What a key may hold: a version number, or nil for no object.
@@ -271,4 +273,5 @@ struct SmallObjectCrashTests {
         #expect(failedRuns > 0)
         #expect(violations == 0)
     }
+}
 }

@@ -71,7 +71,12 @@ extension ProgressiveCache {
     /// (RFC 9111, section 4.4).
     @discardableResult
     public func invalidate(key: String) async throws -> Bool {
-        // A small object still being written is removed after it, not before.
+        // A small-object first contact in flight ends first (it becomes a small object or a
+        // resource, dropped below), and a small object still being written is removed after
+        // it, not before.
+        if let running = smallContacts[key] {
+            _ = try? await withCheckedThrowingContinuation { running.waiters.append($0) }
+        }
         await settleSmall(key: key)
         if let resource = resources[key] {
             // A first contact or a replacement in flight ends first; then its result is dropped.

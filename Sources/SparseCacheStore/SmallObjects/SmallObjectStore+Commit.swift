@@ -97,12 +97,16 @@ extension SmallObjectStore {
                     sequence: record.sequence, lastAccess: record.lastAccess))
         }
         let data = buffer
+        // Counted whether or not the batch succeeds: after a failed sync its records may still
+        // be in the file (claimed by nobody now, found by the next open), so they take space
+        // and a tombstone of their keys must outlive them.
+        fileSizes[log.id] = start + Int64(data.count)
+        diskCounter.withLock { $0 += Int64(data.count) }
+        if let lowest = batch.map(\.sequence).min() { minimumSequence[log.id] = min(minimumSequence[log.id] ?? .max, lowest) }
         try await io.run {
             try log.descriptor.write(toAbsoluteOffset: start, data)
             try log.descriptor.dataSync()
         }
-        fileSizes[log.id] = start + Int64(data.count)
-        diskCounter.withLock { $0 += Int64(data.count) }
         return locations
     }
 

@@ -97,12 +97,13 @@ extension SmallObjectStore {
                     kind: .object, key: key, sequence: location.sequence, metadata: Array(decoded.metadata), body: Array(decoded.body),
                     lastAccess: location.lastAccess, copiedFrom: id))
         }
-        // A tombstone matters while an older file may hold what it removed.
-        if logs.keys.contains(where: { $0 < id }) {
-            for (key, sequence) in tombstones[id] ?? [:] {
-                copies.append(
-                    PendingRecord(kind: .tombstone, key: key, sequence: sequence, metadata: [], body: [], lastAccess: 0, copiedFrom: id))
-            }
+        // A tombstone matters while another file may hold a record older than it (by sequence:
+        // compaction copies keep theirs, so a newer file may hold older records). A key stored
+        // again since needs none: its newer record wins anyway.
+        for (key, sequence) in tombstones[id] ?? [:] where index[key] == nil || index[key]!.sequence < sequence {
+            guard logs.keys.contains(where: { $0 != id && (minimumSequence[$0] ?? .max) < sequence }) else { continue }
+            copies.append(
+                PendingRecord(kind: .tombstone, key: key, sequence: sequence, metadata: [], body: [], lastAccess: 0, copiedFrom: id))
         }
         if !copies.isEmpty { try await appendTogether(copies) }
         guard logs[id] != nil else { return }
@@ -113,6 +114,7 @@ extension SmallObjectStore {
         fileSizes[id] = nil
         liveBytes[id] = nil
         tombstones[id] = nil
+        minimumSequence[id] = nil
         diskCounter.withLock { $0 -= size }
         let path = log.path
         try await io.run {

@@ -48,8 +48,12 @@ public actor SmallObjectStore {
     /// Bytes of live records in each file.
     var liveBytes: [UInt32: Int64] = [:]
     /// Tombstones in each file, by key with their sequence: copied forward by compaction while
-    /// an older file could still hold the record they remove.
+    /// another file could still hold a record they remove.
     var tombstones: [UInt32: [String: UInt64]] = [:]
+    /// The lowest sequence number of any record in each file. A compaction copy keeps its
+    /// original's number, so a newer file can hold older records: a tombstone is needed while
+    /// any other file has a record older than it.
+    var minimumSequence: [UInt32: UInt64] = [:]
     var active: UInt32
     /// The file appended to cannot be trusted past its last good sync: the next batch starts
     /// a new one.
@@ -136,6 +140,7 @@ public actor SmallObjectStore {
         var sizes: [UInt32: Int64] = [:]
         var index: [String: Location] = [:]
         var tombstones: [UInt32: [String: UInt64]] = [:]
+        var minimumSequence: [UInt32: UInt64] = [:]
         var active: UInt32 = 0
         var nextSequence: UInt64 = 1
     }
@@ -145,6 +150,7 @@ public actor SmallObjectStore {
         fileSizes = opened.sizes
         index = opened.index
         tombstones = opened.tombstones
+        minimumSequence = opened.minimumSequence
         for location in index.values { liveBytes[location.file, default: 0] += Int64(location.count) }
         diskCounter.withLock { $0 = opened.sizes.values.reduce(0, +) }
     }
@@ -182,6 +188,7 @@ public actor SmallObjectStore {
             opened.logs.append(SmallObjectLog(id: id, salt: scan.salt, path: path, descriptor: descriptor))
             opened.sizes[id] = scan.size
             opened.report.files += 1
+            if let lowest = scan.records.map(\.header.sequence).min() { opened.minimumSequence[id] = lowest }
             scans.append(scan)
         }
         let replayed = replay(scans)

@@ -275,6 +275,8 @@ public actor SparseStore {
     public func summary() async -> StoreSummary {
         let small = await smallObjects.entries()
         var summary = Self.summarize(directory: directory, budget: budget, entries: Array(entries.values) + small, open: Set(live.keys))
+        // The logs' headers and dead records count too: the budget sees them.
+        summary.allocatedBytes = allocatedBytes
         summary.housekeepingFailures = housekeepingFailures
         summary.evictions = evictions
         return summary
