@@ -110,16 +110,18 @@ extension SmallObjectStore {
         // A key whose copy was refused (replaced or removed meanwhile) no longer points here;
         // nothing else can (appends go to the file appended to, which this is not any more).
         for (key, location) in index where location.file == id { drop(key) }
+        // The file leaves the table only once it is gone: one that could not be deleted keeps
+        // its tombstones' reasons (its records are still read by the next open).
+        let path = log.path
+        try await io.run { try FileSystem.unlink(path) }
+        guard logs[id] != nil else { return }
+        let removedSize = fileSizes[id] ?? size
         logs[id] = nil
         fileSizes[id] = nil
         liveBytes[id] = nil
         tombstones[id] = nil
         minimumSequence[id] = nil
-        diskCounter.withLock { $0 -= size }
-        let path = log.path
-        try await io.run {
-            try FileSystem.unlink(path)
-            try FileSystem.syncParentDirectory(of: path)
-        }
+        diskCounter.withLock { $0 -= removedSize }
+        try await io.run { try FileSystem.syncParentDirectory(of: path) }
     }
 }
