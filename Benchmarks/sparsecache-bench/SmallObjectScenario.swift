@@ -68,7 +68,9 @@ enum SmallObjectScenario {
             }
             result.measurements += compared(misses, workload: "\(count) x 4 KiB misses, one keep-alive client", unit: "req/s")
             let hits = try await interleaved(contenders: contenders.count, repetitions: repetitions) { contender, repetition in
-                Sample(value: Double(count) / (try await fetchAll(curl, list: hitLists[contender][repetition], count: count, what: contenders[contender])))
+                Sample(
+                    value: Double(count)
+                        / (try await fetchAll(curl, list: hitLists[contender][repetition], count: count, what: contenders[contender])))
             }
             result.measurements += compared(hits, workload: "\(count) x 4 KiB hits, one keep-alive client", unit: "req/s")
 
@@ -109,7 +111,9 @@ enum SmallObjectScenario {
     }
 
     /// nginx `proxy_cache` in front of the origin, with a keep-alive upstream.
-    private static func startProxyCache(work: String, originPort: Int) async throws -> (process: Process, base: String, cacheDirectory: String) {
+    private static func startProxyCache(work: String, originPort: Int) async throws -> (
+        process: Process, base: String, cacheDirectory: String
+    ) {
         let cache = work + "/cache"
         try FileManager.default.createDirectory(atPath: cache, withIntermediateDirectories: true)
         let port = try Loopback.freePort()

@@ -87,7 +87,8 @@ struct SmallObjectStoreTests {
             // Cut anywhere inside the last record, or leave it whole and add garbage after it.
             let garbage = round % 3 == 2
             if garbage {
-                try RawFile.write(file, offset: size, (0..<Int(1 + random.next() % 5000)).map { _ in UInt8(truncatingIfNeeded: random.next()) })
+                try RawFile.write(
+                    file, offset: size, (0..<Int(1 + random.next() % 5000)).map { _ in UInt8(truncatingIfNeeded: random.next()) })
             } else {
                 try RawFile.truncate(file, to: size - 1 - Int64(random.next() % UInt64(lastSize - 1)))
             }
@@ -166,7 +167,8 @@ struct SmallObjectStoreTests {
             store = try await SmallObjectStore.open(directory: copy)
             for (key, body) in stored {
                 if let object = try await store.object(for: key) {
-                    #expect(object.body == body && object.metadata == Self.metadata(key), "seed \(seed) round \(round): \(key) served wrong")
+                    #expect(
+                        object.body == body && object.metadata == Self.metadata(key), "seed \(seed) round \(round): \(key) served wrong")
                 }
             }
             // And it takes new objects.

@@ -114,7 +114,9 @@ extension ProgressiveCache {
             whole = false
         }
         guard whole else {
-            handOver(RangeResponse(info: response.info, offset: 0, body: Self.replay(chunks, then: iterator), cancel: response.cancel), key: source.key)
+            handOver(
+                RangeResponse(info: response.info, offset: 0, body: Self.replay(chunks, then: iterator), cancel: response.cancel),
+                key: source.key)
             return nil
         }
         let body = chunks.count == 1 ? chunks[0] : Array(chunks.joined())

@@ -140,7 +140,9 @@ enum SmallObjectFormat {
     }
 
     /// Checks a whole record (`bytes` holds exactly it) and returns its parts.
-    static func decodeRecord(_ bytes: ArraySlice<UInt8>, salt: UInt32) -> Result<(RecordHeader, key: String, metadata: ArraySlice<UInt8>, body: ArraySlice<UInt8>), Damage> {
+    static func decodeRecord(_ bytes: ArraySlice<UInt8>, salt: UInt32) -> Result<
+        (RecordHeader, key: String, metadata: ArraySlice<UInt8>, body: ArraySlice<UInt8>), Damage
+    > {
         let header: RecordHeader
         switch decodeRecordHeader(bytes, salt: salt) {
         case .success(let found): header = found

@@ -27,7 +27,8 @@ extension SmallObjectStore {
                 drop(key)
                 dropped.append(key)
                 reclaimable += Int64(location.count)
-                tombstones.append(PendingRecord(kind: .tombstone, key: key, sequence: takeSequence(), metadata: [], body: [], lastAccess: 0))
+                tombstones.append(
+                    PendingRecord(kind: .tombstone, key: key, sequence: takeSequence(), metadata: [], body: [], lastAccess: 0))
             }
             try await appendTogether(tombstones)
         }

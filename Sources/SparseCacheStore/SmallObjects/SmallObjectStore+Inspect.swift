@@ -27,7 +27,8 @@ extension SmallObjectStore {
         let scans = try readFiles(directory: directory).scans
         return replay(scans).index.map { key, location in
             StoreEntry(
-                key: key, name: SparseStore.objectsDirectoryName + "/" + SmallObjectFormat.fileName(id: location.file) + "@\(location.offset)",
+                key: key,
+                name: SparseStore.objectsDirectoryName + "/" + SmallObjectFormat.fileName(id: location.file) + "@\(location.offset)",
                 length: Int64(location.bodyCount), presentBytes: Int64(location.bodyCount), allocatedBytes: Int64(location.count),
                 lastAccess: 0, pinnedPrefix: 0, isOpen: false)
         }

@@ -306,7 +306,8 @@ public actor SmallObjectStore {
                     + "(\(SmallObjectFormat.maximumBody), \(SmallObjectFormat.maximumMetadata))")
         }
         let sequence = takeSequence()
-        try await append(PendingRecord(kind: .object, key: key, sequence: sequence, metadata: encoded, body: body, lastAccess: SparseStore.now()))
+        try await append(
+            PendingRecord(kind: .object, key: key, sequence: sequence, metadata: encoded, body: body, lastAccess: SparseStore.now()))
     }
 
     /// Replaces the metadata of `key`'s object by `change` of it, keeping its body (a new
@@ -354,7 +355,8 @@ public actor SmallObjectStore {
     public func entries() -> [StoreEntry] {
         index.map { key, location in
             StoreEntry(
-                key: key, name: SparseStore.objectsDirectoryName + "/" + SmallObjectFormat.fileName(id: location.file) + "@\(location.offset)",
+                key: key,
+                name: SparseStore.objectsDirectoryName + "/" + SmallObjectFormat.fileName(id: location.file) + "@\(location.offset)",
                 length: Int64(location.bodyCount), presentBytes: Int64(location.bodyCount), allocatedBytes: Int64(location.count),
                 lastAccess: location.lastAccess, pinnedPrefix: 0, isOpen: false)
         }
@@ -364,8 +366,10 @@ public actor SmallObjectStore {
     /// one not used since open), and the file and offset of its record.
     public func listing() -> [(key: String, bodyLength: Int64, recordBytes: Int64, lastAccess: Int64, place: String)] {
         index.map { key, location in
-            (key, Int64(location.bodyCount), Int64(location.count), location.lastAccess,
-             SmallObjectFormat.fileName(id: location.file) + "@" + String(location.offset))
+            (
+                key, Int64(location.bodyCount), Int64(location.count), location.lastAccess,
+                SmallObjectFormat.fileName(id: location.file) + "@" + String(location.offset)
+            )
         }
     }
 
