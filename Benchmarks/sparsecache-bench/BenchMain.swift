@@ -18,6 +18,7 @@ enum BenchMain {
         (ProxyScenario.number, ProxyScenario.name, ProxyScenario.run),
         (PrefetchPriorityScenario.number, PrefetchPriorityScenario.name, PrefetchPriorityScenario.run),
         (SliceCacheScenario.number, SliceCacheScenario.name, SliceCacheScenario.run),
+        (SmallObjectScenario.number, SmallObjectScenario.name, SmallObjectScenario.run),
     ]
 
     static func run(_ arguments: [String]) async -> Int32 {

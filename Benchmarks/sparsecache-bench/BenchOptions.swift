@@ -29,7 +29,7 @@ struct BenchOptions: Sendable {
           --json PATH     Write every result as JSON to PATH
           --dir PATH      Parent of the scratch directory (default /var/tmp; never a tmpfs
                           unless you ask for one). The scratch directory is removed at the end.
-          --only N,...    Run only these scenarios (1-12)
+          --only N,...    Run only these scenarios (1-13)
           --reps N        Override the repetition count (at least 1)
           --keep          Keep the scratch directory
           -h, --help      Show this help
@@ -77,8 +77,8 @@ struct BenchOptions: Sendable {
                 options.repetitionsOverride = count
             case "--only":
                 let numbers = try value(argument).split(separator: ",").map { Int($0) }
-                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...12).contains($0) } ?? false }) else {
-                    throw UsageError(description: "--only takes scenario numbers from 1 to 12, e.g. --only 1,3")
+                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...13).contains($0) } ?? false }) else {
+                    throw UsageError(description: "--only takes scenario numbers from 1 to 13, e.g. --only 1,3")
                 }
                 options.only = Set(numbers.compactMap { $0 })
             default:

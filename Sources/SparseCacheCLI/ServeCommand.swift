@@ -14,7 +14,7 @@ enum ServeCommand: Command {
         options: [
             "--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--max-connections-per-client", "--allow-origin",
             "--server-name", "--max-resource-size", "--max-body-size", "--admin-listen", "--log-format", "--access-log", "--prefetch",
-            "--config",
+            "--config", "--small-object-size",
         ],
         flags: ["--quiet"])
     static let help = """
@@ -27,7 +27,7 @@ enum ServeCommand: Command {
 
         USAGE: sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE]
                                  [--origin URL] [--allow-origin PATTERN]... [--server-name NAME]...
-                                 [--max-resource-size SIZE] [--max-body-size SIZE]
+                                 [--max-resource-size SIZE] [--max-body-size SIZE] [--small-object-size SIZE]
                                  [--max-connections N] [--max-connections-per-client N] [--quiet]
                                  [--admin-listen ADDR:PORT|off] [--log-format text|json]
                                  [--config FILE]
@@ -75,6 +75,11 @@ enum ServeCommand: Command {
           --max-resource-size SIZE
                                  Resources longer than this (as the origin states their
                                  length) are passed on, not stored (default 256G)
+          --small-object-size SIZE
+                                 Complete answers with a length up to this are kept as records
+                                 in the small-object logs (DIR/objects; one shared fdatasync,
+                                 no file per answer); larger ones as sparse files (default 64K,
+                                 at most the 64 KiB segment; 0: every answer a sparse file)
           --origin URL           Reverse-proxy mode: the http(s) origin every path is fetched from
           --allow-origin PATTERN URL mode: also fetch from this origin although it is loopback,
                                  private or local (refused by default: no server-side request
@@ -146,6 +151,11 @@ enum ServeCommand: Command {
         let origin = try arguments.options["--origin"].map(parseOrigin)
         let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
         let maximumResourceLength = try arguments.size("--max-resource-size")
+        let smallObjectSize = try arguments.size("--small-object-size")
+        if let smallObjectSize, smallObjectSize > Int64(SparseFileOptions.defaultSegmentSize) {
+            throw UsageError(
+                "invalid --small-object-size \(smallObjectSize): at most the segment size, \(SparseFileOptions.defaultSegmentSize) bytes")
+        }
         let givenBudget = try arguments.size("--max-size")
         let budget = givenBudget ?? DefaultBudget.compute(directory: directory) ?? .max
         let quiet = arguments.has("--quiet")
@@ -171,6 +181,7 @@ enum ServeCommand: Command {
         let store = try await SparseStore.open(directory: directory, options: storeOptions)
         var fillOptions = FillOptions()
         fillOptions.maximumKeptOpen = keptOpenBudget(descriptors: raiseDescriptorLimit(), connections: options.maximumConnections)
+        if let smallObjectSize { fillOptions.smallObjectThreshold = smallObjectSize }
         let cache = ProgressiveCache(store: store, options: fillOptions)
         let proxy = CachingProxy(
             cache: cache, origin: origin, allowedOrigins: allowed,

@@ -127,6 +127,11 @@ enum VerifyCommand: Command {
             if verify.reclaimedBytes > 0 { Output.print("      reclaimed: \(verify.reclaimedBytes) bytes never committed") }
             if verify.repaired { Output.print("      repaired: dropped \(verify.damaged.count) segment(s) from the index") }
         }
+        for log in report.smallObjectLogs {
+            let status = log.status == "clean" ? "clean" : log.status.uppercased()
+            Output.print("  " + pad(status, 10) + pad(log.name, 30) + "\(log.records) records, \(SizeParser.describe(log.size))")
+            if let problem = log.problem { Output.print("      \(problem)") }
+        }
         if let problem = report.catalogProblem { Output.print("  catalog: \(problem) (rebuilt from the indexes by --repair or the next open)") }
         if !report.catalogDifferences.isEmpty {
             Output.print(
@@ -152,7 +157,9 @@ enum VerifyCommand: Command {
             Output.print("clean")
         } else {
             let advice = report.repaired ? " (repaired)" : "; run with --repair (after stopping any serve of it) to fix"
-            Output.print("DAMAGED: \(report.damagedResources) resource(s), \(report.orphanedIndexes) index(es) without data\(advice)")
+            Output.print(
+                "DAMAGED: \(report.damagedResources) resource(s), \(report.orphanedIndexes) index(es) without data, "
+                    + "\(report.damagedSmallObjectLogs) small-object log(s)\(advice)")
         }
     }
 

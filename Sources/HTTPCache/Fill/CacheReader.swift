@@ -16,6 +16,24 @@ extension ProgressiveCache {
     /// - Parameter first: what the reader will read first, which a new resource's first contact
     ///   asks the origin for (``FirstRequest``): its answer brings those bytes too.
     public func open(_ source: any RangeSource, first: FirstRequest = .whole) async throws -> CacheReader {
+        try await open(source, first: first, lookedUp: false)
+    }
+
+    /// ``open(_:first:)``; `lookedUp`: the caller has just found nothing stored for the key
+    /// (``openIfStored(_:)`` said nil), so the store is not asked again.
+    func open(_ source: any RangeSource, first: FirstRequest, lookedUp: Bool) async throws -> CacheReader {
+        if smallContacts[source.key] != nil, let small = try await firstContactSmall(source, first: first) { return small }
+        var absent = lookedUp
+        if !absent, resources[source.key] == nil { absent = await store.entry(for: source.key) == nil }
+        if absent, resources[source.key] == nil {
+            if !lookedUp, let small = try await openSmallIfStored(source) { return small }
+            // Re-check after the awaits: another reader may have started the key's first contact.
+            if options.smallObjectThreshold > 0, resources[source.key] == nil,
+                let small = try await firstContactSmall(source, first: first)
+            {
+                return small
+            }
+        }
         let resource = try await attach(source, first: first)
         guard let info = resource.info else {
             detach(resource)
@@ -52,6 +70,8 @@ extension ProgressiveCache {
         for task in tasks { await task.value }
         for key in Array(resources.keys) { closeIfIdle(key: key, force: true) }
         for release in Array(releases.values) { await release.value }
+        // Small objects still being written go in before the store closes.
+        await settleAllSmall()
     }
 }
 
@@ -69,10 +89,17 @@ public final class CacheReader: Sendable {
     public let info: ContentInfo
     public let cache: ProgressiveCache
     public let source: any RangeSource
-    /// The resource as it was opened: the version this reader promised. A replacement (the
-    /// origin changed) closes it, so reads here fail and go to the cache, which says so.
-    private let handle: ResourceHandle
-    private let generation: Int
+    /// Where the bytes are.
+    private enum Backing: Sendable {
+        /// The resource as it was opened: the version this reader promised. A replacement (the
+        /// origin changed) closes it, so reads here fail and go to the cache, which says so.
+        case resource(ResourceHandle, generation: Int)
+        /// A small object's whole body: read from its log record (CRC-checked) when it was
+        /// opened, or the answer that just came from the origin, on its way to the log.
+        case memory([UInt8], fromCache: Bool)
+    }
+
+    private let backing: Backing
     /// The fetch first contact started with the answer to this reader's first request: it runs
     /// for this reader until it closes (or reads, which holds its own interest).
     private let firstFetch: Int?
@@ -83,12 +110,26 @@ public final class CacheReader: Sendable {
         self.firstFetch = firstFetch
         self.source = source
         self.info = info
-        self.handle = handle
-        self.generation = generation
+        self.backing = .resource(handle, generation: generation)
+    }
+
+    /// A reader of a small object's body (``SmallObjectStore``); nothing to release.
+    init(cache: ProgressiveCache, source: any RangeSource, info: ContentInfo, body: [UInt8], fromCache: Bool) {
+        self.cache = cache
+        self.firstFetch = nil
+        self.source = source
+        self.info = info
+        self.backing = .memory(body, fromCache: fromCache)
+    }
+
+    /// Whether this reader's bytes are a small object's, held whole (no sparse resource).
+    public var isSmallObject: Bool {
+        if case .memory = backing { return true }
+        return false
     }
 
     deinit {
-        if !closed.load(ordering: .acquiring) {
+        if case .resource = backing, !closed.load(ordering: .acquiring) {
             let cache = self.cache, key = source.key, firstFetch = self.firstFetch
             Task { await cache.closeReader(key: key, firstFetch: firstFetch) }
         }
@@ -118,6 +159,27 @@ public final class CacheReader: Sendable {
             throw SparseCacheError(.closed, operation: "read", path: source.key, detail: "the reader is closed")
         }
         if range.isEmpty { return }
+        let handle: ResourceHandle, generation: Int
+        switch backing {
+        case .memory(let body, let fromCache):
+            let end = range.upperBound == .max ? Int64(body.count) : range.upperBound
+            guard range.lowerBound >= 0, range.lowerBound <= end, end <= Int64(body.count) else {
+                throw SparseCacheError(
+                    .invalidArgument, operation: "read", path: source.key, offset: range.lowerBound, length: Int64(range.count),
+                    detail: "runs past the resource length \(body.count)")
+            }
+            var position = Int(range.lowerBound)
+            while position < Int(end) {
+                let next = min(Int(end), position + cache.options.readChunk)
+                if fromCache { cache.count { $0.bytesFromCache += Int64(next - position) } }
+                try await deliver(Array(body[position..<next]))
+                position = next
+            }
+            return
+        case .resource(let opened, let version):
+            handle = opened
+            generation = version
+        }
         guard isLengthKnown else {
             // Still arriving: the cache's path follows it (file first, then what just came).
             try await cache.serve(source, range: range, deliver: deliver, generation: generation)
@@ -154,12 +216,14 @@ public final class CacheReader: Sendable {
         guard !closed.load(ordering: .acquiring) else {
             throw SparseCacheError(.closed, operation: "read", path: source.key, detail: "the reader is closed")
         }
+        guard case .resource(let handle, _) = backing else { return [] }
         return await handle.file.missingRanges(in: range)
     }
 
     /// Lets the resource go (the store may evict it once nobody holds it).
     public func close() async {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        guard case .resource = backing else { return }
         await cache.closeReader(key: source.key, firstFetch: firstFetch)
     }
 }

@@ -52,6 +52,16 @@ public struct FillOptions: Sendable {
     /// the points where other calls on the cache interleave with the reader's (FillStallTests).
     var afterReadAheadLook: (@Sendable () async -> Void)?
 
+    /// A complete answer with a length of at most this many bytes is kept in the store's
+    /// small-object logs
+    /// (``SmallObjectStore``: one record, one shared fdatasync) instead of a sparse file and
+    /// its index; 0 keeps every answer in sparse files. Answers without a length stay with
+    /// the sparse path (they are streamed to readers and joined in flight as they arrive; one
+    /// that ends small is not moved to the logs). At most the store's segment size for
+    /// ranged first contacts (the first answer must hold the whole body). Measured in
+    /// docs/BENCHMARKS.md (scenario 13).
+    public var smallObjectThreshold: Int64 = 64 * 1024
+
     public init() {}
 
     func backoff(attempt: Int) -> Duration {
@@ -101,6 +111,10 @@ public struct FillStatistics: Sendable, Equatable {
     public var mostArrived: Int64 = 0
     /// Times a fill stopped receiving until the write-back caught up (its memory was full).
     public var writeBackWaits = 0
+    /// Answers stored as small objects, and small objects that could not be stored (the log
+    /// write or its sync failed: the client had its answer, the cache did not keep it).
+    public var smallObjectsStored = 0
+    public var smallObjectFailures = 0
     public var retries = 0
     /// Background transfers (read-ahead, prefetch) that gave their connection to a request a
     /// client waits on, and asked again from their last byte.

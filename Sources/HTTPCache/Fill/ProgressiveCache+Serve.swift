@@ -407,7 +407,10 @@ extension ProgressiveCache {
             try await firstContact(resource, source: source, handle: handle, first: first)
             return
         }
-        // Known from an earlier run: its validators go out with every request.
+        // Known from an earlier run: its validators go out with every request. A first-contact
+        // answer a small-object attempt left is not needed.
+        resource.firstResponse?.cancel()
+        resource.firstResponse = nil
         let stored = StoredHead(metadata)
         resource.info = ContentInfo(
             length: length, contentType: metadata.contentType,
@@ -415,13 +418,6 @@ extension ProgressiveCache {
             stored: stored)
     }
 
-    /// First contact asks the origin for what the reader itself wants (`first`): the answer
-    /// tells the length, the validators and whether ranges work, and its body becomes the
-    /// first fetch, which the reader reads from memory as it arrives (no separate request for
-    /// the first segment before the reader's own). A range is asked from its segment-aligned
-    /// start, bounded (``FirstRequest``); the whole resource without a range, its `200` read on
-    /// to the end. An answer without a length (chunked or close-delimited) is received whole
-    /// from here on (``StreamFill``).
     /// The range first contact asks the origin for (nil: the whole): the reader's range from its
     /// segment-aligned start, at most ``FillOptions/maximumFetch`` of it, and the first
     /// read-ahead window when open-ended. A revalidation asks the same, so that its answer, when
@@ -437,6 +433,13 @@ extension ProgressiveCache {
         return start..<max(start + segmentSize, stop)
     }
 
+    /// First contact asks the origin for what the reader itself wants (`first`): the answer
+    /// tells the length, the validators and whether ranges work, and its body becomes the
+    /// first fetch, which the reader reads from memory as it arrives (no separate request for
+    /// the first segment before the reader's own). A range is asked from its segment-aligned
+    /// start, bounded (``FirstRequest``); the whole resource without a range, its `200` read on
+    /// to the end. An answer without a length (chunked or close-delimited) is received whole
+    /// from here on (``StreamFill``).
     private func firstContact(_ resource: FillResource, source: any RangeSource, handle: ResourceHandle, first: FirstRequest) async throws {
         var handle = handle
         if await handle.file.presentBytes > 0 {
@@ -455,7 +458,15 @@ extension ProgressiveCache {
         let response: RangeResponse
         do {
             do {
-                response = try await fetchWithRetries(source, asked, validator: nil, key: resource.key)
+                if let received = resource.firstResponse {
+                    // A small-object attempt asked already (the same request) and found the
+                    // answer large or ranged: no second request.
+                    resource.firstResponse = nil
+                    response = received
+                    asked = resource.firstAsked
+                } else {
+                    response = try await fetchWithRetries(source, asked, validator: nil, key: resource.key)
+                }
             } catch let error as SparseCacheError where error.httpStatus == 416 && asked != nil && asked != probe {
                 // Past the end: the resource is shorter than the reader thought. Its start tells
                 // the length (the reader then gets its own error).

@@ -9,10 +9,19 @@ extension ProgressiveCache {
     /// now, whose first contact this one then shares); nil otherwise, with no request to the
     /// origin. A shared cache looks before it decides to forward (RFC 9111, section 4).
     public func openIfStored(_ source: any RangeSource) async throws -> CacheReader? {
+        // A small-object first contact in flight decides what the key is: wait for it (its
+        // answer is then an arriving small object, or a resource this reader joins).
+        if let running = smallContacts[source.key] {
+            _ = try? await withCheckedThrowingContinuation { running.waiters.append($0) }
+        }
         let inUse = resources[source.key].map { $0.handle != nil || $0.opening != nil } ?? false
         // The store's entry, not its length: the catalog learns a resource's length only when
         // the resource is released, and one closing after its last reader is still stored.
-        if !inUse, await store.entry(for: source.key) == nil { return nil }
+        if !inUse, await store.entry(for: source.key) == nil {
+            // Re-check after the await: a first contact may have begun meanwhile.
+            if resources[source.key].map({ $0.handle != nil || $0.opening != nil }) == true { return try await open(source) }
+            return try await openSmallIfStored(source)
+        }
         return try await open(source)
     }
 
@@ -30,8 +39,10 @@ extension ProgressiveCache {
             return true
         }
         // Not open here (a background revalidation that outlived its reader): open it for the
-        // update, unless it is gone.
-        guard await store.entry(for: key) != nil else { return false }
+        // update, unless it is gone. A small object gets a new record with the same body.
+        guard await store.entry(for: key) != nil else {
+            return try await store.smallObjects.updateMetadata(key: key) { head.stored(in: $0) }
+        }
         let handle = try await store.open(key: key)
         do {
             try await Self.store(head, in: handle.file)
@@ -60,6 +71,13 @@ extension ProgressiveCache {
     /// (RFC 9111, section 4.4).
     @discardableResult
     public func invalidate(key: String) async throws -> Bool {
+        // A small-object first contact in flight ends first (it becomes a small object or a
+        // resource, dropped below), and a small object still being written is removed after
+        // it, not before.
+        if let running = smallContacts[key] {
+            _ = try? await withCheckedThrowingContinuation { running.waiters.append($0) }
+        }
+        await settleSmall(key: key)
         if let resource = resources[key] {
             // A first contact or a replacement in flight ends first; then its result is dropped.
             while let opening = resource.opening { _ = try? await opening.value }

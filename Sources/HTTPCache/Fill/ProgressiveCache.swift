@@ -34,6 +34,10 @@ public actor ProgressiveCache {
     /// Resources open with no user, kept for ``FillOptions/keepOpen``, by when they went idle.
     var keptOpen: [String: UInt64] = [:]
     var nextKeptOpen: UInt64 = 0
+    /// Small answers on their way to the small-object log (``ProgressiveCache/firstContactSmall(_:)``).
+    var smallArriving: [String: ArrivingObject] = [:]
+    /// Small-object first contacts in flight, shared by the readers that come meanwhile.
+    var smallContacts: [String: SmallContact] = [:]
     /// Totals over every resource, counted from the actor and from readers' own tasks.
     private nonisolated let counters = Mutex(FillStatistics())
 
@@ -83,6 +87,8 @@ public actor ProgressiveCache {
     public func prefetch(
         _ source: any RangeSource, range: Range<Int64>? = nil, progress: (@Sendable (FillProgress) -> Void)? = nil
     ) async throws {
+        // A small object is whole already.
+        if await isSmallObject(source.key) { return }
         try await serve(source, range: range, deliver: nil, progress: progress)
     }
 
@@ -172,6 +178,11 @@ final class FillResource {
     /// The origin answered a range request with the whole resource: one fetch reads it on to
     /// the end (``ProgressiveCache/claimOnward``) and no read-ahead splits it further.
     var ignoresRanges = false
+    /// The first-contact answer a small-object attempt received and found too large (or
+    /// ranged): the sparse first contact uses it instead of asking again.
+    var firstResponse: RangeResponse?
+    /// What ``firstResponse`` was asked for (nil: the whole).
+    var firstAsked: Range<Int64>?
     /// The answer of unknown length being received, while it is (``StreamFill``).
     var stream: StreamFill?
     /// Segment -> the fetch bringing it.

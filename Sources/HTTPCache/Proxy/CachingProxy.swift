@@ -200,7 +200,8 @@ public final class CachingProxy: Sendable {
     func fetchAndAnswer(_ source: ProxiedSource, _ exchange: Exchange) async throws {
         let reader: CacheReader
         do {
-            reader = try await cache.open(source, first: Self.firstRequest(for: exchange.request))
+            // The lookup just found nothing: the store is not asked again.
+            reader = try await cache.open(source, first: Self.firstRequest(for: exchange.request), lookedUp: true)
         } catch let answer as OriginAnswer {
             try await passOn(answer, exchange)
             return

@@ -458,8 +458,8 @@ enum JournalRecord {
 /// 4       user entry count N
 /// ...     N x (key string, value string), keys ascending
 /// ```
-enum MetadataCoding {
-    static func encode(_ metadata: ResourceMetadata) -> [UInt8] {
+package enum MetadataCoding {
+    package static func encode(_ metadata: ResourceMetadata) -> [UInt8] {
         var writer = ByteWriter()
         let fields = [metadata.key, metadata.contentType, metadata.etag, metadata.lastModified]
         var flags: UInt8 = 0
@@ -474,7 +474,7 @@ enum MetadataCoding {
         return writer.bytes
     }
 
-    static func decode(_ bytes: ArraySlice<UInt8>) throws -> ResourceMetadata {
+    package static func decode(_ bytes: ArraySlice<UInt8>) throws -> ResourceMetadata {
         var reader = ByteReader(bytes) { IndexFormat.corrupt("metadata: \($0)") }
         let limit = ResourceMetadata.maximumEncodedSize
         let flags = try reader.read(UInt8.self, "flags")

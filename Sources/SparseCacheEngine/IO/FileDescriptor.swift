@@ -57,7 +57,7 @@ package struct FileDescriptor: Sendable, Hashable {
     }
 
     /// Reads until `buffer` is full or end of file; returns the bytes read.
-    func read(fromAbsoluteOffset offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+    package func read(fromAbsoluteOffset offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         var done = 0
         while done < buffer.count {
             let n = try retryingSyscall("pread", path: path, offset: offset + Int64(done), length: buffer.count - done) {
@@ -71,7 +71,7 @@ package struct FileDescriptor: Sendable, Hashable {
 
     /// Whether every page of the range is in the page cache (cachestat(2), which starts no
     /// I/O); false where the kernel cannot tell.
-    func isCached(offset: Int64, length: Int) -> Bool {
+    package func isCached(offset: Int64, length: Int) -> Bool {
         let pageSize = Int64(FileDescriptor.pageSize)
         let pages = (offset + Int64(length) + pageSize - 1) / pageSize - offset / pageSize
         return sc_cached_pages(rawValue, offset, Int64(length)) >= pages
@@ -86,7 +86,7 @@ package struct FileDescriptor: Sendable, Hashable {
     /// may run on the cooperative pool. Returns 0 where the file system does not support it.
     /// Call it only after ``isCached(offset:length:)``: on pages that are not cached, the
     /// kernel may start readahead inside the call, and submitting that I/O can block.
-    func readCached(fromAbsoluteOffset offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+    package func readCached(fromAbsoluteOffset offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         var done = 0
         while done < buffer.count {
             let n = sc_pread_nowait(rawValue, buffer.baseAddress! + done, buffer.count - done, offset + Int64(done))
@@ -143,11 +143,11 @@ package struct FileDescriptor: Sendable, Hashable {
     }
 
     /// fsync(2), for directories and for metadata (size) changes.
-    func sync() throws {
+    package func sync() throws {
         _ = try retryingSyscall("fsync", path: path) { Int(sc_fsync(rawValue)) }
     }
 
-    func truncate(to length: Int64) throws {
+    package func truncate(to length: Int64) throws {
         _ = try retryingSyscall("ftruncate", path: path, offset: length) { Int(sc_ftruncate(rawValue, length)) }
     }
 

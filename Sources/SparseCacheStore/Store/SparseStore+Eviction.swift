@@ -62,6 +62,9 @@ extension SparseStore {
     public func clear() async throws -> [String] {
         try checkOpen("clear")
         var removed: [String] = []
+        for entry in await smallObjects.entries() where try await smallObjects.remove(key: entry.key) {
+            removed.append(entry.key)
+        }
         for key in entries.keys.sorted() where live[key] == nil {
             do {
                 try await remove(key: key)
@@ -103,6 +106,16 @@ extension SparseStore {
                     evicted.append(candidate.key)
                     progress = true
                 }
+            }
+            // Small objects used before the least recently used resource go first.
+            let cutoff = order.first { $0.pinnedPrefix != .max }?.lastAccess ?? .max
+            let smallNeed = await excess(target: target)
+            if smallNeed > 0 {
+                let before = smallObjects.diskBytes
+                let dropped = try await smallObjects.evict(bytes: smallNeed, olderThan: cutoff)
+                evicted += dropped
+                // Progress is disk given back: a pass that only moved records must end.
+                if smallObjects.diskBytes < before { progress = true }
             }
             var need = await excess(target: target)
             var victims: [String] = []

@@ -18,6 +18,7 @@ extension SparseStore {
         return try await io.run {
             try requireCacheDirectory(directory, operation: "inspect store")
             let entries = try indexedEntries(directory: directory)
+                + SmallObjectStore.inspectEntries(directory: directory + "/" + objectsDirectoryName)
             return summarize(directory: directory, budget: 0, entries: entries, open: [])
         }
     }

@@ -225,14 +225,16 @@ extension SparseStore {
         markCatalogDirty()
     }
 
-    /// Removes the resource for `key`.
+    /// Removes the resource for `key` (a sparse resource, a small object, or both).
     ///
     /// - Throws: `.locked` while it is open; `.notFound` when the store does not have it.
     public func remove(key: String) async throws {
         try checkOpen("remove")
         await lockKey(key)
         defer { unlockKey(key) }
+        let small = try await smallObjects.remove(key: key)
         guard let entry = entries[key] else {
+            if small { return }
             throw SparseCacheError(.notFound, operation: "remove", path: directory, detail: "no resource for key '\(key)'")
         }
         if live[key] != nil {

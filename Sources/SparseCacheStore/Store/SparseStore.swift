@@ -15,14 +15,18 @@
 /// One process owns a directory at a time: it holds an exclusive lock on `DIR/lock`, and a
 /// second process gets `.locked`. ``inspect(directory:)`` reads a directory without the lock.
 ///
-/// Layout: `DIR/lock`, `DIR/catalog`, `DIR/resources/<name>` and `<name>.scidx`. Files in
-/// `resources` whose names this store does not make are never touched.
+/// Layout: `DIR/lock`, `DIR/catalog`, `DIR/resources/<name>` and `<name>.scidx`, and the
+/// small-object logs in `DIR/objects` (``SmallObjectStore``). Files in `resources` whose names
+/// this store does not make are never touched.
 public actor SparseStore {
     public nonisolated let directory: String
     public nonisolated let options: StoreOptions
     nonisolated let resourcesDirectory: String
     nonisolated let lockFile: FileDescriptor
     nonisolated let io: BlockingExecutor
+    /// Small whole objects (`DIR/objects`), under the same budget: the LRU order runs across
+    /// both kinds (see ``enforceBudget()``).
+    public nonisolated let smallObjects: SmallObjectStore
 
     var entries: [String: StoreEntry]
     var keyByName: [String: String]
@@ -63,6 +67,9 @@ public actor SparseStore {
         }
     }
 
+    /// The small-object logs' directory inside the store's.
+    public static let objectsDirectoryName = "objects"
+
     /// Keys longer than this (in UTF-8 bytes) are refused.
     public static let maximumKeyLength = 8192
 
@@ -85,8 +92,9 @@ public actor SparseStore {
 
     init(
         directory: String, options: StoreOptions, lockFile: FileDescriptor, entries: [StoreEntry], startup: StartupReport,
-        io: BlockingExecutor
+        io: BlockingExecutor, smallObjects: SmallObjectStore
     ) {
+        self.smallObjects = smallObjects
         self.directory = directory
         self.options = options
         budget = options.budget
@@ -122,7 +130,15 @@ public actor SparseStore {
         }
         let io = BlockingExecutor(label: "sparsecache.store")
         let (lock, entries, report) = try await io.run { try openBlocking(directory: directory) }
-        let store = SparseStore(directory: directory, options: options, lockFile: lock, entries: entries, startup: report, io: io)
+        let smallObjects: SmallObjectStore
+        do {
+            smallObjects = try await SmallObjectStore.open(directory: directory + "/" + objectsDirectoryName, options: options.smallObjects)
+        } catch {
+            lock.close()
+            throw error
+        }
+        let store = SparseStore(
+            directory: directory, options: options, lockFile: lock, entries: entries, startup: report, io: io, smallObjects: smallObjects)
         if report.indexesRead + report.orphansRemoved + report.damagedRemoved > 0 || !report.catalogFound {
             await store.markCatalogDirty()
         }
@@ -245,6 +261,7 @@ public actor SparseStore {
             unlockKey(key)
         }
         saveTask?.cancel()
+        await smallObjects.close()
         do { try await saveCatalog() } catch { firstError = firstError ?? error }
         let lockFile = self.lockFile
         _ = try? await io.run { lockFile.unlock() }
@@ -255,8 +272,11 @@ public actor SparseStore {
 
     /// Every resource with its sizes and last access, least recently used first, plus totals.
     /// Answered from memory.
-    public func summary() -> StoreSummary {
-        var summary = Self.summarize(directory: directory, budget: budget, entries: Array(entries.values), open: Set(live.keys))
+    public func summary() async -> StoreSummary {
+        let small = await smallObjects.entries()
+        var summary = Self.summarize(directory: directory, budget: budget, entries: Array(entries.values) + small, open: Set(live.keys))
+        // The logs' headers and dead records count too: the budget sees them.
+        summary.allocatedBytes = allocatedBytes
         summary.housekeepingFailures = housekeepingFailures
         summary.evictions = evictions
         return summary
@@ -278,8 +298,9 @@ public actor SparseStore {
         return entry
     }
 
-    /// Disk space taken by all resources (estimated for open resources between measurements).
-    public var allocatedBytes: Int64 { entries.values.reduce(0) { $0 + $1.allocatedBytes } }
+    /// Disk space taken by all resources (estimated for open resources between measurements)
+    /// and the small-object logs.
+    public var allocatedBytes: Int64 { entries.values.reduce(0) { $0 + $1.allocatedBytes } + smallObjects.diskBytes }
 
     // MARK: Per-key serialisation
 

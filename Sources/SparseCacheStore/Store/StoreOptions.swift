@@ -22,6 +22,8 @@ public struct StoreOptions: Sendable {
     /// ``SparseStore/housekeepingFailures``). Called on the store's actor: hand the line off,
     /// do not block.
     public var log: (@Sendable (String) -> Void)?
+    /// How the small-object logs are laid out and committed.
+    public var smallObjects = SmallObjectOptions()
 
     public init(budget: Int64) {
         self.budget = budget

@@ -46,6 +46,20 @@ public enum StoreVerifier {
             report.resources.append(resource)
         }
 
+        // The small-object logs: every record's checksums (a damaged stretch is never served;
+        // a torn tail is a crash's unsynced writes, cut at the next open).
+        let objects = directory + "/" + SparseStore.objectsDirectoryName
+        report.smallObjectLogs = try await io.run { try SmallObjectStore.checkFiles(directory: objects) }.map { check in
+            var problems: [String] = []
+            if let header = check.headerProblem { problems.append(header + "; the next open deletes the file") }
+            if check.damagedBytes > 0 { problems.append("\(check.damagedBytes) damaged bytes between records (never served)") }
+            if check.tornTailBytes > 0 { problems.append("torn tail of \(check.tornTailBytes) bytes (cut at the next open)") }
+            return .init(
+                name: SparseStore.objectsDirectoryName + "/" + check.name, size: check.size, records: check.records,
+                status: check.headerProblem != nil ? "unusable" : check.damagedBytes > 0 ? "damaged" : "clean",
+                problem: problems.isEmpty ? nil : problems.joined(separator: "; "))
+        }
+
         report.foreignFiles = files.foreignFiles
         for (names, kind) in [
             (files.temporaryIndexes, StoreVerifyReport.temporaryFile), (files.indexesWithoutData, StoreVerifyReport.indexWithoutData),

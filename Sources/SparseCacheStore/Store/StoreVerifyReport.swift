@@ -23,6 +23,17 @@ public struct StoreVerifyReport: Sendable, Equatable, Codable {
     }
 
     /// A file the store's layout does not account for as a whole resource.
+    /// One small-object log file, every record checked (``SmallObjectStore``).
+    public struct SmallObjectLog: Sendable, Equatable, Codable {
+        public var name: String
+        public var size: Int64
+        public var records: Int
+        /// "clean", "damaged" (stretches that hold no valid record: skipped, never served) or
+        /// "unusable" (the header: the next open deletes the file).
+        public var status: String
+        public var problem: String?
+    }
+
     public struct Leftover: Sendable, Equatable, Codable {
         /// Path relative to the cache directory.
         public var path: String
@@ -45,6 +56,7 @@ public struct StoreVerifyReport: Sendable, Equatable, Codable {
     /// the catalog lags them after a crash.
     public var catalogDifferences: [String] = []
     public var leftovers: [Leftover] = []
+    public var smallObjectLogs: [SmallObjectLog] = []
     /// Files in `resources` that the store does not make, left alone.
     public var foreignFiles = 0
     /// With `--repair`: the catalog was rewritten from the indexes.
@@ -56,6 +68,7 @@ public struct StoreVerifyReport: Sendable, Equatable, Codable {
     public var presentBytes: Int64 { resources.reduce(0) { $0 + $1.presentBytes } }
     public var allocatedBytes: Int64 {
         resources.reduce(0) { $0 + $1.allocatedBytes } + leftovers.reduce(0) { $0 + $1.allocatedBytes }
+            + smallObjectLogs.reduce(0) { $0 + $1.size }
     }
     /// Resources with damage or without a usable index.
     public var damagedResources: Int { resources.filter { $0.status == "damaged" || $0.status == "unusable" }.count }
@@ -65,7 +78,9 @@ public struct StoreVerifyReport: Sendable, Equatable, Codable {
     /// No damaged resource, no unusable index, no index without its data. A lagging catalog,
     /// data files without an index and temporary files are what a crash leaves; they are
     /// reported, not counted as damage.
-    public var isClean: Bool { damagedResources == 0 && orphanedIndexes == 0 }
+    public var damagedSmallObjectLogs: Int { smallObjectLogs.filter { $0.status != "clean" }.count }
+
+    public var isClean: Bool { damagedResources == 0 && orphanedIndexes == 0 && damagedSmallObjectLogs == 0 }
 
     static let dataWithoutIndex = "data file without an index"
     static let indexWithoutData = "index without a data file"

@@ -1,0 +1,176 @@
+import Foundation
+import LoopbackOrigins
+import SeededRandom
+import SparseCache
+
+/// Scenario 13: many small answers (issue 21). N files of 4 KiB on an nginx origin; one
+/// keep-alive client (curl reading a list of URLs) asks each cache for all of them (misses),
+/// then for all of them again (hits); then the disk each cache took per body byte.
+///
+/// Contenders, in one run, in front of the same origin: nginx `proxy_cache` (keep-alive
+/// upstream, `proxy_cache_valid 200 1h`), sparsecache with small objects (the default 64 KiB
+/// threshold) and sparsecache with every answer a sparse file and an index (threshold 0, as
+/// before issue 21). Each repetition uses fresh names (a query string the origin ignores), so
+/// every miss is a first request for both caches.
+enum SmallObjectScenario {
+    static let number = 13
+    static let name = "many small answers against nginx proxy_cache"
+
+    static let contenders = ["nginx proxy_cache", "sparsecache, small objects", "sparsecache, sparse files"]
+    static let bodySize = 4096
+
+    static func run(_ context: BenchContext) async throws -> ScenarioResult {
+        var result = ScenarioResult()
+        guard NginxServer.binary != nil, let curl = Clients.installed("curl"), let du = Clients.installed("du") else {
+            result.notes.append("scenario 13 skipped: nginx, curl or du is not installed (apt-get install nginx-light curl)")
+            return result
+        }
+        let count = context.options.mode == .full ? 20_000 : context.options.mode == .quick ? 2_000 : 200
+        let root = try context.scratch.directory("small-origin")
+        let work = try context.scratch.directory("small-work")
+        defer {
+            context.scratch.remove(root)
+            context.scratch.remove(work)
+        }
+        var random = SplitMix64(seed: 13)
+        for index in 0..<count {
+            guard FileManager.default.createFile(atPath: root + "/f\(index).bin", contents: Data(random.bytes(bodySize))) else {
+                throw BenchError("cannot write the origin's files in \(root)")
+            }
+        }
+        let originPort = try Loopback.freePort()
+        let originProcess = try NginxServer.process(
+            root: root, work: work + "/origin", port: originPort, accessLog: nil, locations: "expires 1h;\n            tcp_nopush off;")
+        try await BenchOrigin.launch(originProcess, port: originPort)
+        defer { Loopback.kill(originProcess) }
+        let nginx = try await startProxyCache(work: work + "/nginx", originPort: originPort)
+        defer { Loopback.kill(nginx.process) }
+
+        var small = FillOptions()
+        small.smallObjectThreshold = 64 * 1024
+        var sparse = FillOptions()
+        sparse.smallObjectThreshold = 0
+        let origin = URL(string: "http://127.0.0.1:\(originPort)")!
+        let proxies = [
+            try await InProcessProxy(directory: work + "/small-cache", origin: origin, options: small),
+            try await InProcessProxy(directory: work + "/sparse-cache", origin: origin, options: sparse),
+        ]
+        let bases = [nginx.base] + proxies.map(\.base)
+        do {
+            let repetitions = context.repetitions
+            var hitLists: [[String]] = Array(repeating: [], count: contenders.count)
+            let misses = try await interleaved(contenders: contenders.count, repetitions: repetitions) { contender, repetition in
+                let list = work + "/urls-\(contender)-\(repetition)"
+                try (0..<count).map { "url = \"\(bases[contender])/f\($0).bin?r=\(contender)-\(repetition)\"\noutput = \"/dev/null\"\n" }
+                    .joined().write(toFile: list, atomically: true, encoding: .utf8)
+                hitLists[contender].append(list)
+                return Sample(value: Double(count) / (try await fetchAll(curl, list: list, count: count, what: contenders[contender])))
+            }
+            result.measurements += compared(misses, workload: "\(count) x 4 KiB misses, one keep-alive client", unit: "req/s")
+            let hits = try await interleaved(contenders: contenders.count, repetitions: repetitions) { contender, repetition in
+                Sample(
+                    value: Double(count)
+                        / (try await fetchAll(curl, list: hitLists[contender][repetition], count: count, what: contenders[contender])))
+            }
+            result.measurements += compared(hits, workload: "\(count) x 4 KiB hits, one keep-alive client", unit: "req/s")
+
+            // Disk per body byte, everything the repetitions stored (the small objects' logs
+            // are durable once their group commits ran: wait for the writes in flight).
+            for proxy in proxies { await proxy.settle() }
+            let bodies = Double(count * repetitions * bodySize)
+            var disk: [[Sample]] = []
+            for directory in [nginx.cacheDirectory, work + "/small-cache", work + "/sparse-cache"] {
+                let output = try await Clients.run(du, ["-s", "-B1", directory])
+                guard let bytes = Double(output.split(whereSeparator: { $0 == "\t" || $0 == " " }).first ?? "") else {
+                    throw BenchError("du of \(directory) said: \(output)")
+                }
+                disk.append([Sample(value: bytes / bodies)])
+            }
+            result.measurements += compared(
+                disk, workload: "disk per body byte, \(count * repetitions) x 4 KiB stored", unit: "x", higherIsBetter: false)
+        } catch {
+            for proxy in proxies { await proxy.stop() }
+            throw error
+        }
+        for proxy in proxies { await proxy.stop() }
+        return result
+    }
+
+    /// Runs curl over the URL list (one process, one keep-alive connection); returns the
+    /// seconds it took. Every answer must be a 200 with 4 KiB.
+    private static func fetchAll(_ curl: String, list: String, count: Int, what: String) async throws -> Double {
+        let start = ContinuousClock.now
+        let output = try await Clients.run(curl, ["-s", "-K", list, "-w", "%{http_code} %{size_download}\\n"])
+        let elapsed = ContinuousClock.now - start
+        let lines = output.split(separator: "\n")
+        let wrong = lines.filter { $0 != "200 \(bodySize)" }
+        guard lines.count == count, wrong.isEmpty else {
+            throw BenchError("\(what): \(lines.count) answers of \(count), \(wrong.count) not 200 with 4 KiB: \(wrong.prefix(3))")
+        }
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    }
+
+    /// nginx `proxy_cache` in front of the origin, with a keep-alive upstream.
+    private static func startProxyCache(work: String, originPort: Int) async throws -> (
+        process: Process, base: String, cacheDirectory: String
+    ) {
+        let cache = work + "/cache"
+        try FileManager.default.createDirectory(atPath: cache, withIntermediateDirectories: true)
+        let port = try Loopback.freePort()
+        let http = """
+            proxy_cache_path \(cache) levels=1:2 keys_zone=small:64m max_size=64g inactive=1h use_temp_path=off;
+                upstream origin { server 127.0.0.1:\(originPort); keepalive 16; }
+            """
+        let location = """
+            location / {
+                        proxy_cache small;
+                        proxy_cache_valid 200 1h;
+                        proxy_http_version 1.1;
+                        proxy_set_header Connection "";
+                        proxy_pass http://origin;
+                    }
+                    tcp_nopush off;
+            """
+        let process = try NginxServer.process(root: work, work: work, port: port, accessLog: nil, locations: location, http: http)
+        try await BenchOrigin.launch(process, port: port)
+        return (process, "http://127.0.0.1:\(port)", cache)
+    }
+
+    private static func compared(_ samples: [[Sample]], workload: String, unit: String, higherIsBetter: Bool = true) -> [Measurement] {
+        var rows = contenders.enumerated().map { index, contender in
+            Measurement(
+                scenario: number, scenarioName: name, workload: workload, contender: contender, unit: unit, higherIsBetter: higherIsBetter,
+                samples: samples[index])
+        }
+        for index in 1..<rows.count { rows[index].compare(to: rows[0]) }
+        return rows
+    }
+}
+
+/// sparsecache's proxy in this process on a free port, over its own cache directory.
+private struct InProcessProxy {
+    let store: SparseStore
+    let cache: ProgressiveCache
+    let server: HTTPServer
+
+    init(directory: String, origin: URL, options: FillOptions) async throws {
+        store = try await SparseStore.open(directory: directory, options: StoreOptions(budget: .max))
+        cache = ProgressiveCache(store: store, options: options)
+        let proxy = CachingProxy(cache: cache, origin: origin)
+        var serverOptions = HTTPServer.Options()
+        serverOptions.port = 0
+        server = try HTTPServer.start(options: serverOptions) { request, body, response in try await proxy.handle(request, body, response) }
+    }
+
+    var base: String { "http://127.0.0.1:\(server.port)" }
+
+    /// Waits for small objects still being written, and closes the resources kept open.
+    func settle() async {
+        await cache.closeIdle()
+        await cache.settleAllSmall()
+    }
+
+    func stop() async {
+        await ProxyScenario.shutdown(server, cache, store)
+    }
+}

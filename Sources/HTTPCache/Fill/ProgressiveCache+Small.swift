@@ -1,0 +1,217 @@
+import SparseCacheEngine
+import SparseCacheStore
+import SparseHTTP
+
+/// Small whole answers (issue 21): a complete body of at most
+/// ``FillOptions/smallObjectThreshold`` bytes whose length the origin gave is kept as one record of the store's
+/// ``SmallObjectStore`` (body and head together, one shared fdatasync) instead of a sparse file
+/// and its index. Larger and ranged resources stay sparse files; the first contact's answer is
+/// handed to them, so deciding costs no second request.
+extension ProgressiveCache {
+    /// An answer on its way to the small-object log: readers that come meanwhile get its bytes
+    /// from memory (as readers of an arriving stream do), an invalidation waits for it.
+    struct ArrivingObject {
+        var id: Int
+        var info: ContentInfo
+        var body: [UInt8]
+        var task: Task<Void, Never>?
+    }
+
+    /// The small object stored for `source` (or arriving), as a reader from memory; nil when
+    /// there is none.
+    func openSmallIfStored(_ source: any RangeSource) async throws -> CacheReader? {
+        if let arriving = smallArriving[source.key] {
+            return CacheReader(cache: self, source: source, info: arriving.info, body: arriving.body, fromCache: false)
+        }
+        guard let object = try await store.smallObjects.object(for: source.key) else { return nil }
+        let metadata = object.metadata
+        let info = ContentInfo(
+            length: Int64(object.body.count), contentType: metadata.contentType,
+            validator: ContentValidator(etag: metadata.etag, lastModified: metadata.lastModified), stored: StoredHead(metadata))
+        return CacheReader(cache: self, source: source, info: info, body: object.body, fromCache: true)
+    }
+
+    /// Whether `key` is held as a small object (stored or arriving) and not as a resource.
+    func isSmallObject(_ key: String) async -> Bool {
+        guard resources[key] == nil else { return false }
+        if smallArriving[key] != nil { return true }
+        guard await store.entry(for: key) == nil else { return false }
+        return await store.smallObjects.contains(key)
+    }
+
+    /// First contact for a key the cache holds nothing of: asks for the first segment as the
+    /// sparse first contact does. A whole body within the threshold becomes a small object
+    /// (the reader gets it at once; the record is written in the background and claimed when
+    /// durable); any other answer is left for the sparse first contact and nil returned.
+    func firstContactSmall(_ source: any RangeSource, first: FirstRequest) async throws -> CacheReader? {
+        // Concurrent first readers of one key share one request, as the sparse first contact's:
+        // the first makes it on its own task (no task to hop to), the others wait for it.
+        let key = source.key
+        let outcome: (ContentInfo, [UInt8])?
+        if let running = smallContacts[key] {
+            do {
+                outcome = try await withCheckedThrowingContinuation { running.waiters.append($0) }
+            } catch is CancellationError where !Task.isCancelled {
+                // The reader that asked went away mid-request: ask again for this one.
+                return try await firstContactSmall(source, first: first)
+            }
+        } else {
+            let contact = SmallContact()
+            smallContacts[key] = contact
+            let result: Result<(ContentInfo, [UInt8])?, Error>
+            do {
+                result = .success(try await smallContact(source, first: first))
+            } catch {
+                result = .failure(error)
+            }
+            if smallContacts[key] === contact { smallContacts[key] = nil }
+            for waiter in contact.waiters { waiter.resume(with: result) }
+            outcome = try result.get()
+        }
+        guard let (info, body) = outcome else { return nil }
+        return CacheReader(cache: self, source: source, info: info, body: body, fromCache: false)
+    }
+
+    /// A small-object first contact in flight and the readers waiting for it (touched on the
+    /// cache's actor only).
+    final class SmallContact {
+        var waiters: [CheckedContinuation<(ContentInfo, [UInt8])?, Error>] = []
+    }
+
+    /// The request behind ``firstContactSmall(_:)``: the object's info and body, or nil when
+    /// the answer was handed to the sparse first contact.
+    private func smallContact(_ source: any RangeSource, first: FirstRequest) async throws -> (ContentInfo, [UInt8])? {
+        let threshold = options.smallObjectThreshold
+        let probe = 0..<Int64(store.options.segmentSize)
+        // The same request as the sparse first contact's (which takes the answer over when it
+        // is not a small object), with the same fallbacks.
+        var asked = firstContactRange(for: first)
+        var response: RangeResponse
+        do {
+            do {
+                response = try await fetchWithRetries(source, asked, validator: nil, key: source.key)
+            } catch let error as SparseCacheError where error.httpStatus == 416 && asked != nil && asked != probe {
+                asked = probe
+                response = try await fetchWithRetries(source, probe, validator: nil, key: source.key)
+            }
+        } catch let error as SparseCacheError where error.httpStatus == 416 || error.httpStatus == 206 {
+            // As the sparse first contact: an empty resource, or a 206 without a total.
+            asked = nil
+            response = try await fetchWithRetries(source, nil, validator: nil, key: source.key)
+        }
+        // An answer without a length stays with the sparse path (StreamFill): it is handed to
+        // its readers as it arrives and joined in flight, which buffering it here would undo.
+        guard response.info.stored != nil, response.offset == 0, let length = response.info.length, length <= threshold else {
+            handOver(response, asked: asked, key: source.key)
+            return nil
+        }
+        var chunks: [[UInt8]] = []
+        var received = 0
+        var iterator = response.body.makeAsyncIterator()
+        var whole = false
+        do {
+            while received < Int(length) {
+                guard let chunk = try await iterator.next() else { break }
+                count { $0.bytesReceived += Int64(chunk.count) }
+                chunks.append(chunk)
+                received += chunk.count
+            }
+            // The end of the body: reading it lets the connection be reused.
+            if received == Int(length) { whole = try await iterator.next() == nil }
+        } catch {
+            // Cut short: the sparse first contact keeps what came and fetches the rest by range.
+            whole = false
+        }
+        guard whole else {
+            handOver(
+                RangeResponse(
+                    info: response.info, offset: 0, body: Self.replay(chunks, then: iterator), cancel: response.cancel,
+                    isPartial: response.isPartial),
+                asked: asked, key: source.key)
+            return nil
+        }
+        let body = chunks.count == 1 ? chunks[0] : Array(chunks.joined())
+        var info = response.info
+        info.length = Int64(body.count)
+        keepSmall(key: source.key, info: info, body: body)
+        return (info, body)
+    }
+
+    /// Writes the object in the background; it is found in memory until it is durable.
+    private func keepSmall(key: String, info: ContentInfo, body: [UInt8]) {
+        // A resource made for the key meanwhile (another reader's first contact) is the one kept.
+        guard resources[key] == nil, let head = info.stored else { return }
+        var metadata = ResourceMetadata(
+            key: key, contentType: info.contentType, etag: info.validator.etag, lastModified: info.validator.lastModified)
+        metadata = head.stored(in: metadata)
+        let id = takeID()
+        smallArriving[key] = ArrivingObject(id: id, info: info, body: body)
+        let store = self.store
+        smallArriving[key]?.task = Task {
+            do {
+                try await store.smallObjects.put(key: key, metadata: metadata, body: body)
+                self.count { $0.smallObjectsStored += 1 }
+            } catch {
+                self.count { $0.smallObjectFailures += 1 }
+                await store.noteHousekeepingFailure(.release, key: key, error)
+            }
+            await self.arrived(key: key, id: id)
+        }
+    }
+
+    private func arrived(key: String, id: Int) async {
+        if smallArriving[key]?.id == id { smallArriving[key] = nil }
+        // Past the budget: the store evicts (the write succeeded whatever the pass does).
+        if await store.allocatedBytes > store.budget {
+            do { try await store.enforceBudget() } catch { await store.noteHousekeepingFailure(.eviction, key: key, error) }
+        }
+    }
+
+    /// Waits until every small object on its way to the log is durable (or failed).
+    public func settleAllSmall() async {
+        while let task = smallArriving.values.compactMap(\.task).first { await task.value }
+    }
+
+    /// Waits until an object arriving for `key` is durable (or failed): a removal after it
+    /// then removes it, never the other way round.
+    func settleSmall(key: String) async {
+        while let task = smallArriving[key]?.task { await task.value }
+    }
+
+    /// Leaves a first-contact answer for the sparse first contact of `key`, or ends it when
+    /// another reader's first contact is already under way.
+    private func handOver(_ response: RangeResponse, asked: Range<Int64>?, key: String) {
+        let resource = entry(for: key)
+        if resource.handle == nil, resource.opening == nil, resource.firstResponse == nil {
+            resource.firstResponse = response
+            resource.firstAsked = asked
+        } else {
+            response.cancel()
+        }
+    }
+
+    /// `prefix`, then the rest of a body, read as the consumer asks.
+    private static func replay(_ prefix: [[UInt8]], then rest: AsyncThrowingStream<[UInt8], Error>.AsyncIterator)
+        -> AsyncThrowingStream<[UInt8], Error>
+    {
+        let body = ReplayedBody(prefix: prefix, rest: rest)
+        return AsyncThrowingStream(unfolding: { try await body.next() })
+    }
+}
+
+/// A body whose first chunks were already read. One consumer reads it, in order.
+private final class ReplayedBody: @unchecked Sendable {
+    // @unchecked: the one consumer of a response body calls next() one call at a time.
+    private var prefix: [[UInt8]]
+    private var rest: AsyncThrowingStream<[UInt8], Error>.AsyncIterator
+
+    init(prefix: [[UInt8]], rest: AsyncThrowingStream<[UInt8], Error>.AsyncIterator) {
+        self.prefix = prefix.reversed()
+        self.rest = rest
+    }
+
+    func next() async throws -> [UInt8]? {
+        if let chunk = prefix.popLast() { return chunk }
+        return try await rest.next()
+    }
+}

@@ -1,0 +1,15 @@
+/// How a ``SmallObjectStore`` lays out and commits its logs.
+public struct SmallObjectOptions: Sendable {
+    /// A log file past this size is sealed and the next record starts a new one. Smaller files
+    /// make compaction cheaper (it copies one file's live records); 16 MiB holds about 3,500
+    /// objects of 4 KiB.
+    public var maximumFileSize: Int64 = 16 << 20
+    /// How long the first object of a batch waits for others before the batch is written and
+    /// synced (one fdatasync for all of them). Objects that arrive while a sync runs go in the
+    /// next batch whatever this is.
+    public var groupCommitDelay: Duration = .milliseconds(2)
+    /// A sealed file whose live records fill less than this fraction of it is compacted.
+    public var compactBelow = 0.5
+
+    public init() {}
+}

@@ -1,0 +1,134 @@
+import SparseCacheEngine
+
+/// Group commit: records wait in `pending` for ``SmallObjectOptions/groupCommitDelay`` (and
+/// while the batch before them syncs), then one pwrite and one fdatasync make the whole batch
+/// durable, and only then does the index name its records and do their callers return.
+extension SmallObjectStore {
+    /// Queues `record` and waits until its batch is durable (or failed).
+    func append(_ record: PendingRecord) async throws {
+        var record = record
+        unsettled[record.key, default: 0] += 1
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+            record.continuation = continuation
+            pending.append(record)
+            startFlushing()
+        }
+    }
+
+    /// Queues records that succeed or fail together (a compaction's copies) and waits for them.
+    func appendTogether(_ records: [PendingRecord]) async throws {
+        guard let last = records.last else { return }
+        for record in records.dropLast() {
+            unsettled[record.key, default: 0] += 1
+            pending.append(record)
+        }
+        // No suspension between the appends above and this one: they are in one batch.
+        try await append(last)
+    }
+
+    private func startFlushing() {
+        guard flushing == nil else { return }
+        let delay = options.groupCommitDelay
+        flushing = Task {
+            if delay > .zero { try? await Task.sleep(for: delay) }
+            while !self.pending.isEmpty { await self.flush() }
+            self.flushing = nil
+        }
+    }
+
+    /// Writes and syncs everything pending as one batch, then installs it.
+    func flush() async {
+        let batch = pending
+        pending.removeAll()
+        guard !batch.isEmpty else { return }
+        do {
+            let placed = try await write(batch)
+            batches += 1
+            for (record, location) in zip(batch, placed) { install(record, at: location) }
+            for record in batch { settle(record.key) }
+            for record in batch { record.continuation?.resume() }
+        } catch {
+            // fsyncgate: after a failed write or sync nothing of the batch is claimed, and the
+            // file is not appended to again (its pages past the last good sync are unknown).
+            sealActive = true
+            for record in batch { settle(record.key) }
+            for record in batch { record.continuation?.resume(throwing: error) }
+        }
+    }
+
+    private func settle(_ key: String) {
+        if let count = unsettled[key], count > 1 { unsettled[key] = count - 1 } else { unsettled[key] = nil }
+    }
+
+    /// Encodes the batch into the file appended to (a new one when it is sealed or full),
+    /// writes it with one pwrite and syncs it. Returns each record's location.
+    private func write(_ batch: [PendingRecord]) async throws -> [Location] {
+        let size = batch.reduce(0) { $0 + SmallObjectFormat.recordHeaderSize + $1.key.utf8.count + $1.metadata.count + $1.body.count + 4 }
+        let header = Int64(SmallObjectFormat.headerSize)
+        let current = fileSizes[active] ?? header
+        if sealActive || logs[active] == nil || (current > header && current + Int64(size) > options.maximumFileSize) {
+            let id = nextFileID
+            nextFileID += 1
+            let directory = self.directory
+            let log = try await io.run { try SmallObjectStore.createLog(directory: directory, id: id) }
+            logs[id] = log
+            fileSizes[id] = header
+            diskCounter.withLock { $0 += header }
+            active = id
+            sealActive = false
+        }
+        guard let log = logs[active] else {
+            throw SparseCacheError(.closed, operation: "append small object", path: directory, detail: "no log file to append to")
+        }
+        let start = fileSizes[active] ?? header
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(size)
+        var locations: [Location] = []
+        locations.reserveCapacity(batch.count)
+        for record in batch {
+            let offset = start + Int64(buffer.count)
+            let bytes = SmallObjectFormat.encodeRecord(
+                kind: record.kind, sequence: record.sequence, key: Array(record.key.utf8), metadata: record.metadata,
+                body: record.body, salt: log.salt)
+            buffer.append(contentsOf: bytes)
+            locations.append(
+                Location(
+                    file: log.id, offset: offset, count: Int32(bytes.count), bodyCount: Int32(record.body.count),
+                    sequence: record.sequence, lastAccess: record.lastAccess))
+        }
+        let data = buffer
+        // Counted whether or not the batch succeeds: after a failed sync its records may still
+        // be in the file (claimed by nobody now, found by the next open), so they take space
+        // and a tombstone of their keys must outlive them.
+        fileSizes[log.id] = start + Int64(data.count)
+        diskCounter.withLock { $0 += Int64(data.count) }
+        if let lowest = batch.map(\.sequence).min() { minimumSequence[log.id] = min(minimumSequence[log.id] ?? .max, lowest) }
+        try await io.run {
+            try log.descriptor.write(toAbsoluteOffset: start, data)
+            try log.descriptor.dataSync()
+        }
+        return locations
+    }
+
+    /// Makes a durable record visible: an object becomes the key's (unless a later one already
+    /// is), a tombstone removes an older object, a compaction copy moves its original.
+    private func install(_ record: PendingRecord, at location: Location) {
+        switch record.kind {
+        case .tombstone:
+            tombstones[location.file, default: [:]][record.key] = record.sequence
+            if let current = index[record.key], current.sequence < record.sequence { drop(record.key) }
+        case .object:
+            if let from = record.copiedFrom {
+                guard let current = index[record.key], current.file == from, current.sequence == record.sequence else { return }
+            } else if let current = index[record.key], current.sequence > record.sequence {
+                return
+            }
+            var location = location
+            // A copy keeps its original's recency.
+            if record.copiedFrom != nil { location.lastAccess = index[record.key]?.lastAccess ?? location.lastAccess }
+            drop(record.key)
+            index[record.key] = location
+            liveBytes[location.file, default: 0] += Int64(location.count)
+        }
+    }
+}

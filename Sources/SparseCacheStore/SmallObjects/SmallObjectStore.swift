@@ -1,0 +1,394 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+import SparseCacheEngine
+import Synchronization
+
+/// Small whole objects (an HTTP cache's small bodies with their heads) in append-only log
+/// files, many objects per file: no data file and index per object, one write and one
+/// fdatasync per batch of objects.
+///
+/// Durability follows the sparse engine's rules (docs/DURABILITY.md):
+/// - an object is found by ``object(for:)`` only once its record is durable (written and
+///   fdatasync'ed, in a file whose directory entry is durable); ``put(key:metadata:body:)``
+///   returns then, and a failed sync claims nothing of its batch;
+/// - every record carries a CRC32C of its header and one of its key, metadata and body; a
+///   read checks both and the key, and a damaged record is dropped, never served;
+/// - open replays the files in order (the highest sequence number of a key wins, a tombstone
+///   removes it), skips damaged stretches between valid records, and cuts a torn tail.
+///
+/// Space: removals and replacements leave dead records; a sealed file that is mostly dead is
+/// compacted (its live records copied forward, then the file deleted). ``evict(bytes:olderThan:)``
+/// drops least recently used objects for the owning ``SparseStore``'s budget.
+///
+/// Layout: `DIR/log-XXXXXXXX.sco`, the hex number increasing; the byte layout is in
+/// ``SmallObjectFormat``.
+public actor SmallObjectStore {
+    public nonisolated let directory: String
+    public nonisolated let options: SmallObjectOptions
+    /// Appends and syncs, in order.
+    nonisolated let io: BlockingExecutor
+    /// Reads that miss the page cache, so they never wait behind a sync.
+    nonisolated let readIO: BlockingExecutor
+
+    /// Where a key's live record is.
+    struct Location: Sendable {
+        var file: UInt32
+        var offset: Int64
+        var count: Int32
+        var bodyCount: Int32
+        var sequence: UInt64
+        var lastAccess: Int64
+    }
+
+    var index: [String: Location] = [:]
+    var logs: [UInt32: SmallObjectLog] = [:]
+    /// Bytes of each file (the end of its valid part for the one appended to).
+    var fileSizes: [UInt32: Int64] = [:]
+    /// Bytes of live records in each file.
+    var liveBytes: [UInt32: Int64] = [:]
+    /// Tombstones in each file, by key with their sequence: copied forward by compaction while
+    /// another file could still hold a record they remove.
+    var tombstones: [UInt32: [String: UInt64]] = [:]
+    /// The lowest sequence number of any record in each file. A compaction copy keeps its
+    /// original's number, so a newer file can hold older records: a tombstone is needed while
+    /// any other file has a record older than it.
+    var minimumSequence: [UInt32: UInt64] = [:]
+    var active: UInt32
+    /// The file appended to cannot be trusted past its last good sync: the next batch starts
+    /// a new one.
+    var sealActive = false
+    var nextSequence: UInt64
+    var pending: [PendingRecord] = []
+    /// Keys with records queued or being written: a removal of one writes its tombstone even
+    /// though the index does not name the key yet.
+    var unsettled: [String: Int] = [:]
+    var flushing: Task<Void, Never>?
+    var compacting: Task<Void, Never>?
+    var compactingFiles: Set<UInt32> = []
+    /// The id of the next log file made (never one used before in this run).
+    var nextFileID: UInt32
+    var isClosed = false
+    /// Disk bytes of every log, readable without the actor (the owner's budget arithmetic).
+    nonisolated let diskCounter = Mutex<Int64>(0)
+    /// What open found, and damage met since.
+    public private(set) var report: OpenReport
+    public internal(set) var damagedReads = 0
+    /// Batches written and synced since open (one fdatasync each).
+    public internal(set) var batches = 0
+
+    /// A record waiting for its batch.
+    struct PendingRecord {
+        var kind: SmallObjectFormat.Kind
+        var key: String
+        var sequence: UInt64
+        var metadata: [UInt8]
+        var body: [UInt8]
+        var lastAccess: Int64
+        var continuation: CheckedContinuation<Void, Error>?
+        /// For a compaction copy: installed only if the key still has this record.
+        var copiedFrom: UInt32?
+    }
+
+    /// What opening the directory found.
+    public struct OpenReport: Sendable, Equatable {
+        public var files = 0
+        public var objects = 0
+        public var tombstones = 0
+        /// Bytes between valid records that held none (damaged records), skipped.
+        public var damagedBytes: Int64 = 0
+        /// Bytes after the last valid record of a file (unsynced writes torn by a crash).
+        public var tornTailBytes: Int64 = 0
+        /// Files whose header was unusable (their records cannot be checked), deleted.
+        public var damagedFiles = 0
+    }
+
+    /// Disk bytes of every log file now.
+    public nonisolated var diskBytes: Int64 { diskCounter.withLock { $0 } }
+
+    init(directory: String, options: SmallObjectOptions, io: BlockingExecutor, report: OpenReport, active: UInt32, nextSequence: UInt64) {
+        self.directory = directory
+        self.options = options
+        self.io = io
+        self.readIO = BlockingExecutor(label: "sparsecache.smallobjects.read")
+        self.report = report
+        self.active = active
+        self.nextFileID = active + 1
+        self.nextSequence = nextSequence
+    }
+
+    // MARK: Open
+
+    /// Opens (creating when missing) the logs in `directory`: replays every file, cuts the torn
+    /// tail of the newest, deletes files whose header is unusable.
+    ///
+    /// - Throws: `.io` when the directory or a file cannot be read or written.
+    public static func open(directory: String, options: SmallObjectOptions = SmallObjectOptions()) async throws -> SmallObjectStore {
+        let io = BlockingExecutor(label: "sparsecache.smallobjects")
+        let opened = try await io.run { try openBlocking(directory: directory) }
+        let store = SmallObjectStore(
+            directory: directory, options: options, io: io, report: opened.report, active: opened.active,
+            nextSequence: opened.nextSequence)
+        await store.install(opened)
+        return store
+    }
+
+    struct Opened: @unchecked Sendable {
+        // @unchecked: built on the io queue, handed over once.
+        var report = OpenReport()
+        var logs: [SmallObjectLog] = []
+        var sizes: [UInt32: Int64] = [:]
+        var index: [String: Location] = [:]
+        var tombstones: [UInt32: [String: UInt64]] = [:]
+        var minimumSequence: [UInt32: UInt64] = [:]
+        var active: UInt32 = 0
+        var nextSequence: UInt64 = 1
+    }
+
+    private func install(_ opened: Opened) {
+        for log in opened.logs { logs[log.id] = log }
+        fileSizes = opened.sizes
+        index = opened.index
+        tombstones = opened.tombstones
+        minimumSequence = opened.minimumSequence
+        for location in index.values { liveBytes[location.file, default: 0] += Int64(location.count) }
+        diskCounter.withLock { $0 = opened.sizes.values.reduce(0, +) }
+    }
+
+    private static func openBlocking(directory: String) throws -> Opened {
+        try FileSystem.createDirectory(directory)
+        var opened = Opened()
+        let ids = try FileSystem.listDirectory(directory).compactMap(SmallObjectFormat.fileID(fromName:)).sorted()
+        var scans: [SmallObjectLogScan] = []
+        var removedFiles = false
+        for id in ids {
+            let path = directory + "/" + SmallObjectFormat.fileName(id: id)
+            let descriptor = try FileDescriptor.open(path, access: .readWrite)
+            let size = try descriptor.status().size
+            let bytes = try descriptor.read(fromAbsoluteOffset: 0, count: Int(size))
+            guard case .success(var scan) = SmallObjectLogScan.scan(bytes), scan.id == id else {
+                // No record of it can be checked without its header: its objects are lost to
+                // the cache (fetched again), and the file goes.
+                descriptor.close()
+                try FileSystem.unlink(path)
+                removedFiles = true
+                opened.report.damagedFiles += 1
+                continue
+            }
+            if scan.validEnd < size {
+                opened.report.tornTailBytes += size - scan.validEnd
+                // Cut in the file appended to next; in a sealed one the tail is dead bytes.
+                if id == ids.last {
+                    try descriptor.truncate(to: scan.validEnd)
+                    try descriptor.dataSync()
+                    scan.size = scan.validEnd
+                }
+            }
+            opened.report.damagedBytes += scan.damaged.reduce(0) { $0 + Int64($1.count) }
+            opened.logs.append(SmallObjectLog(id: id, salt: scan.salt, path: path, descriptor: descriptor))
+            opened.sizes[id] = scan.size
+            opened.report.files += 1
+            if let lowest = scan.records.map(\.header.sequence).min() { opened.minimumSequence[id] = lowest }
+            scans.append(scan)
+        }
+        let replayed = replay(scans)
+        opened.index = replayed.index
+        opened.tombstones = replayed.tombstones
+        opened.nextSequence = replayed.nextSequence
+        if removedFiles { try FileSystem.syncParentDirectory(of: directory + "/x") }
+        opened.report.objects = opened.index.count
+        opened.report.tombstones = opened.tombstones.values.reduce(0) { $0 + $1.count }
+        // Appends go on in the newest file when it is usable and not full; else a new one.
+        if let last = opened.logs.last, last.id == ids.last, (opened.sizes[last.id] ?? 0) < 16 << 20 {
+            opened.active = last.id
+        } else {
+            let id = (opened.logs.last?.id ?? 0) + 1
+            let log = try createLog(directory: directory, id: id)
+            opened.logs.append(log)
+            opened.sizes[id] = Int64(SmallObjectFormat.headerSize)
+            opened.active = id
+        }
+        return opened
+    }
+
+    /// The live records of `scans` (files in increasing order): per key the record with the
+    /// highest sequence number, unless that is a tombstone. A compaction copy has its
+    /// original's number, so meeting both is harmless.
+    static func replay(_ scans: [SmallObjectLogScan]) -> (
+        index: [String: Location], tombstones: [UInt32: [String: UInt64]], nextSequence: UInt64
+    ) {
+        var latest: [String: (tombstone: Bool, location: Location)] = [:]
+        var tombstones: [UInt32: [String: UInt64]] = [:]
+        var nextSequence: UInt64 = 1
+        for scan in scans {
+            for record in scan.records {
+                let header = record.header
+                nextSequence = max(nextSequence, header.sequence + 1)
+                if header.kind == .tombstone { tombstones[scan.id, default: [:]][record.key] = header.sequence }
+                if let known = latest[record.key], known.location.sequence > header.sequence { continue }
+                let location = Location(
+                    file: scan.id, offset: record.offset, count: Int32(header.recordCount), bodyCount: Int32(header.bodyCount),
+                    sequence: header.sequence, lastAccess: 0)
+                latest[record.key] = (header.kind == .tombstone, location)
+            }
+        }
+        var index: [String: Location] = [:]
+        for (key, record) in latest where !record.tombstone { index[key] = record.location }
+        return (index, tombstones, nextSequence)
+    }
+
+    /// Creates log file `id`: header written and synced, then the directory synced, so no
+    /// record is ever acknowledged in a file whose name could vanish.
+    static func createLog(directory: String, id: UInt32) throws -> SmallObjectLog {
+        let path = directory + "/" + SmallObjectFormat.fileName(id: id)
+        if try FileSystem.exists(path) { try FileSystem.unlink(path) }
+        let descriptor = try FileDescriptor.open(path, access: .readWrite, create: true, exclusive: true)
+        let salt = UInt32.random(in: 1...UInt32.max)
+        do {
+            try descriptor.write(toAbsoluteOffset: 0, SmallObjectFormat.encodeFileHeader(id: id, salt: salt))
+            try descriptor.dataSync()
+            try FileSystem.syncParentDirectory(of: path)
+        } catch {
+            descriptor.close()
+            try? FileSystem.unlink(path)
+            throw error
+        }
+        return SmallObjectLog(id: id, salt: salt, path: path, descriptor: descriptor)
+    }
+
+    // MARK: Reading
+
+    /// Whether `key` has a durable object (no disk access).
+    public func contains(_ key: String) -> Bool { index[key] != nil }
+
+    /// The body length of `key`'s object, if stored.
+    public func bodyLength(of key: String) -> Int? { index[key].map { Int($0.bodyCount) } }
+
+    /// The object stored for `key`, read from disk and checked (CRC32C of header and payload,
+    /// and the key). A damaged record is dropped from the store and nil returned: the caller
+    /// fetches the object again. Marks the object as used (LRU).
+    ///
+    /// - Throws: `.io` when the read fails (the object stays; a later read may succeed).
+    public func object(for key: String) async throws -> SmallObject? {
+        guard var location = index[key], let log = logs[location.file] else { return nil }
+        location.lastAccess = SparseStore.now()
+        index[key] = location
+        let bytes = try await log.read(offset: location.offset, count: Int(location.count), io: readIO)
+        // Checked outside any state: a failure below only drops this very record.
+        guard case .success(let decoded) = SmallObjectFormat.decodeRecord(bytes[...], salt: log.salt),
+            decoded.0.kind == .object, decoded.key == key, decoded.0.sequence == location.sequence,
+            let metadata = try? MetadataCoding.decode(decoded.metadata)
+        else {
+            damagedReads += 1
+            if let now = index[key], now.file == location.file, now.offset == location.offset { drop(key) }
+            return nil
+        }
+        return SmallObject(key: key, metadata: metadata, body: Array(decoded.body), sequence: location.sequence)
+    }
+
+    // MARK: Writing
+
+    /// Stores `body` with `metadata` under `key`, replacing what the key held; returns once the
+    /// object is durable (with the other objects of its batch: one write and one fdatasync).
+    /// Until then ``object(for:)`` answers the previous object, or nil.
+    ///
+    /// - Throws: `.invalidArgument` for an empty or oversized key, a body over 1 MiB or
+    ///   metadata over 64 KiB; `.io` when the write or the sync fails (then nothing of the
+    ///   batch is claimed); `.closed`.
+    public func put(key: String, metadata: ResourceMetadata, body: [UInt8]) async throws {
+        try checkOpen("put")
+        try SparseStore.validate(key: key)
+        let encoded = MetadataCoding.encode(metadata)
+        guard body.count <= SmallObjectFormat.maximumBody, encoded.count <= SmallObjectFormat.maximumMetadata else {
+            throw SparseCacheError(
+                .invalidArgument, operation: "put small object", path: key,
+                detail: "body of \(body.count) bytes or metadata of \(encoded.count) bytes over the limits "
+                    + "(\(SmallObjectFormat.maximumBody), \(SmallObjectFormat.maximumMetadata))")
+        }
+        let sequence = takeSequence()
+        try await append(
+            PendingRecord(kind: .object, key: key, sequence: sequence, metadata: encoded, body: body, lastAccess: SparseStore.now()))
+    }
+
+    /// Replaces the metadata of `key`'s object by `change` of it, keeping its body (a new
+    /// record; returns once it is durable). Returns false when the key has no object, or it was
+    /// replaced meanwhile.
+    @discardableResult
+    public func updateMetadata(key: String, _ change: @Sendable (ResourceMetadata) -> ResourceMetadata) async throws -> Bool {
+        guard let object = try await object(for: key), index[key]?.sequence == object.sequence else { return false }
+        try await put(key: key, metadata: change(object.metadata), body: object.body)
+        return true
+    }
+
+    /// Removes `key`'s object: a durable tombstone, so no restart brings it back. Returns false
+    /// when the key had none.
+    @discardableResult
+    public func remove(key: String) async throws -> Bool {
+        try checkOpen("remove")
+        guard index[key] != nil || unsettled[key] != nil else { return false }
+        drop(key)
+        let sequence = takeSequence()
+        try await append(PendingRecord(kind: .tombstone, key: key, sequence: sequence, metadata: [], body: [], lastAccess: 0))
+        scheduleCompaction()
+        return true
+    }
+
+    func takeSequence() -> UInt64 {
+        defer { nextSequence += 1 }
+        return nextSequence
+    }
+
+    /// Forgets `key`'s live record (its bytes become dead in their file).
+    func drop(_ key: String) {
+        guard let location = index.removeValue(forKey: key) else { return }
+        liveBytes[location.file, default: 0] -= Int64(location.count)
+    }
+
+    func checkOpen(_ operation: String) throws {
+        if isClosed { throw SparseCacheError(.closed, operation: operation, path: directory, detail: "small-object store is closed") }
+    }
+
+    // MARK: Listing
+
+    /// Every live object as a store entry: its name is `objects/<log file>@<offset>`, its
+    /// length and present bytes the body's, its allocated bytes the record's.
+    public func entries() -> [StoreEntry] {
+        index.map { key, location in
+            StoreEntry(
+                key: key,
+                name: SparseStore.objectsDirectoryName + "/" + SmallObjectFormat.fileName(id: location.file) + "@\(location.offset)",
+                length: Int64(location.bodyCount), presentBytes: Int64(location.bodyCount), allocatedBytes: Int64(location.count),
+                lastAccess: location.lastAccess, pinnedPrefix: 0, isOpen: false)
+        }
+    }
+
+    /// Every live object: key, body length, record bytes, last access (ns since 1970; 0 for
+    /// one not used since open), and the file and offset of its record.
+    public func listing() -> [(key: String, bodyLength: Int64, recordBytes: Int64, lastAccess: Int64, place: String)] {
+        index.map { key, location in
+            (
+                key, Int64(location.bodyCount), Int64(location.count), location.lastAccess,
+                SmallObjectFormat.fileName(id: location.file) + "@" + String(location.offset)
+            )
+        }
+    }
+
+    /// Bytes of live records.
+    public var liveByteCount: Int64 { liveBytes.values.reduce(0, +) }
+
+    /// How many objects are stored.
+    public var count: Int { index.count }
+
+    /// Writes what is pending, waits for compaction, and closes the files.
+    public func close() async {
+        if isClosed { return }
+        await compacting?.value
+        isClosed = true
+        while let flushing {
+            await flushing.value
+            if self.flushing == flushing { self.flushing = nil }
+        }
+        if !pending.isEmpty { await flush() }
+        logs.removeAll()
+    }
+}

@@ -1,0 +1,154 @@
+// serve with the small-object store (issue 21): a small complete answer goes to the logs (no
+// sparse file, no index), hits come from its record with every caching rule as before (Range,
+// conditionals, PURGE, restarts, the budget), and a large answer stays a sparse resource.
+import Foundation
+import LoopbackOrigins
+import Testing
+
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+@testable import SparseHTTP
+
+@Suite("serve: small objects", .serialized, .timeLimit(.minutes(3)))
+struct SmallObjectServeTests {
+    /// A store, cache, proxy and server on `directory`, in front of `origin`.
+    struct Rig {
+        let store: SparseStore
+        let cache: ProgressiveCache
+        let proxy: CachingProxy
+        let server: HTTPServer
+
+        init(directory: String, origin: URL, budget: Int64 = .max) async throws {
+            store = try await SparseStore.open(directory: directory, options: StoreOptions(budget: budget))
+            cache = ProgressiveCache(store: store, options: .testing)
+            let proxy = CachingProxy(cache: cache, origin: origin)
+            self.proxy = proxy
+            server = try HTTPServer.start(options: ProxyFixture.defaultOptions, log: { _ in }) { request, body, response in
+                try await proxy.handle(request, body, response)
+            }
+        }
+
+        var base: String { "http://127.0.0.1:\(server.port)" }
+
+        func stop() async throws {
+            await server.shutdown(grace: .seconds(1))
+            await proxy.shutdown()
+            await cache.shutdown()
+            try await store.close()
+        }
+
+        /// Waits until `key`'s object is durable in the logs (it is written after the answer).
+        func waitStored(_ key: String) async throws {
+            for _ in 0..<500 where !(await store.smallObjects.contains(key)) { try await Task.sleep(for: .milliseconds(10)) }
+        }
+    }
+
+    static func resourceFiles(_ cache: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: cache + "/resources")) ?? []).sorted()
+    }
+
+    @Test("a 4 KiB answer is one log record: hit, Range (206), If-None-Match (304), PURGE, and a hit again after a restart")
+    func smallAnswerLifecycle() async throws {
+        let files = try TemporaryDirectory("smallobj-serve-origin")
+        let small = try originFile(files.path, "small.bin", count: 4096, seed: 7)
+        let origin = try await OriginServer.nginx(root: files.path, locations: "expires 1h;")
+        defer { origin.stop() }
+        let directory = try TemporaryDirectory("smallobj-serve")
+        let cacheDir = directory.file("cache")
+        var rig = try await Rig(directory: cacheDir, origin: origin.baseURL)
+        let key = origin.baseURL.absoluteString + "/small.bin"
+
+        let miss = try await Curl.run(rig.base + "/small.bin")
+        #expect(miss.status == 200 && miss.body == small, "\(miss)")
+        #expect(miss.headers["cache-status"]?.contains("fwd=uri-miss") == true, "\(miss)")
+        try await rig.waitStored(key)
+        #expect(await rig.store.smallObjects.contains(key))
+        #expect(await rig.store.entry(for: key) == nil, "a small answer made a sparse resource too")
+        #expect(Self.resourceFiles(cacheDir).isEmpty, "files in resources/: \(Self.resourceFiles(cacheDir))")
+
+        let hit = try await Curl.run(rig.base + "/small.bin")
+        #expect(hit.status == 200 && hit.body == small && hit.headers["cache-status"]?.contains("hit") == true, "\(hit)")
+        #expect(hit.headers["etag"] != nil && hit.headers["accept-ranges"] == "bytes", "\(hit)")
+
+        // RFC 9110 14.2: one range of a stored small object.
+        let part = try await Curl.run(rig.base + "/small.bin", ["-r", "1000-1999"])
+        #expect(part.status == 206 && part.body == Array(small[1000..<2000]), "\(part)")
+        #expect(part.headers["content-range"] == "bytes 1000-1999/4096" && part.headers["cache-status"]?.contains("hit") == true)
+        // RFC 9110 13.1.2: a matching If-None-Match is answered 304 from storage.
+        let etag = hit.headers["etag"] ?? ""
+        let notModified = try await Curl.run(rig.base + "/small.bin", ["-H", "If-None-Match: \(etag)"])
+        #expect(notModified.status == 304 && notModified.body.isEmpty, "\(notModified)")
+
+        // A restart serves it from the log.
+        try await rig.stop()
+        rig = try await Rig(directory: cacheDir, origin: origin.baseURL)
+        let afterRestart = try await Curl.run(rig.base + "/small.bin")
+        #expect(afterRestart.body == small && afterRestart.headers["cache-status"]?.contains("hit") == true, "\(afterRestart)")
+        // ls lists it while the server owns the directory.
+        let listed = try await SparseStore.inspect(directory: cacheDir)
+        #expect(listed.entries.contains { $0.key == key && $0.length == 4096 && $0.name.hasPrefix("objects/") }, "\(listed.entries)")
+
+        // PURGE drops it, durably: a miss now, and after a restart too.
+        let purge = try await Curl.run(rig.base + "/small.bin", ["-X", "PURGE"])
+        #expect(purge.status == 200, "\(purge)")
+        #expect(await rig.store.smallObjects.contains(key) == false)
+        try await rig.stop()
+        rig = try await Rig(directory: cacheDir, origin: origin.baseURL)
+        #expect(await rig.store.smallObjects.contains(key) == false, "a purged object came back after a restart")
+        let again = try await Curl.run(rig.base + "/small.bin")
+        #expect(again.body == small && again.headers["cache-status"]?.contains("fwd=uri-miss") == true, "\(again)")
+        try await rig.stop()
+        let verify = try await StoreVerifier.verify(directory: cacheDir)
+        #expect(verify.isClean && !verify.smallObjectLogs.isEmpty, "\(verify)")
+    }
+
+    @Test("a large answer stays a sparse resource, and one just over the threshold too")
+    func largeStaysSparse() async throws {
+        let files = try TemporaryDirectory("smallobj-serve-large")
+        let large = try originFile(files.path, "large.bin", count: 300_000, seed: 8)
+        let edge = try originFile(files.path, "edge.bin", count: 64 * 1024 + 1, seed: 9)
+        let fits = try originFile(files.path, "fits.bin", count: 64 * 1024, seed: 10)
+        let origin = try await OriginServer.nginx(root: files.path, locations: "expires 1h;")
+        defer { origin.stop() }
+        let directory = try TemporaryDirectory("smallobj-serve-l")
+        let rig = try await Rig(directory: directory.file("cache"), origin: origin.baseURL)
+        for (name, bytes, isSmall) in [("large.bin", large, false), ("edge.bin", edge, false), ("fits.bin", fits, true)] {
+            let key = origin.baseURL.absoluteString + "/" + name
+            let miss = try await Curl.run(rig.base + "/" + name)
+            #expect(miss.status == 200 && miss.body == bytes, "\(name): \(miss)")
+            if isSmall { try await rig.waitStored(key) }
+            await rig.cache.closeIdle()
+            #expect(await rig.store.smallObjects.contains(key) == isSmall, "\(name)")
+            #expect((await rig.store.entry(for: key) != nil) == !isSmall, "\(name)")
+            let hit = try await Curl.run(rig.base + "/" + name)
+            #expect(hit.body == bytes && hit.headers["cache-status"]?.contains("hit") == true, "\(name): \(hit)")
+        }
+        try await rig.stop()
+    }
+
+    @Test("under a budget the least recently used small objects go, and the store stays within it")
+    func budgetEvicts() async throws {
+        let files = try TemporaryDirectory("smallobj-serve-budget")
+        var bodies: [[UInt8]] = []
+        for index in 0..<40 { bodies.append(try originFile(files.path, "b\(index).bin", count: 4096, seed: UInt64(100 + index))) }
+        let origin = try await OriginServer.nginx(root: files.path, locations: "expires 1h;")
+        defer { origin.stop() }
+        let directory = try TemporaryDirectory("smallobj-serve-b")
+        let budget: Int64 = 96 * 1024
+        let rig = try await Rig(directory: directory.file("cache"), origin: origin.baseURL, budget: budget)
+        for index in 0..<40 {
+            let answer = try await Curl.run(rig.base + "/b\(index).bin")
+            #expect(answer.body == bodies[index], "b\(index): \(answer)")
+            try await rig.waitStored(origin.baseURL.absoluteString + "/b\(index).bin")
+        }
+        try await rig.store.enforceBudget()
+        let allocated = await rig.store.allocatedBytes
+        #expect(allocated <= budget, "\(allocated) bytes allocated for a budget of \(budget)")
+        #expect(await rig.store.smallObjects.contains(origin.baseURL.absoluteString + "/b0.bin") == false, "the oldest stayed")
+        #expect(await rig.store.smallObjects.contains(origin.baseURL.absoluteString + "/b39.bin"), "the newest went")
+        let newest = try await Curl.run(rig.base + "/b39.bin")
+        #expect(newest.body == bodies[39] && newest.headers["cache-status"]?.contains("hit") == true, "\(newest)")
+        try await rig.stop()
+    }
+}
