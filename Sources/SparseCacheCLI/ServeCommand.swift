@@ -21,9 +21,10 @@ enum ServeCommand: Command {
         OVERVIEW: Serve cached resources over HTTP, filling the cache from their origin.
 
         A local HTTP/1.1 proxy for players (ffmpeg, mpv, VLC, browsers): what is cached comes
-        from disk; what is missing is fetched from the origin by Range requests, once for every
-        client that wants it, written, committed, and sent the moment it is durable. A second
-        play of the same bytes needs no origin.
+        from disk, checked against its CRC32C; what is missing is fetched from the origin once for
+        every client that wants it and sent as it arrives, while it is written and committed
+        behind the client (claimed only once durable). A second play of the same bytes needs no
+        origin.
 
         USAGE: sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE]
                                  [--origin URL] [--allow-origin PATTERN]... [--server-name NAME]...

@@ -6,8 +6,8 @@ import Synchronization
 
 /// An HTTP cache in front of origins, as a shared cache (RFC 9111): the ``HTTPServer`` handler
 /// behind `sparsecache serve`. Stored responses come from a ``ProgressiveCache``: cached bytes
-/// from disk, missing ones fetched from the origin (once, shared with every other client),
-/// written, committed and sent as they become durable.
+/// from disk, missing ones fetched from the origin (once, shared with every other client) and
+/// sent as they arrive, while they are written and committed behind the client.
 ///
 /// Which origin URL a request means:
 /// - with an origin (reverse-proxy mode), `GET /path?query` is `<origin>/path?query`;
