@@ -209,7 +209,17 @@ extension ProgressiveCache {
             guard resource.generation == generation, let first = missing.first else { return }
             let shift = Int64(file.segmentShift)
             let segments = missing.lazy.flatMap { Int($0.lowerBound >> shift)...Int(($0.upperBound - 1) >> shift) }
-            guard segments.contains(where: { resource.owner[$0] != nil }) else { return }
+            let owners = Set(segments.compactMap { resource.owner[$0] }.prefix(64))
+            guard !owners.isEmpty else { return }
+            // Not at the fetch's next commit (up to commitEvery later): write back and commit
+            // what it received now, as a waiting reader's segment used to be committed early.
+            for owner in owners {
+                if let arrived = resource.fetches[owner]?.arrived, arrived.writer == nil,
+                    arrived.unwrittenCount > 0 || arrived.sinceCommit > 0, let handle = resource.handle
+                {
+                    startWriteBack(arrived, of: resource, handle: handle, generation: generation, commit: true)
+                }
+            }
             await waitForChange(resource, segment: Int(first.lowerBound >> shift), since: seen)
         }
     }
@@ -581,11 +591,9 @@ extension ProgressiveCache {
             }
             fetch.interest -= 1
             resource.fetches[id] = fetch
-            // Nobody waits for it any more: stop it at once (it commits what it has).
-            if fetch.interest <= 0 {
-                fetch.task?.cancel()
-                fetch.stop?()
-            }
+            // Nobody waits for it any more: stop it (it finishes the segment it is receiving,
+            // and commits what it has).
+            if fetch.interest <= 0 { fetch.task?.cancel() }
         }
         if resource.waiters.isEmpty, resource.fetches.isEmpty { resource.outcomes.removeAll() }
     }

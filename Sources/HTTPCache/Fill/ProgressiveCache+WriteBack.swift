@@ -51,7 +51,7 @@ extension ProgressiveCache {
         if commit { try await handle.file.commit() }
     }
 
-    private func startWriteBack(_ arrived: ArrivedBytes, of resource: FillResource, handle: ResourceHandle, generation: Int, commit: Bool) {
+    func startWriteBack(_ arrived: ArrivedBytes, of resource: FillResource, handle: ResourceHandle, generation: Int, commit: Bool) {
         arrived.writer = Task {
             do {
                 try await self.writeBack(arrived, of: resource, handle: handle, generation: generation, commit: commit, all: commit)
