@@ -106,6 +106,8 @@ extension ProgressiveCache {
         while position < end {
             try Task.checkCancellation()
             guard resource.generation == generation else { return }
+            // Stopped while it read an answer (and nobody came back): no new request.
+            if resource.fetches[id].map({ $0.unwanted && $0.interest <= 0 }) == true { return }
             let response: RangeResponse
             let readsOn: Bool
             if let answer = given {
@@ -143,7 +145,7 @@ extension ProgressiveCache {
             do {
                 for try await chunk in response.body {
                     count { $0.bytesReceived += Int64(chunk.count) }
-                    if Task.isCancelled {
+                    if Task.isCancelled || resource.fetches[id].map({ $0.unwanted && $0.interest <= 0 }) == true {
                         // Nobody wants the rest: stop at the end of the segment being received
                         // (its bytes are on their way already, paid for; a segment left partial
                         // would be asked for again, whole, by the next reader of it).

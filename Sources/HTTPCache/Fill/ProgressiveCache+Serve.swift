@@ -171,6 +171,14 @@ extension ProgressiveCache {
                 fetchID = owner
             } else if let failure = interests.compactMap({ resource.outcomes[$0] }).first {
                 throw failure
+            } else if deliver != nil, let stream = resource.fetches.values.first(where: { $0.readsOn })?.arrived,
+                position >= stream.end, position - stream.end <= 4 * options.maximumFetch
+            {
+                // A whole answer being read on reaches this byte soon: wait for it. A fetch of
+                // its own would stop that answer at this segment, and the answer's bytes in
+                // flight past it would be paid twice.
+                await waitForChange(resource, segment: missingSegment, since: seen)
+                continue
             } else {
                 // Re-check after the await: the resource may be being replaced (no fetch started).
                 // A prefetch brings spans; a reader a window that grows as it reads on.
@@ -591,9 +599,12 @@ extension ProgressiveCache {
             }
             fetch.interest -= 1
             resource.fetches[id] = fetch
-            // Nobody waits for it any more: stop it (it finishes the segment it is receiving,
-            // and commits what it has).
-            if fetch.interest <= 0 { fetch.task?.cancel() }
+            // Nobody waits for it any more: stop it, and commit what it has. One reading an
+            // answer finishes the segment it is receiving first (those bytes are on their way,
+            // paid for): cancelling its task would end the answer's stream at once.
+            if fetch.interest <= 0 {
+                if fetch.stop != nil { resource.fetches[id]?.unwanted = true } else { fetch.task?.cancel() }
+            }
         }
         if resource.waiters.isEmpty, resource.fetches.isEmpty { resource.outcomes.removeAll() }
     }

@@ -209,6 +209,9 @@ final class FillResource {
         var stop: (@Sendable () -> Void)?
         /// Reads a whole answer on to the resource's end (``FirstAnswer/readsOn``).
         var readsOn = false
+        /// Nobody waited on it any more while it read an answer: it stops at the end of the
+        /// segment it is receiving (unless a reader came back meanwhile).
+        var unwanted = false
     }
 
     init(key: String) {
