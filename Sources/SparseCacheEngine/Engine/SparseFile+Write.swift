@@ -155,7 +155,7 @@ extension SparseFile {
     // MARK: Helpers
 
     /// The length writes are checked against: set or pending.
-    var currentLength: Int64? { pendingChange.length ?? committingChange?.length ?? committed.length }
+    var currentLength: Int64? { pendingChange.length ?? committed.length }
 
     /// Bytes in `segment`: the segment size, less for the last segment of a known length.
     /// While the length is unknown every segment is full size.

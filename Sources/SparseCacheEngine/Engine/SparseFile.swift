@@ -38,11 +38,6 @@ public actor SparseFile {
     var committed: IndexState
     /// Length, metadata and drops waiting for the next commit.
     var pendingChange = IndexChange()
-    /// The change a commit in flight carries (taken out of ``pendingChange``, not yet in
-    /// ``committed``): its length and metadata are the resource's meanwhile. Without it a write
-    /// during the first commit that sets the length saw no length, took the last segment for a
-    /// full one, and held its bytes as an incomplete segment that never completed.
-    var committingChange: IndexChange?
     /// Segments written to the data file but not yet synced and committed, with their CRC32C.
     var unsynced: [Int: UInt32] = [:]
     /// Segments taken by a running commit.
