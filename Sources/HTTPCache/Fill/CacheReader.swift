@@ -66,7 +66,11 @@ extension ProgressiveCache {
         let tasks = resources.values.flatMap { $0.fetches.values.compactMap(\.task) }
         for task in tasks { task.cancel() }
         // Answers without a length stop now, not at their next chunk (and are dropped).
-        for resource in resources.values { resource.stream?.cancel() }
+        for resource in resources.values {
+            resource.stream?.cancel()
+            // Range fetches too: none finishes its segment first, the process is stopping.
+            for fetch in resource.fetches.values { fetch.stop?() }
+        }
         for task in tasks { await task.value }
         for key in Array(resources.keys) { closeIfIdle(key: key, force: true) }
         for release in Array(releases.values) { await release.value }

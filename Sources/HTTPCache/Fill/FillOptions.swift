@@ -27,7 +27,7 @@ public struct FillOptions: Sendable {
     /// ``readAheadMinimum`` past it at first, and a ``readAheadFraction`` of what it has read in
     /// a row once that is more, up to ``maximumFetch``; the next request leaves when less than
     /// that distance is in flight, for up to twice it. A reader that stops early leaves at most
-    /// twice the distance fetched past its position (cancelled when it hangs up). Only while
+    /// twice the distance fetched past its position (stopped when it hangs up, at the end of the segment being received). Only while
     /// fewer than ``readAheadLimit`` fetches run in the whole cache: under load a fetch ahead
     /// would take a connection another reader needs now. Off: each fetch is one
     /// ``maximumFetch`` span, nothing is asked ahead.

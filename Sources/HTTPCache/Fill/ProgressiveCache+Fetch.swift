@@ -101,9 +101,13 @@ extension ProgressiveCache {
         var attempt = 0
         // The end a claim of the next span was last tried from (``claimOnward``).
         var claimTried: Int64 = 0
+        // Cancelled: finishing the segment being received, then stopping.
+        var stopping = false
         while position < end {
             try Task.checkCancellation()
             guard resource.generation == generation else { return }
+            // Stopped while it read an answer (and nobody came back): no new request.
+            if resource.fetches[id].map({ $0.unwanted && $0.interest <= 0 }) == true { return }
             let response: RangeResponse
             let readsOn: Bool
             if let answer = given {
@@ -121,7 +125,8 @@ extension ProgressiveCache {
             // for it to end). Replacing again here would wait for that fetch in turn: two
             // replacements waiting on each other wedge the key for good.
             guard resource.generation == generation else { return }
-            try Task.checkCancellation()
+            // Cancelled meanwhile: the answer is on its way (the origin counts it sent), so its
+            // first segment is still taken below rather than asked for again by the next reader.
             if Self.isDifferentVersion(response.info, than: info) {
                 try await replace(resource, with: response.info, by: id)
                 return
@@ -133,14 +138,21 @@ extension ProgressiveCache {
             var skip = position - response.offset
             if skip > 0 { resource.ignoresRanges = true }
             let whole = skip > 0 || readsOn
-            // The transfer stops at once when the fetch is cancelled (its reader left), not at
-            // its next chunk: a stalled origin would hold it until the timeout.
+            // A replacement or shutdown cuts the answer at once (``FillResource/Fetch/stop``): a
+            // stalled origin would hold the fetch until the timeout.
             resource.fetches[id]?.stop = response.cancel
             defer { resource.fetches[id]?.stop = nil }
             do {
                 for try await chunk in response.body {
                     count { $0.bytesReceived += Int64(chunk.count) }
-                    try Task.checkCancellation()
+                    if Task.isCancelled || resource.fetches[id].map({ $0.unwanted && $0.interest <= 0 }) == true {
+                        // Nobody wants the rest: stop at the end of the segment being received
+                        // (its bytes are on their way already, paid for; a segment left partial
+                        // would be asked for again, whole, by the next reader of it).
+                        let shift = Int64(file.segmentShift)
+                        end = min(end, ((position >> shift) + 1) << shift)
+                        stopping = true
+                    }
                     guard resource.generation == generation else { return }
                     var bytes = chunk[...]
                     if skip > 0 {
@@ -161,12 +173,12 @@ extension ProgressiveCache {
                         // Reading a whole answer on: the next span is claimed half a span before
                         // this one ends, so a reader right behind never finds the segment at the
                         // end unclaimed and starts a fetch of its own (which would stop this one).
-                        if whole, end < length, end > claimTried, end - position <= options.maximumFetch / 2 {
+                        if whole, !stopping, end < length, end > claimTried, end - position <= options.maximumFetch / 2 {
                             claimTried = end
                             if let more = await claimOnward(resource, id: id, from: end, length: length) { end = more }
                         }
                         if position >= end {
-                            guard whole, position < length, resource.generation == generation,
+                            guard whole, !stopping, position < length, resource.generation == generation,
                                 let more = await claimOnward(resource, id: id, from: position, length: length)
                             else {
                                 reachedEnd = true

@@ -171,6 +171,14 @@ extension ProgressiveCache {
                 fetchID = owner
             } else if let failure = interests.compactMap({ resource.outcomes[$0] }).first {
                 throw failure
+            } else if deliver != nil, let stream = resource.fetches.values.first(where: { $0.readsOn })?.arrived,
+                position >= stream.end, position - stream.end <= 4 * options.maximumFetch
+            {
+                // A whole answer being read on reaches this byte soon: wait for it. A fetch of
+                // its own would stop that answer at this segment, and the answer's bytes in
+                // flight past it would be paid twice.
+                await waitForChange(resource, segment: missingSegment, since: seen)
+                continue
             } else {
                 // Re-check after the await: the resource may be being replaced (no fetch started).
                 // A prefetch brings spans; a reader a window that grows as it reads on.
@@ -209,7 +217,17 @@ extension ProgressiveCache {
             guard resource.generation == generation, let first = missing.first else { return }
             let shift = Int64(file.segmentShift)
             let segments = missing.lazy.flatMap { Int($0.lowerBound >> shift)...Int(($0.upperBound - 1) >> shift) }
-            guard segments.contains(where: { resource.owner[$0] != nil }) else { return }
+            let owners = Set(segments.compactMap { resource.owner[$0] }.prefix(64))
+            guard !owners.isEmpty else { return }
+            // Not at the fetch's next commit (up to commitEvery later): write back and commit
+            // what it received now, as a waiting reader's segment used to be committed early.
+            for owner in owners {
+                if let arrived = resource.fetches[owner]?.arrived, arrived.writer == nil,
+                    arrived.unwrittenCount > 0 || arrived.sinceCommit > 0, let handle = resource.handle
+                {
+                    startWriteBack(arrived, of: resource, handle: handle, generation: generation, commit: true)
+                }
+            }
             await waitForChange(resource, segment: Int(first.lowerBound >> shift), since: seen)
         }
     }
@@ -602,10 +620,11 @@ extension ProgressiveCache {
             }
             fetch.interest -= 1
             resource.fetches[id] = fetch
-            // Nobody waits for it any more: stop it at once (it commits what it has).
+            // Nobody waits for it any more: stop it, and commit what it has. One reading an
+            // answer finishes the segment it is receiving first (those bytes are on their way,
+            // paid for): cancelling its task would end the answer's stream at once.
             if fetch.interest <= 0 {
-                fetch.task?.cancel()
-                fetch.stop?()
+                if fetch.stop != nil { resource.fetches[id]?.unwanted = true } else { fetch.task?.cancel() }
             }
         }
         if resource.waiters.isEmpty, resource.fetches.isEmpty { resource.outcomes.removeAll() }

@@ -215,11 +215,14 @@ final class FillResource {
         /// What it received and has not yet made present: readers take bytes from here as
         /// they arrive (cut-through).
         var arrived: ArrivedBytes?
-        /// Cuts the origin's answer being read (a cancelled fetch stops at once, not at the
-        /// next chunk of a stalled origin).
+        /// Cuts the origin's answer being read at once (a replacement, shutdown); a fetch
+        /// nobody waits on any more is cancelled instead, and finishes its segment first.
         var stop: (@Sendable () -> Void)?
         /// Reads a whole answer on to the resource's end (``FirstAnswer/readsOn``).
         var readsOn = false
+        /// Nobody waited on it any more while it read an answer: it stops at the end of the
+        /// segment it is receiving (unless a reader came back meanwhile).
+        var unwanted = false
     }
 
     init(key: String) {
