@@ -47,6 +47,10 @@ public actor ConnectionLimiter {
     /// The priority a request of the current task takes now.
     public static var effectivePriority: Priority { promotion?.isPromoted == true ? .waited : priority }
 
+    /// A promotion for requests about to be made in the background (nil when the current task
+    /// is waited on): set it as ``promotion`` around them.
+    static func newPromotion() -> Promotion? { effectivePriority == .background ? Promotion() : nil }
+
     public let limit: Int
     private var holders = 0
     private var waiters: [(id: UInt64, priority: Priority, promotion: Promotion?, continuation: CheckedContinuation<Void, Error>)] = []

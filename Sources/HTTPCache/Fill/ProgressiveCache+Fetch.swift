@@ -32,7 +32,9 @@ extension ProgressiveCache {
     func registerFetch(_ resource: FillResource, segments: Range<Int>, first: FirstAnswer?, interest: Int = 0) -> Int {
         let id = takeID()
         for taken in segments where resource.owner[taken] == nil { resource.owner[taken] = id }
-        let promotion = ConnectionLimiter.effectivePriority == .background ? ConnectionLimiter.Promotion() : nil
+        // A first answer's connection was taken under its own promotion (or none): the fetch
+        // that reads it on has that one, so promoting the fetch reaches the connection.
+        let promotion = first.map(\.promotion) ?? ConnectionLimiter.newPromotion()
         resource.fetches[id] = FillResource.Fetch(
             segments: segments, interest: interest, promotion: promotion, readsOn: first?.readsOn ?? false)
         resource.users += 1

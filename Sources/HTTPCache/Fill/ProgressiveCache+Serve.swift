@@ -473,6 +473,9 @@ extension ProgressiveCache {
         let segmentSize = Int64(handle.file.segmentSize)
         let probe = 0..<segmentSize
         var asked = firstContactRange(for: first)
+        // A prefetch's first contact takes its connection under a promotion of its own, which
+        // the fetch reading the answer on keeps: a player that comes to wait on it promotes it.
+        var promotion = ConnectionLimiter.newPromotion()
         let response: RangeResponse
         do {
             do {
@@ -482,20 +485,27 @@ extension ProgressiveCache {
                     resource.firstResponse = nil
                     response = received
                     asked = resource.firstAsked
+                    promotion = resource.firstPromotion
                 } else {
-                    response = try await fetchWithRetries(source, asked, validator: nil, key: resource.key)
+                    response = try await ConnectionLimiter.$promotion.withValue(promotion) {
+                        try await fetchWithRetries(source, asked, validator: nil, key: resource.key)
+                    }
                 }
             } catch let error as SparseCacheError where error.httpStatus == 416 && asked != nil && asked != probe {
                 // Past the end: the resource is shorter than the reader thought. Its start tells
                 // the length (the reader then gets its own error).
-                response = try await fetchWithRetries(source, probe, validator: nil, key: resource.key)
+                response = try await ConnectionLimiter.$promotion.withValue(promotion) {
+                    try await fetchWithRetries(source, probe, validator: nil, key: resource.key)
+                }
             }
         } catch let error as SparseCacheError where error.httpStatus == 416 || error.httpStatus == 206 {
             // No byte range of an empty resource is satisfiable (RFC 9110, section 14.1.1):
             // some origins say so rather than send the empty 200. A 206 that does not say
             // the total length cannot be placed. Ask for the whole.
             do {
-                response = try await fetchWithRetries(source, nil, validator: nil, key: resource.key)
+                response = try await ConnectionLimiter.$promotion.withValue(promotion) {
+                    try await fetchWithRetries(source, nil, validator: nil, key: resource.key)
+                }
                 asked = nil
             } catch {
                 await forgetUnknown(resource, handle: handle)
@@ -534,7 +544,7 @@ extension ProgressiveCache {
         let upTo = whole ? min(length, response.offset + options.maximumFetch) : min(length, asked!.upperBound)
         let segments = from..<max(from + 1, Int((upTo + segmentSize - 1) >> shift))
         resource.openerFetch = registerFetch(
-            resource, segments: segments, first: FirstAnswer(response: response, readsOn: whole), interest: 1)
+            resource, segments: segments, first: FirstAnswer(response: response, readsOn: whole, promotion: promotion), interest: 1)
     }
 
     /// Nothing was learned: leave no empty resource behind (a client asking for missing URLs

@@ -86,23 +86,30 @@ extension ProgressiveCache {
         // The same request as the sparse first contact's (which takes the answer over when it
         // is not a small object), with the same fallbacks.
         var asked = firstContactRange(for: first)
+        let promotion = ConnectionLimiter.newPromotion()
         var response: RangeResponse
         do {
             do {
-                response = try await fetchWithRetries(source, asked, validator: nil, key: source.key)
+                response = try await ConnectionLimiter.$promotion.withValue(promotion) {
+                    try await fetchWithRetries(source, asked, validator: nil, key: source.key)
+                }
             } catch let error as SparseCacheError where error.httpStatus == 416 && asked != nil && asked != probe {
                 asked = probe
-                response = try await fetchWithRetries(source, probe, validator: nil, key: source.key)
+                response = try await ConnectionLimiter.$promotion.withValue(promotion) {
+                    try await fetchWithRetries(source, probe, validator: nil, key: source.key)
+                }
             }
         } catch let error as SparseCacheError where error.httpStatus == 416 || error.httpStatus == 206 {
             // As the sparse first contact: an empty resource, or a 206 without a total.
             asked = nil
-            response = try await fetchWithRetries(source, nil, validator: nil, key: source.key)
+            response = try await ConnectionLimiter.$promotion.withValue(promotion) {
+                try await fetchWithRetries(source, nil, validator: nil, key: source.key)
+            }
         }
         // An answer without a length stays with the sparse path (StreamFill): it is handed to
         // its readers as it arrives and joined in flight, which buffering it here would undo.
         guard response.info.stored != nil, response.offset == 0, let length = response.info.length, length <= threshold else {
-            handOver(response, asked: asked, key: source.key)
+            handOver(response, asked: asked, promotion: promotion, key: source.key)
             return nil
         }
         var chunks: [[UInt8]] = []
@@ -127,7 +134,7 @@ extension ProgressiveCache {
                 RangeResponse(
                     info: response.info, offset: 0, body: Self.replay(chunks, then: iterator), cancel: response.cancel,
                     isPartial: response.isPartial),
-                asked: asked, key: source.key)
+                asked: asked, promotion: promotion, key: source.key)
             return nil
         }
         let body = chunks.count == 1 ? chunks[0] : Array(chunks.joined())
@@ -180,11 +187,12 @@ extension ProgressiveCache {
 
     /// Leaves a first-contact answer for the sparse first contact of `key`, or ends it when
     /// another reader's first contact is already under way.
-    private func handOver(_ response: RangeResponse, asked: Range<Int64>?, key: String) {
+    private func handOver(_ response: RangeResponse, asked: Range<Int64>?, promotion: ConnectionLimiter.Promotion?, key: String) {
         let resource = entry(for: key)
         if resource.handle == nil, resource.opening == nil, resource.firstResponse == nil {
             resource.firstResponse = response
             resource.firstAsked = asked
+            resource.firstPromotion = promotion
         } else {
             response.cancel()
         }

@@ -181,8 +181,10 @@ final class FillResource {
     /// The first-contact answer a small-object attempt received and found too large (or
     /// ranged): the sparse first contact uses it instead of asking again.
     var firstResponse: RangeResponse?
-    /// What ``firstResponse`` was asked for (nil: the whole).
+    /// What ``firstResponse`` was asked for (nil: the whole), and the promotion its
+    /// connection was taken with.
     var firstAsked: Range<Int64>?
+    var firstPromotion: ConnectionLimiter.Promotion?
     /// The answer of unknown length being received, while it is (``StreamFill``).
     var stream: StreamFill?
     /// Segment -> the fetch bringing it.
