@@ -14,11 +14,13 @@ public struct FillOptions: Sendable {
     public var maximumBackoff: Duration = .seconds(5)
     /// The write-back commits at least this often (bytes), so a crash or a cancel keeps what
     /// arrived. Readers do not wait for it: they get bytes as they arrive (``arrivedLimit``).
-    public var commitEvery: Int64 = 4 << 20
+    /// Default 1 MiB, one write batch: a slow origin's bytes become present (and survive a
+    /// crash) as each megabyte arrives, at one fdatasync per megabyte for a fast one.
+    public var commitEvery: Int64 = 1 << 20
     /// The most bytes one fill holds in memory received and not yet present (cut-through:
     /// readers take them from there while the write-back writes, syncs and commits them). The
     /// origin is read only as fast as the disk takes the bytes once this is full. Default
-    /// 8 MiB, twice ``commitEvery``, so receiving goes on while a commit syncs.
+    /// 8 MiB, several commits' worth, so receiving goes on while a commit syncs.
     public var arrivedLimit: Int64 = 8 << 20
     /// The largest span one request asks the origin for. It bounds what a reader that stops
     /// early leaves in flight. Default 16 MiB.
