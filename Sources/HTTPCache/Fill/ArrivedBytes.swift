@@ -52,11 +52,22 @@ final class ArrivedBytes {
     /// chunks); empty when `offset` is outside ``start``..<``end``.
     func bytes(at offset: Int64, limit: Int64) -> [UInt8] {
         guard offset >= start, offset < end, limit > 0 else { return [] }
-        let wanted = Int(min(limit, end - offset))
-        var index = chunkIndex(containing: offset)
+        return gather(from: offset, chunk: chunkIndex(containing: offset), count: Int(min(limit, end - offset)))
+    }
+
+    /// The unwritten bytes from ``written``, at most `limit` of them, gathered for one write.
+    func unwritten(limit: Int) -> (offset: Int64, bytes: [UInt8]) {
+        let wanted = Int(min(Int64(limit), end - written))
+        guard wanted > 0 else { return (written, []) }
+        return (written, gather(from: written, chunk: writeChunk, count: wanted))
+    }
+
+    /// `count` received bytes from `offset`, which lies in chunk number `index`, in one array.
+    private func gather(from offset: Int64, chunk index: Int, count wanted: Int) -> [UInt8] {
         var result: [UInt8] = []
         result.reserveCapacity(wanted)
         var position = offset
+        var index = index
         while result.count < wanted, index < chunks.count {
             let chunk = chunks[index]
             let from = Int(position - chunk.offset)
@@ -66,25 +77,6 @@ final class ArrivedBytes {
             index += 1
         }
         return result
-    }
-
-    /// The unwritten bytes from ``written``, at most `limit` of them, gathered for one write.
-    func unwritten(limit: Int) -> (offset: Int64, bytes: [UInt8]) {
-        let wanted = Int(min(Int64(limit), end - written))
-        var result: [UInt8] = []
-        guard wanted > 0 else { return (written, result) }
-        result.reserveCapacity(wanted)
-        var position = written
-        var index = writeChunk
-        while result.count < wanted, index < chunks.count {
-            let chunk = chunks[index]
-            let from = Int(position - chunk.offset)
-            let take = min(chunk.bytes.count - from, wanted - result.count)
-            result.append(contentsOf: chunk.bytes[from..<(from + take)])
-            position += Int64(take)
-            if from + take == chunk.bytes.count { index += 1 }
-        }
-        return (written, result)
     }
 
     /// `count` bytes from ``written`` are in the data file now.
