@@ -4,6 +4,7 @@
 // (how many requests, which header fields). Short lifetimes (max-age=1) and a ~2 s wait are
 // how staleness is reached; no test asserts a duration.
 import Foundation
+import HTTPCache
 import Testing
 
 @Suite("HTTP caching (RFC 9111)", .serialized, .timeLimit(.minutes(2)))
@@ -235,6 +236,72 @@ struct HTTPCachingTests {
             #expect(part.status == 206 && part.body == Array(body[200_000..<200_100]) && part.isHit, "\(name): \(part)")
             #expect(rig.count(name) == 3, "\(name): no origin request for a range of the stored whole: \(rig.requests(name))")
         }
+        await rig.stop()
+    }
+
+    @Test(
+        "without a strong validator a stored part is never completed from another answer: a cut answer is not resumed, a later request refetches the whole, a seek far ahead of the answer being read is passed on (RFC 9111 3.4)"
+    )
+    func oneAnswerWithoutStrongValidator() async throws {
+        // Spans of 256 KiB: the answer being read reaches bytes up to 1 MiB past it soon enough
+        // to wait for; farther ones are asked for apart.
+        var fill = FillOptions.testing
+        fill.maximumFetch = 256 << 10
+        let rig = try await ScriptedProxy(fill: fill)
+        let size = 3_000_000
+        let old = OriginScript.pattern(count: size, seed: 21), new = OriginScript.pattern(count: size, seed: 22)
+        // The same length and the same weak entity tag for both versions: nothing tells them apart.
+        let headers = [("Cache-Control", "max-age=600"), ("ETag", "W/\"same\"")]
+
+        // 1. The answer is cut after 1 MB: the client gets what came, and the fill does not ask
+        // for the rest by a range (another answer, maybe another version).
+        try rig.script("cut", headers) {
+            $0.bodySize = size
+            $0.bodySeed = 21
+            $0.cutAfter = 1_000_000
+            $0.chunkSize = 100_000
+        }
+        let cut = try await rig.get("cut")
+        #expect(cut.body.count < size && cut.body == Array(old.prefix(cut.body.count)), "\(cut)")
+        #expect(rig.requests("cut").allSatisfy { $0.header("range") == nil }, "no resume by range: \(rig.requests("cut"))")
+        let before = rig.count("cut")
+
+        // 2. The origin changes, keeping the length and the weak tag. A request for the whole must
+        // get the new version whole, not the stored first part with the new rest.
+        try rig.script("cut", headers) {
+            $0.bodySize = size
+            $0.bodySeed = 22
+        }
+        let whole = try await rig.get("cut")
+        #expect(whole.status == 200 && whole.body == new, "the stored part of the old version was not combined with the new: \(whole)")
+        #expect(whole.cacheStatus.contains("fwd=partial") && whole.cacheStatus.contains("stored"), "\(whole.headers)")
+        let refetch = rig.requests("cut").dropFirst(before)
+        #expect(refetch.count == 1 && refetch.first?.header("range") == nil, "one request for the whole: \(refetch)")
+        let part = try await Self.pollHit(rig, "cut", ["-r", "2000000-2000999"])
+        #expect(part.isHit && part.body == Array(new[2_000_000..<2_001_000]), "\(part)")
+
+        // 3. A client seeking far ahead of an answer still being read (it trickles in) is not
+        // given a range fetch beside it: its request is passed on, nothing of it stored.
+        let slow = 8_000_000
+        let body = OriginScript.pattern(count: slow, seed: 23)
+        try rig.script("slow", headers) {
+            $0.bodySize = slow
+            $0.bodySeed = 23
+            $0.chunkSize = 65536
+            $0.chunkDelayMs = 100
+        }
+        let reader = Task { try await rig.get("slow", timeout: 4) }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while rig.count("slow") == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        let ahead = try await rig.get("slow", ["-r", "7000000-7000999"])
+        #expect(ahead.status == 206 && ahead.body == Array(body[7_000_000..<7_001_000]), "\(ahead)")
+        #expect(ahead.cacheStatus.contains("fwd=partial") && !ahead.cacheStatus.contains("stored"), "\(ahead.headers) \(rig.requests("slow"))")
+        let requests = rig.requests("slow")
+        #expect(
+            requests.count == 2 && requests[1].header("range") == "bytes=7000000-7000999",
+            "the seek went to the origin as the client asked it: \(requests)")
+        let first = try await reader.value
+        #expect(first.body == Array(body.prefix(first.body.count)), "the first client's bytes are the answer's own")
         await rig.stop()
     }
 

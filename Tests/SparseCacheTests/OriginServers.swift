@@ -471,7 +471,7 @@ class Handler(BaseHTTPRequestHandler):
         # "framing": "length" (Content-Length), "chunked", or "close" (the body ends when the
         # connection closes); "chunk_size" bytes per write, "chunk_delay_ms" between writes;
         # "cut_after": close the connection after that many body bytes (a chunked body then
-        # lacks its last chunk).
+        # lacks its last chunk). A body with a length is written at once unless it trickles.
         framing = self.spec.get("framing", "length") if status >= 200 and status not in (204, 304) else "length"
         size = self.spec.get("chunk_size") or max(1, len(body))
         delay = self.spec.get("chunk_delay_ms", 0) / 1000.0
@@ -488,7 +488,7 @@ class Handler(BaseHTTPRequestHandler):
             elif status not in (204, 304) and status >= 200:
                 self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            if framing == "length" and cut is None:
+            if framing == "length" and cut is None and not self.spec.get("chunk_delay_ms"):
                 if sent:
                     self.wfile.write(body)
                 return

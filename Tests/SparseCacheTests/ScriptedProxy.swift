@@ -1,6 +1,7 @@
 // The HTTP caching tests' bench: the scripted origin, the proxy in process in front of it, and
 // curl through the proxy. Helpers, not tests: no assertions here.
 import Foundation
+import HTTPCache
 import SparseHTTP
 
 /// A scripted origin (``OriginServer/scripted(root:)``) with a ``ProxyFixture`` in front of it.
@@ -9,11 +10,11 @@ final class ScriptedProxy: Sendable {
     let origin: OriginServer
     let proxy: ProxyFixture
 
-    init(options: HTTPServer.Options = ProxyFixture.defaultOptions) async throws {
+    init(options: HTTPServer.Options = ProxyFixture.defaultOptions, fill: FillOptions = .testing) async throws {
         files = try TemporaryDirectory("scripted-origin")
         origin = try await OriginServer.scripted(root: files.path)
         do {
-            proxy = try await ProxyFixture(origin: origin.baseURL, options: options)
+            proxy = try await ProxyFixture(origin: origin.baseURL, options: options, fill: fill)
         } catch {
             origin.stop()
             throw error

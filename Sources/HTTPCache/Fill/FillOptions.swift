@@ -126,6 +126,9 @@ public struct FillStatistics: Sendable, Equatable {
     public var yieldedUnread: Int64 = 0
     /// Resources found changed on their origin (their cached bytes were dropped).
     public var invalidations = 0
+    /// Resources without a strong validator fetched anew because a reader needed bytes the
+    /// answer that filled them did not bring (RFC 9111 section 3.4: never combined with another).
+    public var refetches = 0
     /// Handles released in the background whose release failed (the resource's last commit or
     /// close, or the budget pass after it); each is also reported to the store
     /// (``SparseStore/housekeepingFailures``, ``StoreOptions/log``).

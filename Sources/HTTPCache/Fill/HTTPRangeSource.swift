@@ -23,6 +23,9 @@ import Synchronization
 public final class HTTPRangeSource: RangeSource {
     public let url: URL
     public var key: String { url.absoluteString }
+
+    /// HTTP caches combine parts only under a strong validator (RFC 9111 section 3.4).
+    public var partsNeedStrongValidator: Bool { true }
     /// Longest wait for any progress on a request before it fails as `.originUnavailable`.
     public let timeout: Duration
     public let transport: Transport

@@ -8,7 +8,8 @@ extension ProgressiveCache {
     /// ``FillOptions/maximumFetch``, when nil). Returns its id, or -1 when the resource is being
     /// replaced or `segment` arrived meanwhile (the caller looks again).
     func startFetch(_ resource: FillResource, from segment: Int, before stop: Int, span: Int? = nil) async -> Int {
-        guard let handle = resource.handle else { return -1 }
+        // A resource of one answer is never extended by a range request (RFC 9111 section 3.4).
+        guard let handle = resource.handle, !isOneAnswer(resource) else { return -1 }
         let file = handle.file
         let span = max(1, min(span ?? .max, Int(options.maximumFetch >> Int64(file.segmentShift))))
         let limit = min(stop, segment + span)
@@ -140,6 +141,10 @@ extension ProgressiveCache {
             var skip = position - response.offset
             if skip > 0 { resource.ignoresRanges = true }
             let whole = skip > 0 || readsOn
+            // The one answer a resource without a strong validator may be filled by: it cannot be
+            // resumed by another, so it does not give its connection up to waiting clients.
+            let oneAnswer = isOneAnswer(resource)
+            if oneAnswer { resource.fetches[id]?.promotion?.promote() }
             // A replacement or shutdown cuts the answer at once (``FillResource/Fetch/stop``): a
             // stalled origin would hold the fetch until the timeout.
             resource.fetches[id]?.stop = response.cancel
@@ -198,6 +203,9 @@ extension ProgressiveCache {
                         .originUnavailable, operation: "fetch", path: resource.key, offset: position,
                         detail: "the body ended before byte \(end)")
                 }
+            } catch is ConnectionYielded where oneAnswer {
+                // Yielded before it was promoted: what arrived stays, nothing continues it.
+                return
             } catch is ConnectionYielded {
                 // A request a client waits on took the connection: keep what arrived and queue
                 // again for one (behind the waited-on requests), from the last byte, at once.
@@ -206,7 +214,7 @@ extension ProgressiveCache {
                     $0.yields += 1
                     $0.yieldedUnread += unread
                 }
-            } catch let error as SparseCacheError where error.code == .originUnavailable && attempt < options.retries {
+            } catch let error as SparseCacheError where error.code == .originUnavailable && attempt < options.retries && !oneAnswer {
                 // A cut connection: keep what arrived, resume from the last byte after a pause.
                 try Task.checkCancellation()
                 attempt += 1

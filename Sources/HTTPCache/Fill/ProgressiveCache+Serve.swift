@@ -171,13 +171,30 @@ extension ProgressiveCache {
                 fetchID = owner
             } else if let failure = interests.compactMap({ resource.outcomes[$0] }).first {
                 throw failure
-            } else if deliver != nil, let stream = resource.fetches.values.first(where: { $0.readsOn })?.arrived,
-                position >= stream.end, position - stream.end <= 4 * options.maximumFetch
-            {
-                // A whole answer being read on reaches this byte soon: wait for it. A fetch of
-                // its own would stop that answer at this segment, and the answer's bytes in
-                // flight past it would be paid twice.
+            } else if let (readOn, stream) = resource.fetches.first(where: { $0.value.readsOn }).flatMap({ fetch in
+                fetch.value.arrived.map { (fetch.key, $0) }
+            }), position >= stream.end, isOneAnswer(resource) || (deliver != nil && position - stream.end <= readOnReach) {
+                // A whole answer being read on reaches this byte soon: wait for it, and keep it
+                // going while waiting. A fetch of its own would stop that answer at this
+                // segment, and the answer's bytes in flight past it would be paid twice. For a
+                // resource of one answer there is no other way to these bytes.
+                if interests.insert(readOn).inserted { resource.fetches[readOn]?.interest += 1 }
                 await waitForChange(resource, segment: missingSegment, since: seen)
+                continue
+            } else if isOneAnswer(resource) {
+                // No strong validator, and the answer that filled the resource ended before this
+                // byte: no other answer may add to it (RFC 9111 section 3.4).
+                if delivered {
+                    throw SparseCacheError(
+                        .originUnavailable, operation: "read", path: resource.key, offset: position,
+                        detail: "the origin's answer ended before this byte, and without a strong validator it cannot be resumed"
+                            + " from another answer (RFC 9111 section 3.4)")
+                }
+                if let refetched = try await refetchOneAnswer(resource) {
+                    interests.insert(refetched)
+                } else {
+                    await waitForChange(resource, segment: missingSegment, since: seen)
+                }
                 continue
             } else {
                 // Re-check after the await: the resource may be being replaced (no fetch started).
@@ -243,7 +260,9 @@ extension ProgressiveCache {
         _ resource: FillResource, _ ahead: inout ReadAhead, position: Int64, before stop: Int, generation: Int,
         interests: inout Set<Int>
     ) async {
-        guard options.readAhead, !resource.ignoresRanges, let file = resource.handle?.file, resource.info?.length != nil else { return }
+        guard options.readAhead, !resource.ignoresRanges, !isOneAnswer(resource), let file = resource.handle?.file,
+            resource.info?.length != nil
+        else { return }
         let shift = Int64(file.segmentShift)
         // A whole answer being read on to the end brings these bytes already: a fetch ahead of
         // it would stop it (it reads on only into segments nobody else fetches).
@@ -286,7 +305,7 @@ extension ProgressiveCache {
     /// For a prefetch (nobody reads the bytes): while it waits on the fetch `fetchID`, the next
     /// span is asked for too, so the origin does not idle between spans.
     private func prefetchAhead(_ resource: FillResource, fetchID: Int, before stop: Int, generation: Int, interests: inout Set<Int>) async {
-        guard options.readAhead, !resource.ignoresRanges, !resource.readsOn, let span = resource.fetches[fetchID]?.segments,
+        guard options.readAhead, !resource.ignoresRanges, !resource.readsOn, !isOneAnswer(resource), let span = resource.fetches[fetchID]?.segments,
             span.upperBound < stop,
             resource.owner[span.upperBound] == nil, let file = resource.handle?.file, fetchesRunning < options.readAheadLimit
         else { return }
@@ -458,7 +477,7 @@ extension ProgressiveCache {
     /// start, bounded (``FirstRequest``); the whole resource without a range, its `200` read on
     /// to the end. An answer without a length (chunked or close-delimited) is received whole
     /// from here on (``StreamFill``).
-    private func firstContact(_ resource: FillResource, source: any RangeSource, handle: ResourceHandle, first: FirstRequest) async throws {
+    func firstContact(_ resource: FillResource, source: any RangeSource, handle: ResourceHandle, first: FirstRequest) async throws {
         var handle = handle
         if await handle.file.presentBytes > 0 {
             // Bytes without a length: a body of unknown length that never ended (the process

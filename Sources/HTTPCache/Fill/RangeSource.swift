@@ -20,6 +20,18 @@ public protocol RangeSource: Sendable {
     ///   `.originUnavailable` for a failure that may pass (connection refused or reset,
     ///   timeouts, 5xx).
     func fetch(_ range: Range<Int64>?, validator: ContentValidator?) async throws -> RangeResponse
+
+    /// Whether parts of a resource from different answers may be combined only when they share
+    /// a strong validator (RFC 9111 section 3.4). When true, a resource whose validator is not
+    /// strong is filled by one answer alone: never resumed or extended by a range request; a
+    /// reader that needs what that answer did not bring gets the resource fetched anew.
+    /// HTTP sources say true. The default, false, is for a source of your own whose key names
+    /// one version for good (a content hash, an immutable object).
+    var partsNeedStrongValidator: Bool { get }
+}
+
+extension RangeSource {
+    public var partsNeedStrongValidator: Bool { false }
 }
 
 /// What an origin says about a resource.

@@ -227,7 +227,7 @@ extension CachingProxy {
 
     /// The client's request sent on as it is (its range and conditionals included), the answer
     /// streamed back, nothing stored.
-    private func passThrough(_ exchange: Exchange) async throws {
+    func passThrough(_ exchange: Exchange) async throws {
         var headers = exchange.forwarding.headers
         for name in ["range", "if-range", "if-match", "if-none-match", "if-modified-since", "if-unmodified-since"] {
             for value in exchange.request.headers.values(name) { headers.append(name: name, value: value) }
@@ -284,6 +284,8 @@ struct ProxiedSource: RangeSource {
     /// An answer that already arrived (a revalidation's new version): the first fetch it
     /// fits takes it instead of asking the origin.
     var prepared: PreparedResponse? = nil
+
+    var partsNeedStrongValidator: Bool { true }
 
     func fetch(_ range: Range<Int64>?, validator: ContentValidator?) async throws -> RangeResponse {
         if let response = prepared?.take(for: range) { return response }

@@ -325,6 +325,7 @@ public final class CachingProxy: Sendable {
                 headers: [("Content-Range", "bytes */\(length)"), ("Cache-Status", exchange.status.value)])
             return
         }
+        if request.method != "HEAD", !exchange.status.stored, try await answeredApart(reader, range: range, exchange) { return }
         // For the log: bytes sent that were cached when the request came, and the rest (all of
         // it for a miss: its first contact brought the first bytes for this very request).
         let missing = request.method == "HEAD" ? [] : try await reader.missingRanges(in: range)
@@ -342,6 +343,30 @@ public final class CachingProxy: Sendable {
             response.countCacheBytes(hit: Int64(bytes.count) - fetched, miss: fetched)
             try await response.writeBody(bytes)
         }
+    }
+
+    /// A stored part of a response without a strong validator that lacks bytes of `range` no
+    /// answer in flight brings: it is never completed from another answer (RFC 9111 section
+    /// 3.4). The client's request is passed on unstored, or, when nobody else reads the stored
+    /// part, that part is dropped and the request answered as a miss (`fwd=partial`, RFC 9211
+    /// section 2.2). Returns whether the client was answered here.
+    private func answeredApart(_ reader: CacheReader, range: Range<Int64>, _ exchange: Exchange) async throws -> Bool {
+        let plan = await cache.oneAnswerPlan(for: reader, range: range)
+        if plan == .read { return false }
+        await reader.close()
+        exchange.status.hit = false
+        exchange.status.fromStorage = false
+        exchange.status.ttl = nil
+        exchange.status.forward = "partial"
+        exchange.status.detail = "parts without a strong validator are not combined"
+        if plan == .refetch {
+            try await cache.invalidate(key: reader.source.key)
+            exchange.status.detail = nil
+            try await fetchAndAnswer(exchange.source(key: reader.source.key), exchange)
+        } else {
+            try await passThrough(exchange)
+        }
+        return true
     }
 
     /// A stored response whose body is still arriving without a length: sent whole as it

@@ -1,0 +1,59 @@
+import SparseCacheEngine
+import SparseCacheStore
+
+/// Resources one answer alone fills (RFC 9111 section 3.4: a cache combines parts of a
+/// response only when they share a strong validator). Without one, nothing shows that a second
+/// answer is of the same version as the first, even with the same length and weak validators:
+/// the bytes the first answer brought are never extended by another. A fetch that reads the
+/// answer on is not resumed after a cut, read-ahead starts no range fetch beside it, and a
+/// reader that needs bytes it did not bring gets the resource fetched anew (or, through the
+/// proxy, its own request passed on).
+extension ProgressiveCache {
+    /// How far past the bytes the filling answer has received a reader still waits for it rather
+    /// than ask the origin for its own bytes (four spans: at disk speed, a fraction of a second).
+    var readOnReach: Int64 { 4 * options.maximumFetch }
+
+    /// Whether only the answer that brought `resource`'s bytes may bring more: its source
+    /// combines parts only under a strong validator, and its validator is not strong.
+    func isOneAnswer(_ resource: FillResource) -> Bool {
+        guard let source = resource.source, source.partsNeedStrongValidator, let info = resource.info, info.length != nil else {
+            return false
+        }
+        return !info.validator.isStrong
+    }
+
+    /// What a reader of `range` of `reader`'s resource should do, decided before it sends a byte:
+    /// a resource of one answer (``isOneAnswer(_:)``) that lacks bytes of `range` no answer in
+    /// flight brings cannot give them without combining answers. `.read` for every other
+    /// resource.
+    public func oneAnswerPlan(for reader: CacheReader, range: Range<Int64>) async -> OneAnswerPlan {
+        guard !reader.isSmallObject, !range.isEmpty, let resource = resources[reader.source.key], isOneAnswer(resource),
+            let file = resource.handle?.file
+        else { return .read }
+        let generation = resource.generation
+        let missing = await file.missingRanges(in: range)
+        // Re-check after the await: the resource may have been replaced, or its answer ended.
+        guard resource.generation == generation, let first = missing.first else { return .read }
+        if let arrived = resource.fetches.values.first(where: { $0.readsOn })?.arrived {
+            return first.lowerBound >= arrived.start && first.lowerBound - arrived.end <= readOnReach ? .read : .passOn
+        }
+        return resource.fetches.isEmpty && resource.users == 1 ? .refetch : .passOn
+    }
+
+    /// For a reader of a resource of one answer at a byte nobody brings (the answer ended
+    /// before it): fetches the resource anew, whole, as a first contact does, and returns the
+    /// fetch reading the new answer on (the caller's, with one interest held for it). Nil when
+    /// fetches of the resource still run: the caller waits for them and looks again.
+    func refetchOneAnswer(_ resource: FillResource) async throws -> Int? {
+        guard resource.fetches.isEmpty, let source = resource.source else { return nil }
+        count { $0.refetches += 1 }
+        try await retire(resource) {
+            try await self.store.remove(key: resource.key)
+            let handle = try await self.store.open(key: resource.key)
+            resource.handle = handle
+            try await self.firstContact(resource, source: source, handle: handle, first: .whole)
+        }
+        defer { resource.openerFetch = nil }
+        return resource.openerFetch.flatMap { resource.fetches[$0] != nil ? $0 : nil }
+    }
+}
