@@ -152,6 +152,50 @@ struct FillTests {
         try await fixture.close()
     }
 
+    @Test(
+        "without a strong validator the library's fill never resumes: a cut answer fails its reader, the next reader gets the resource fetched anew whole, never the old part with the new rest (RFC 9111 3.4)"
+    )
+    func oneAnswerRefetched() async throws {
+        let files = try TemporaryDirectory("scripted-files")
+        let origin = try await OriginServer.scripted(root: files.path)
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-one-answer", options: .testing)
+        let http = try HTTPRangeSource(url: origin.url("weak.bin"))
+        let size = 2_000_000
+        let old = OriginScript.pattern(count: size, seed: 31), new = OriginScript.pattern(count: size, seed: 32)
+        var script = OriginScript(headers: [("ETag", "W/\"one\"")])
+        script.bodySize = size
+        script.bodySeed = 31
+        script.cutAfter = 700_000
+        script.chunkSize = 100_000
+        try script.write(root: files.path, name: "weak.bin")
+
+        var received: [UInt8] = []
+        do {
+            for try await chunk in fixture.cache.read(http) { received += chunk }
+            Issue.record("the cut answer was completed from another one")
+        } catch let error as SparseCacheError {
+            #expect(error.code == .originUnavailable, "\(error)")
+        }
+        #expect(received == Array(old.prefix(received.count)) && received.count < size)
+        #expect(origin.requestLog().allSatisfy { $0.header("range") == nil }, "no resume by range: \(origin.requestLog())")
+
+        // Another version of the same length and the same weak tag.
+        script.bodySeed = 32
+        script.cutAfter = nil
+        try script.write(root: files.path, name: "weak.bin")
+        let before = origin.requestLog().count
+        let again = try await collect(fixture.cache.read(http))
+        #expect(again == new, "the new version whole, no old part in it")
+        let later = origin.requestLog().dropFirst(before)
+        #expect(later.count == 1 && later.first?.header("range") == nil, "one request for the whole: \(later)")
+        #expect(fixture.cache.statistics.refetches == 1)
+        try await fixture.settled()
+        #expect(try await collect(fixture.cache.read(http, range: 1_500_000..<1_500_100)) == Array(new[1_500_000..<1_500_100]))
+        #expect(origin.requestLog().count == before + 1, "then read from the cache")
+        try await fixture.close()
+    }
+
     @Test("a player's first read of a new resource takes one request: first contact asks for the reader's own range")
     func firstContact() async throws {
         let files = try TemporaryDirectory("origin-files")

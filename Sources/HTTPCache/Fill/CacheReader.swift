@@ -155,7 +155,9 @@ public final class CacheReader: Sendable {
     ///
     /// Throws `.invalidArgument` for a range past the end, `.originChanged`, `.origin` /
     /// `.originUnavailable` when the origin cannot supply missing bytes, and whatever `deliver`
-    /// throws (which stops the fetches nobody else waits on).
+    /// throws (which stops the fetches nobody else waits on). A resource that one answer alone
+    /// may fill (no strong validator) fails with `.originUnavailable` at a byte that answer
+    /// did not bring: ask ``ProgressiveCache/oneAnswerPlan(for:range:)`` before the first read.
     public func read(
         _ range: Range<Int64>, deliver: @escaping @Sendable (_ bytes: [UInt8]) async throws -> Void
     ) async throws {

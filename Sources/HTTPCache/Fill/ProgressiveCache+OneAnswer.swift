@@ -25,19 +25,48 @@ extension ProgressiveCache {
     /// What a reader of `range` of `reader`'s resource should do, decided before it sends a byte:
     /// a resource of one answer (``isOneAnswer(_:)``) that lacks bytes of `range` no answer in
     /// flight brings cannot give them without combining answers. `.read` for every other
-    /// resource.
+    /// resource. `.refetch` only when nobody else reads the resource.
     public func oneAnswerPlan(for reader: CacheReader, range: Range<Int64>) async -> OneAnswerPlan {
-        guard !reader.isSmallObject, !range.isEmpty, let resource = resources[reader.source.key], isOneAnswer(resource),
-            let file = resource.handle?.file
-        else { return .read }
+        guard !reader.isSmallObject, let resource = resources[reader.source.key] else { return .read }
+        let plan = await oneAnswerPlan(resource, range: range, reach: readOnReach)
+        return plan == .refetch && resource.users > 1 ? .passOn : plan
+    }
+
+    /// ``oneAnswerPlan(for:range:)`` for `resource`: `.read` when `range` is present or the
+    /// answer being read on brings it within `reach` bytes of what it has received; `.refetch`
+    /// when no fetch runs; `.passOn` when other fetches run (or the answer in flight is too far).
+    func oneAnswerPlan(_ resource: FillResource, range: Range<Int64>, reach: Int64) async -> OneAnswerPlan {
+        guard !range.isEmpty, isOneAnswer(resource), let file = resource.handle?.file else { return .read }
         let generation = resource.generation
         let missing = await file.missingRanges(in: range)
         // Re-check after the await: the resource may have been replaced, or its answer ended.
         guard resource.generation == generation, let first = missing.first else { return .read }
         if let arrived = resource.fetches.values.first(where: { $0.readsOn })?.arrived {
-            return first.lowerBound >= arrived.start && first.lowerBound - arrived.end <= readOnReach ? .read : .passOn
+            return first.lowerBound >= arrived.start && first.lowerBound - arrived.end <= reach ? .read : .passOn
         }
-        return resource.fetches.isEmpty && resource.users == 1 ? .refetch : .passOn
+        return resource.fetches.isEmpty ? .refetch : .passOn
+    }
+
+    /// Before a reader of `range` (the whole when nil) hands on its first byte: when the
+    /// resource is of one answer and lacks bytes of it that no answer in flight brings, waits for
+    /// the fetches running to end and fetches the resource anew (``refetchOneAnswer(_:)``).
+    /// Returns the fetch the reader then holds an interest in, if one was started.
+    func prepareOneAnswerReader(_ resource: FillResource, range: Range<Int64>?) async throws -> Int? {
+        while isOneAnswer(resource), let length = resource.info?.length {
+            let wanted = (range?.lowerBound ?? 0)..<min(range?.upperBound ?? length, length)
+            let seen = resource.changes
+            switch await oneAnswerPlan(resource, range: wanted, reach: .max) {
+            case .read:
+                return nil
+            case .refetch:
+                if let fetch = try await refetchOneAnswer(resource) { return fetch }
+            case .passOn:
+                // Other fetches run (a bounded first answer): look again once they end.
+                await waitForChange(resource, segment: 0, since: seen)
+            }
+            try Task.checkCancellation()
+        }
+        return nil
     }
 
     /// For a reader of a resource of one answer at a byte nobody brings (the answer ended

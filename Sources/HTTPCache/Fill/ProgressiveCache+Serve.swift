@@ -35,6 +35,10 @@ extension ProgressiveCache {
             releaseInterest(resource, interests)
             detach(resource)
         }
+        // A resource one answer fills is fetched anew before the reader's first byte when that
+        // answer did not bring its range (never its old part followed by another answer's rest).
+        // A reader promised a version (``CacheReader``) was planned for by its opener.
+        if expected == nil, let refetched = try await prepareOneAnswerReader(resource, range: range) { interests.insert(refetched) }
         var generation = resource.generation
         var delivered = expected != nil
         if let expected, expected != generation {
