@@ -218,7 +218,8 @@ public actor SparseFile {
                 if let length = options.length, try dataFile.status().size < length {
                     try dataFile.truncate(to: length)
                 }
-                try dataFile.sync()
+                // No sync of the new data file: nothing in it is claimed before a commit, which
+                // fdatasyncs it (its size with it) and fsyncs the directory holding both names.
                 index = try IndexFile.create(path: indexPath, state: state)
                 recovery.created = true
             } else {
