@@ -21,8 +21,10 @@ import Glibc
 /// always `sourceByte(at: i, salt:)` (SeededRandom), so any surviving byte can be checked.
 enum StressWriter {
     static func main(_ arguments: [String]) async -> Int32 {
-        guard let path = arguments.first else {
-            emit("usage: sparsecache-stress <file> --seed S [--segments N] [--segment-size B] [--salt X]", fd: 2)
+        guard let path = arguments.first(where: { !$0.hasPrefix("--") }) else {
+            emit(
+                "usage: sparsecache-stress <file> --seed S [--segments N] [--segment-size B] [--salt X]\n"
+                    + "       sparsecache-stress --small-objects <directory> --seed S [--keys N] [--salt X]", fd: 2)
             return 64
         }
         func value(_ name: String, _ fallback: UInt64) -> UInt64 {
@@ -30,6 +32,15 @@ enum StressWriter {
             return v
         }
         let seed = value("--seed", 1)
+        if arguments.first == "--small-objects" {
+            do {
+                try await SmallObjectStressWriter.run(directory: path, seed: seed, keys: Int(value("--keys", 64)), salt: value("--salt", 0))
+                return 0
+            } catch {
+                emit("error \(error)", fd: 2)
+                return 74
+            }
+        }
         let segments = Int(value("--segments", 256))
         let segmentSize = Int(value("--segment-size", 4096))
         let salt = value("--salt", 0)

@@ -53,3 +53,12 @@ public func sourceBytes(_ range: Range<Int64>, salt: UInt64 = 0) -> [UInt8] {
     for index in bytes.indices { bytes[index] = sourceByte(at: range.lowerBound + Int64(index), salt: salt) }
     return bytes
 }
+
+/// The body the small-object stress writer stores for `key` at `version`: 1 byte to 12 KiB,
+/// every byte determined by the three, so the kill tests check any object that survives.
+public func smallObjectBody(key: String, version: Int, salt: UInt64 = 0) -> [UInt8] {
+    var hash: UInt64 = salt ^ 0xCBF2_9CE4_8422_2325
+    for byte in key.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
+    var random = SplitMix64(seed: hash ^ UInt64(bitPattern: Int64(version)))
+    return random.bytes(1 + Int(random.next() % 12_288))
+}

@@ -42,6 +42,92 @@ struct CrashKillTests {
         #expect(a.violations + b.violations == 0, "replay with SPARSECACHE_TEST_SEED=\(seed)")
     }
 
+    @Test("SIGKILLs of a small-object writer (puts, replacements, removals in shared batches) lose nothing acknowledged")
+    func smallObjectKills() async throws {
+        let binary = try #require(StressProcess.binary, "sparsecache-stress not found next to the test bundle; run 'swift build' first")
+        let seed = testSeed(0x5EED_0051)
+        let kills = Int(ProcessInfo.processInfo.environment["SPARSECACHE_KILLS"] ?? "").map { $0 / 2 } ?? 300
+        let directory = try TemporaryDirectory("crash-kill-small")
+        defer { directory.remove() }
+        let store = directory.file("objects")
+        let salt = seed & 0xFFFF
+        let keys = 48
+        var random = SplitMix64(seed: seed)
+        // What each key holds as far as the checker knows (nil: nothing), from the last check.
+        var state: [String: Int?] = [:]
+        var counts = Counts()
+        var cycle = 0
+        while counts.kills < kills {
+            cycle += 1
+            let child = try StressProcess.spawn(
+                binary, ["--small-objects", store, "--seed", String(random.next() % 1_000_000), "--keys", String(keys), "--salt", String(salt)],
+                environment: [:])
+            let delay = random.next() % 4 == 0 ? random.next() % 5_000 : 10_000 + random.next() % 60_000
+            try await Task.sleep(for: .microseconds(delay))
+            let outcome = child.killAndWait()
+            guard outcome.ending == .killed else {
+                counts.violations += 1
+                Issue.record("cycle \(cycle) (seed \(seed)): writer ended with \(outcome.ending); output: \(outcome.lines.suffix(5))")
+                break
+            }
+            counts.kills += 1
+            // A key's operation in flight when the kill came may or may not have landed.
+            var inFlight: [String: Int?] = [:]
+            for line in outcome.lines {
+                let fields = line.split(separator: " ").map(String.init)
+                guard fields.count >= 2 else { continue }
+                let key = fields[1]
+                switch fields[0] {
+                case "put-begin": inFlight[key] = .some(Int(fields[2]))
+                case "put-ack":
+                    counts.acks += 1
+                    state[key] = .some(Int(fields[2]))
+                    inFlight[key] = nil
+                case "remove-begin": inFlight[key] = .some(nil)
+                case "remove-ack":
+                    counts.drops += 1
+                    state[key] = .some(nil)
+                    inFlight[key] = nil
+                case "error":
+                    counts.violations += 1
+                    Issue.record("cycle \(cycle) (seed \(seed)): writer reported \(line)")
+                default: break
+                }
+            }
+            let opened = try await SmallObjectStore.open(directory: store)
+            for number in 0..<keys {
+                let key = "k\(number)"
+                let found = try await opened.object(for: key)
+                let version: Int?
+                if let found {
+                    // Which version is it? Only the acknowledged one or the one in flight may be.
+                    let candidates = [state[key] ?? nil, inFlight[key] ?? nil].compactMap { $0 }
+                    version = candidates.first { smallObjectBody(key: key, version: $0, salt: salt) == found.body }
+                    if version == nil {
+                        counts.violations += 1
+                        Issue.record("cycle \(cycle) (seed \(seed)): \(key) holds \(found.body.count) bytes of no version it may hold \(candidates)")
+                    }
+                } else {
+                    version = nil
+                    let allowed = (state[key] ?? nil) == nil || inFlight[key].map { $0 == nil } == true
+                    if !allowed {
+                        counts.violations += 1
+                        Issue.record("cycle \(cycle) (seed \(seed)): \(key) lost its acknowledged version \(String(describing: state[key]))")
+                    }
+                }
+                state[key] = .some(version)
+            }
+            await opened.close()
+            if counts.violations > 0 { break }
+        }
+        reportCounts(
+            "small-object kills seed \(seed)",
+            ["SIGKILLs": counts.kills, "acknowledged puts": counts.acks, "acknowledged removals": counts.drops, "violations": counts.violations])
+        #expect(counts.kills >= kills)
+        #expect(counts.acks > 0 && counts.drops > 0)
+        #expect(counts.violations == 0, "replay with SPARSECACHE_TEST_SEED=\(seed)")
+    }
+
     struct Counts: Sendable {
         var kills = 0, faultExits = 0, acks = 0, drops = 0, violations = 0, recoveredRecords = 0
     }
