@@ -402,7 +402,7 @@ final class IndexFile: @unchecked Sendable {
     /// no commit is acknowledged in a file whose name (or whose data file's name, in the same
     /// directory) a power cut can take away (DURABILITY.md, rule 6). Once per open; a failure
     /// is a sync failure like any other.
-    private func makeEntryDurable() throws {
+    func makeEntryDurable() throws {
         guard !entryIsDurable else { return }
         try FileSystem.syncParentDirectory(of: path)
         entryIsDurable = true

@@ -29,6 +29,23 @@ extension SparseFile {
             try await task.value
         }
         if let failure { throw failure }
+        // Nothing was pending, yet the caller is told the resource is durable as it stands: a
+        // resource this open created (its creation syncs no directory) must then have durable
+        // names too. (An opened one's were made durable by the commit that claimed anything.)
+        if !entryDurable, recovery.created { try await syncEntry() }
+    }
+
+    /// The fsync of the directory a commit does before its first journal record, for a commit
+    /// that writes none. A failure is a sync failure: the file needs a reopen.
+    private func syncEntry() async throws {
+        let index = self.index
+        do {
+            try await io.run { try index.makeEntryDurable() }
+        } catch let error as SparseCacheError {
+            poison(after: error)
+            throw failure!
+        }
+        entryDurable = true
     }
 
     private func startCommit() -> Task<Void, Error> {
@@ -67,6 +84,7 @@ extension SparseFile {
             throw error
         }
         committed.apply(change)
+        entryDurable = true
         for (segment, _) in change.added { committing[segment] = nil }
         committedCounter = max(committedCounter, upTo)
         if index.wantsCheckpoint { try await checkpoint() }

@@ -54,6 +54,10 @@ public actor SparseFile {
     var committedCounter: UInt64 = 0
     var uncommittedBytes: Int64 = 0
     var commitTask: Task<Void, Error>?
+    /// The directory entries of the index and data file are known durable (a commit or a sync of
+    /// the directory succeeded through this open): a commit with nothing pending may return
+    /// without syncing the directory of a resource this open created.
+    var entryDurable = false
     var autoCommitTask: Task<Void, Never>?
 
     /// Bytes served from the page cache on the caller's task, and through the DispatchIO
