@@ -185,7 +185,17 @@ struct FillTests {
         script.cutAfter = nil
         try script.write(root: files.path, name: "weak.bin")
         let before = origin.requestLog().count
-        let again = try await collect(fixture.cache.read(http))
+        // Another reader holds the stored part and reads it: the refetch waits until it has
+        // closed, rather than cut it off mid-read.
+        let holder = try await fixture.cache.open(http)
+        let refetching = Task { try await collect(fixture.cache.read(http)) }
+        try await Task.sleep(for: .milliseconds(300))
+        let held = Mutex<[UInt8]>([])
+        try await holder.read(0..<100_000) { bytes in held.withLock { $0 += bytes } }
+        #expect(held.withLock { $0 } == Array(old.prefix(100_000)), "the holder read the stored part whole while the refetch waited")
+        #expect(origin.requestLog().count == before, "no refetch while another reader holds the part")
+        await holder.close()
+        let again = try await refetching.value
         #expect(again == new, "the new version whole, no old part in it")
         let later = origin.requestLog().dropFirst(before)
         #expect(later.count == 1 && later.first?.header("range") == nil, "one request for the whole: \(later)")

@@ -106,7 +106,7 @@ public final class CacheReader: Sendable {
     private let backing: Backing
     /// The fetch first contact started with the answer to this reader's first request: it runs
     /// for this reader until it closes (or reads, which holds its own interest).
-    private let firstFetch: Int?
+    let firstFetch: Int?
     private let closed = Atomic<Bool>(false)
 
     init(cache: ProgressiveCache, source: any RangeSource, info: ContentInfo, handle: ResourceHandle, generation: Int, firstFetch: Int?) {
@@ -224,6 +224,13 @@ public final class CacheReader: Sendable {
         }
         guard case .resource(let handle, _) = backing else { return [] }
         return await handle.file.missingRanges(in: range)
+    }
+
+    /// Marks the reader closed without telling the cache (the cache does, in the same step);
+    /// false when it was closed already.
+    func markClosed() -> Bool {
+        guard case .resource = backing else { return false }
+        return !closed.exchange(true, ordering: .acquiringAndReleasing)
     }
 
     /// Lets the resource go (the store may evict it once nobody holds it).

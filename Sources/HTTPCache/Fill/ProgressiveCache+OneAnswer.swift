@@ -32,6 +32,27 @@ extension ProgressiveCache {
         return plan == .refetch && resource.users > 1 ? .passOn : plan
     }
 
+    /// For the proxy's `.refetch` (``oneAnswerPlan(for:range:)``): drops the resource `reader`
+    /// holds, in one step with the check that nobody else holds it (no await in between, so no
+    /// client that attaches meanwhile is cut off), and closes the reader. Returns false, with the
+    /// reader still open, when someone else holds it now or a fetch runs.
+    public func dropOneAnswerPart(of reader: CacheReader) async throws -> Bool {
+        let key = reader.source.key
+        guard let resource = resources[key], resource.users == 1, resource.fetches.isEmpty, resource.opening == nil,
+            resource.handle != nil, isOneAnswer(resource), reader.markClosed()
+        else { return false }
+        closeReader(key: key, firstFetch: reader.firstFetch)
+        keptOpen[key] = nil
+        count { $0.invalidations += 1 }
+        try await retire(resource) {
+            do {
+                try await self.store.remove(key: key)
+            } catch let error as SparseCacheError where error.code == .notFound {}
+        }
+        forgetIfIdle(resource)
+        return true
+    }
+
     /// ``oneAnswerPlan(for:range:)`` for `resource`: `.read` when `range` is present or the
     /// answer being read on brings it within `reach` bytes of what it has received; `.refetch`
     /// when no fetch runs; `.passOn` when other fetches run (or the answer in flight is too far).
@@ -60,6 +81,8 @@ extension ProgressiveCache {
                 return nil
             case .refetch:
                 if let fetch = try await refetchOneAnswer(resource) { return fetch }
+                // Others read the resource: look again once they leave.
+                await waitForChange(resource, segment: 0, since: seen)
             case .passOn:
                 // Other fetches run (a bounded first answer): look again once they end.
                 await waitForChange(resource, segment: 0, since: seen)
@@ -72,9 +95,11 @@ extension ProgressiveCache {
     /// For a reader of a resource of one answer at a byte nobody brings (the answer ended
     /// before it): fetches the resource anew, whole, as a first contact does, and returns the
     /// fetch reading the new answer on (the caller's, with one interest held for it). Nil when
-    /// fetches of the resource still run: the caller waits for them and looks again.
+    /// fetches of the resource still run or other readers still read it (a refetch would cut
+    /// them off): the caller waits for them (a fetch ending or a reader leaving wakes it) and
+    /// looks again.
     func refetchOneAnswer(_ resource: FillResource) async throws -> Int? {
-        guard resource.fetches.isEmpty, let source = resource.source else { return nil }
+        guard resource.fetches.isEmpty, resource.users == 1, let source = resource.source else { return nil }
         count { $0.refetches += 1 }
         try await retire(resource) {
             try await self.store.remove(key: resource.key)

@@ -362,6 +362,9 @@ extension ProgressiveCache {
     /// the next request for it (a player's next range) then skips reopening it.
     func detach(_ resource: FillResource) {
         resource.users -= 1
+        // A reader of a resource of one answer may be waiting to be its only user (to fetch it
+        // anew without cutting anyone off): it looks again.
+        if !resource.waiters.isEmpty, resource.users == 1, isOneAnswer(resource) { wakeWaiters(resource) }
         // Nobody but the stream itself holds the resource: stop it (a body nobody reads to
         // its end is not stored; a live stream without clients would never end).
         if let stream = resource.stream, resource.users == 1, stream.failure == nil {
@@ -636,14 +639,19 @@ extension ProgressiveCache {
 
     /// Wakes every waiting reader and tells the progress listeners.
     func changed(_ resource: FillResource) async {
-        resource.changes += 1
-        let waiters = resource.waiters
-        resource.waiters.removeAll()
-        for (_, waiter) in waiters { waiter.continuation.resume() }
+        wakeWaiters(resource)
         guard !resource.listeners.isEmpty, let handle = resource.handle else { return }
         for (_, listener) in resource.listeners {
             listener.continuation.yield(await Self.progress(of: handle.file, key: resource.key, from: listener.offset))
         }
+    }
+
+    /// Wakes every waiting reader: they look again.
+    func wakeWaiters(_ resource: FillResource) {
+        resource.changes += 1
+        let waiters = resource.waiters
+        resource.waiters.removeAll()
+        for (_, waiter) in waiters { waiter.continuation.resume() }
     }
 
     func releaseInterest(_ resource: FillResource, _ interests: Set<Int>) {

@@ -353,17 +353,16 @@ public final class CachingProxy: Sendable {
     private func answeredApart(_ reader: CacheReader, range: Range<Int64>, _ exchange: Exchange) async throws -> Bool {
         let plan = await cache.oneAnswerPlan(for: reader, range: range)
         if plan == .read { return false }
+        let dropped = plan == .refetch ? try await cache.dropOneAnswerPart(of: reader) : false
         await reader.close()
         exchange.status.hit = false
         exchange.status.fromStorage = false
         exchange.status.ttl = nil
         exchange.status.forward = "partial"
-        exchange.status.detail = "parts without a strong validator are not combined"
-        if plan == .refetch {
-            try await cache.invalidate(key: reader.source.key)
-            exchange.status.detail = nil
+        if dropped {
             try await fetchAndAnswer(exchange.source(key: reader.source.key), exchange)
         } else {
+            exchange.status.detail = "parts without a strong validator are not combined"
             try await passThrough(exchange)
         }
         return true
