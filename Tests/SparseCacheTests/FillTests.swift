@@ -203,6 +203,21 @@ struct FillTests {
         try await fixture.settled()
         #expect(try await collect(fixture.cache.read(http, range: 1_500_000..<1_500_100)) == Array(new[1_500_000..<1_500_100]))
         #expect(origin.requestLog().count == before + 1, "then read from the cache")
+
+        // A range first: the origin's part has no strong validator, so it could never be
+        // completed; the whole is asked for at once and read on by that one answer.
+        var other = OriginScript(headers: [("ETag", "W/\"two\"")])
+        other.bodySize = size
+        other.bodySeed = 33
+        try other.write(root: files.path, name: "weak2.bin")
+        let second = try HTTPRangeSource(url: origin.url("weak2.bin"))
+        let body = OriginScript.pattern(count: size, seed: 33)
+        #expect(try await collect(fixture.cache.read(second, range: 1_200_000..<1_300_000)) == Array(body[1_200_000..<1_300_000]))
+        let asked = origin.requestLog().filter { $0.path == "/weak2.bin" }
+        #expect(asked.count == 2 && asked[1].header("range") == nil, "the part, then the whole: \(asked)")
+        try await fixture.settled()
+        #expect(try await collect(fixture.cache.read(second)) == body)
+        #expect(origin.requestLog().filter { $0.path == "/weak2.bin" }.count == 2, "the whole came from that one answer")
         try await fixture.close()
     }
 

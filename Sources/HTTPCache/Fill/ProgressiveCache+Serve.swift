@@ -502,7 +502,7 @@ extension ProgressiveCache {
         // A prefetch's first contact takes its connection under a promotion of its own, which
         // the fetch reading the answer on keeps: a player that comes to wait on it promotes it.
         var promotion = ConnectionLimiter.newPromotion()
-        let response: RangeResponse
+        var response: RangeResponse
         do {
             do {
                 if let received = resource.firstResponse {
@@ -540,6 +540,21 @@ extension ProgressiveCache {
         } catch {
             await forgetUnknown(resource, handle: handle)
             throw error
+        }
+        if response.isPartial, source.partsNeedStrongValidator, !response.info.validator.isStrong {
+            // A part without a strong validator could never be completed by another answer
+            // (RFC 9111 section 3.4): the whole is asked for instead, read on by one answer.
+            // (Through the proxy such a part is passed on before it gets here.)
+            response.cancel()
+            do {
+                response = try await ConnectionLimiter.$promotion.withValue(promotion) {
+                    try await fetchWithRetries(source, nil, validator: nil, key: resource.key)
+                }
+                asked = nil
+            } catch {
+                await forgetUnknown(resource, handle: handle)
+                throw error
+            }
         }
         guard let length = response.info.length else {
             do {
