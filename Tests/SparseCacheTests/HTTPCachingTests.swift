@@ -515,6 +515,74 @@ struct HTTPCachingTests {
         await rig.stop()
     }
 
+    // MARK: serving stale (RFC 5861; RFC 9111 4.2.4)
+
+    @Test(
+        "stale-while-revalidate serves the stale answer at once and revalidates once in the background; stale-if-error serves it when the origin answers 5xx, never past must-revalidate (RFC 5861 3, 4; RFC 9111 4.2.4)"
+    )
+    func staleExtensions() async throws {
+        let rig = try await ScriptedProxy()
+        try rig.script(
+            "swr", [("Cache-Control", "max-age=1, stale-while-revalidate=60"), ("ETag", "\"w1\""), ("X-Version", "1")],
+            body: "served while revalidating")
+        try rig.script("sie", [("Cache-Control", "max-age=1, stale-if-error=60"), ("ETag", "\"e1\"")], body: "served on error")
+        try rig.script(
+            "sie-must", [("Cache-Control", "max-age=1, stale-if-error=60, must-revalidate"), ("ETag", "\"m1\"")],
+            body: "never served stale")
+        try rig.script("plain", [("Cache-Control", "max-age=1"), ("ETag", "\"p1\"")], body: "no stale extension")
+        for name in ["swr", "sie", "sie-must", "plain"] {
+            let first = try await rig.get(name)
+            #expect(first.status == 200 && first.cacheStatus.contains("stored"), "\(name): stored at first: \(first)")
+        }
+        try await Self.waitForExpiry()
+
+        // stale-while-revalidate (RFC 5861 section 3): the stale answer goes out without waiting
+        // for the origin; one revalidation runs behind it and its 304 freshens what is stored.
+        try rig.script(
+            "swr", [("Cache-Control", "max-age=60, stale-while-revalidate=60"), ("ETag", "\"w1\""), ("X-Version", "2")],
+            body: "served while revalidating")
+        let stale = try await rig.get("swr")
+        #expect(stale.status == 200 && stale.text == "served while revalidating", "\(stale)")
+        #expect(stale.headers["x-version"] == "1", "the stale answer is the stored one, not the origin's: \(stale.headers)")
+        #expect(
+            stale.isHit && stale.cacheStatus.contains("detail=\"stale-while-revalidate\""),
+            "served from storage while revalidating: Cache-Status \(stale.headers["cache-status"] ?? "none")")
+        let deadline = ContinuousClock.now + .seconds(20)
+        while rig.count("swr") < 2, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+        var fresh = try await rig.get("swr")
+        while fresh.headers["x-version"] != "2", ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+            fresh = try await rig.get("swr")
+        }
+        let checks = rig.requests("swr").dropFirst()
+        #expect(
+            checks.count == 1 && checks.first?.header("If-None-Match") == "\"w1\"" && checks.first?.status == 304,
+            "exactly one background revalidation, conditional on the stored ETag, answered 304: \(rig.requests("swr"))")
+        #expect(
+            fresh.isHit && fresh.headers["x-version"] == "2" && fresh.text == "served while revalidating",
+            "the 304 freshened the stored answer and updated its fields: \(fresh)")
+
+        // stale-if-error (RFC 5861 section 4): a 5xx from the origin is replaced by the stale answer.
+        try rig.script("sie", status: 500, [("Cache-Control", "no-store")], body: "the origin is broken")
+        let rescued = try await rig.get("sie")
+        #expect(rescued.status == 200 && rescued.text == "served on error", "stale-if-error: the stored answer, not the 500: \(rescued)")
+        #expect(
+            rescued.cacheStatus.contains("fwd=stale") && rescued.cacheStatus.contains("fwd-status=500")
+                && rescued.cacheStatus.contains("detail=\"stale-if-error\""),
+            "Cache-Status says what happened: \(rescued.headers["cache-status"] ?? "none")")
+        #expect(rig.count("sie") == 2, "the origin was asked: \(rig.requests("sie"))")
+
+        // must-revalidate forbids serving stale, stale-if-error or not (RFC 9111 4.2.4); without
+        // the extension a 5xx is passed on as well.
+        for name in ["sie-must", "plain"] {
+            try rig.script(name, status: 500, [("Cache-Control", "no-store")], body: "the origin is broken")
+            let broken = try await rig.get(name)
+            #expect(broken.status == 500 && broken.text == "the origin is broken", "\(name): the origin's 500 passed on: \(broken)")
+            #expect(rig.count(name) == 2, "\(name): \(rig.requests(name))")
+        }
+        await rig.stop()
+    }
+
     // MARK: client conditionals (RFC 9110 13)
 
     @Test(
