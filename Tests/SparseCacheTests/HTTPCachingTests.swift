@@ -477,7 +477,7 @@ struct HTTPCachingTests {
     // MARK: request directives (RFC 9111 5.2.1, 5.4)
 
     @Test(
-        "request max-age=0, no-cache and Pragma: no-cache go to the origin; only-if-cached answers from storage or 504 (RFC 9111 5.2.1.1, 5.2.1.4, 5.2.1.7, 5.4)"
+        "request max-age=0, min-fresh, no-cache and Pragma: no-cache go to the origin; only-if-cached answers from storage or 504; no-store stores nothing; max-stale takes a stale answer from storage (RFC 9111 5.2.1.1-5.2.1.5, 5.2.1.7, 5.4)"
     )
     func requestDirectives() async throws {
         let rig = try await ScriptedProxy()
@@ -512,6 +512,40 @@ struct HTTPCachingTests {
         let notCached = try await rig.get("never-fetched", ["-H", "Cache-Control: only-if-cached"])
         #expect(notCached.status == 504, "only-if-cached on an uncached URL is 504 (RFC 9111 5.2.1.7), got \(notCached)")
         #expect(rig.count("never-fetched") == 0, "only-if-cached never reaches the origin: \(rig.requests("never-fetched"))")
+
+        // min-fresh (5.2.1.3): 60 s of freshness left is less than the 120 asked for.
+        let beforeMinFresh = rig.count("stored")
+        let minFresh = try await rig.get("stored", ["-H", "Cache-Control: min-fresh=120"])
+        #expect(minFresh.status == 200 && minFresh.text == body, "min-fresh: \(minFresh)")
+        #expect(
+            rig.count("stored") == beforeMinFresh + 1 && rig.requests("stored").last?.header("If-None-Match") == "\"r1\"",
+            "min-fresh=120 on an answer fresh for 60 s revalidates: \(rig.requests("stored"))")
+
+        // Request no-store (5.2.1.5): the answer reaches this client and is not stored.
+        try rig.script("request-no-store", [("Cache-Control", "max-age=60"), ("ETag", "\"n1\"")], body: "for this client only")
+        let unstored = try await rig.get("request-no-store", ["-H", "Cache-Control: no-store"])
+        #expect(unstored.status == 200 && unstored.text == "for this client only", "\(unstored)")
+        #expect(!unstored.cacheStatus.contains("stored"), "request no-store: not stored: \(unstored.headers["cache-status"] ?? "none")")
+        let afterNoStore = try await rig.get("request-no-store")
+        #expect(
+            afterNoStore.text == "for this client only" && rig.count("request-no-store") == 2 && !afterNoStore.isHit,
+            "nothing was stored, so the next request reaches the origin: \(rig.requests("request-no-store"))")
+
+        // max-stale (5.2.1.2): a client that accepts staleness gets the stale answer from storage.
+        try rig.script("short", [("Cache-Control", "max-age=1"), ("ETag", "\"s1\"")], body: "short-lived")
+        _ = try await rig.get("short")
+        try await Self.waitForExpiry()
+        for field in ["Cache-Control: max-stale=600", "Cache-Control: max-stale"] {
+            let accepted = try await rig.get("short", ["-H", field])
+            #expect(accepted.status == 200 && accepted.text == "short-lived", "\(field): \(accepted)")
+            #expect(
+                accepted.isHit && rig.count("short") == 1,
+                "\(field): the stale answer is served from storage, the origin not asked: \(accepted.headers), \(rig.requests("short"))")
+        }
+        let refused = try await rig.get("short")
+        #expect(
+            refused.status == 200 && rig.count("short") == 2 && rig.requests("short").last?.header("If-None-Match") == "\"s1\"",
+            "without max-stale the stale answer is revalidated: \(rig.requests("short"))")
         await rig.stop()
     }
 
