@@ -617,6 +617,72 @@ struct HTTPCachingTests {
         await rig.stop()
     }
 
+    // MARK: interim responses (RFC 9110 15.2)
+
+    @Test(
+        "interim responses (102, 103 Early Hints) reach an HTTP/1.1 client before the final answer, for GET and forwarded methods alike; never an HTTP/1.0 one; never stored or replayed (RFC 9110 15.2, RFC 9111 3)"
+    )
+    func interimResponses() async throws {
+        let rig = try await ScriptedProxy()
+        let hints = [
+            OriginScript.Interim(status: 102, headers: []),
+            OriginScript.Interim(status: 103, headers: [["Link", "</style.css>; rel=preload; as=style"], ["X-Hint", "early"]]),
+        ]
+        for name in ["hinted", "hinted-old", "hinted-post"] {
+            var script = OriginScript(
+                headers: [("Cache-Control", "max-age=60"), ("ETag", "\"i1\"")], body: "the final answer", conditional: true)
+            script.interim = hints
+            try rig.script(name, script)
+        }
+        let port = rig.proxy.server.port
+        func get(_ name: String, version: String = "1.1", method: String = "GET") async -> RawHTTP.Exchange {
+            let body = method == "POST" ? "Content-Length: 4\r\n\r\nping" : "\r\n"
+            let request = "\(method) /\(name) HTTP/\(version)\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + body
+            return await RawHTTP.exchange(port: port, [Array(request.utf8)], timeout: .seconds(30))
+        }
+
+        let first = await get("hinted")
+        #expect(first.statuses == [102, 103, 200], "both interim responses, in order, then the answer: \(first.text)")
+        let early = first.text.components(separatedBy: "HTTP/1.1 200").first ?? ""
+        #expect(
+            early.contains("Link: </style.css>; rel=preload; as=style") && early.contains("X-Hint: early"),
+            "the 103 carries its fields: \(early)")
+        let final = first.text.components(separatedBy: "HTTP/1.1 200").last ?? ""
+        #expect(
+            !final.contains("X-Hint") && final.hasSuffix("the final answer"),
+            "the interim fields are not the final answer's: \(final)")
+
+        // Stored without them (RFC 9111 section 3: only final responses are stored).
+        let hit = await get("hinted")
+        #expect(hit.statuses == [200] && hit.text.hasSuffix("the final answer"), "a hit has no interim response: \(hit.text)")
+        #expect(rig.count("hinted") == 1 && !hit.text.contains("X-Hint"), "\(rig.requests("hinted"))")
+
+        // HTTP/1.0 clients never get one (RFC 9110 section 15.2).
+        let old = await get("hinted-old", version: "1.0")
+        #expect(old.statuses == [200] && old.text.hasSuffix("the final answer"), "\(old.text)")
+        #expect(!old.text.contains(" 103 ") && !old.text.contains(" 102 "), "no interim response to HTTP/1.0: \(old.text)")
+
+        // A method forwarded with its body passes them on too.
+        let posted = await get("hinted-post", method: "POST")
+        #expect(posted.statuses == [102, 103, 200], "POST: \(posted.text)")
+        #expect(rig.requests("hinted-post").first?.method == "POST", "\(rig.requests("hinted-post"))")
+        await rig.stop()
+    }
+
+    @Test("a 206 whose Content-Range and Content-Length disagree is a 502 with the reason, never a part cut short (RFC 9110 14.4, 15.3.7)")
+    func inconsistentPart() async throws {
+        let rig = try await ScriptedProxy()
+        // Six bytes claimed, five sent.
+        try rig.script(
+            "bad-part", status: 206, [("Cache-Control", "max-age=60"), ("Content-Range", "bytes 4-9/10")], body: "01234",
+            conditional: false)
+        let answer = try await rig.get("bad-part", ["-r", "-5"])
+        #expect(answer.status == 502, "an origin's contradictory part is refused: \(answer)")
+        #expect(answer.text.contains("Content-Range") && answer.text.contains("Content-Length"), "and says why: \(answer.text)")
+        #expect(answer.exitCode == 0, "the answer is whole, not cut off: \(answer.stderr)")
+        await rig.stop()
+    }
+
     // MARK: client conditionals (RFC 9110 13)
 
     @Test(

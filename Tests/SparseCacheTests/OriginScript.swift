@@ -45,6 +45,13 @@ struct OriginScript: Encodable, Sendable {
     var chunkDelayMs: Int?
     /// Close the connection after this many body bytes (a body cut off before its end).
     var cutAfter: Int?
+    /// Interim (1xx) responses sent before the final one: status and header fields of each.
+    var interim: [Interim]?
+
+    struct Interim: Encodable, Sendable {
+        var status: Int
+        var headers: [[String]]
+    }
 
     enum CodingKeys: String, CodingKey {
         case status, headers, body, conditional, gzip, variants, echo
@@ -59,6 +66,7 @@ struct OriginScript: Encodable, Sendable {
         case chunkSize = "chunk_size"
         case chunkDelayMs = "chunk_delay_ms"
         case cutAfter = "cut_after"
+        case interim
     }
 
     func encode(to encoder: Encoder) throws {
@@ -81,6 +89,7 @@ struct OriginScript: Encodable, Sendable {
         try container.encodeIfPresent(cutAfter, forKey: .cutAfter)
         try container.encodeIfPresent(echo, forKey: .echo)
         try container.encodeIfPresent(ignoreBody, forKey: .ignoreBody)
+        try container.encodeIfPresent(interim, forKey: .interim)
     }
 
     /// Writes the script as `<root>/<name>.json` by rename, so the origin never reads half of it.

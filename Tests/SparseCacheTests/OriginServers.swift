@@ -477,6 +477,10 @@ class Handler(BaseHTTPRequestHandler):
         delay = self.spec.get("chunk_delay_ms", 0) / 1000.0
         cut = self.spec.get("cut_after")
         try:
+            # "interim": informational responses sent before the final one, in order.
+            for interim in self.spec.get("interim", []):
+                lines = ["HTTP/1.1 %d Interim" % interim["status"]] + ["%s: %s" % (k, v) for k, v in interim["headers"]]
+                self.wfile.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
             self.send_response_only(status)
             for key, value in headers:
                 self.send_header(key, value)

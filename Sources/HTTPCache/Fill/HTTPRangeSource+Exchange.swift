@@ -17,7 +17,7 @@ extension HTTPRangeSource {
             let clock = ExchangeTimes()
             let exchange = try await HTTPExchange.start(
                 host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host, port: current.port ?? 80, request: request,
-                name: key, timeout: timeout, resolver: resolver, pool: pool, policy: addressPolicy)
+                name: key, timeout: timeout, resolver: resolver, pool: pool, policy: addressPolicy, interim: forwarding?.interim)
             let head = exchange.head
             let times = clock.finished()
             var length: Int64?

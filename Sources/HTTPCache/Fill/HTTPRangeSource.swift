@@ -124,6 +124,10 @@ public final class HTTPRangeSource: RangeSource {
         /// The forwarding proxy's `Via` element, added after the client's (RFC 9110, section
         /// 7.6.3): the next proxy, or this one when the request comes back, sees it.
         public var via: String?
+        /// Where interim (1xx) responses to these requests go: the client's writer
+        /// (``HTTPResponseWriter/sendInterim(_:)``), which a proxy must hand them to (RFC 9110,
+        /// section 15.2). Called as each arrives, before the final response; must not block.
+        public var interim: (@Sendable (HTTPResponseHead) -> Void)?
 
         public init(headers: HTTPHeaders, passOn: Bool = false, via: String? = nil) {
             self.headers = headers

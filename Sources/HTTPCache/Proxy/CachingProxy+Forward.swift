@@ -160,6 +160,18 @@ extension CachingProxy {
             head.reason = "OK"
             head.headers.remove("content-range")
         }
+        // A part whose Content-Length is not the length its Content-Range gives (RFC 9110,
+        // sections 14.4 and 15.3.7.1): which of the two lies is unknowable, and a client would
+        // get a part cut short. Refused, as nginx and Varnish refuse a malformed upstream answer.
+        if head.status == 206, case .length(let count) = head.framing,
+            let sent = head.headers["content-range"].flatMap(ContentRange.init)?.range, Int64(sent.count) != count
+        {
+            if answer.claim() { answer.cancel() }
+            throw SparseCacheError(
+                .origin, operation: "fetch", path: exchange.target,
+                detail: "the origin's 206 has Content-Range '\(head.headers["content-range"] ?? "")' (\(sent.count) bytes) "
+                    + "but Content-Length \(count)")
+        }
         // A 206 to first contact's request for the client's own range: the client's part of it
         // is the answer (its start when the client asked on to the end: RFC 9110, section
         // 15.3.7 leaves a client that gets less than it asked to ask again).

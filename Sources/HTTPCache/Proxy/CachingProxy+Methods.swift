@@ -44,6 +44,7 @@ extension CachingProxy {
         for name in ["host", "content-length", "expect"] { headers.remove(name) }
         var forwarding = HTTPRangeSource.Forwarding(headers: headers, passOn: true)
         forwarding.via = via.element
+        forwarding.interim = { [response] head in response.sendInterim(head) }
         let sent = body.isEmpty ? nil : HTTPRangeSource.RequestBody(length: body.length, next: { try await body.next() })
         let answer: OriginAnswer
         do {

@@ -103,6 +103,9 @@ public final class CachingProxy: Sendable {
         }
         var forwarding = HTTPRangeSource.Forwarding(client: request, via: via.element)
         forwarding.maximumLength = maximumResourceLength
+        // The origin's interim responses (103 Early Hints, ...) reach this client before its
+        // answer (RFC 9110, section 15.2); never stored (RFC 9111, section 3).
+        forwarding.interim = { [response] head in response.sendInterim(head) }
         let exchange = Exchange(
             request: request, response: response, base: base, target: url.path, now: Int64(time(nil)), forwarding: forwarding)
         defer { response.setCacheOutcome(exchange.status.outcome) }

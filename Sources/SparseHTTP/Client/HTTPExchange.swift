@@ -16,6 +16,11 @@ import Synchronization
 /// Connections are kept alive: one whose response ended exactly where its framing said goes
 /// back to an ``OriginConnectionPool`` for the next request to the same origin.
 package actor HTTPExchange {
+    /// Takes an interim (1xx) response as it arrives, before the final one: a proxy hands it
+    /// to its client (``HTTPResponseWriter/sendInterim(_:)``). Called on the exchange's task;
+    /// it must return at once.
+    package typealias InterimSink = @Sendable (HTTPResponseHead) -> Void
+
     /// The most a body chunk holds.
     static let chunkSize = 1 << 20
     /// What one receive gathers before handing bytes over when more have already arrived.
@@ -127,7 +132,8 @@ package actor HTTPExchange {
     }
 
     /// Sends `request` (a complete head) on an idle connection from `pool` or a new one, and
-    /// waits for the response head, skipping interim (1xx) responses; all of it within `timeout`.
+    /// waits for the response head, handing interim (1xx) responses to `interim`; all of it
+    /// within `timeout`.
     ///
     /// With a `body`, or when the request is not `idempotent` (RFC 9110, section 9.2.2), the
     /// request goes on a new connection and is never sent twice: a pooled connection may have
@@ -140,24 +146,27 @@ package actor HTTPExchange {
     ///   - name: the URL, for error messages.
     ///   - policy: the addresses a new connection may go to (``OriginAddressPolicy``); pooled
     ///     connections made under a policy are kept apart from those made without one.
+    ///   - interim: called with each interim response before the final one, other than `100`
+    ///     and `101` (a proxy forwards them, RFC 9110 section 15.2); it must not block.
     /// - Throws: `.originUnavailable` when the origin cannot be reached, cuts the connection or
     ///   stalls for `timeout`; `.origin` for a response that is not HTTP/1.x or is malformed,
     ///   or (403) an origin the policy refuses; whatever `body.next` throws, as it is.
     package static func start(
         host: String, port: Int, request: [UInt8], body: RequestBody? = nil, idempotent: Bool = true, name: String, timeout: Duration,
-        resolver: BlockingExecutor, pool: OriginConnectionPool?, policy: OriginAddressPolicy? = nil
+        resolver: BlockingExecutor, pool: OriginConnectionPool?, policy: OriginAddressPolicy? = nil, interim: InterimSink? = nil
     ) async throws -> HTTPExchange {
         let origin = TCPConnection.address(host: host, port: port) + (policy == nil ? "" : " (checked)")
         if body != nil || !idempotent {
             return try await startOnce(
                 host: host, port: port, request: request, body: body, name: name, timeout: timeout, resolver: resolver, pool: pool,
-                policy: policy)
+                policy: policy, interim: interim)
         }
         do {
             let started = try await withDeadline(timeout, name: name) {
                 if let pool, let idle = pool.take(origin) {
                     do {
-                        return try await Self.exchange(on: idle, request: request, name: name, pool: pool, origin: origin)
+                        return try await Self.exchange(
+                            on: idle, request: request, name: name, pool: pool, origin: origin, interim: interim)
                     } catch is NoAnswer {
                         // The origin closed the idle connection as the request went out: once
                         // more, on a new connection.
@@ -166,7 +175,8 @@ package actor HTTPExchange {
                 }
                 let connection = try await TCPConnection.connect(host: host, port: port, resolver: resolver, policy: policy)
                 do {
-                    return try await Self.exchange(on: connection, request: request, name: name, pool: pool, origin: origin)
+                    return try await Self.exchange(
+                        on: connection, request: request, name: name, pool: pool, origin: origin, interim: interim)
                 } catch let failure as NoAnswer {
                     connection.close()
                     throw failure.error
@@ -185,7 +195,7 @@ package actor HTTPExchange {
     /// One attempt on a new connection: head, body, response head, each step within `timeout`.
     private static func startOnce(
         host: String, port: Int, request: [UInt8], body: RequestBody?, name: String, timeout: Duration, resolver: BlockingExecutor,
-        pool: OriginConnectionPool?, policy: OriginAddressPolicy?
+        pool: OriginConnectionPool?, policy: OriginAddressPolicy?, interim: InterimSink?
     ) async throws -> HTTPExchange {
         let origin = TCPConnection.address(host: host, port: port) + (policy == nil ? "" : " (checked)")
         let connection: TCPConnection
@@ -206,7 +216,7 @@ package actor HTTPExchange {
                     // and then stopped reading or closed: that answer is the answer. The
                     // connection is not reused (pool nil): the request never ended on it.
                     let early = try? await withDeadline(min(timeout, .seconds(5)), name: name) {
-                        try await Self.exchange(on: connection, request: nil, name: name, pool: nil, origin: origin)
+                        try await Self.exchange(on: connection, request: nil, name: name, pool: nil, origin: origin, interim: interim)
                     }
                     guard let early else { throw failure.error }
                     await early.startWatchdog(timeout: timeout)
@@ -215,7 +225,8 @@ package actor HTTPExchange {
             }
             let started = try await withDeadline(timeout, name: name) {
                 do {
-                    return try await Self.exchange(on: connection, request: nil, name: name, pool: pool, origin: origin)
+                    return try await Self.exchange(
+                        on: connection, request: nil, name: name, pool: pool, origin: origin, interim: interim)
                 } catch let failure as NoAnswer {
                     throw failure.error
                 }
@@ -272,7 +283,8 @@ package actor HTTPExchange {
 
     /// Sends `request` (unless nil: already sent) and reads the response head.
     private static func exchange(
-        on connection: TCPConnection, request: [UInt8]?, name: String, pool: OriginConnectionPool?, origin: String
+        on connection: TCPConnection, request: [UInt8]?, name: String, pool: OriginConnectionPool?, origin: String,
+        interim: InterimSink?
     ) async throws -> HTTPExchange {
         do {
             if let request { try await connection.send(request) }
@@ -301,7 +313,14 @@ package actor HTTPExchange {
                 throw SparseCacheError(.origin, operation: "fetch", path: name, detail: "malformed response: \(reason)")
             case .response(let head, let consumed):
                 received.removeSubrange(0..<consumed)
-                if (100...199).contains(head.status) { continue }
+                if (100...199).contains(head.status) {
+                    // An interim response (RFC 9110, section 15.2) goes to whoever asked; the
+                    // final one follows on the same connection. 100 Continue answers an
+                    // `Expect` this client never sends, and a 101 switches to nothing it asked
+                    // for: neither is handed on.
+                    if let interim, head.status != 100, head.status != 101 { interim(head) }
+                    continue
+                }
                 return HTTPExchange(connection: connection, name: name, head: head, buffered: received, pool: pool, origin: origin)
             }
         }

@@ -29,6 +29,11 @@ public final class HTTPResponseWriter: Sendable {
         var cacheOutcome: String?
         /// A head held back to go out with the first body bytes.
         var pendingHead: [UInt8]?
+        /// Interim responses waiting to go out, in order, and whether a task is sending them:
+        /// the final head waits until they are out (``sendInterim(_:)``).
+        var interims: [[UInt8]] = []
+        var sendingInterims = false
+        var afterInterims: [CheckedContinuation<Void, Never>] = []
     }
 
     private let state: Mutex<State>
@@ -102,28 +107,36 @@ public final class HTTPResponseWriter: Sendable {
         let bodiless = (100...199).contains(status) || status == 204 || status == 304
         let hold = withFirstBody && (contentLength ?? 1) > 0 && request.method != "HEAD" && !bodiless
         let chunked = contentLength == nil && !bodiless && request.minorVersion >= 1
-        let head = state.withLock { state -> [UInt8]? in
-            guard !state.headSent else { return nil }
-            state.headSent = true
-            state.status = status
-            state.announced = bodiless ? 0 : contentLength
-            state.chunked = chunked && request.method != "HEAD"
-            // An HTTP/1.0 client learns where a body of unknown length ends from the close.
-            if contentLength == nil, !bodiless, !chunked { state.closes = true }
-            var fields = HTTPHeaders(headers)
-            if !fields.contains("date") { fields.append(name: "Date", value: HTTPDate.now()) }
-            if !fields.contains("server") { fields.append(name: "Server", value: "sparsecache") }
-            if let contentLength, !bodiless {
-                fields.append(name: "Content-Length", value: String(contentLength))
-            } else if chunked {
-                fields.append(name: "Transfer-Encoding", value: "chunked")
+        // Interim responses already on their way go out first, whole (RFC 9110, section 15.2:
+        // they precede the final response); the head is claimed only with none in flight.
+        var claimed: [UInt8]??
+        while true {
+            claimed = state.withLock { state -> [UInt8]?? in
+                if state.sendingInterims { return .none }
+                guard !state.headSent else { return .some(nil) }
+                state.headSent = true
+                state.status = status
+                state.announced = bodiless ? 0 : contentLength
+                state.chunked = chunked && request.method != "HEAD"
+                // An HTTP/1.0 client learns where a body of unknown length ends from the close.
+                if contentLength == nil, !bodiless, !chunked { state.closes = true }
+                var fields = HTTPHeaders(headers)
+                if !fields.contains("date") { fields.append(name: "Date", value: HTTPDate.now()) }
+                if !fields.contains("server") { fields.append(name: "Server", value: "sparsecache") }
+                if let contentLength, !bodiless {
+                    fields.append(name: "Content-Length", value: String(contentLength))
+                } else if chunked {
+                    fields.append(name: "Transfer-Encoding", value: "chunked")
+                }
+                fields.append(name: "Connection", value: state.closes ? "close" : "keep-alive")
+                let bytes = HTTPResponseHead(status: status, headers: fields).encoded()
+                if hold { state.pendingHead = bytes }
+                return .some(bytes)
             }
-            fields.append(name: "Connection", value: state.closes ? "close" : "keep-alive")
-            let bytes = HTTPResponseHead(status: status, headers: fields).encoded()
-            if hold { state.pendingHead = bytes }
-            return bytes
+            if claimed != nil { break }
+            await waitForInterims()
         }
-        guard let head else {
+        guard let head = claimed ?? nil else {
             throw SparseCacheError(
                 .invalidArgument, operation: "respond", path: request.target, detail: "the response head was already sent")
         }
@@ -162,6 +175,65 @@ public final class HTTPResponseWriter: Sendable {
             return state.chunked
         }
         if chunked { try await send(ChunkedEncoder.end()) }
+    }
+
+    /// Hands an origin's interim response (`102`, `103 Early Hints`, ...) to the client before
+    /// the final response, as a proxy must (RFC 9110, section 15.2), without its hop-by-hop
+    /// fields. Not to an HTTP/1.0 client (it cannot tell an interim response from the final
+    /// one), nor once the final head went out (an interim response of a request made for this
+    /// client in the background comes too late then), nor for `100` and `101`, which answer
+    /// what only the proxy and the origin negotiate.
+    ///
+    /// Returns at once: the bytes go out on a task of their own, and ``writeHead(status:headers:contentLength:withFirstBody:)``
+    /// waits until every interim response taken before it is out, so an origin exchange never
+    /// waits on a slow client and the order on the wire is the order of arrival.
+    public func sendInterim(_ head: HTTPResponseHead) {
+        guard request.minorVersion >= 1, (102...199).contains(head.status) else { return }
+        let bytes = HTTPResponseHead(status: head.status, reason: head.reason, headers: head.headers.removingHopByHop()).encoded()
+        let start = state.withLock { state -> Bool in
+            guard !state.headSent else { return false }
+            state.interims.append(bytes)
+            guard !state.sendingInterims else { return false }
+            state.sendingInterims = true
+            return true
+        }
+        guard start else { return }
+        Task { await self.drainInterims() }
+    }
+
+    /// Sends the queued interim responses until none is left, then lets a final head go.
+    private func drainInterims() async {
+        var failed = false
+        while true {
+            let (next, waiting) = state.withLock { state -> ([UInt8]?, [CheckedContinuation<Void, Never>]) in
+                guard !state.interims.isEmpty, !failed else {
+                    state.interims.removeAll()
+                    state.sendingInterims = false
+                    defer { state.afterInterims.removeAll() }
+                    return (nil, state.afterInterims)
+                }
+                return (state.interims.removeFirst(), [])
+            }
+            guard let next else {
+                for continuation in waiting { continuation.resume() }
+                return
+            }
+            // A client that went away fails the final response's send too, with its error.
+            do { try await send(next) } catch { failed = true }
+        }
+    }
+
+    /// Returns once no interim response is being sent.
+    private func waitForInterims() async {
+        guard state.withLock({ $0.sendingInterims }) else { return }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let waits = state.withLock { state -> Bool in
+                guard state.sendingInterims else { return false }
+                state.afterInterims.append(continuation)
+                return true
+            }
+            if !waits { continuation.resume() }
+        }
     }
 
     /// Sends the interim `100 Continue` (RFC 9110, section 15.2.1) for a request with
