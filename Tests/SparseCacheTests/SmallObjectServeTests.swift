@@ -151,4 +151,57 @@ struct SmallObjectServeTests {
         #expect(newest.body == bodies[39] && newest.headers["cache-status"]?.contains("hit") == true, "\(newest)")
         try await rig.stop()
     }
+
+    @Test(
+        "an answer without a length that ends small becomes a small object once nobody reads it; a large one stays a sparse resource; both answer ranges from storage, also after a restart"
+    )
+    func lengthlessEndsSmall() async throws {
+        let files = try TemporaryDirectory("smallobj-serve-chunked")
+        let origin = try await OriginServer.scripted(root: files.path)
+        defer { origin.stop() }
+        for (name, size, seed) in [("page", 5000, 21), ("big", 200_000, 22)] {
+            var script = OriginScript(headers: [("Cache-Control", "max-age=3600"), ("ETag", "\"\(name)-1\"")])
+            script.bodySize = size
+            script.bodySeed = seed
+            script.framing = "chunked"
+            script.chunkSize = 1000
+            try script.write(root: files.path, name: name)
+        }
+        let directory = try TemporaryDirectory("smallobj-serve-c")
+        let cacheDir = directory.file("cache")
+        var rig = try await Rig(directory: cacheDir, origin: origin.baseURL)
+        for (name, size, seed, isSmall) in [("page", 5000, 21, true), ("big", 200_000, 22, false)] {
+            let key = origin.baseURL.absoluteString + "/" + name
+            let body = OriginScript.pattern(count: size, seed: seed)
+            let miss = try await Curl.run(rig.base + "/" + name)
+            #expect(miss.status == 200 && miss.body == body, "\(name): \(miss)")
+            #expect(miss.headers["transfer-encoding"] == "chunked", "\(name) arrives without a length: \(miss.headers)")
+            // Once the answer has ended and nobody reads it, the resource is released: a small one
+            // moves to the logs then.
+            let deadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < deadline {
+                await rig.cache.closeIdle()
+                let moved = await rig.store.smallObjects.contains(key)
+                let complete = await rig.store.entry(for: key)?.length == Int64(size)
+                if isSmall ? moved : complete { break }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            #expect(await rig.store.smallObjects.contains(key) == isSmall, "\(name): small object")
+            #expect((await rig.store.entry(for: key) != nil) == !isSmall, "\(name): sparse resource")
+            let part = try await Curl.run(rig.base + "/" + name, ["-r", "1000-1999"])
+            #expect(part.status == 206 && part.body == Array(body[1000..<2000]), "\(name): \(part)")
+            #expect(part.headers["cache-status"]?.contains("hit") == true, "\(name): \(part.headers)")
+            #expect(part.headers["etag"] == "\"\(name)-1\"", "the stored head moved with the body: \(part.headers)")
+            let asked = origin.requestLog().filter { $0.path == "/" + name }
+            #expect(asked.count == 1, "\(name): one origin request: \(asked)")
+        }
+        #expect(Self.resourceFiles(cacheDir).count == 2, "only the large resource's data file and index: \(Self.resourceFiles(cacheDir))")
+        try await rig.stop()
+        rig = try await Rig(directory: cacheDir, origin: origin.baseURL)
+        let again = try await Curl.run(rig.base + "/page")
+        #expect(again.body == OriginScript.pattern(count: 5000, seed: 21) && again.headers["cache-status"]?.contains("hit") == true, "\(again)")
+        try await rig.stop()
+        let verify = try await StoreVerifier.verify(directory: cacheDir)
+        #expect(verify.isClean, "\(verify)")
+    }
 }

@@ -402,15 +402,33 @@ extension ProgressiveCache {
         keptOpen[key] = nil
         resource.closing?.cancel()
         resource.closing = nil
+        // An answer without a length that ended small is kept as a small object from now on:
+        // one log record instead of a data file and an index (issue 21).
+        let threshold = options.smallObjectThreshold
+        let movesToSmall = resource.endedWithoutLength && threshold > 0 && (resource.info?.length ?? .max) <= threshold
+        resource.endedWithoutLength = false
         resource.handle = nil
         resource.info = nil
         resource.outcomes.removeAll()
         let id = takeID()
         releases[id] = Task {
             await self.release(handle)
+            if movesToSmall { await self.moveToSmall(key: key, maximum: threshold) }
             self.releases[id] = nil
         }
         forgetIfIdle(resource)
+    }
+
+    /// Moves a released resource into the small-object logs (``SparseStore/moveToSmallObject(key:maximum:)``,
+    /// which re-checks under the key's lock that nobody opened it meanwhile). A failure leaves
+    /// the resource as it was, counted and logged.
+    private func moveToSmall(key: String, maximum: Int64) async {
+        do {
+            if try await store.moveToSmallObject(key: key, maximum: maximum) { count { $0.smallObjectsStored += 1 } }
+        } catch {
+            count { $0.smallObjectFailures += 1 }
+            await store.noteHousekeepingFailure(.release, key: key, error)
+        }
     }
 
     /// Closes every resource kept open with no reader and no fetch (instead of after

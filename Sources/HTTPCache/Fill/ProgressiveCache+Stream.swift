@@ -44,6 +44,7 @@ extension ProgressiveCache {
             try await file.commit()
             guard resource.generation == generation else { throw CancellationError() }
             resource.info?.length = arrived.end
+            resource.endedWithoutLength = true
             resource.stream = nil
         } catch {
             stream.failure = error

@@ -178,6 +178,9 @@ final class FillResource {
     /// The origin answered a range request with the whole resource: one fetch reads it on to
     /// the end (``ProgressiveCache/claimOnward``) and no read-ahead splits it further.
     var ignoresRanges = false
+    /// An answer without a length was received whole into it: when it ended small, the
+    /// resource moves to the small-object logs once nobody uses it (``ProgressiveCache/closeIfIdle(key:force:)``).
+    var endedWithoutLength = false
     /// The first-contact answer a small-object attempt received and found too large (or
     /// ranged): the sparse first contact uses it instead of asking again.
     var firstResponse: RangeResponse?
