@@ -389,3 +389,56 @@ struct StoreTests {
         }
     }
 }
+
+@Suite("moving a resource to the small-object logs")
+struct SmallMoveTests {
+    @Test(
+        "a complete small resource nobody has open moves to the logs, bytes and metadata alike; an open, incomplete or large one stays; after a crash between the record and the deletion, the next move finishes"
+    )
+    func moveToSmallObject() async throws {
+        let directory = try TemporaryDirectory("small-move")
+        var store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 1 << 30))
+        let length: Int64 = 40_000
+        try await fill(store, key: "done", length: length)
+        try await store.withResource(key: "done") { handle in
+            try await handle.file.setMetadata(ResourceMetadata(key: "done", contentType: "text/html", etag: "\"d1\""))
+            try await handle.file.commit()
+        }
+        // Incomplete: half its bytes.
+        let half = try await store.open(key: "half", length: length)
+        try await half.write(keyedBytes("half", 0..<(length / 2)), at: 0)
+        try await half.file.commit()
+        try await half.release()
+        try await fill(store, key: "large", length: 200_000)
+        try await fill(store, key: "open", length: length)
+        let held = try await store.open(key: "open")
+
+        #expect(try await store.moveToSmallObject(key: "half", maximum: 65536) == false, "an incomplete resource stays")
+        #expect(try await store.moveToSmallObject(key: "large", maximum: 65536) == false, "one over the size stays")
+        #expect(try await store.moveToSmallObject(key: "open", maximum: 65536) == false, "an open one stays")
+        #expect(try await store.moveToSmallObject(key: "missing", maximum: 65536) == false)
+        for key in ["half", "large", "open"] { #expect(await store.entry(for: key) != nil, "\(key) is still a resource") }
+        try await held.release()
+
+        #expect(try await store.moveToSmallObject(key: "done", maximum: 65536))
+        #expect(await store.entry(for: "done") == nil, "the resource's entry is gone")
+        let object = try #require(try await store.smallObjects.object(for: "done"))
+        #expect(object.body == keyedBytes("done", 0..<length), "the body moved byte for byte")
+        #expect(object.metadata.etag == "\"d1\"" && object.metadata.contentType == "text/html", "\(object.metadata)")
+
+        // A crash after the record was made durable and before the files went: both exist.
+        try await fill(store, key: "both", length: length)
+        try await store.smallObjects.put(
+            key: "both", metadata: ResourceMetadata(key: "both"), body: keyedBytes("both", 0..<length))
+        try await store.close()
+        store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 1 << 30))
+        #expect(await store.entry(for: "both") != nil)
+        #expect(await store.smallObjects.contains("both"))
+        #expect(try await store.moveToSmallObject(key: "both", maximum: 65536), "the next move finishes the job")
+        #expect(await store.entry(for: "both") == nil)
+        #expect(await store.smallObjects.contains("both"))
+        let report = try await StoreVerifier.verify(directory: directory.path)
+        try await store.close()
+        #expect(report.isClean, "\(report)")
+    }
+}
