@@ -153,6 +153,54 @@ struct FillTests {
     }
 
     @Test(
+        "several readers that each need a resource of one answer fetched anew do not wait for each other: once the holder leaves, one refetches and all get the new version"
+    )
+    func oneAnswerRefetchedByMany() async throws {
+        let files = try TemporaryDirectory("scripted-files")
+        let origin = try await OriginServer.scripted(root: files.path)
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-one-answer-many", options: .testing)
+        let http = try HTTPRangeSource(url: origin.url("weak.bin"))
+        let size = 2_000_000
+        var script = OriginScript(headers: [("ETag", "W/\"one\"")])
+        script.bodySize = size
+        script.bodySeed = 31
+        script.cutAfter = 700_000
+        script.chunkSize = 100_000
+        try script.write(root: files.path, name: "weak.bin")
+        // A cut answer leaves a part no other answer may complete.
+        do {
+            for try await _ in fixture.cache.read(http) {}
+        } catch {}
+        script.bodySeed = 32
+        script.cutAfter = nil
+        try script.write(root: files.path, name: "weak.bin")
+        let holder = try await fixture.cache.open(http)
+        let readers = (0..<3).map { _ in Task { try await collect(fixture.cache.read(http)) } }
+        // Give them time to park behind the holder (nothing is asserted about when).
+        try await Task.sleep(for: .milliseconds(300))
+        await holder.close()
+        let finished = Mutex(0)
+        let watcher = Task {
+            for reader in readers {
+                _ = try? await reader.value
+                finished.withLock { $0 += 1 }
+            }
+        }
+        let deadline = ContinuousClock.now + .seconds(60)
+        while finished.withLock({ $0 }) < readers.count, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+        let count = finished.withLock { $0 }
+        #expect(count == readers.count, "\(count) of \(readers.count) readers ended once the holder left (they waited for each other)")
+        for reader in readers { reader.cancel() }
+        await watcher.value
+        let new = OriginScript.pattern(count: size, seed: 32)
+        for reader in readers where count == readers.count {
+            #expect(try await reader.value == new, "a reader got the new version whole")
+        }
+        try await fixture.close()
+    }
+
+    @Test(
         "without a strong validator the library's fill never resumes: a cut answer fails its reader, the next reader gets the resource fetched anew whole, never the old part with the new rest (RFC 9111 3.4)"
     )
     func oneAnswerRefetched() async throws {

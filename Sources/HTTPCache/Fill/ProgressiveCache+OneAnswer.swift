@@ -82,7 +82,7 @@ extension ProgressiveCache {
             case .refetch:
                 if let fetch = try await refetchOneAnswer(resource) { return fetch }
                 // Others read the resource: look again once they leave.
-                await waitForChange(resource, segment: 0, since: seen)
+                await waitForRefetch(resource, since: seen)
             case .passOn:
                 // Other fetches run (a bounded first answer): look again once they end.
                 await waitForChange(resource, segment: 0, since: seen)
@@ -99,7 +99,8 @@ extension ProgressiveCache {
     /// them off): the caller waits for them (a fetch ending or a reader leaving wakes it) and
     /// looks again.
     func refetchOneAnswer(_ resource: FillResource) async throws -> Int? {
-        guard resource.fetches.isEmpty, resource.users == 1, let source = resource.source else { return nil }
+        // Readers parked for a refetch of their own count as nobody: they handed on nothing.
+        guard resource.fetches.isEmpty, resource.users - resource.refetchWaiting == 1, let source = resource.source else { return nil }
         count { $0.refetches += 1 }
         try await retire(resource) {
             try await self.store.remove(key: resource.key)
@@ -109,5 +110,16 @@ extension ProgressiveCache {
         }
         defer { resource.openerFetch = nil }
         return resource.openerFetch.flatMap { resource.fetches[$0] != nil ? $0 : nil }
+    }
+
+    /// Parks a reader whose refetch others hold back (``refetchOneAnswer(_:)`` said nil), counted
+    /// in ``FillResource/refetchWaiting`` meanwhile: a reader leaving, or the next reader that
+    /// parks, wakes it once only readers like it remain.
+    func waitForRefetch(_ resource: FillResource, since seen: Int) async {
+        resource.refetchWaiting += 1
+        // Everyone else may be parked for the same reason now: the first to look again refetches.
+        if resource.users - resource.refetchWaiting <= 0 { wakeWaiters(resource) }
+        await waitForChange(resource, segment: 0, since: seen)
+        resource.refetchWaiting -= 1
     }
 }

@@ -197,7 +197,7 @@ extension ProgressiveCache {
                 if let refetched = try await refetchOneAnswer(resource) {
                     interests.insert(refetched)
                 } else {
-                    await waitForChange(resource, segment: missingSegment, since: seen)
+                    await waitForRefetch(resource, since: seen)
                 }
                 continue
             } else {
@@ -364,7 +364,7 @@ extension ProgressiveCache {
         resource.users -= 1
         // A reader of a resource of one answer may be waiting to be its only user (to fetch it
         // anew without cutting anyone off): it looks again.
-        if !resource.waiters.isEmpty, resource.users == 1, isOneAnswer(resource) { wakeWaiters(resource) }
+        if !resource.waiters.isEmpty, resource.users - resource.refetchWaiting <= 1, isOneAnswer(resource) { wakeWaiters(resource) }
         // Nobody but the stream itself holds the resource: stop it (a body nobody reads to
         // its end is not stored; a live stream without clients would never end).
         if let stream = resource.stream, resource.users == 1, stream.failure == nil {

@@ -181,6 +181,10 @@ final class FillResource {
     /// An answer without a length was received whole into it: when it ended small, the
     /// resource moves to the small-object logs once nobody uses it (``ProgressiveCache/closeIfIdle(key:force:)``).
     var endedWithoutLength = false
+    /// Readers parked until they may fetch a resource of one answer anew: they have handed on
+    /// no byte, so a refetch cuts none of them off, and readers that all wait for one must not
+    /// wait for each other (``ProgressiveCache/refetchOneAnswer(_:)``).
+    var refetchWaiting = 0
     /// The first-contact answer a small-object attempt received and found too large (or
     /// ranged): the sparse first contact uses it instead of asking again.
     var firstResponse: RangeResponse?
