@@ -124,3 +124,41 @@ extension CrashPowerLossTests {
         try await reopened.close()
     }
 }
+
+extension CrashPowerLossTests {
+    /// Creation syncs no directory; a process that created a resource and ended before any
+    /// commit leaves names that a power cut may take away. The next open that acknowledges a
+    /// commit (even one with nothing pending) or a close must make them durable first.
+    @Test("a resource created by an earlier open that never committed: commit() with nothing pending, and close(), leave an index a power cut cannot take away")
+    func reopenedBeforeAnyCommit() async throws {
+        for closing in [false, true] {
+            let base = try TemporaryDirectory("reopen-uncommitted")
+            defer { base.remove() }
+            let live = base.file("live")
+            try FileManager.default.createDirectory(atPath: live, withIntermediateDirectories: false)
+            let path = live + "/r.bin"
+            var options = SparseFileOptions.testing(length: 64 * 4096)
+            options.commitPolicy = .manual
+            var reopen = options
+            reopen.length = nil
+            try PowerLoss.begin(directory: live)
+            defer { PowerLoss.end() }
+            // The first process creates the resource and ends before any commit.
+            var first: SparseFile? = try await SparseFile.open(path, options: options)
+            #expect(first != nil)
+            first = nil
+            let second = try await SparseFile.open(path, options: reopen)
+            #expect(second.recovery.created == false && second.recovery.neverCommitted)
+            if closing { try await second.close() } else { try await second.commit() }
+            var missing = 0
+            for seed in 0..<40 {
+                let cut = base.file("cut-\(seed)")
+                try FileManager.default.createDirectory(atPath: cut, withIntermediateDirectories: false)
+                try PowerLoss.snapshot(into: cut, seed: UInt64(seed) &* 0x9E37_79B9 &+ 7)
+                if !FileManager.default.fileExists(atPath: SparseFile.indexPath(for: cut + "/r.bin")) { missing += 1 }
+            }
+            if !closing { try await second.close() }
+            #expect(missing == 0, "\(closing ? "close()" : "commit()") returned, then the index was missing in \(missing) of 40 power cuts")
+        }
+    }
+}

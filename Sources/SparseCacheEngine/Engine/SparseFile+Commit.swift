@@ -30,9 +30,10 @@ extension SparseFile {
         }
         if let failure { throw failure }
         // Nothing was pending, yet the caller is told the resource is durable as it stands: a
-        // resource this open created (its creation syncs no directory) must then have durable
-        // names too. (An opened one's were made durable by the commit that claimed anything.)
-        if !entryDurable, recovery.created { try await syncEntry() }
+        // resource no commit ever went through (created by this open, or by an earlier one
+        // that ended before committing: creation syncs no directory) must then have durable
+        // names too. (Any other's were made durable by the commit that claimed anything.)
+        if !entryDurable, recovery.neverCommitted { try await syncEntry() }
     }
 
     /// The fsync of the directory a commit does before its first journal record, for a commit

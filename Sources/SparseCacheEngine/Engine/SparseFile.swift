@@ -445,6 +445,11 @@ public actor SparseFile {
 public struct RecoverySummary: Sendable, Equatable {
     /// The resource was created by this open.
     public var created = false
+
+    /// No commit ever went through the index: created by this open, or opened as creation
+    /// left it (the two checkpoints of generations 0 and 1, no journal record). Its names may
+    /// not be durable yet (creation syncs no directory).
+    public var neverCommitted: Bool { created || (generation <= 1 && recordsReplayed == 0 && !fellBack) }
     /// Per superblock slot: nil when valid, else why it was rejected.
     public var slotProblems: [String?] = [nil, nil]
     public var generation: UInt64 = 0
