@@ -680,6 +680,15 @@ struct HTTPCachingTests {
         #expect(answer.status == 502, "an origin's contradictory part is refused: \(answer)")
         #expect(answer.text.contains("Content-Range") && answer.text.contains("Content-Length"), "and says why: \(answer.text)")
         #expect(answer.exitCode == 0, "the answer is whole, not cut off: \(answer.stderr)")
+        // A part that claims the whole: never handed on as a short 200 (the client would take
+        // five bytes for the whole resource), with or without a Range, GET or HEAD.
+        try rig.script(
+            "bad-whole", status: 206, [("Cache-Control", "max-age=60"), ("Content-Range", "bytes 0-9/10")], body: "01234",
+            conditional: false)
+        for arguments in [[], ["-r", "0-"], ["-I"]] {
+            let whole = try await rig.get("bad-whole", arguments)
+            #expect(whole.status == 502, "\(arguments): a contradictory whole is refused: \(whole)")
+        }
         await rig.stop()
     }
 

@@ -129,6 +129,15 @@ public final class HTTPRangeSource: RangeSource {
         /// section 15.2). Called as each arrives, before the final response; must not block.
         public var interim: (@Sendable (HTTPResponseHead) -> Void)?
 
+        /// The same fields for a request the proxy makes on its own behalf (a background
+        /// revalidation, a prefetch): its interim responses go to nobody (RFC 9110, section
+        /// 15.2 asks a proxy to forward those of requests it did not generate itself).
+        public var withoutInterim: Forwarding {
+            var copy = self
+            copy.interim = nil
+            return copy
+        }
+
         public init(headers: HTTPHeaders, passOn: Bool = false, via: String? = nil) {
             self.headers = headers
             self.passOn = passOn

@@ -109,7 +109,7 @@ final class SegmentPrefetcher: Sendable {
             let start = hls.ended ? 0 : max(0, hls.segments.count - 3)
             state.nextID += 1
             state.sessions[sessionKey] = Session(
-                id: state.nextID, playlist: key, position: start - 1, next: start, forwarding: exchange.forwarding)
+                id: state.nextID, playlist: key, position: start - 1, next: start, forwarding: exchange.forwarding.withoutInterim)
             return closing
         }
         close(closing)
@@ -182,7 +182,7 @@ final class SegmentPrefetcher: Sendable {
                 closing = state.sessions[sessionKey].map(Self.end) ?? []
                 state.nextID += 1
                 state.sessions[sessionKey] = Session(
-                    id: state.nextID, playlist: playlist, position: index, next: index + 1, forwarding: exchange.forwarding)
+                    id: state.nextID, playlist: playlist, position: index, next: index + 1, forwarding: exchange.forwarding.withoutInterim)
             }
             return closing
         }

@@ -150,6 +150,18 @@ extension CachingProxy {
         exchange.status.detail = answer.reason
         var head = answer.head
         let status = head.status
+        // A part whose Content-Length is not the length its Content-Range gives (RFC 9110,
+        // sections 14.4 and 15.3.7.1): which of the two lies is unknowable, and a client would
+        // get a part cut short. Refused, as nginx and Varnish refuse a malformed upstream answer.
+        if status == 206, case .length(let count) = head.framing,
+            let sent = head.headers["content-range"].flatMap(ContentRange.init)?.range, Int64(sent.count) != count
+        {
+            if answer.claim() { answer.cancel() }
+            throw SparseCacheError(
+                .origin, operation: "fetch", path: exchange.target,
+                detail: "the origin's 206 has Content-Range '\(head.headers["content-range"] ?? "")' (\(sent.count) bytes) "
+                    + "but Content-Length \(count)")
+        }
         // The proxy asked for a range of its own: a 206 answers the client only when it holds
         // the whole representation and the client asked for no range (it is then the 200).
         if status == 206, exchange.request.header("range") == nil,
@@ -159,18 +171,6 @@ extension CachingProxy {
             head.status = 200
             head.reason = "OK"
             head.headers.remove("content-range")
-        }
-        // A part whose Content-Length is not the length its Content-Range gives (RFC 9110,
-        // sections 14.4 and 15.3.7.1): which of the two lies is unknowable, and a client would
-        // get a part cut short. Refused, as nginx and Varnish refuse a malformed upstream answer.
-        if head.status == 206, case .length(let count) = head.framing,
-            let sent = head.headers["content-range"].flatMap(ContentRange.init)?.range, Int64(sent.count) != count
-        {
-            if answer.claim() { answer.cancel() }
-            throw SparseCacheError(
-                .origin, operation: "fetch", path: exchange.target,
-                detail: "the origin's 206 has Content-Range '\(head.headers["content-range"] ?? "")' (\(sent.count) bytes) "
-                    + "but Content-Length \(count)")
         }
         // A 206 to first contact's request for the client's own range: the client's part of it
         // is the answer (its start when the client asked on to the end: RFC 9110, section
@@ -292,7 +292,7 @@ extension CachingProxy {
 struct ProxiedSource: RangeSource {
     let base: HTTPRangeSource
     let key: String
-    let forwarding: HTTPRangeSource.Forwarding
+    var forwarding: HTTPRangeSource.Forwarding
     /// An answer that already arrived (a revalidation's new version): the first fetch it
     /// fits takes it instead of asking the origin.
     var prepared: PreparedResponse? = nil
@@ -302,6 +302,14 @@ struct ProxiedSource: RangeSource {
     func fetch(_ range: Range<Int64>?, validator: ContentValidator?) async throws -> RangeResponse {
         if let response = prepared?.take(for: range) { return response }
         return try await base.fetch(range, validator: validator, forwarding: forwarding)
+    }
+
+    /// This source for a request the proxy makes on its own behalf, after its client may
+    /// have had its answer: no interim response goes to that client.
+    var inBackground: ProxiedSource {
+        var source = self
+        source.forwarding = forwarding.withoutInterim
+        return source
     }
 
     /// This source, with `response` waiting for the fetch it answers.

@@ -21,6 +21,10 @@ package actor HTTPExchange {
     /// it must return at once.
     package typealias InterimSink = @Sendable (HTTPResponseHead) -> Void
 
+    /// The most interim (1xx) responses an origin may send before its final one: beyond, the
+    /// answer is malformed (a loop of 1xx would hold the exchange until its timeout).
+    static let maximumInterims = 32
+
     /// The most a body chunk holds.
     static let chunkSize = 1 << 20
     /// What one receive gathers before handing bytes over when more have already arrived.
@@ -292,6 +296,7 @@ package actor HTTPExchange {
             throw NoAnswer(error: error)
         }
         var received: [UInt8] = []
+        var interims = 0
         while true {
             switch HTTPResponseParser.parse(received) {
             case .incomplete:
@@ -314,6 +319,12 @@ package actor HTTPExchange {
             case .response(let head, let consumed):
                 received.removeSubrange(0..<consumed)
                 if (100...199).contains(head.status) {
+                    interims += 1
+                    guard interims <= Self.maximumInterims else {
+                        throw SparseCacheError(
+                            .origin, operation: "fetch", path: name,
+                            detail: "more than \(Self.maximumInterims) interim (1xx) responses before the final one")
+                    }
                     // An interim response (RFC 9110, section 15.2) goes to whoever asked; the
                     // final one follows on the same connection. 100 Continue answers an
                     // `Expect` this client never sends, and a 101 switches to nothing it asked

@@ -32,6 +32,8 @@ public final class HTTPResponseWriter: Sendable {
         /// Interim responses waiting to go out, in order, and whether a task is sending them:
         /// the final head waits until they are out (``sendInterim(_:)``).
         var interims: [[UInt8]] = []
+        /// Interim responses taken for this response: at most ``maximumInterims``.
+        var interimCount = 0
         var sendingInterims = false
         var afterInterims: [CheckedContinuation<Void, Never>] = []
     }
@@ -190,15 +192,28 @@ public final class HTTPResponseWriter: Sendable {
     public func sendInterim(_ head: HTTPResponseHead) {
         guard request.minorVersion >= 1, (102...199).contains(head.status) else { return }
         let bytes = HTTPResponseHead(status: head.status, reason: head.reason, headers: head.headers.removingHopByHop()).encoded()
-        let start = state.withLock { state -> Bool in
-            guard !state.headSent else { return false }
+        enqueueInterim(bytes, counted: true)
+    }
+
+    /// The most interim responses one response passes on; an origin that sends more has the
+    /// rest dropped (memory stays bounded whatever it sends, and however slowly the client
+    /// reads).
+    static let maximumInterims = 8
+
+    /// Queues `bytes` to go out before the final head and starts the task that sends them;
+    /// false when the final head was already claimed (or, `counted`, the limit reached).
+    @discardableResult
+    private func enqueueInterim(_ bytes: [UInt8], counted: Bool) -> Bool {
+        let (queued, start) = state.withLock { state -> (Bool, Bool) in
+            guard !state.headSent, !counted || state.interimCount < Self.maximumInterims else { return (false, false) }
+            if counted { state.interimCount += 1 }
             state.interims.append(bytes)
-            guard !state.sendingInterims else { return false }
+            guard !state.sendingInterims else { return (true, false) }
             state.sendingInterims = true
-            return true
+            return (true, true)
         }
-        guard start else { return }
-        Task { await self.drainInterims() }
+        if start { Task { await self.drainInterims() } }
+        return queued
     }
 
     /// Sends the queued interim responses until none is left, then lets a final head go.
@@ -240,8 +255,9 @@ public final class HTTPResponseWriter: Sendable {
     /// `Expect: 100-continue` whose body the handler starts reading, unless a final answer
     /// already went out.
     func sendContinue() async throws {
-        let send = state.withLock { !$0.headSent }
-        if send { try await self.send(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8)) }
+        // Through the interim queue: never interleaved with an origin's interim response or
+        // the final head on the socket.
+        if enqueueInterim(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8), counted: false) { await waitForInterims() }
     }
 
     /// Sends a head still held for the first body bytes (a handler that wrote none).
