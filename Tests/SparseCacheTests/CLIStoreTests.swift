@@ -150,9 +150,10 @@ struct CLIStoreTests {
         let directory = scratch.path
         try await makeStore(directory, keys: ["a", "b"], length: Int64(2 * Self.segment))
         let gone = try await dataPath(directory, key: "b")
-        try FileManager.default.removeItem(atPath: gone)
-
+        // The owner opens first (its start-up removes an index without data), then the data
+        // file goes under it.
         let store = try await SparseStore.open(directory: directory, options: .testing(budget: 1 << 30, segmentSize: Self.segment))
+        try FileManager.default.removeItem(atPath: gone)
         let check = try await CLI.run(["verify", "--cache-dir", directory])
         #expect(check.status == 65, "\(check)")
         #expect(check.out.contains("in use by another process"), "\(check)")

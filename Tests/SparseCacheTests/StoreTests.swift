@@ -442,3 +442,25 @@ struct SmallMoveTests {
         #expect(report.isClean, "\(report)")
     }
 }
+
+extension StoreTests {
+    @Test("start-up removes an index whose data file is gone (a power cut can keep a new resource's index name and not its data file's), and the key works again")
+    func indexWithoutDataRemoved() async throws {
+        let directory = try TemporaryDirectory("index-without-data")
+        var store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 1 << 30))
+        try await fill(store, key: "k", length: 40_000)
+        let name = try #require(await store.entry(for: "k")?.name)
+        try await store.close()
+        let data = directory.path + "/resources/" + name
+        try FileManager.default.removeItem(atPath: data)
+        store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 1 << 30))
+        #expect(await store.entry(for: "k") == nil, "a resource without its data file is not a resource")
+        #expect(!FileManager.default.fileExists(atPath: data + ".scidx"), "its index was left behind")
+        #expect(store.startup.orphansRemoved == 1, "\(store.startup)")
+        try await fill(store, key: "k", length: 40_000)
+        try await access(store, key: "k", length: 40_000)
+        try await store.close()
+        let report = try await StoreVerifier.verify(directory: directory.path)
+        #expect(report.isClean, "\(report)")
+    }
+}

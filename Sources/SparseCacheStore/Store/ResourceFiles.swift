@@ -8,7 +8,9 @@ struct ResourceFiles {
     var resources: [String] = []
     /// Data files without an index: a creation or a removal cut short. They claim nothing.
     var dataWithoutIndex: [String] = []
-    /// Indexes without their data file (the store never makes one: damage, or a hand at work).
+    /// Indexes without their data file: a power cut after a creation that kept the index's name
+    /// and not the data file's (creation syncs no directory, and claims nothing), damage, or a
+    /// hand at work. Start-up removes them.
     var indexesWithoutData: [String] = []
     /// Index files of a creation that never reached its rename.
     var temporaryIndexes: [String] = []

@@ -199,6 +199,10 @@ public actor SparseStore {
         if removing {
             for name in files.temporaryIndexes { _ = remove(resources + "/" + name) }
             for name in files.dataWithoutIndex where remove(resources + "/" + name) { report.orphansRemoved += 1 }
+            // An index whose data file is gone names bytes nobody has: a power cut that kept a
+            // new resource's index name but not its data file's (creation syncs no directory;
+            // nothing was claimed then), or damage. It would block its name for ever.
+            for name in files.indexesWithoutData where remove(resources + "/" + name) { report.orphansRemoved += 1 }
         }
         for name in files.resources where !known.contains(name) {
             let path = resources + "/" + name
