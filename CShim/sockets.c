@@ -11,7 +11,9 @@
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -77,6 +79,15 @@ int sc_tcp_accept(int fd, char *peer, size_t peer_size) {
 
 ssize_t sc_send(int fd, const void *buffer, size_t count) {
     return send(fd, buffer, count, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+ssize_t sc_send2(int fd, const void *first, size_t first_count, const void *second, size_t second_count) {
+    struct iovec parts[2] = {{(void *)first, first_count}, {(void *)second, second_count}};
+    struct msghdr message;
+    memset(&message, 0, sizeof message);
+    message.msg_iov = parts;
+    message.msg_iovlen = 2;
+    return sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 ssize_t sc_recv(int fd, void *buffer, size_t count) {
@@ -173,4 +184,37 @@ int sc_signal_pipe(const int *signals, int count) {
     }
     pthread_sigmask(SIG_UNBLOCK, &mask, NULL);
     return read_end;
+}
+
+// MARK: - epoll for the reactor
+
+int sc_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
+
+int sc_epoll_watch(int epoll_fd, int fd, uint64_t token) {
+    struct epoll_event event;
+    memset(&event, 0, sizeof event);
+    event.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    event.data.u64 = token;
+    return epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event);
+}
+
+int sc_epoll_unwatch(int epoll_fd, int fd) {
+    struct epoll_event event;
+    memset(&event, 0, sizeof event);
+    return epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, &event);
+}
+
+int sc_epoll_wait(int epoll_fd, uint64_t *tokens, uint32_t *directions, int capacity, int timeout_ms) {
+    struct epoll_event events[64];
+    if (capacity > 64) capacity = 64;
+    int count = epoll_wait(epoll_fd, events, capacity, timeout_ms);
+    for (int index = 0; index < count; index++) {
+        uint32_t flags = events[index].events;
+        uint32_t direction = 0;
+        if (flags & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) direction |= SC_EPOLL_READABLE;
+        if (flags & (EPOLLOUT | EPOLLHUP | EPOLLERR)) direction |= SC_EPOLL_WRITABLE;
+        tokens[index] = events[index].data.u64;
+        directions[index] = direction;
+    }
+    return count;
 }

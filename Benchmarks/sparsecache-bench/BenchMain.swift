@@ -84,9 +84,9 @@ enum BenchMain {
             targets += result.targets
             notes += result.notes
         }
-        if !targets.isEmpty {
-            say("\n## targets (issue 4)\n")
-            say(Table.render(targets))
+        for issue in Set(targets.map(\.issue)).sorted() {
+            say(issue == 4 ? "\n## targets (issue 4)\n" : "\n## goals of issue \(issue)\n")
+            say(Table.render(targets.filter { $0.issue == issue }))
         }
         let seconds = Monotonic.seconds(since: started)
         say("\ntotal: \(Table.format(seconds)) s")

@@ -123,10 +123,16 @@ enum CooperativePoolScenario {
         let rawWorst = measurements[Load.rawReads.rawValue].max
         return ScenarioResult(
             measurements: measurements,
-            targets: [TargetCheck(
+            targets: [
+                TargetCheck(
                 name: "worst 1 ms ticker gap under slow I/O (median repetition, worst engine load)", target: "<= 10 ms",
                 measured: Table.format(typical) + " ms (any repetition: \(Table.format(worst)) ms; idle: \(Table.format(idleWorst)) ms; raw reads: \(Table.format(rawWorst)) ms)",
-                met: typical <= 10)],
+                met: typical <= 10),
+                TargetCheck(
+                    name: "worst cooperative-pool ticker gap under 64 slowed reads (median repetition, worst engine load)",
+                    target: "<= 10 ms", measured: Table.format(typical) + " ms (any repetition: \(Table.format(worst)) ms)",
+                    met: typical <= 10, issue: 18),
+            ],
             notes: notes)
     }
 

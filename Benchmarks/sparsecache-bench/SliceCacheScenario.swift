@@ -172,7 +172,45 @@ enum SliceCacheScenario {
             throw error
         }
         await ProxyScenario.shutdown(server, cache, store)
+        result.targets += goals(result.measurements)
         return result
+    }
+
+    /// Issue 18's goals, judged on the medians of this run: sparsecache against nginx's slice
+    /// cache (and nginx serving the file itself), each as sparsecache / nginx for a time or
+    /// origin bytes (lower is better) and for a rate (higher is better).
+    static func goals(_ rows: [Measurement]) -> [TargetCheck] {
+        func median(_ workloadPrefix: String, _ suffix: String, _ contender: String) -> Double? {
+            rows.first { $0.workload.hasPrefix(workloadPrefix) && $0.workload.hasSuffix(suffix) && $0.contender == contender }?.median
+        }
+        func ratio(_ workloadPrefix: String, _ suffix: String = "", to baseline: String = contenders[0]) -> Double? {
+            guard let ours = median(workloadPrefix, suffix, contenders[1]), let theirs = median(workloadPrefix, suffix, baseline), theirs > 0
+            else { return nil }
+            return ours / theirs
+        }
+        func check(_ name: String, _ value: Double?, atMost: Double? = nil, atLeast: Double? = nil, extra: String = "") -> TargetCheck {
+            let goal = atMost.map { "<= \(Table.format($0, decimals: 1))x" } ?? ">= \(Table.format(atLeast ?? 0, decimals: 1))x"
+            guard let value else { return TargetCheck(name: name, target: goal, measured: "not measured", met: false, issue: 18) }
+            let met = atMost.map { value <= $0 } ?? (value >= (atLeast ?? 0))
+            return TargetCheck(name: name, target: goal, measured: Table.format(value, decimals: 2) + "x" + extra, met: met, issue: 18)
+        }
+        let random = "wrk -t2 -c32, random cached 64 KiB ranges"
+        let fastDrop = "seek session, 7 x 4 MiB"
+        let clientMiB = 28.0
+        var checks = [
+            check("time to first byte, cold (sparsecache / nginx slice)", ratio("time to first byte, cold"), atMost: 1.0),
+            check("time to first byte, warm (sparsecache / nginx slice)", ratio("time to first byte, warm"), atMost: 1.0),
+            check("full download, cold (sparsecache / nginx slice)", ratio("full download", ", cold"), atLeast: 1.0),
+            check("full download, warm (sparsecache / nginx slice)", ratio("full download", ", warm"), atLeast: 1.0),
+            check("random cached 64 KiB req/s (sparsecache / nginx slice)", ratio(random), atLeast: 1.0),
+            check("random cached 64 KiB req/s (sparsecache / nginx serving the file)", ratio(random, to: "nginx serving the file (no cache)"), atLeast: 0.9),
+            check("fast-drop seek session, origin bytes (sparsecache / nginx slice)", ratio(fastDrop), atMost: 1.0),
+        ]
+        let dropped = median(fastDrop, "", contenders[1]).map { $0 / clientMiB }
+        checks.append(check("fast-drop seek session, origin bytes / bytes the client read", dropped, atMost: 1.3))
+        checks.append(check("paced player session, origin bytes (sparsecache / nginx slice)", ratio("player at 10 MiB/s"), atMost: 1.0))
+        checks.append(check("16-client herd, wall time (sparsecache / nginx slice)", ratio("16 clients, one cold file"), atMost: 1.0))
+        return checks
     }
 
     /// nginx with `proxy_cache` and `slice 1m` in front of `origin`.

@@ -110,10 +110,29 @@ int sc_tcp_accept(int fd, char *peer, size_t peer_size);
 /// send(2) without SIGPIPE and recv(2), both non-blocking.
 ssize_t sc_send(int fd, const void *buffer, size_t count);
 ssize_t sc_recv(int fd, void *buffer, size_t count);
+/// sendmsg(2) of two buffers in one call (a response head and its first body bytes, without
+/// copying them together), non-blocking and without SIGPIPE.
+ssize_t sc_send2(int fd, const void *first, size_t first_count, const void *second, size_t second_count);
 /// Whether an idle connection can carry another request: 1 when nothing is waiting to be read
 /// and the peer has not closed it, 0 otherwise (closed, reset, or unexpected bytes).
 int sc_tcp_idle_usable(int fd);
 int sc_shutdown_write(int fd);
+
+/// epoll(7) for the sockets' reactor: one edge-triggered registration per descriptor, for
+/// both directions. The token comes back with each event (the reactor's name for the
+/// descriptor; never a pointer, so an event that races a removal finds nothing).
+int sc_epoll_create(void);
+/// Adds `fd` for input and output, edge-triggered. 0, or -1 with errno.
+int sc_epoll_watch(int epoll_fd, int fd, uint64_t token);
+/// Removes `fd`. 0, or -1 with errno.
+int sc_epoll_unwatch(int epoll_fd, int fd);
+/// Readable when input, a hang-up or an error is reported; writable when output, a hang-up or
+/// an error is (the next call on the descriptor reports which).
+#define SC_EPOLL_READABLE 1
+#define SC_EPOLL_WRITABLE 2
+/// Waits up to `timeout_ms` (-1: no limit) for events: fills `tokens` and `directions`
+/// (SC_EPOLL_* bits) and returns how many, or -1 with errno (EINTR included).
+int sc_epoll_wait(int epoll_fd, uint64_t *tokens, uint32_t *directions, int capacity, int timeout_ms);
 
 /// One address of a host, as getaddrinfo(3) gives it.
 struct sc_address {

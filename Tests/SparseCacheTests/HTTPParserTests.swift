@@ -43,6 +43,30 @@ struct HTTPParserTests {
         #expect(head.target == "HTTP://o:81/m.mp4?x=1")
         #expect(!HTTPRequestParser.isAbsoluteHTTP(Array("https://o/m".utf8)))
         #expect(!HTTPRequestParser.isAbsoluteHTTP(Array("http://".utf8)))
+        // Checked without allocating, on any collection of bytes: case of the scheme, the byte
+        // after it, too short.
+        for (target, absolute) in [
+            ("http://o/", true), ("HtTp://o", true), ("http:///x", false), ("http:/", false), ("/http://o", false), ("", false),
+            ("httpx://o", false), ("http://o"[...], true),
+        ] as [(Substring, Bool)] {
+            #expect(HTTPRequestParser.isAbsoluteHTTP(target.utf8) == absolute, "\(target)")
+            #expect(HTTPRequestParser.isAbsoluteHTTP(Array(target.utf8)[...].dropFirst(0)) == absolute, "\(target)")
+        }
+    }
+
+    @Test("header fields are found by name in any case, whatever case the caller asks in (RFC 9110, section 5.1)")
+    func fieldNamesIgnoreCase() {
+        var headers = HTTPHeaders([("Content-Type", "video/mp4"), ("X-a", "1"), ("x-A", "2"), ("ETag", "\"e\"")])
+        #expect(headers["content-type"] == "video/mp4")
+        #expect(headers["CONTENT-TYPE"] == "video/mp4")
+        #expect(headers["Content-Typ"] == nil && headers["content-type2"] == nil)
+        #expect(headers.values("X-A") == ["1", "2"])
+        #expect(headers.contains("etag") && headers.contains("ETAG") && !headers.contains("tag"))
+        headers.remove("X-a")
+        #expect(headers.values("x-a").isEmpty && headers.count == 2)
+        // Not a letter: the 0x20 bit of '@' / '`' and '[' / '{' must not make them equal.
+        let odd = HTTPHeaders([("a@[", "v")])
+        #expect(odd["a`{"] == nil && odd["A@["] == "v")
     }
 
     @Test("malformed requests are refused with the right status", arguments: [

@@ -98,6 +98,14 @@ struct OriginPolicyTests {
         }
         #expect(check.refusal(for: request("http://evil.example/a", host: "evil.example")) == nil, "absolute form: a proxy client")
         #expect(check.refusal(for: request("/a", host: nil)) == nil, "no Host (HTTP/1.0)")
+        // The host part of a Host value, as compared (worked out on bytes, Unicode lower-casing
+        // only for what is not ASCII).
+        let bare: [(String, String)] = [
+            ("127.0.0.1:8080", "127.0.0.1"), ("LOCALHOST", "localhost"), ("[::1]:8080", "::1"), ("[::1]", "::1"), ("::1", "::1"),
+            ("Media.LAN.:80", "media.lan"), ("media.lan..", "media.lan"), ("a:b:c", "a:b:c"), ("", ""), (":8080", ""),
+            ("ÉVIL.example", "évil.example"), ("[fe80::1%eth0]:1", "fe80::1%eth0"),
+        ]
+        for (host, expected) in bare { #expect(HostCheck.bare(host) == expected, "\(host)") }
         #expect(!HostCheck(listenHost: "0.0.0.0", names: []).enforced)
         #expect(HostCheck(listenHost: "0.0.0.0", names: ["cache.lan"]).refusal(for: request("/a", host: "evil.example")) != nil)
     }

@@ -183,6 +183,44 @@ struct PlaylistRewriteTests {
         #expect(CachingProxy.playlistKind(contentType: nil, path: "/a/manifest.mpd") == .dash)
         #expect(CachingProxy.playlistKind(contentType: "video/mp2t", path: "/a/seg.m3u8") == nil, "a specific type wins")
         #expect(CachingProxy.playlistKind(contentType: "application/octet-stream", path: "/a/seg.ts") == nil)
+        // Parsed on bytes: spaces and tabs around the type, upper case, parameters.
+        #expect(CachingProxy.playlistKind(contentType: " \tApplication/DASH+XML ; charset=utf-8", path: "/x") == .dash)
+        #expect(CachingProxy.playlistKind(contentType: "Audio/MPEGURL", path: "/x") == .hls)
+        #expect(CachingProxy.playlistKind(contentType: "TEXT/PLAIN", path: "/A/INDEX.M3U8") == .hls)
+        #expect(CachingProxy.playlistKind(contentType: "", path: "/Live.M3U") == .hls)
+        #expect(CachingProxy.playlistKind(contentType: nil, path: "/a.MPD") == .dash)
+        #expect(CachingProxy.playlistKind(contentType: nil, path: "/mpd") == nil, "a name that is only the extension's letters")
+        #expect(CachingProxy.playlistKind(contentType: "application/dash+xml2", path: "/x.mpd") == nil)
+        #expect(CachingProxy.mediaType("  text/xml\t;q=1") == "text/xml")
+        #expect(CachingProxy.mediaType("\t ") == "")
+    }
+
+    @Test("Routes of request targets are remembered, but never one of a target naming a URL (a playlist may make its origin known later)")
+    func routesRemembered() throws {
+        let routes = ProxyRoutes()
+        var made = 0
+        let origin = try #require(URL(string: "http://user:secret@origin.test:8000/vod/a.bin"))
+        func make() -> Result<URL, CachingProxy.TargetProblem> {
+            made += 1
+            return .success(origin)
+        }
+        for _ in 0..<3 { _ = routes.route(for: "/vod/a.bin", make: make) }
+        #expect(made == 1, "a plain target was worked out \(made) times")
+        let route = try routes.route(for: "/vod/a.bin", make: make).get()
+        #expect(route.key == "http://origin.test:8000/vod/a.bin", "the key carries no credentials")
+        #expect(route.path == "/vod/a.bin" && route.url == origin)
+        let naming = "/s.ts?url=http%3A%2F%2Fother.test%2Fs.ts"
+        _ = routes.route(for: naming, make: make)
+        _ = routes.route(for: naming, make: make)
+        #expect(made == 3, "a target naming a URL was remembered")
+        var failures = 0
+        for _ in 0..<2 {
+            _ = routes.route(for: "bad") {
+                failures += 1
+                return .failure(CachingProxy.TargetProblem(message: "no"))
+            }
+        }
+        #expect(failures == 2, "a refusal was remembered")
     }
 
     @Test("Live HLS freshness: the heuristic is capped (half the target duration), explicit max-age is not")

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Foundation
 import Testing
 
 @testable import SparseCacheEngine
@@ -27,8 +28,8 @@ struct SocketTests {
         var sourcesGone = false
         let number = try descriptor.use { fd -> Int32 in
             client.close("cancelled")
-            // Both readiness sources are cancelled (on the sockets queue): before the fix this
-            // is when the number went back to the kernel, under the call's feet.
+            // The reactor's registration has ended: before the fix this is when the number went
+            // back to the kernel, under the call's feet.
             for _ in 0..<500 where !descriptor.sourcesCancelled { usleep(10_000) }
             sourcesGone = descriptor.sourcesCancelled
             #expect(fcntl(fd, F_GETFD) != -1, "the descriptor was closed while a call used it")
@@ -79,6 +80,89 @@ struct SocketTests {
             nextServer.close()
         }
         #expect(stolen == 0)
+    }
+}
+
+@Suite("Sockets: the reactor's edge-triggered waits", .timeLimit(.minutes(2)))
+struct SocketReactorTests {
+    @Test("an edge that came while nobody waited is kept: the next wait returns at once, and only that one")
+    func edgeKept() async throws {
+        let readiness = Readiness()
+        readiness.signal()
+        // Without the kept edge this waits for ever (the suite's time limit fails it).
+        try await readiness.wait()
+        // The edge was used up: a second wait suspends until the next signal.
+        let waited = Task { try await readiness.wait() }
+        try await Task.sleep(for: .milliseconds(50))
+        readiness.signal()
+        try await waited.value
+        readiness.close(SparseCacheError(.closed, operation: "test", detail: "closed"))
+        await #expect(throws: SparseCacheError.self) { try await readiness.wait() }
+        readiness.signal()
+        await #expect(throws: SparseCacheError.self, "a signal after the close does not reopen it") { try await readiness.wait() }
+    }
+
+    @Test("a close wakes the waiter with the reason; cancelling the waiting task wakes it with CancellationError")
+    func closeAndCancelWake() async throws {
+        let readiness = Readiness()
+        let waiting = Task { try await readiness.wait() }
+        try await Task.sleep(for: .milliseconds(20))
+        readiness.close(SparseCacheError(.closed, operation: "test", detail: "gone"))
+        await #expect(throws: SparseCacheError.self) { try await waiting.value }
+        let other = Readiness()
+        let cancelled = Task { try await other.wait() }
+        try await Task.sleep(for: .milliseconds(20))
+        cancelled.cancel()
+        await #expect(throws: CancellationError.self) { try await cancelled.value }
+    }
+
+    @Test("a head and a body sent together arrive whole and in order through a slow reader (partial sendmsg)")
+    func sendTwoBuffers() async throws {
+        let listener = try TCPListener(host: "127.0.0.1", port: 0)
+        defer { listener.close() }
+        let (client, server) = try await SocketTests.pair(listener)
+        defer {
+            client.close()
+            server.close()
+        }
+        // Bytes that depend on their position, so a lost, repeated or reordered piece shows.
+        let head = (0..<333).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+        let body = (0..<(6 << 20)).map { UInt8(truncatingIfNeeded: ($0 &* 2_654_435_761) >> 11) }
+        let sending = Task { try await server.send(head, body) }
+        var got: [UInt8] = []
+        got.reserveCapacity(head.count + body.count)
+        while got.count < head.count + body.count {
+            // Slow at first, so the sender's window fills and sendmsg sends part of a buffer.
+            if got.count < 1 << 20 { try await Task.sleep(for: .milliseconds(2)) }
+            let more = try await client.receive(maximum: 64 << 10)
+            if more.isEmpty { break }
+            got += more
+        }
+        try await sending.value
+        #expect(got.count == head.count + body.count)
+        #expect(got == head + body, "bytes out of order or lost")
+    }
+
+    @Test("descriptors go back to the kernel when connections close (no registration keeps one)")
+    func descriptorsReleased() async throws {
+        func openDescriptors() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0 }
+        let listener = try TCPListener(host: "127.0.0.1", port: 0)
+        defer { listener.close() }
+        // One round first: the reactor's own descriptor and thread exist from then on.
+        let (warmClient, warmServer) = try await SocketTests.pair(listener)
+        warmClient.close()
+        warmServer.close()
+        let before = openDescriptors()
+        for _ in 0..<200 {
+            let (client, server) = try await SocketTests.pair(listener)
+            try await client.send([1])
+            _ = try await server.receive(maximum: 1)
+            client.close()
+            server.close()
+        }
+        let after = openDescriptors()
+        // Other suites open files meanwhile; 400 sockets leaked would stand out.
+        #expect(after < before + 100, "\(after - before) more descriptors open after 200 closed connections")
     }
 }
 

@@ -14,15 +14,29 @@ extension CachingProxy {
     /// nothing more specific, the URL's extension (nginx and S3 often serve `.m3u8` as
     /// `application/octet-stream` or `text/plain`).
     static func playlistKind(contentType: String?, path: String) -> PlaylistKind? {
-        let type = (contentType ?? "").split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+        // On bytes, not Foundation's trimming and lowercasing: every cached answer asks.
+        let type = mediaType(contentType ?? "")
         if ["application/vnd.apple.mpegurl", "application/x-mpegurl", "audio/mpegurl", "audio/x-mpegurl"].contains(type) { return .hls }
         if type == "application/dash+xml" { return .dash }
         let generic = ["", "application/octet-stream", "text/plain", "binary/octet-stream", "application/xml", "text/xml"]
         guard generic.contains(type) else { return nil }
-        let name = path.lowercased()
-        if name.hasSuffix(".m3u8") || name.hasSuffix(".m3u") { return .hls }
-        if name.hasSuffix(".mpd") { return .dash }
+        if hasSuffixIgnoringCase(path, ".m3u8") || hasSuffixIgnoringCase(path, ".m3u") { return .hls }
+        if hasSuffixIgnoringCase(path, ".mpd") { return .dash }
         return nil
+    }
+
+    /// The media type of a `Content-Type` value: before any `;`, without surrounding spaces
+    /// and tabs, in ASCII lower case.
+    static func mediaType(_ value: String) -> String {
+        var bytes = value.utf8.prefix { $0 != UInt8(ascii: ";") }.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
+        while let last = bytes.last, last == 0x20 || last == 0x09 { bytes.removeLast() }
+        let start = bytes.firstIndex { $0 != 0x20 && $0 != 0x09 } ?? bytes.endIndex
+        return String(decoding: bytes[start...], as: UTF8.self)
+    }
+
+    private static func hasSuffixIgnoringCase(_ text: String, _ suffix: String) -> Bool {
+        let tail = text.utf8.suffix(suffix.utf8.count)
+        return tail.count == suffix.utf8.count && zip(tail, suffix.utf8).allSatisfy { ($0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0) == $1 }
     }
 
     /// The stored playlist of this exchange, read whole, or nil when the response is not one
@@ -33,7 +47,7 @@ extension CachingProxy {
         guard head.status == 200, reader.length <= Self.maximumPlaylist,
             let kind = Self.playlistKind(contentType: head.headers["content-type"], path: exchange.target),
             !HTTPRequestParser.isAbsoluteHTTP(exchange.request.target.utf8),
-            case .success(let url) = originURL(for: exchange.request.target)
+            case .success(let url) = route(for: exchange.request.target).map(\.url)
         else { return nil }
         if let known = exchange.playlist, known.reader == ObjectIdentifier(reader) { return known }
         let missing = try await reader.missingRanges(in: 0..<reader.length)
@@ -74,7 +88,7 @@ extension CachingProxy {
     /// the length is the new one, and ranges are not served (the whole playlist, 200; RFC 9110
     /// lets a server ignore Range). Conditionals are evaluated against the weak tag.
     func sendPlaylist(_ reader: CacheReader, head: StoredHead, age: Int64, _ exchange: Exchange) async throws -> Bool {
-        if !streaming.prefetcher.isEmpty, case .success(let url) = originURL(for: exchange.request.target) {
+        if !streaming.prefetcher.isEmpty, case .success(let url) = route(for: exchange.request.target).map(\.url) {
             streaming.prefetcher.requested(url, proxy: self, exchange: exchange)
         }
         guard let playlist = try await storedPlaylist(reader, head: head, exchange) else { return false }
@@ -157,7 +171,7 @@ extension CachingProxy {
     /// that a playlist served by this proxy named (see ``noteReferences(in:)``); nil for every other target,
     /// which maps onto the origin as before.
     func referencedURL(_ target: String) -> URL? {
-        guard target.contains("url="), let query = target.split(separator: "?", maxSplits: 1).dropFirst().first,
+        guard ProxyRoutes.mayChange(target), let query = target.split(separator: "?", maxSplits: 1).dropFirst().first,
             let parameter = query.split(separator: "&").first(where: { $0.hasPrefix("url=") }),
             let text = String(parameter.dropFirst(4)).removingPercentEncoding, let url = URL(string: text), url.host != nil,
             let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https"

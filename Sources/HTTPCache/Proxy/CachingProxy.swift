@@ -29,6 +29,8 @@ public final class CachingProxy: Sendable {
     /// The origin in reverse-proxy mode; nil for URL mode.
     public let origin: URL?
     private let sources = Mutex(SourceTable())
+    /// Origin URLs and cache keys of recent targets (``ProxyRoutes``).
+    private let routes = ProxyRoutes()
     /// Revalidations in flight, by cache key: concurrent clients of one stale response share one.
     let revalidations = RevalidationTable()
     /// In URL mode, the origins clients may have fetched (``OriginAddressPolicy``); nil in
@@ -77,14 +79,14 @@ public final class CachingProxy: Sendable {
             try await refuseConnect(response)
             return
         }
-        let url: URL
-        switch originURL(for: request.target) {
-        case .success(let found): url = found
+        let found: ProxyRoutes.Route
+        switch route(for: request.target) {
+        case .success(let route): found = route
         case .failure(let problem):
             try await response.respond(status: 400, message: problem.message)
             return
         }
-        let key = Self.cacheKey(url)
+        let url = found.url, key = found.key
         if request.method == "PURGE" {
             try await purge(key, request, response)
             return
@@ -107,7 +109,7 @@ public final class CachingProxy: Sendable {
         // answer (RFC 9110, section 15.2); never stored (RFC 9111, section 3).
         forwarding.interim = { [response] head in response.sendInterim(head) }
         let exchange = Exchange(
-            request: request, response: response, base: base, target: url.path, now: Int64(time(nil)), forwarding: forwarding)
+            request: request, response: response, base: base, target: found.path, now: Int64(time(nil)), forwarding: forwarding)
         defer { response.setCacheOutcome(exchange.status.outcome) }
         do {
             try await answer(exchange, key: key)
@@ -320,7 +322,7 @@ public final class CachingProxy: Sendable {
             status = 206
             range = single
             // The part's own Content-Range replaces any the stored 200 carried.
-            headers.removeAll { $0.0.lowercased() == "content-range" }
+            headers.removeAll { HTTPHeaderField(name: $0.0, value: "").hasName("content-range") }
             headers.append(("Content-Range", "bytes \(single.lowerBound)-\(single.upperBound - 1)/\(length)"))
         case .unsatisfiable:
             try await response.respond(
@@ -492,6 +494,11 @@ public final class CachingProxy: Sendable {
 
     struct TargetProblem: Error {
         var message: String
+    }
+
+    /// The origin URL of a request target with its cache key, remembered for the next request.
+    func route(for target: String) -> Result<ProxyRoutes.Route, TargetProblem> {
+        routes.route(for: target) { originURL(for: target) }
     }
 
     /// The origin URL a request target names.

@@ -156,10 +156,16 @@ public enum HTTPRequestParser {
     /// An absolute-form target (`http://host/path`), as clients send to a proxy they are
     /// configured to use: the scheme, case-insensitive, and a non-empty authority.
     package static func isAbsoluteHTTP(_ target: some Collection<UInt8>) -> Bool {
-        let scheme = Array("http://".utf8)
-        guard target.count > scheme.count else { return false }
-        let lowered = target.prefix(scheme.count).map { $0 >= 0x41 && $0 <= 0x5A ? $0 + 0x20 : $0 }
-        return lowered == scheme && target.dropFirst(scheme.count).first != UInt8(ascii: "/")
+        // Without allocating: every request's target is asked.
+        let scheme: StaticString = "http://"
+        var index = target.startIndex
+        for position in 0..<scheme.utf8CodeUnitCount {
+            guard index != target.endIndex else { return false }
+            let byte = target[index]
+            guard (byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte) == scheme.utf8Start[position] else { return false }
+            target.formIndex(after: &index)
+        }
+        return index != target.endIndex && target[index] != UInt8(ascii: "/")
     }
 
     private static func find(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {

@@ -23,15 +23,13 @@ public struct HTTPHeaders: Sendable, Equatable, RandomAccessCollection, Expressi
 
     /// The first value of the field `name`, or nil.
     public subscript(name: String) -> String? {
-        let lowered = name.lowercased()
-        return fields.first { $0.hasName(lowered) }?.value
+        fields.first { $0.hasName(name) }?.value
     }
 
     /// Every value of the field `name`, in the order sent. A value that is a comma-separated
     /// list is returned as one string; ``listElements(_:)`` splits them.
     public func values(_ name: String) -> [String] {
-        let lowered = name.lowercased()
-        return fields.filter { $0.hasName(lowered) }.map(\.value)
+        fields.filter { $0.hasName(name) }.map(\.value)
     }
 
     /// The elements of every list value of the field `name` (RFC 9110, section 5.6.1).
@@ -41,8 +39,7 @@ public struct HTTPHeaders: Sendable, Equatable, RandomAccessCollection, Expressi
 
     /// Whether a field `name` is present.
     public func contains(_ name: String) -> Bool {
-        let lowered = name.lowercased()
-        return fields.contains { $0.hasName(lowered) }
+        fields.contains { $0.hasName(name) }
     }
 
     /// Adds a field after the others.
@@ -52,7 +49,6 @@ public struct HTTPHeaders: Sendable, Equatable, RandomAccessCollection, Expressi
 
     /// Removes every field `name`.
     public mutating func remove(_ name: String) {
-        let lowered = name.lowercased()
-        fields.removeAll { $0.hasName(lowered) }
+        fields.removeAll { $0.hasName(name) }
     }
 }

@@ -1,5 +1,4 @@
 import CShim
-import Dispatch
 import SparseCacheEngine
 import Synchronization
 
@@ -7,109 +6,19 @@ import Synchronization
 import Glibc
 #endif
 
-/// Non-blocking TCP sockets whose waits are dispatch sources: a task that would block is
-/// suspended until the descriptor is ready, so no thread (least of all the cooperative pool)
-/// ever sleeps in a socket call.
-enum Sockets {
-    /// Every readiness handler runs here; each one only resumes a continuation.
-    static let queue = DispatchQueue(label: "sparsecache.sockets")
-}
+/// Non-blocking TCP sockets whose waits go through the ``SocketReactor``: a task that would
+/// block is suspended until the descriptor is ready, so no thread (least of all the
+/// cooperative pool) ever sleeps in a socket call.
+enum Sockets {}
 
-/// One direction of one descriptor: a dispatch source that is resumed only while a task waits
-/// for it and suspended again by its first event, so an idle socket costs no wake-ups.
-final class Readiness: Sendable {
-    private struct State {
-        var waiter: CheckedContinuation<Void, Error>?
-        var resumed = false
-        var closed: SparseCacheError?
-    }
-
-    /// Dispatch sources are thread-safe objects that Dispatch does not mark `Sendable`; every
-    /// suspend, resume and cancel below also runs under `state`'s lock, paired with the state
-    /// it follows.
-    private nonisolated(unsafe) let source: any DispatchSourceProtocol
-    private let state = Mutex(State())
-
-    private init(fd: Int32, writing: Bool) {
-        let source: any DispatchSourceProtocol =
-            writing
-            ? DispatchSource.makeWriteSource(fileDescriptor: fd, queue: Sockets.queue)
-            : DispatchSource.makeReadSource(fileDescriptor: fd, queue: Sockets.queue)
-        self.source = source
-    }
-
-    /// Made in a nonisolated static function: the handlers are `@Sendable` closures that never
-    /// inherit an actor's isolation (which libdispatch on Linux traps on).
-    static func make(fd: Int32, writing: Bool, cancelled: @escaping @Sendable () -> Void) -> Readiness {
-        let readiness = Readiness(fd: fd, writing: writing)
-        readiness.source.setEventHandler(handler: { @Sendable in readiness.fire() })
-        readiness.source.setCancelHandler(handler: { @Sendable in cancelled() })
-        return readiness
-    }
-
-    private func fire() {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Error>? in
-            if state.resumed, state.closed == nil {
-                source.suspend()
-                state.resumed = false
-            }
-            defer { state.waiter = nil }
-            return state.waiter
-        }
-        waiter?.resume()
-    }
-
-    /// Returns when the descriptor is ready; throws when it is closed or the task cancelled.
-    /// One waiter at a time per direction (each connection has one task).
-    func wait() async throws {
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
-                let refusal = state.withLock { state -> Error? in
-                    if let closed = state.closed { return closed }
-                    if Task.isCancelled { return CancellationError() }
-                    state.waiter = continuation
-                    if !state.resumed {
-                        state.resumed = true
-                        source.resume()
-                    }
-                    return nil
-                }
-                if let refusal { continuation.resume(throwing: refusal) }
-            }
-        } onCancel: {
-            state.withLock { state in
-                defer { state.waiter = nil }
-                return state.waiter
-            }?.resume(throwing: CancellationError())
-        }
-    }
-
-    /// Fails the waiter (and every later wait) with `reason` and cancels the source.
-    func close(_ reason: SparseCacheError) {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Error>? in
-            guard state.closed == nil else { return nil }
-            state.closed = reason
-            source.cancel()
-            // A suspended source never runs its cancel handler.
-            if !state.resumed {
-                state.resumed = true
-                source.resume()
-            }
-            defer { state.waiter = nil }
-            return state.waiter
-        }
-        waiter?.resume(throwing: reason)
-    }
-}
-
-/// A descriptor shared by two readiness sources and the calls in progress on it.
+/// A descriptor shared by its reactor registration and the calls in progress on it.
 ///
-/// Its number goes back to the kernel only once every source is cancelled *and* no call uses
+/// Its number goes back to the kernel only once the registration has ended *and* no call uses
 /// it. Closed earlier, the kernel hands the number to the next socket or file opened, and a call
 /// still running on the old connection (a `recv` loop gathering bytes, a `send`, an `accept`)
 /// would take or write that other connection's bytes: a cancel comes from any thread (a
 /// fetch yielding its place, a client leaving) while the connection's own task is in a call.
-/// Libdispatch must not watch a reused number either, hence the sources.
+/// The reactor must not watch a reused number either, hence the registration.
 final class SocketDescriptor: Sendable {
     private struct State {
         var sourcesLeft: Int
@@ -138,7 +47,7 @@ final class SocketDescriptor: Sendable {
         return try call(fd)
     }
 
-    /// Whether both readiness sources are gone (for tests).
+    /// Whether the reactor registration has ended (for tests).
     var sourcesCancelled: Bool { state.withLock { $0.sourcesLeft == 0 } }
 
     func sourceCancelled() {
@@ -169,7 +78,8 @@ final class SocketDescriptor: Sendable {
 final class TCPListener: Sendable {
     let port: Int
     private let descriptor: SocketDescriptor
-    private let readable: Readiness
+    private let watch: SocketWatch
+    private var readable: Readiness { watch.readable }
 
     /// Listens on a numeric address (`127.0.0.1`, `::1`, `0.0.0.0`); port 0 picks a free one.
     init(host: String, port: Int, backlog: Int = 511) throws {
@@ -183,7 +93,7 @@ final class TCPListener: Sendable {
         let descriptor = SocketDescriptor(fd: fd, sources: 1)
         self.descriptor = descriptor
         self.port = bound
-        readable = Readiness.make(fd: fd, writing: false, cancelled: { @Sendable in descriptor.sourceCancelled() })
+        watch = SocketWatch(fd: fd, cancelled: { @Sendable in descriptor.sourceCancelled() })
     }
 
     /// The next client. Throws `.closed` once the listener is closed.
@@ -216,7 +126,7 @@ final class TCPListener: Sendable {
     }
 
     func close() {
-        readable.close(SparseCacheError(.closed, operation: "accept", path: "port \(port)", detail: "the listener is closed"))
+        watch.close(SparseCacheError(.closed, operation: "accept", path: "port \(port)", detail: "the listener is closed"))
     }
 }
 
@@ -225,15 +135,15 @@ final class TCPConnection: Sendable {
     /// The client's address, `host:port`.
     let peer: String
     let descriptor: SocketDescriptor
-    private let readable: Readiness
-    private let writable: Readiness
+    private let watch: SocketWatch
+    private var readable: Readiness { watch.readable }
+    private var writable: Readiness { watch.writable }
 
     init(fd: Int32, peer: String) {
         self.peer = peer
-        let descriptor = SocketDescriptor(fd: fd, sources: 2)
+        let descriptor = SocketDescriptor(fd: fd, sources: 1)
         self.descriptor = descriptor
-        readable = Readiness.make(fd: fd, writing: false, cancelled: { @Sendable in descriptor.sourceCancelled() })
-        writable = Readiness.make(fd: fd, writing: true, cancelled: { @Sendable in descriptor.sourceCancelled() })
+        watch = SocketWatch(fd: fd, cancelled: { @Sendable in descriptor.sourceCancelled() })
     }
 
     /// Up to `maximum` bytes, as soon as any arrive; empty at the end of the stream.
@@ -340,14 +250,36 @@ final class TCPConnection: Sendable {
             detail: refusal == ECONNREFUSED ? "connection refused" : nil)
     }
 
-    /// All of `bytes`, waiting while the client's window is full. `progress` is called after
-    /// every partial send (the idle watchdog counts it as activity).
-    func send(_ bytes: [UInt8], progress: () -> Void = {}) async throws {
-        var sent = 0
-        while sent < bytes.count {
+    /// All of `bytes` from `start` on, waiting while the client's window is full. `progress`
+    /// is called after every partial send (the idle watchdog counts it as activity).
+    func send(_ bytes: [UInt8], from start: Int = 0, progress: () -> Void = {}) async throws {
+        try await sendAll(bytes.count, from: start, progress: progress) { fd, offset in
+            bytes.withUnsafeBytes { sc_send(fd, $0.baseAddress! + offset, $0.count - offset) }
+        }
+    }
+
+    /// `first` then `second`, as ``send(_:from:progress:)`` would send them joined, without
+    /// joining them: one `sendmsg` of both while the window takes them.
+    func send(_ first: [UInt8], _ second: [UInt8], progress: () -> Void = {}) async throws {
+        try await sendAll(first.count + second.count, from: 0, progress: progress) { fd, offset in
+            first.withUnsafeBytes { head in
+                second.withUnsafeBytes { body in
+                    offset < head.count
+                        ? sc_send2(fd, head.baseAddress! + offset, head.count - offset, body.baseAddress, body.count)
+                        : sc_send(fd, body.baseAddress! + (offset - head.count), body.count - (offset - head.count))
+                }
+            }
+        }
+    }
+
+    /// The send loop: `call` sends what is left from an offset and returns what send(2) did;
+    /// waits while the window is full.
+    private func sendAll(_ total: Int, from start: Int, progress: () -> Void, _ call: (Int32, Int) -> Int) async throws {
+        var sent = start
+        while sent < total {
             let offset = sent
             let result = descriptor.use { fd -> (count: Int, errno: Int32) in
-                let count = bytes.withUnsafeBytes { sc_send(fd, $0.baseAddress! + offset, $0.count - offset) }
+                let count = call(fd, offset)
                 return (count, count > 0 ? 0 : errno)
             }
             guard let result else { throw try await closed("send") }
@@ -376,10 +308,9 @@ final class TCPConnection: Sendable {
     /// The pending error of a connect in progress (0: connected).
     fileprivate var socketError: Int32 { descriptor.use { sc_socket_error($0) } ?? EBADF }
 
-    /// Fails every wait with `reason` and closes the socket once libdispatch lets go of it.
+    /// Fails every wait with `reason` and closes the socket once no call uses it.
     func close(_ reason: String = "the connection is closed") {
         let error = SparseCacheError(.closed, operation: "connection", path: peer, detail: reason)
-        readable.close(error)
-        writable.close(error)
+        watch.close(error)
     }
 }

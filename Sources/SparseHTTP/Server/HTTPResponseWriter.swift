@@ -162,7 +162,10 @@ public final class HTTPResponseWriter: Sendable {
         if isHead || bytes.isEmpty && head == nil { return }
         let framed = chunked ? ChunkedEncoder.chunk(bytes) : bytes
         if let head {
-            try await send(head + framed)
+            // Two buffers in one sendmsg: joining them copied every small cached answer once more.
+            activity(true)
+            defer { activity(false) }
+            try await connection.send(head, framed) { self.activity(true) }
         } else {
             try await send(framed)
         }

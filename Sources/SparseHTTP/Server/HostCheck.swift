@@ -16,6 +16,8 @@ package struct HostCheck: Sendable {
     /// Names (lowercased, without port) answered besides loopback and the listen address.
     package let names: Set<String>
     let listenHost: String
+    /// `bare(listenHost)`, worked out once: every request compares with it.
+    private let bareListenHost: String
     /// Whether a request's Host is checked at all.
     package let enforced: Bool
 
@@ -24,6 +26,7 @@ package struct HostCheck: Sendable {
     ///   - names: `--server-name` values.
     package init(listenHost: String, names: [String]) {
         self.listenHost = listenHost.lowercased()
+        bareListenHost = Self.bare(listenHost)
         self.names = Set(names.map { Self.bare($0) })
         enforced = Self.isLoopback(listenHost) || !names.isEmpty
     }
@@ -32,13 +35,27 @@ package struct HostCheck: Sendable {
     package func refusal(for request: HTTPRequestHead) -> String? {
         guard enforced, request.target.hasPrefix("/"), let host = request.header("host") else { return nil }
         let name = Self.bare(host)
-        if Self.isLoopback(name) || name == Self.bare(listenHost) || names.contains(name) { return nil }
+        if Self.isLoopback(name) || name == bareListenHost || names.contains(name) { return nil }
         return "misdirected request: this server does not answer for the host in the Host field "
             + "(a loopback address, the listen address or a name given with serve --server-name)"
     }
 
     /// The host of a Host value or name: lowercased, without port, brackets or a final dot.
     static func bare(_ text: String) -> String {
+        // On bytes: every request's Host comes here. ASCII only; anything else (not a valid
+        // Host anyway) takes Unicode lower-casing.
+        guard text.utf8.allSatisfy({ $0 < 0x80 }) else { return bareUnicode(text) }
+        var host = text.utf8.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }[...]
+        if host.first == UInt8(ascii: "[") {
+            host = host.dropFirst().prefix { $0 != UInt8(ascii: "]") }
+        } else if let colon = host.lastIndex(of: UInt8(ascii: ":")), host.firstIndex(of: UInt8(ascii: ":")) == colon {
+            host = host[..<colon]
+        }
+        while host.last == UInt8(ascii: ".") { host = host.dropLast() }
+        return String(decoding: host, as: UTF8.self)
+    }
+
+    private static func bareUnicode(_ text: String) -> String {
         var host = Substring(text.lowercased())
         if host.hasPrefix("[") {
             host = host.dropFirst().prefix { $0 != "]" }

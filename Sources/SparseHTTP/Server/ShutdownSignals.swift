@@ -11,7 +11,7 @@ import Glibc
 /// dispatch signal source needs the signal blocked in every thread to see it; a handler does
 /// not.)
 public enum ShutdownSignals {
-    private static let pipe = Mutex<(fd: Int32, readable: Readiness?)>((-1, nil))
+    private static let pipe = Mutex<(fd: Int32, watch: SocketWatch?)>((-1, nil))
 
     /// From now on SIGINT and SIGTERM (and SIGHUP with `hangup`) no longer end the process;
     /// ``next()`` returns them. The first call decides which signals are caught.
@@ -35,13 +35,13 @@ public enum ShutdownSignals {
 
     private static func installed(hangup: Bool = false) throws -> (Int32, Readiness) {
         try pipe.withLock { pipe -> (Int32, Readiness) in
-            if let readable = pipe.readable { return (pipe.fd, readable) }
+            if let watch = pipe.watch { return (pipe.fd, watch.readable) }
             let signals: [Int32] = hangup ? [SIGINT, SIGTERM, SIGHUP] : [SIGINT, SIGTERM]
             let fd = sc_signal_pipe(signals, Int32(signals.count))
             guard fd >= 0 else { throw SparseCacheError(.io, operation: "install signal handlers", errno: errno) }
-            let readable = Readiness.make(fd: fd, writing: false, cancelled: {})
-            pipe = (fd, readable)
-            return (fd, readable)
+            let watch = SocketWatch(fd: fd, cancelled: {})
+            pipe = (fd, watch)
+            return (fd, watch.readable)
         }
     }
 }

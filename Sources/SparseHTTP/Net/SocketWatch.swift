@@ -1,0 +1,45 @@
+import CShim
+import SparseCacheEngine
+import Synchronization
+
+/// One descriptor registered with the ``SocketReactor``: the waits of its two directions and
+/// the registration, which ends (and `cancelled` runs, so the number may be closed) at
+/// ``close(_:)``.
+final class SocketWatch: Sendable {
+    let readable = Readiness()
+    let writable = Readiness()
+    private let fd: Int32
+    /// The reactor's token; 0 when the registration was refused.
+    private let token = Atomic<UInt64>(0)
+    private let closed = Atomic<Bool>(false)
+    private let cancelled: @Sendable () -> Void
+
+    /// Registers `fd`. A refused registration fails every wait with the reason (the connection
+    /// then closes as if reset).
+    init(fd: Int32, cancelled: @escaping @Sendable () -> Void) {
+        self.fd = fd
+        self.cancelled = cancelled
+        switch SocketReactor.shared.add(self, fd: fd) {
+        case .success(let registered): token.store(registered, ordering: .releasing)
+        case .failure(let error):
+            readable.close(error)
+            writable.close(error)
+        }
+    }
+
+    /// Called by the reactor's thread with `SC_EPOLL_*` bits.
+    func signal(_ direction: UInt32) {
+        if direction & UInt32(SC_EPOLL_READABLE) != 0 { readable.signal() }
+        if direction & UInt32(SC_EPOLL_WRITABLE) != 0 { writable.signal() }
+    }
+
+    /// Fails every wait with `reason`, leaves the reactor, then runs `cancelled` (once).
+    func close(_ reason: SparseCacheError) {
+        readable.close(reason)
+        writable.close(reason)
+        guard closed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
+        let registered = token.load(ordering: .acquiring)
+        if registered != 0 { SocketReactor.shared.remove(token: registered, fd: fd) }
+        cancelled()
+    }
+}
