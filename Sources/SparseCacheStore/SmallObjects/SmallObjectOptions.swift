@@ -10,6 +10,9 @@ public struct SmallObjectOptions: Sendable {
     public var groupCommitDelay: Duration = .milliseconds(2)
     /// A sealed file whose live records fill less than this fraction of it is compacted.
     public var compactBelow = 0.5
+    /// Whether open reads hint files and sealed logs get one (``SmallObjectHint``). Off: every
+    /// open reads every log whole, as before hints existed (the benchmark's baseline).
+    package var useHints = true
 
     public init() {}
 }

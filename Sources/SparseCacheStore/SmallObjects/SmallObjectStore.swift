@@ -161,7 +161,8 @@ public actor SmallObjectStore {
     public static func open(directory: String, options: SmallObjectOptions = SmallObjectOptions()) async throws -> SmallObjectStore {
         let io = BlockingExecutor(label: "sparsecache.smallobjects")
         let maximumFileSize = min(options.maximumFileSize, maximumLogSize)
-        let opened = try await io.run { try openBlocking(directory: directory, maximumFileSize: maximumFileSize) }
+        let useHints = options.useHints
+        let opened = try await io.run { try openBlocking(directory: directory, maximumFileSize: maximumFileSize, useHints: useHints) }
         let store = SmallObjectStore(
             directory: directory, options: options, io: io, report: opened.report, active: opened.active,
             nextSequence: opened.nextSequence)
@@ -189,7 +190,7 @@ public actor SmallObjectStore {
         diskCounter.withLock { $0 = opened.sizes.values.reduce(0, +) }
     }
 
-    private static func openBlocking(directory: String, maximumFileSize: Int64) throws -> Opened {
+    private static func openBlocking(directory: String, maximumFileSize: Int64, useHints: Bool) throws -> Opened {
         try FileSystem.createDirectory(directory)
         var opened = Opened()
         let names = try FileSystem.listDirectory(directory)
@@ -202,7 +203,7 @@ public actor SmallObjectStore {
             let size = try descriptor.status().size
             var scan: SmallObjectLogScan
             var hinted = false
-            if let header = try? descriptor.read(fromAbsoluteOffset: 0, count: SmallObjectFormat.headerSize),
+            if useHints, let header = try? descriptor.read(fromAbsoluteOffset: 0, count: SmallObjectFormat.headerSize),
                 case .success(let found) = SmallObjectFormat.decodeFileHeader(header), found.id == id,
                 let fromHint = SmallObjectHint.load(directory: directory, id: id, salt: found.salt, size: size)
             {
@@ -240,7 +241,7 @@ public actor SmallObjectStore {
             opened.replay.add(scan)
             if id == ids.last {
                 newest = (scan, hinted)
-            } else if !hinted {
+            } else if !hinted, useHints {
                 // Sealed and scanned whole: the next open reads its hint instead.
                 changedDirectory = writeHint(scan, directory: directory, report: &opened.report) || changedDirectory
             }
@@ -256,7 +257,7 @@ public actor SmallObjectStore {
         {
             opened.active = last.id
         } else {
-            if let newest, !newest.hinted, opened.logs.last?.id == newest.scan.id {
+            if useHints, let newest, !newest.hinted, opened.logs.last?.id == newest.scan.id {
                 changedDirectory = writeHint(newest.scan, directory: directory, report: &opened.report) || changedDirectory
             }
             let id = (opened.logs.last?.id ?? 0) + 1
