@@ -107,4 +107,25 @@ extension SmallObjectStore {
         }
         return (checks, scans)
     }
+
+    /// The live objects now, shared copy-on-write with the store (no copy unless the store
+    /// changes while it is held): a listing made entry by entry outside the actor.
+    public struct EntrySnapshot: Sendable, Sequence {
+        let index: [String: Location]
+
+        public var count: Int { index.count }
+
+        public func makeIterator() -> Iterator { Iterator(base: index.makeIterator()) }
+
+        public struct Iterator: IteratorProtocol {
+            var base: Dictionary<String, Location>.Iterator
+
+            public mutating func next() -> StoreEntry? {
+                base.next().map { SmallObjectStore.entry(key: $0.key, location: $0.value) }
+            }
+        }
+    }
+
+    /// See ``EntrySnapshot``.
+    public func entrySnapshot() -> EntrySnapshot { EntrySnapshot(index: index) }
 }
