@@ -258,4 +258,44 @@ struct SmallObjectHintTests {
         #expect(MemoryLayout<SmallObjectStore.Location>.size == 32)
         #expect(MemoryLayout<SmallObjectStore.Location>.stride == 32)
     }
+
+    /// Descriptors of this process open on a log file of `directory`.
+    static func openLogs(_ directory: String) -> Int {
+        let links = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        return links.filter { fd in
+            let target = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + fd)) ?? ""
+            return target.hasPrefix(directory + "/") && target.hasSuffix(".sco")
+        }.count
+    }
+
+    @Test("log descriptors stay within maximumOpenLogs: reading every log in turn closes the least recently used and reopens on demand")
+    func logDescriptorsBounded() async throws {
+        let seed = testSeed(2106)
+        var random = SplitMix64(seed: seed)
+        let directory = try TemporaryDirectory("hint-descriptors")
+        defer { directory.remove() }
+        var options = Self.options
+        options.maximumFileSize = 16 * 1024
+        options.maximumOpenLogs = 2
+        var store = try await SmallObjectStore.open(directory: directory.path, options: options)
+        var bodies: [String: [UInt8]] = [:]
+        for index in 0..<40 {
+            let key = "k\(index)"
+            bodies[key] = SmallObjectStoreTests.body(key, count: 3000)
+            try await store.put(key: key, metadata: ResourceMetadata(), body: bodies[key]!)
+            #expect(store.openLogDescriptors <= 2)
+        }
+        await store.close()
+        #expect(Self.openLogs(directory.path) == 0, "a closed store holds no log")
+        #expect(try Self.files(directory.path, ".sco").count >= 8)
+
+        store = try await SmallObjectStore.open(directory: directory.path, options: options)
+        for key in bodies.keys.sorted().shuffled(using: &random) {
+            let object = try await store.object(for: key)
+            #expect(object?.body == bodies[key], "seed \(seed): \(key)")
+            #expect(store.openLogDescriptors <= 2 && Self.openLogs(directory.path) <= 2, "seed \(seed): \(Self.openLogs(directory.path)) logs open")
+        }
+        #expect(store.descriptors.opens > 2, "the evicted descriptors were opened again")
+        await store.close()
+    }
 }

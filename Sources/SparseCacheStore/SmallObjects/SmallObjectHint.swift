@@ -192,8 +192,9 @@ enum SmallObjectHint {
     /// Reads a sealed log whole (it is never appended to again), scans it and writes its hint.
     /// For a log just sealed: run off the actor, never on the cooperative pool.
     static func make(for log: SmallObjectLog, directory: String) throws {
-        let size = try log.descriptor.status().size
-        let bytes = try log.descriptor.read(fromAbsoluteOffset: 0, count: Int(size))
+        let file = try log.file()
+        let size = try file.descriptor.status().size
+        let bytes = try file.descriptor.read(fromAbsoluteOffset: 0, count: Int(size))
         guard case .success(let scan) = SmallObjectLogScan.scan(bytes), scan.id == log.id, scan.salt == log.salt else { return }
         try write(scan, size: size, directory: directory, syncDirectory: true)
     }

@@ -72,7 +72,8 @@ extension SmallObjectStore {
             let id = nextFileID
             nextFileID += 1
             let directory = self.directory
-            let log = try await io.run { try SmallObjectStore.createLog(directory: directory, id: id) }
+            let descriptors = self.descriptors
+            let log = try await io.run { try SmallObjectStore.createLog(directory: directory, id: id, descriptors: descriptors) }
             logs[id] = log
             fileSizes[id] = header
             diskCounter.withLock { $0 += header }
@@ -113,8 +114,11 @@ extension SmallObjectStore {
         }
         do {
             try await io.run {
-                try log.descriptor.write(toAbsoluteOffset: start, data)
-                try log.descriptor.dataSync()
+                // One descriptor for the write and its sync: an eviction meanwhile cannot close
+                // it between them (the sync must see the write's errors).
+                let file = try log.file()
+                try file.descriptor.write(toAbsoluteOffset: start, data)
+                try file.descriptor.dataSync()
             }
         } catch {
             failedFiles.insert(log.id)

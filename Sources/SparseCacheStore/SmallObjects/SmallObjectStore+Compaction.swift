@@ -80,7 +80,7 @@ extension SmallObjectStore {
         }
         guard let log = logs[id] else { return }
         let size = fileSizes[id] ?? 0
-        let bytes = try await io.run { try log.descriptor.read(fromAbsoluteOffset: 0, count: Int(size)) }
+        let bytes = try await io.run { try log.file().descriptor.read(fromAbsoluteOffset: 0, count: Int(size)) }
         // Re-read after the await: the index may have changed meanwhile.
         var copies: [PendingRecord] = []
         for (key, location) in index where location.file == id {
@@ -125,6 +125,7 @@ extension SmallObjectStore {
         guard logs[id] != nil else { return }
         let removedSize = fileSizes[id] ?? size
         logs[id] = nil
+        descriptors.forget(id)
         fileSizes[id] = nil
         liveBytes[id] = nil
         tombstones[id] = nil

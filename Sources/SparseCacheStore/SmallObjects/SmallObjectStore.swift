@@ -30,6 +30,8 @@ public actor SmallObjectStore {
     nonisolated let io: BlockingExecutor
     /// Reads that miss the page cache, so they never wait behind a sync.
     nonisolated let readIO: BlockingExecutor
+    /// The logs' open descriptors: at most ``SmallObjectOptions/maximumOpenLogs`` held.
+    nonisolated let descriptors: SmallObjectLogDescriptors
 
     /// Where a key's live record is: 32 bytes (with the key's 16, a dictionary slot of 48).
     /// The offset fits 32 bits because no log grows past ``maximumLogSize``.
@@ -139,8 +141,12 @@ public actor SmallObjectStore {
     /// Disk bytes of every log file now.
     public nonisolated var diskBytes: Int64 { diskCounter.withLock { $0 } }
 
-    init(directory: String, options: SmallObjectOptions, io: BlockingExecutor, report: OpenReport, active: UInt32, nextSequence: UInt64) {
+    init(
+        directory: String, options: SmallObjectOptions, io: BlockingExecutor, descriptors: SmallObjectLogDescriptors, report: OpenReport,
+        active: UInt32, nextSequence: UInt64
+    ) {
         self.directory = directory
+        self.descriptors = descriptors
         self.options = options
         self.io = io
         self.readIO = BlockingExecutor(label: "sparsecache.smallobjects.read")
@@ -162,9 +168,12 @@ public actor SmallObjectStore {
         let io = BlockingExecutor(label: "sparsecache.smallobjects")
         let maximumFileSize = min(options.maximumFileSize, maximumLogSize)
         let useHints = options.useHints
-        let opened = try await io.run { try openBlocking(directory: directory, maximumFileSize: maximumFileSize, useHints: useHints) }
+        let descriptors = SmallObjectLogDescriptors(limit: options.maximumOpenLogs)
+        let opened = try await io.run {
+            try openBlocking(directory: directory, maximumFileSize: maximumFileSize, useHints: useHints, descriptors: descriptors)
+        }
         let store = SmallObjectStore(
-            directory: directory, options: options, io: io, report: opened.report, active: opened.active,
+            directory: directory, options: options, io: io, descriptors: descriptors, report: opened.report, active: opened.active,
             nextSequence: opened.nextSequence)
         await store.install(opened)
         return store
@@ -190,7 +199,9 @@ public actor SmallObjectStore {
         diskCounter.withLock { $0 = opened.sizes.values.reduce(0, +) }
     }
 
-    private static func openBlocking(directory: String, maximumFileSize: Int64, useHints: Bool) throws -> Opened {
+    private static func openBlocking(
+        directory: String, maximumFileSize: Int64, useHints: Bool, descriptors: SmallObjectLogDescriptors
+    ) throws -> Opened {
         try FileSystem.createDirectory(directory)
         var opened = Opened()
         let names = try FileSystem.listDirectory(directory)
@@ -199,7 +210,10 @@ public actor SmallObjectStore {
         var newest: (scan: SmallObjectLogScan, hinted: Bool)?
         for id in ids {
             let path = directory + "/" + SmallObjectFormat.fileName(id: id)
+            // Held only while open reads it: afterwards the log's descriptor comes from
+            // `descriptors`, on demand.
             let descriptor = try FileDescriptor.open(path, access: .readWrite)
+            defer { descriptor.close() }
             let size = try descriptor.status().size
             var scan: SmallObjectLogScan
             var hinted = false
@@ -215,7 +229,6 @@ public actor SmallObjectStore {
                 guard case .success(let found) = SmallObjectLogScan.scan(bytes), found.id == id else {
                     // No record of it can be checked without its header: its objects are lost to
                     // the cache (fetched again), and the file goes (its hint first).
-                    descriptor.close()
                     try SmallObjectHint.remove(directory: directory, id: id)
                     try FileSystem.unlink(path)
                     changedDirectory = true
@@ -235,7 +248,7 @@ public actor SmallObjectStore {
                 }
             }
             opened.report.damagedBytes += scan.damagedBytes
-            opened.logs.append(SmallObjectLog(id: id, salt: scan.salt, path: path, descriptor: descriptor))
+            opened.logs.append(SmallObjectLog(id: id, salt: scan.salt, path: path, descriptors: descriptors))
             opened.sizes[id] = scan.size
             opened.report.files += 1
             opened.replay.add(scan)
@@ -261,7 +274,7 @@ public actor SmallObjectStore {
                 changedDirectory = writeHint(newest.scan, directory: directory, report: &opened.report) || changedDirectory
             }
             let id = (opened.logs.last?.id ?? 0) + 1
-            let log = try createLog(directory: directory, id: id)
+            let log = try createLog(directory: directory, id: id, descriptors: descriptors)
             opened.logs.append(log)
             opened.sizes[id] = Int64(SmallObjectFormat.headerSize)
             opened.active = id
@@ -297,7 +310,7 @@ public actor SmallObjectStore {
 
     /// Creates log file `id`: header written and synced, then the directory synced, so no
     /// record is ever acknowledged in a file whose name could vanish.
-    static func createLog(directory: String, id: UInt32) throws -> SmallObjectLog {
+    static func createLog(directory: String, id: UInt32, descriptors: SmallObjectLogDescriptors) throws -> SmallObjectLog {
         let path = directory + "/" + SmallObjectFormat.fileName(id: id)
         if try FileSystem.exists(path) { try FileSystem.unlink(path) }
         // A hint left under this id describes another log (its salt differs, so it would be
@@ -314,7 +327,9 @@ public actor SmallObjectStore {
             try? FileSystem.unlink(path)
             throw error
         }
-        return SmallObjectLog(id: id, salt: salt, path: path, descriptor: descriptor)
+        // The header is durable: appends open the file again through `descriptors`.
+        descriptor.close()
+        return SmallObjectLog(id: id, salt: salt, path: path, descriptors: descriptors)
     }
 
     // MARK: Reading
@@ -428,6 +443,10 @@ public actor SmallObjectStore {
         }
     }
 
+    /// Log descriptors held now (at most ``SmallObjectOptions/maximumOpenLogs``; see
+    /// ``SmallObjectLogDescriptors`` for the bound with operations under way).
+    public nonisolated var openLogDescriptors: Int { descriptors.count }
+
     /// Bytes of live records.
     public var liveByteCount: Int64 { liveBytes.values.reduce(0, +) }
 
@@ -446,5 +465,6 @@ public actor SmallObjectStore {
         if !pending.isEmpty { await flush() }
         while let (_, task) = hintTasks.first { await task.value }
         logs.removeAll()
+        descriptors.forgetAll()
     }
 }
