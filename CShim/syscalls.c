@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -128,4 +129,11 @@ int sc_rename(const char *from, const char *to) {
 int sc_unlink(const char *path) {
     SC_FAULT_HOOK(sc_fault_unlink(path));
     return unlink(path);
+}
+
+// Heap bytes handed out and not freed (small chunks and mmapped ones), for the benchmark's
+// memory per object. mallinfo2 reads the main arena only: run with MALLOC_ARENA_MAX=1.
+long long sc_heap_in_use(void) {
+    struct mallinfo2 info = mallinfo2();
+    return (long long)info.uordblks + (long long)info.hblkhd;
 }

@@ -19,10 +19,12 @@ enum BenchMain {
         (PrefetchPriorityScenario.number, PrefetchPriorityScenario.name, PrefetchPriorityScenario.run),
         (SliceCacheScenario.number, SliceCacheScenario.name, SliceCacheScenario.run),
         (SmallObjectScenario.number, SmallObjectScenario.name, SmallObjectScenario.run),
+        (CatalogScaleScenario.number, CatalogScaleScenario.name, CatalogScaleScenario.run),
     ]
 
     static func run(_ arguments: [String]) async -> Int32 {
         if arguments.first == "--probe-open" { return await ScaleScenario.probe(Array(arguments.dropFirst())) }
+        if arguments.first == "--probe-small-objects" { return await CatalogScaleScenario.probe(Array(arguments.dropFirst())) }
         let options: BenchOptions
         do {
             guard let parsed = try BenchOptions.parse(arguments) else {

@@ -13,6 +13,8 @@ struct BenchOptions: Sendable {
     var only: Set<Int>?
     var repetitionsOverride: Int?
     var keep = false
+    /// Scenario 14: also measure 10^6 (and every power of ten up to this) small objects.
+    var scaleMaximum: Int?
 
     static let usage = """
         OVERVIEW: sparsecache side by side with raw syscalls and the designs it replaces.
@@ -20,7 +22,7 @@ struct BenchOptions: Sendable {
         Every scenario runs sparsecache and its baselines in one process, interleaved, and
         reports min / median / max over the repetitions and the ratio to the raw baseline.
 
-        USAGE: sparsecache-bench [--quick | --smoke] [--json PATH] [--dir PATH] [--only N,...]
+        USAGE: sparsecache-bench [--quick | --smoke] [--json PATH] [--dir PATH] [--only N,...] [--scale-max N]
 
         OPTIONS:
           --quick         Smaller sizes, 7 repetitions (about 2 minutes)
@@ -29,7 +31,9 @@ struct BenchOptions: Sendable {
           --json PATH     Write every result as JSON to PATH
           --dir PATH      Parent of the scratch directory (default /var/tmp; never a tmpfs
                           unless you ask for one). The scratch directory is removed at the end.
-          --only N,...    Run only these scenarios (1-13)
+          --only N,...    Run only these scenarios (1-14)
+          --scale-max N   Scenario 14 also at 10^6 small objects (and each power of ten up
+                          to N): about 4.4 GB of logs and a few minutes per 10^6
           --reps N        Override the repetition count (at least 1)
           --keep          Keep the scratch directory
           -h, --help      Show this help
@@ -70,6 +74,11 @@ struct BenchOptions: Sendable {
             case "--json": options.jsonPath = try value(argument)
             case "--dir": options.directory = try value(argument)
             case "--keep": options.keep = true
+            case "--scale-max":
+                guard let count = Int(try value(argument)), count >= 1_000_000 else {
+                    throw UsageError(description: "--scale-max needs a number of objects of at least 1000000")
+                }
+                options.scaleMaximum = count
             case "--reps":
                 guard let count = Int(try value(argument)), count >= 1 else {
                     throw UsageError(description: "--reps needs a positive integer")
@@ -77,8 +86,8 @@ struct BenchOptions: Sendable {
                 options.repetitionsOverride = count
             case "--only":
                 let numbers = try value(argument).split(separator: ",").map { Int($0) }
-                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...13).contains($0) } ?? false }) else {
-                    throw UsageError(description: "--only takes scenario numbers from 1 to 13, e.g. --only 1,3")
+                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...14).contains($0) } ?? false }) else {
+                    throw UsageError(description: "--only takes scenario numbers from 1 to 14, e.g. --only 1,3")
                 }
                 options.only = Set(numbers.compactMap { $0 })
             default:

@@ -52,6 +52,28 @@ enum RunningServer {
         try await ask("GET", path, at: server)
     }
 
+    /// `GET path` from the server, handing each piece of the body of a 2xx answer to `body` as
+    /// it arrives (a listing of a million resources is never held whole); an error names the
+    /// status otherwise.
+    static func stream(_ path: String, at server: (host: String, port: Int), _ body: ([UInt8]) throws -> Void) async throws {
+        let hostField = server.host.contains(":") ? "[\(server.host)]:\(server.port)" : "\(server.host):\(server.port)"
+        let request = HTTPRequestHead(method: "GET", target: path, headers: HTTPHeaders([("Host", hostField), ("Connection", "close")]))
+        let exchange = try await HTTPExchange.start(
+            host: server.host, port: server.port, request: request.encoded(), name: hostField, timeout: .seconds(30),
+            resolver: BlockingExecutor(label: "sparsecache.admin"), pool: nil)
+        defer { exchange.cancel() }
+        guard (200...299).contains(exchange.head.status) else {
+            var text: [UInt8] = []
+            while let chunk = try await exchange.nextChunk(), text.count < 300 { text += chunk }
+            throw SparseCacheError(
+                .io, operation: "GET \(path)", path: hostField,
+                detail:
+                    "answered \(exchange.head.status): \(String(decoding: text.prefix(300), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))"
+            )
+        }
+        while let chunk = try await exchange.nextChunk() { try body(chunk) }
+    }
+
     /// `POST path` (no body) to the server: the body of a 2xx answer.
     static func post(_ path: String, at server: (host: String, port: Int)) async throws -> [UInt8] {
         try await ask("POST", path, at: server)

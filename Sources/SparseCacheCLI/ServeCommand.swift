@@ -179,9 +179,11 @@ enum ServeCommand: Command {
         // Housekeeping that fails without failing a request (an eviction, a background release)
         // is logged as it happens, whatever --quiet says.
         storeOptions.log = { line in RequestLog.problem(line) }
+        let descriptors = raiseDescriptorLimit()
+        storeOptions.smallObjects.maximumOpenLogs = openLogBudget(descriptors: descriptors, connections: options.maximumConnections)
         let store = try await SparseStore.open(directory: directory, options: storeOptions)
         var fillOptions = FillOptions()
-        fillOptions.maximumKeptOpen = keptOpenBudget(descriptors: raiseDescriptorLimit(), connections: options.maximumConnections)
+        fillOptions.maximumKeptOpen = keptOpenBudget(descriptors: descriptors, connections: options.maximumConnections)
         if let smallObjectSize { fillOptions.smallObjectThreshold = smallObjectSize }
         let cache = ProgressiveCache(store: store, options: fillOptions)
         let proxy = CachingProxy(
@@ -283,10 +285,19 @@ enum ServeCommand: Command {
     }
 
     /// How many idle resources may stay open: an eighth of the descriptors left after every
-    /// connection slot (a client and an origin connection each) and a reserve (each resource
+    /// connection slot (a client, an origin connection and a small-object log a read may hold
+    /// past its eviction, each), a reserve, and the small-object logs' own share (each resource
     /// takes two); at least 16, at most 4096.
     static func keptOpenBudget(descriptors: Int, connections: Int) -> Int {
-        min(4096, max(16, (descriptors - 2 * connections - 64) / 8))
+        let logs = openLogBudget(descriptors: descriptors, connections: connections)
+        return min(4096, max(16, (descriptors - 3 * connections - 64 - logs) / 8))
+    }
+
+    /// How many small-object log descriptors the store holds (`SmallObjectOptions.maximumOpenLogs`):
+    /// a sixteenth of the descriptors left after every connection slot and a reserve; at least
+    /// 4, at most 256 (a log holds thousands of objects: a few serve the hot ones).
+    static func openLogBudget(descriptors: Int, connections: Int) -> Int {
+        min(256, max(4, (descriptors - 3 * connections - 64) / 16))
     }
 
     static func logFormat(_ arguments: ParsedArguments) throws -> Bool {

@@ -37,80 +37,51 @@ enum ListCommand: Command {
     static let name = "ls"
     static let spec = ArgumentSpec(options: ["--cache-dir"], flags: ["--json"])
     static let help = """
-        OVERVIEW: List the resources in a cache directory, least recently used first.
+        OVERVIEW: List the resources in a cache directory, each printed as it is read.
 
         While `sparsecache serve` runs on the directory, the list comes from the server (its
         admin listener, GET /resources): last accesses as of now. Otherwise the directory is
         read without taking its lock: lengths and present bytes from each resource's index
-        (the truth, also after a crash), the last access from the catalog. FILE is the data
-        file in DIR/resources (its index is FILE.scidx).
+        (the truth, also after a crash), the last access from the catalog; small objects
+        from their logs' hint files. FILE is the data file in DIR/resources (its index is
+        FILE.scidx), or objects/LOG@OFFSET for a small object. The order is the store's (sparse
+        resources, then small objects), not by age.
 
         USAGE: sparsecache ls [--cache-dir DIR] [--json]
 
         OPTIONS:
           --cache-dir DIR   The cache directory (default: $XDG_CACHE_HOME/sparsecache, or
                             ~/.cache/sparsecache)
-          --json            Print JSON: directory, allocatedBytes, presentBytes, entries (key,
-                            name, length, presentBytes, allocatedBytes, lastAccess in ns since
-                            1970, pinnedPrefix)
+          --json            Print JSON, one entry per line as read: directory, budget, entries
+                            (key, name, length, presentBytes, allocatedBytes, lastAccess in ns
+                            since 1970, pinnedPrefix, isOpen), then allocatedBytes, presentBytes
           -h, --help        Show this help
         """
 
     static func run(_ arguments: ParsedArguments) async throws -> Int32 {
         let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
-        let (summary, server) = try await listing(directory)
-        if arguments.has("--json") {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            Output.print(String(decoding: try encoder.encode(summary), as: UTF8.self))
-            return ExitStatus.ok
-        }
-        Output.print("cache directory: \(directory)" + (server.map { " (from the running server at \($0))" } ?? ""))
-        if summary.entries.isEmpty {
-            Output.print("no resources")
-            return ExitStatus.ok
-        }
-        Output.print(
-            pad("PRESENT", 12) + pad("LENGTH", 12) + pad("%", 8) + pad("ON DISK", 12) + pad("LAST ACCESS", 22) + pad("FILE", 20) + "KEY")
-        for entry in summary.entries {
-            let share = entry.percentPresent.map { String(format: "%.1f", $0) } ?? "?"
-            Output.print(
-                pad(SizeParser.describe(entry.presentBytes), 12) + pad(entry.length.map(SizeParser.describe) ?? "unknown", 12)
-                    + pad(share, 8) + pad(SizeParser.describe(entry.allocatedBytes), 12) + pad(timestamp(entry.lastAccess), 22)
-                    + pad(entry.name, 20) + entry.key)
-        }
-        Output.print(
-            "\(summary.entries.count) resources, \(SizeParser.describe(summary.presentBytes)) present, \(SizeParser.describe(summary.allocatedBytes)) on disk"
-        )
-        return ExitStatus.ok
-    }
-
-    /// The listing from the running server when one owns the directory (named by its admin
-    /// address), else read from the directory. A server that does not answer (one killed
-    /// without withdrawing its address) is said on stderr, and the directory is read.
-    private static func listing(_ directory: String) async throws -> (StoreSummary, String?) {
+        let printer = ListPrinter(directory: directory, json: arguments.has("--json"))
         if let admin = RunningServer.address(in: directory, file: RunningServer.adminFile) {
             let name = "\(admin.host):\(admin.port)"
             do {
-                let body = try await RunningServer.get("/resources", at: admin)
-                return (try JSONDecoder().decode(StoreSummary.self, from: Data(body)), name)
-            } catch {
+                try await RunningServer.stream("/resources", at: admin) { bytes in
+                    if !printer.started { printer.begin(server: name) }
+                    try printer.addServerBytes(bytes)
+                }
+                printer.finish()
+                return ExitStatus.ok
+            } catch where !printer.started {
                 Output.error("sparsecache ls: the server at \(name) did not answer (\(error)); reading the directory instead")
             }
         }
-        return (try await SparseStore.inspect(directory: directory), nil)
-    }
-
-    private static func pad(_ text: String, _ width: Int) -> String {
-        text.count >= width ? text + " " : text + String(repeating: " ", count: width - text.count)
-    }
-
-    private static func timestamp(_ nanoseconds: Int64) -> String {
-        guard nanoseconds > 0 else { return "never" }
-        let formatter = DateFormatter()
-        formatter.dateFormat = "yyyy-MM-dd HH:mm:ss"
-        formatter.timeZone = TimeZone(identifier: "UTC")
-        return formatter.string(from: Date(timeIntervalSince1970: Double(nanoseconds) / 1e9)) + "Z"
+        // Entries are printed as they are read: a million resources never sit in memory as a list.
+        try await BlockingExecutor.cliIO.run {
+            try SparseStore.requireCacheDirectory(directory, operation: "inspect store")
+            printer.begin(server: nil)
+            try SparseStore.forEachEntry(directory: directory) { printer.add($0) }
+            printer.finish()
+        }
+        return ExitStatus.ok
     }
 }
 

@@ -116,6 +116,8 @@ struct AdminTests {
         let resources = try await Curl.run(admin + "/resources")
         let catalog = try JSONSerialization.jsonObject(with: Data(resources.body)) as? [String: Any] ?? [:]
         #expect(resources.status == 200 && (catalog["entries"] as? [Any])?.count == 2, "\(catalog)")
+        // Streamed as it is made (issue 21): no length known up front.
+        #expect(resources.headers["transfer-encoding"] == "chunked" && resources.headers["content-length"] == nil, "\(resources.headers)")
 
         // Prefetch: the whole of c.bin is stored, and a GET of it is then a hit.
         let prefetch = try await Curl.run(admin + "/prefetch?url=" + origin.url("c.bin").absoluteString, ["-X", "POST"])

@@ -10,7 +10,7 @@ import SparseHTTP
 /// |---|---|
 /// | `GET /metrics` | the Prometheus text exposition (``MetricsExposition``) |
 /// | `GET /status` | JSON: the store, what is in flight, connections, request totals |
-/// | `GET /resources` | JSON: every stored resource with its live last access (`sparsecache ls` beside a server) |
+/// | `GET /resources` | JSON: every stored resource with its live last access (`sparsecache ls` beside a server), streamed one entry per line (``StoreListing``) |
 /// | `POST /purge?key=URL` | drops the URL and its variants; `key=URL*` every key with the prefix |
 /// | `POST /budget?bytes=N` | changes the budget and evicts down to it |
 /// | `POST /evict?bytes=N` | evicts least recently used resources down to N bytes on disk, once |
@@ -41,7 +41,7 @@ public final class AdminService: Sendable {
         case ("GET", "/resources"), ("HEAD", "/resources"):
             // The live catalog: last accesses as the server knows them now (the catalog file
             // on disk is saved now and then), what `sparsecache ls` shows beside a server.
-            try await sendJSON(response, await proxy.cache.store.summary())
+            try await sendListing(response)
         case ("POST", "/purge"):
             guard let key = query["key"], !key.isEmpty else {
                 return try await refuse(response, 400, "POST /purge needs ?key=<URL> (or <URL>* for a prefix)")
@@ -164,6 +164,30 @@ public final class AdminService: Sendable {
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         let body = (try? encoder.encode(value)).map { Array($0) + [10] } ?? Array("{}\n".utf8)
         try await send(response, status: status, type: "application/json", body: body)
+    }
+
+    /// `GET /resources`: the store's resources as a ``StoreListing`` document, written chunk by
+    /// chunk as the entries are made (never the whole list in memory), one entry per line.
+    private func sendListing(_ response: HTTPResponseWriter) async throws {
+        let snapshot = await proxy.cache.store.listingSnapshot()
+        try await response.writeHead(
+            status: 200, headers: [("Content-Type", "application/json"), ("Cache-Control", "no-store")], contentLength: nil)
+        var listing = StoreListing(directory: snapshot.directory, budget: snapshot.budget)
+        var chunk = listing.header
+        for entry in snapshot {
+            chunk += listing.add(entry)
+            if chunk.utf8.count >= 64 << 10 {
+                try await response.writeBody(Array(chunk.utf8))
+                chunk = ""
+            }
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let failures = (try? encoder.encode(snapshot.housekeepingFailures)).map { String(decoding: $0, as: UTF8.self) } ?? "null"
+        chunk += listing.footer(
+            allocatedBytes: snapshot.allocatedBytes, extra: ["\"evictions\":\(snapshot.evictions)", "\"housekeepingFailures\":" + failures])
+        try await response.writeBody(Array(chunk.utf8))
+        try await response.finishBody()
     }
 
     private func refuse(_ response: HTTPResponseWriter, _ status: Int, _ message: String) async throws {

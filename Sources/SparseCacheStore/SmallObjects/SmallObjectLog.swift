@@ -1,38 +1,38 @@
 import SparseCacheEngine
 
-/// One open log file of a ``SmallObjectStore``. A reader takes a reference before it reads
-/// outside the store's actor, so a compaction that drops the file meanwhile cannot close the
-/// descriptor under the read (the number could name another file by then): the descriptor
-/// closes when the last reference goes.
+/// One log file of a ``SmallObjectStore``: its identity and where it is. Its descriptor comes
+/// from the store's ``SmallObjectLogDescriptors`` (opened on demand, at most a few held), and
+/// an operation keeps the ``OpenLogFile`` it took until it is done.
 final class SmallObjectLog: Sendable {
     let id: UInt32
     let salt: UInt32
     let path: String
-    let descriptor: FileDescriptor
+    let descriptors: SmallObjectLogDescriptors
 
-    init(id: UInt32, salt: UInt32, path: String, descriptor: FileDescriptor) {
+    init(id: UInt32, salt: UInt32, path: String, descriptors: SmallObjectLogDescriptors) {
         self.id = id
         self.salt = salt
         self.path = path
-        self.descriptor = descriptor
+        self.descriptors = descriptors
     }
 
-    deinit {
-        descriptor.close()
+    /// The log's descriptor, opened when not held. Blocking: call on an executor.
+    func file() throws -> OpenLogFile {
+        try descriptors.file(id: id, path: path)
     }
 
-    /// Reads `count` bytes at `offset`: from the page cache on the calling task when every
-    /// page is there (never waits for the disk), otherwise on `io`.
+    /// Reads `count` bytes at `offset`: from the page cache on the calling task when the
+    /// descriptor is held and every page is there (never waits for the disk or open(2)),
+    /// otherwise on `io`.
     func read(offset: Int64, count: Int, io: BlockingExecutor) async throws -> [UInt8] {
-        let descriptor = self.descriptor
-        if descriptor.isCached(offset: offset, length: count) {
+        if let file = descriptors.cached(id), file.descriptor.isCached(offset: offset, length: count) {
             var got = 0
             let bytes = try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
-                got = try descriptor.readCached(fromAbsoluteOffset: offset, into: UnsafeMutableRawBufferPointer(buffer))
+                got = try file.descriptor.readCached(fromAbsoluteOffset: offset, into: UnsafeMutableRawBufferPointer(buffer))
                 initialized = got
             }
             if got == count { return bytes }
         }
-        return try await io.run { try descriptor.read(fromAbsoluteOffset: offset, count: count) }
+        return try await io.run { try self.file().descriptor.read(fromAbsoluteOffset: offset, count: count) }
     }
 }

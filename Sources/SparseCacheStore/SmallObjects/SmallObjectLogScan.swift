@@ -1,20 +1,26 @@
 import SparseCacheEngine
 
-/// What reading one log file found: its records (checked whole), the damaged stretches it
-/// skipped, and where the valid part ends.
+/// What reading one log file found: its records (checked whole), the damaged bytes it
+/// skipped, and where the valid part ends. A hint file (``SmallObjectHint``) holds the same
+/// facts for a sealed log, so open rebuilds this without reading the log's bodies.
 struct SmallObjectLogScan {
+    /// One valid record: what the in-memory index and replay need of it.
     struct Record {
-        var header: SmallObjectFormat.RecordHeader
+        var kind: SmallObjectFormat.Kind
+        var sequence: UInt64
         var key: String
         var offset: Int64
+        /// Bytes of the whole record (header, key, metadata, body, trailer).
+        var recordCount: Int
+        var bodyCount: Int
     }
 
     var id: UInt32
     var salt: UInt32
     var records: [Record] = []
-    /// Stretches between valid records that hold no valid record (a damaged record, torn
+    /// Bytes between valid records that hold no valid record (a damaged record, torn
     /// garbage): skipped, never served.
-    var damaged: [Range<Int64>] = []
+    var damagedBytes: Int64 = 0
     /// The end of the last valid record (the header's end when there is none): what follows
     /// is a torn tail, cut when the file is the one appended to.
     var validEnd: Int64
@@ -34,7 +40,7 @@ struct SmallObjectLogScan {
         while position < bytes.count {
             if let record = scan.record(at: position, in: bytes) {
                 scan.records.append(record)
-                position += record.header.recordCount
+                position += record.recordCount
                 scan.validEnd = Int64(position)
                 continue
             }
@@ -52,9 +58,9 @@ struct SmallObjectLogScan {
                 next += 1
             }
             guard let found else { break }
-            scan.damaged.append(Int64(position)..<Int64(next))
+            scan.damagedBytes += Int64(next - position)
             scan.records.append(found)
-            position = next + found.header.recordCount
+            position = next + found.recordCount
             scan.validEnd = Int64(position)
         }
         return .success(scan)
@@ -67,6 +73,8 @@ struct SmallObjectLogScan {
             case .success(let decoded) = SmallObjectFormat.decodeRecord(
                 bytes[position..<(position + header.recordCount)], salt: salt)
         else { return nil }
-        return Record(header: header, key: decoded.key, offset: Int64(position))
+        return Record(
+            kind: header.kind, sequence: header.sequence, key: decoded.key, offset: Int64(position), recordCount: header.recordCount,
+            bodyCount: header.bodyCount)
     }
 }

@@ -10,6 +10,13 @@ public struct SmallObjectOptions: Sendable {
     public var groupCommitDelay: Duration = .milliseconds(2)
     /// A sealed file whose live records fill less than this fraction of it is compacted.
     public var compactBelow = 0.5
+    /// The most log descriptors held open (the least recently used closes beyond it; a log
+    /// is opened again when needed). Each log holds thousands of objects, so a few serve the
+    /// hot ones; `sparsecache serve` sets it from its descriptor limit.
+    public var maximumOpenLogs = 64
+    /// Whether open reads hint files and sealed logs get one (``SmallObjectHint``). Off: every
+    /// open reads every log whole, as before hints existed (the benchmark's baseline).
+    package var useHints = true
 
     public init() {}
 }

@@ -66,16 +66,20 @@ extension SmallObjectStore {
         let size = batch.reduce(0) { $0 + SmallObjectFormat.recordHeaderSize + $1.key.utf8.count + $1.metadata.count + $1.body.count + 4 }
         let header = Int64(SmallObjectFormat.headerSize)
         let current = fileSizes[active] ?? header
-        if sealActive || logs[active] == nil || (current > header && current + Int64(size) > options.maximumFileSize) {
+        let maximumFileSize = min(options.maximumFileSize, SmallObjectStore.maximumLogSize)
+        if sealActive || logs[active] == nil || (current > header && current + Int64(size) > maximumFileSize) {
+            let sealed = active
             let id = nextFileID
             nextFileID += 1
             let directory = self.directory
-            let log = try await io.run { try SmallObjectStore.createLog(directory: directory, id: id) }
+            let descriptors = self.descriptors
+            let log = try await io.run { try SmallObjectStore.createLog(directory: directory, id: id, descriptors: descriptors) }
             logs[id] = log
             fileSizes[id] = header
             diskCounter.withLock { $0 += header }
             active = id
             sealActive = false
+            scheduleHint(for: sealed)
         }
         guard let log = logs[active] else {
             throw SparseCacheError(.closed, operation: "append small object", path: directory, detail: "no log file to append to")
@@ -93,8 +97,8 @@ extension SmallObjectStore {
             buffer.append(contentsOf: bytes)
             locations.append(
                 Location(
-                    file: log.id, offset: offset, count: Int32(bytes.count), bodyCount: Int32(record.body.count),
-                    sequence: record.sequence, lastAccess: record.lastAccess))
+                    file: log.id, offset: offset, count: bytes.count, bodyCount: record.body.count, sequence: record.sequence,
+                    lastAccess: record.lastAccess))
         }
         let data = buffer
         // Counted whether or not the batch succeeds: after a failed sync its records may still
@@ -103,9 +107,22 @@ extension SmallObjectStore {
         fileSizes[log.id] = start + Int64(data.count)
         diskCounter.withLock { $0 += Int64(data.count) }
         if let lowest = batch.map(\.sequence).min() { minimumSequence[log.id] = min(minimumSequence[log.id] ?? .max, lowest) }
-        try await io.run {
-            try log.descriptor.write(toAbsoluteOffset: start, data)
-            try log.descriptor.dataSync()
+        guard start + Int64(data.count) <= Int64(UInt32.max) else {
+            throw SparseCacheError(
+                .invalidArgument, operation: "append small objects", path: log.path,
+                detail: "a batch of \(data.count) bytes does not fit one log file")
+        }
+        do {
+            try await io.run {
+                // One descriptor for the write and its sync: an eviction meanwhile cannot close
+                // it between them (the sync must see the write's errors).
+                let file = try log.file()
+                try file.descriptor.write(toAbsoluteOffset: start, data)
+                try file.descriptor.dataSync()
+            }
+        } catch {
+            failedFiles.insert(log.id)
+            throw error
         }
         return locations
     }
@@ -129,6 +146,24 @@ extension SmallObjectStore {
             drop(record.key)
             index[record.key] = location
             liveBytes[location.file, default: 0] += Int64(location.count)
+        }
+    }
+
+    /// Writes, in the background, the hint of log `id` that was just sealed (never appended to
+    /// again), so the next open need not read its bodies. Not for a log whose write or sync
+    /// failed (its contents past the last good sync are unknown) or one being compacted (it
+    /// is about to go).
+    func scheduleHint(for id: UInt32) {
+        guard options.useHints, let log = logs[id], !failedFiles.contains(id), !compactingFiles.contains(id), hintTasks[id] == nil else { return }
+        let directory = self.directory
+        let hintIO = self.hintIO
+        hintTasks[id] = Task {
+            do {
+                try await hintIO.run { try SmallObjectHint.make(for: log, directory: directory) }
+            } catch {
+                self.hintFailures += 1
+            }
+            self.hintTasks[id] = nil
         }
     }
 }

@@ -80,7 +80,7 @@ extension SmallObjectStore {
         }
         guard let log = logs[id] else { return }
         let size = fileSizes[id] ?? 0
-        let bytes = try await io.run { try log.descriptor.read(fromAbsoluteOffset: 0, count: Int(size)) }
+        let bytes = try await io.run { try log.file().descriptor.read(fromAbsoluteOffset: 0, count: Int(size)) }
         // Re-read after the await: the index may have changed meanwhile.
         var copies: [PendingRecord] = []
         for (key, location) in index where location.file == id {
@@ -114,14 +114,23 @@ extension SmallObjectStore {
         // The file leaves the table only once it is gone: one that could not be deleted keeps
         // its tombstones' reasons (its records are still read by the next open).
         let path = log.path
-        try await io.run { try FileSystem.unlink(path) }
+        // The hint goes first (a hint without its log is deleted at open; a log without its
+        // hint is only scanned): wait for one being written so it cannot come back after.
+        await hintTasks[id]?.value
+        let directory = self.directory
+        try await io.run {
+            try SmallObjectHint.remove(directory: directory, id: id)
+            try FileSystem.unlink(path)
+        }
         guard logs[id] != nil else { return }
         let removedSize = fileSizes[id] ?? size
         logs[id] = nil
+        descriptors.forget(id)
         fileSizes[id] = nil
         liveBytes[id] = nil
         tombstones[id] = nil
         minimumSequence[id] = nil
+        failedFiles.remove(id)
         diskCounter.withLock { $0 -= removedSize }
         try await io.run { try FileSystem.syncParentDirectory(of: path) }
     }

@@ -24,17 +24,58 @@ extension SmallObjectStore {
 
     /// The live objects of `directory` as store entries (last access 0: it is not kept on disk).
     public static func inspectEntries(directory: String) throws -> [StoreEntry] {
-        let scans = try readFiles(directory: directory).scans
-        return replay(scans).index.map { key, location in
-            StoreEntry(
-                key: key,
-                name: SparseStore.objectsDirectoryName + "/" + SmallObjectFormat.fileName(id: location.file) + "@\(location.offset)",
-                length: Int64(location.bodyCount), presentBytes: Int64(location.bodyCount), allocatedBytes: Int64(location.count),
-                lastAccess: 0, pinnedPrefix: 0, isOpen: false)
+        var entries: [StoreEntry] = []
+        try forEachEntry(directory: directory) { entries.append($0) }
+        return entries
+    }
+
+    /// Calls `body` with each live object of `directory` as a store entry (last access 0),
+    /// in no particular order, without building a list of them: for `ls` over a million
+    /// objects. Sealed logs are read through their hints (no bodies); the others whole.
+    public static func forEachEntry(directory: String, _ body: (StoreEntry) throws -> Void) throws {
+        for (key, location) in try replayFiles(directory: directory).index {
+            try body(entry(key: key, location: location))
         }
     }
 
+    /// A live object as a store entry: its name is `objects/<log file>@<offset>`, its length and
+    /// present bytes the body's, its allocated bytes the record's.
+    static func entry(key: String, location: Location) -> StoreEntry {
+        StoreEntry(
+            key: key, name: SparseStore.objectsDirectoryName + "/" + SmallObjectFormat.fileName(id: location.file) + "@\(location.offset)",
+            length: Int64(location.bodyCount), presentBytes: Int64(location.bodyCount), allocatedBytes: Int64(location.count),
+            lastAccess: location.lastAccess, pinnedPrefix: 0, isOpen: false)
+    }
+
+    /// Replays the logs of `directory` read-only, through the hints where they are usable.
+    static func replayFiles(directory: String) throws -> SmallObjectReplay {
+        var replay = SmallObjectReplay()
+        guard try FileSystem.status(ofPath: directory)?.isDirectory == true else { return replay }
+        let ids = try FileSystem.listDirectory(directory).compactMap(SmallObjectFormat.fileID(fromName:)).sorted()
+        for id in ids {
+            let descriptor: FileDescriptor
+            do {
+                descriptor = try FileDescriptor.open(directory + "/" + SmallObjectFormat.fileName(id: id), access: .readOnly)
+            } catch let error as SparseCacheError where error.code == .notFound {
+                continue  // compacted since the listing
+            }
+            defer { descriptor.close() }
+            let size = try descriptor.status().size
+            if let header = try? descriptor.read(fromAbsoluteOffset: 0, count: SmallObjectFormat.headerSize),
+                case .success(let found) = SmallObjectFormat.decodeFileHeader(header), found.id == id,
+                let scan = SmallObjectHint.load(directory: directory, id: id, salt: found.salt, size: size)
+            {
+                replay.add(scan)
+                continue
+            }
+            let bytes = try descriptor.read(fromAbsoluteOffset: 0, count: Int(size))
+            if case .success(let scan) = SmallObjectLogScan.scan(bytes), scan.id == id { replay.add(scan) }
+        }
+        return replay
+    }
+
     private static func readFiles(directory: String) throws -> (checks: [FileCheck], scans: [SmallObjectLogScan]) {
+        // verify reads every log whole whatever its hint says: it is the check of the bytes.
         guard try FileSystem.status(ofPath: directory)?.isDirectory == true else { return ([], []) }
         let ids = try FileSystem.listDirectory(directory).compactMap(SmallObjectFormat.fileID(fromName:)).sorted()
         var checks: [FileCheck] = []
@@ -54,7 +95,7 @@ extension SmallObjectStore {
             switch SmallObjectLogScan.scan(bytes) {
             case .success(let scan) where scan.id == id:
                 check.records = scan.records.count
-                check.damagedBytes = scan.damaged.reduce(0) { $0 + Int64($1.count) }
+                check.damagedBytes = scan.damagedBytes
                 check.tornTailBytes = size - scan.validEnd
                 scans.append(scan)
             case .success:
@@ -66,4 +107,25 @@ extension SmallObjectStore {
         }
         return (checks, scans)
     }
+
+    /// The live objects now, shared copy-on-write with the store (no copy unless the store
+    /// changes while it is held): a listing made entry by entry outside the actor.
+    public struct EntrySnapshot: Sendable, Sequence {
+        let index: [String: Location]
+
+        public var count: Int { index.count }
+
+        public func makeIterator() -> Iterator { Iterator(base: index.makeIterator()) }
+
+        public struct Iterator: IteratorProtocol {
+            var base: Dictionary<String, Location>.Iterator
+
+            public mutating func next() -> StoreEntry? {
+                base.next().map { SmallObjectStore.entry(key: $0.key, location: $0.value) }
+            }
+        }
+    }
+
+    /// See ``EntrySnapshot``.
+    public func entrySnapshot() -> EntrySnapshot { EntrySnapshot(index: index) }
 }

@@ -30,16 +30,34 @@ public actor SmallObjectStore {
     nonisolated let io: BlockingExecutor
     /// Reads that miss the page cache, so they never wait behind a sync.
     nonisolated let readIO: BlockingExecutor
+    /// The logs' open descriptors: at most ``SmallObjectOptions/maximumOpenLogs`` held.
+    nonisolated let descriptors: SmallObjectLogDescriptors
 
-    /// Where a key's live record is.
+    /// Where a key's live record is: 32 bytes (with the key's 16, a dictionary slot of 48).
+    /// The offset fits 32 bits because no log grows past ``maximumLogSize``.
     struct Location: Sendable {
         var file: UInt32
-        var offset: Int64
-        var count: Int32
-        var bodyCount: Int32
+        private var offset32: UInt32
+        var count: UInt32
+        var bodyCount: UInt32
         var sequence: UInt64
         var lastAccess: Int64
+
+        init(file: UInt32, offset: Int64, count: Int, bodyCount: Int, sequence: UInt64, lastAccess: Int64) {
+            self.file = file
+            offset32 = UInt32(offset)
+            self.count = UInt32(count)
+            self.bodyCount = UInt32(bodyCount)
+            self.sequence = sequence
+            self.lastAccess = lastAccess
+        }
+
+        var offset: Int64 { Int64(offset32) }
     }
+
+    /// The largest log file: ``SmallObjectOptions/maximumFileSize`` is clamped to it, so every
+    /// record offset fits a ``Location``'s 32 bits (a batch bigger than it gets a file alone).
+    static let maximumLogSize: Int64 = 1 << 30
 
     var index: [String: Location] = [:]
     var logs: [UInt32: SmallObjectLog] = [:]
@@ -66,6 +84,16 @@ public actor SmallObjectStore {
     var flushing: Task<Void, Never>?
     var compacting: Task<Void, Never>?
     var compactingFiles: Set<UInt32> = []
+    /// Hints being written for logs just sealed (off the actor, on ``hintIO``).
+    var hintTasks: [UInt32: Task<Void, Never>] = [:]
+    /// Logs that had a write or sync fail: their bytes past the last good sync are unknown,
+    /// so they never get a hint from this process (the next open scans them whole).
+    var failedFiles: Set<UInt32> = []
+    /// Hints that could not be written (each costs one scan at the next open).
+    public internal(set) var hintFailures = 0
+    /// Hint writing: a read of the sealed log and a small synced write, kept off the queue of
+    /// appends so no batch waits behind it.
+    nonisolated let hintIO = BlockingExecutor(label: "sparsecache.smallobjects.hints")
     /// The id of the next log file made (never one used before in this run).
     var nextFileID: UInt32
     var isClosed = false
@@ -101,13 +129,24 @@ public actor SmallObjectStore {
         public var tornTailBytes: Int64 = 0
         /// Files whose header was unusable (their records cannot be checked), deleted.
         public var damagedFiles = 0
+        /// Logs rebuilt from their hint file (no body read).
+        public var hintedFiles = 0
+        /// Logs read and checked whole (no usable hint: the file appended to, a hint missing
+        /// or refused).
+        public var scannedFiles = 0
+        /// Hints written by open for sealed logs that had none.
+        public var hintsWritten = 0
     }
 
     /// Disk bytes of every log file now.
     public nonisolated var diskBytes: Int64 { diskCounter.withLock { $0 } }
 
-    init(directory: String, options: SmallObjectOptions, io: BlockingExecutor, report: OpenReport, active: UInt32, nextSequence: UInt64) {
+    init(
+        directory: String, options: SmallObjectOptions, io: BlockingExecutor, descriptors: SmallObjectLogDescriptors, report: OpenReport,
+        active: UInt32, nextSequence: UInt64
+    ) {
         self.directory = directory
+        self.descriptors = descriptors
         self.options = options
         self.io = io
         self.readIO = BlockingExecutor(label: "sparsecache.smallobjects.read")
@@ -119,15 +158,22 @@ public actor SmallObjectStore {
 
     // MARK: Open
 
-    /// Opens (creating when missing) the logs in `directory`: replays every file, cuts the torn
-    /// tail of the newest, deletes files whose header is unusable.
+    /// Opens (creating when missing) the logs in `directory`: reads the hint of every sealed
+    /// log (``SmallObjectHint``: a few bytes per object, no bodies), scans whole the logs
+    /// without a usable hint (and writes their hint when they are sealed), cuts the torn tail
+    /// of the newest, deletes files whose header is unusable.
     ///
     /// - Throws: `.io` when the directory or a file cannot be read or written.
     public static func open(directory: String, options: SmallObjectOptions = SmallObjectOptions()) async throws -> SmallObjectStore {
         let io = BlockingExecutor(label: "sparsecache.smallobjects")
-        let opened = try await io.run { try openBlocking(directory: directory) }
+        let maximumFileSize = min(options.maximumFileSize, maximumLogSize)
+        let useHints = options.useHints
+        let descriptors = SmallObjectLogDescriptors(limit: options.maximumOpenLogs)
+        let opened = try await io.run {
+            try openBlocking(directory: directory, maximumFileSize: maximumFileSize, useHints: useHints, descriptors: descriptors)
+        }
         let store = SmallObjectStore(
-            directory: directory, options: options, io: io, report: opened.report, active: opened.active,
+            directory: directory, options: options, io: io, descriptors: descriptors, report: opened.report, active: opened.active,
             nextSequence: opened.nextSequence)
         await store.install(opened)
         return store
@@ -138,9 +184,7 @@ public actor SmallObjectStore {
         var report = OpenReport()
         var logs: [SmallObjectLog] = []
         var sizes: [UInt32: Int64] = [:]
-        var index: [String: Location] = [:]
-        var tombstones: [UInt32: [String: UInt64]] = [:]
-        var minimumSequence: [UInt32: UInt64] = [:]
+        var replay = SmallObjectReplay()
         var active: UInt32 = 0
         var nextSequence: UInt64 = 1
     }
@@ -148,100 +192,130 @@ public actor SmallObjectStore {
     private func install(_ opened: Opened) {
         for log in opened.logs { logs[log.id] = log }
         fileSizes = opened.sizes
-        index = opened.index
-        tombstones = opened.tombstones
-        minimumSequence = opened.minimumSequence
+        index = opened.replay.index
+        tombstones = opened.replay.tombstones
+        minimumSequence = opened.replay.minimumSequence
         for location in index.values { liveBytes[location.file, default: 0] += Int64(location.count) }
         diskCounter.withLock { $0 = opened.sizes.values.reduce(0, +) }
     }
 
-    private static func openBlocking(directory: String) throws -> Opened {
+    private static func openBlocking(
+        directory: String, maximumFileSize: Int64, useHints: Bool, descriptors: SmallObjectLogDescriptors
+    ) throws -> Opened {
         try FileSystem.createDirectory(directory)
         var opened = Opened()
-        let ids = try FileSystem.listDirectory(directory).compactMap(SmallObjectFormat.fileID(fromName:)).sorted()
-        var scans: [SmallObjectLogScan] = []
-        var removedFiles = false
+        let names = try FileSystem.listDirectory(directory)
+        let ids = names.compactMap(SmallObjectFormat.fileID(fromName:)).sorted()
+        var changedDirectory = removeStaleHints(directory: directory, names: names, logs: Set(ids))
+        var newest: (scan: SmallObjectLogScan, hinted: Bool)?
         for id in ids {
             let path = directory + "/" + SmallObjectFormat.fileName(id: id)
+            // Held only while open reads it: afterwards the log's descriptor comes from
+            // `descriptors`, on demand.
             let descriptor = try FileDescriptor.open(path, access: .readWrite)
+            defer { descriptor.close() }
             let size = try descriptor.status().size
-            let bytes = try descriptor.read(fromAbsoluteOffset: 0, count: Int(size))
-            guard case .success(var scan) = SmallObjectLogScan.scan(bytes), scan.id == id else {
-                // No record of it can be checked without its header: its objects are lost to
-                // the cache (fetched again), and the file goes.
-                descriptor.close()
-                try FileSystem.unlink(path)
-                removedFiles = true
-                opened.report.damagedFiles += 1
-                continue
+            var scan: SmallObjectLogScan
+            var hinted = false
+            if useHints, let header = try? descriptor.read(fromAbsoluteOffset: 0, count: SmallObjectFormat.headerSize),
+                case .success(let found) = SmallObjectFormat.decodeFileHeader(header), found.id == id,
+                let fromHint = SmallObjectHint.load(directory: directory, id: id, salt: found.salt, size: size)
+            {
+                scan = fromHint
+                hinted = true
+                opened.report.hintedFiles += 1
+            } else {
+                let bytes = try descriptor.read(fromAbsoluteOffset: 0, count: Int(size))
+                guard case .success(let found) = SmallObjectLogScan.scan(bytes), found.id == id else {
+                    // No record of it can be checked without its header: its objects are lost to
+                    // the cache (fetched again), and the file goes (its hint first).
+                    try SmallObjectHint.remove(directory: directory, id: id)
+                    try FileSystem.unlink(path)
+                    changedDirectory = true
+                    opened.report.damagedFiles += 1
+                    continue
+                }
+                scan = found
+                opened.report.scannedFiles += 1
             }
             if scan.validEnd < size {
                 opened.report.tornTailBytes += size - scan.validEnd
                 // Cut in the file appended to next; in a sealed one the tail is dead bytes.
-                if id == ids.last {
+                if id == ids.last, !hinted {
                     try descriptor.truncate(to: scan.validEnd)
                     try descriptor.dataSync()
                     scan.size = scan.validEnd
                 }
             }
-            opened.report.damagedBytes += scan.damaged.reduce(0) { $0 + Int64($1.count) }
-            opened.logs.append(SmallObjectLog(id: id, salt: scan.salt, path: path, descriptor: descriptor))
+            opened.report.damagedBytes += scan.damagedBytes
+            opened.logs.append(SmallObjectLog(id: id, salt: scan.salt, path: path, descriptors: descriptors))
             opened.sizes[id] = scan.size
             opened.report.files += 1
-            if let lowest = scan.records.map(\.header.sequence).min() { opened.minimumSequence[id] = lowest }
-            scans.append(scan)
+            opened.replay.add(scan)
+            if id == ids.last {
+                newest = (scan, hinted)
+            } else if !hinted, useHints {
+                // Sealed and scanned whole: the next open reads its hint instead.
+                changedDirectory = writeHint(scan, directory: directory, report: &opened.report) || changedDirectory
+            }
         }
-        let replayed = replay(scans)
-        opened.index = replayed.index
-        opened.tombstones = replayed.tombstones
-        opened.nextSequence = replayed.nextSequence
-        if removedFiles { try FileSystem.syncParentDirectory(of: directory + "/x") }
-        opened.report.objects = opened.index.count
-        opened.report.tombstones = opened.tombstones.values.reduce(0) { $0 + $1.count }
-        // Appends go on in the newest file when it is usable and not full; else a new one.
-        if let last = opened.logs.last, last.id == ids.last, (opened.sizes[last.id] ?? 0) < 16 << 20 {
+        opened.nextSequence = opened.replay.nextSequence
+        opened.replay.removed = [:]
+        opened.report.objects = opened.replay.index.count
+        opened.report.tombstones = opened.replay.tombstones.values.reduce(0) { $0 + $1.count }
+        // Appends go on in the newest file when it is usable, has no hint (a log with a hint is
+        // sealed for good) and is not full; else a new one, and the newest is sealed.
+        if let last = opened.logs.last, last.id == ids.last, let newest, !newest.hinted,
+            (opened.sizes[last.id] ?? 0) < maximumFileSize
+        {
             opened.active = last.id
         } else {
+            if useHints, let newest, !newest.hinted, opened.logs.last?.id == newest.scan.id {
+                changedDirectory = writeHint(newest.scan, directory: directory, report: &opened.report) || changedDirectory
+            }
             let id = (opened.logs.last?.id ?? 0) + 1
-            let log = try createLog(directory: directory, id: id)
+            let log = try createLog(directory: directory, id: id, descriptors: descriptors)
             opened.logs.append(log)
             opened.sizes[id] = Int64(SmallObjectFormat.headerSize)
             opened.active = id
         }
+        if changedDirectory { try FileSystem.syncParentDirectory(of: directory + "/x") }
         return opened
     }
 
-    /// The live records of `scans` (files in increasing order): per key the record with the
-    /// highest sequence number, unless that is a tombstone. A compaction copy has its
-    /// original's number, so meeting both is harmless.
-    static func replay(_ scans: [SmallObjectLogScan]) -> (
-        index: [String: Location], tombstones: [UInt32: [String: UInt64]], nextSequence: UInt64
-    ) {
-        var latest: [String: (tombstone: Bool, location: Location)] = [:]
-        var tombstones: [UInt32: [String: UInt64]] = [:]
-        var nextSequence: UInt64 = 1
-        for scan in scans {
-            for record in scan.records {
-                let header = record.header
-                nextSequence = max(nextSequence, header.sequence + 1)
-                if header.kind == .tombstone { tombstones[scan.id, default: [:]][record.key] = header.sequence }
-                if let known = latest[record.key], known.location.sequence > header.sequence { continue }
-                let location = Location(
-                    file: scan.id, offset: record.offset, count: Int32(header.recordCount), bodyCount: Int32(header.bodyCount),
-                    sequence: header.sequence, lastAccess: 0)
-                latest[record.key] = (header.kind == .tombstone, location)
+    /// Writes the hint of a sealed log found without one; a failure only costs a scan at the
+    /// next open. Returns whether a hint was written (the directory then needs a sync).
+    private static func writeHint(_ scan: SmallObjectLogScan, directory: String, report: inout OpenReport) -> Bool {
+        do {
+            try SmallObjectHint.write(scan, size: scan.size, directory: directory, syncDirectory: false)
+            report.hintsWritten += 1
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    /// Deletes temporary hints (a crash while one was written) and hints whose log is gone
+    /// (a crash between the two unlinks of a compaction). Returns whether any went.
+    private static func removeStaleHints(directory: String, names: [String], logs: Set<UInt32>) -> Bool {
+        var removed = false
+        for name in names {
+            guard let id = SmallObjectHint.logID(fromName: name) else { continue }
+            if name.hasSuffix(SmallObjectHint.temporaryExtension) || !logs.contains(id) {
+                removed = (try? FileSystem.unlink(directory + "/" + name)) != nil || removed
             }
         }
-        var index: [String: Location] = [:]
-        for (key, record) in latest where !record.tombstone { index[key] = record.location }
-        return (index, tombstones, nextSequence)
+        return removed
     }
 
     /// Creates log file `id`: header written and synced, then the directory synced, so no
     /// record is ever acknowledged in a file whose name could vanish.
-    static func createLog(directory: String, id: UInt32) throws -> SmallObjectLog {
+    static func createLog(directory: String, id: UInt32, descriptors: SmallObjectLogDescriptors) throws -> SmallObjectLog {
         let path = directory + "/" + SmallObjectFormat.fileName(id: id)
         if try FileSystem.exists(path) { try FileSystem.unlink(path) }
+        // A hint left under this id describes another log (its salt differs, so it would be
+        // refused anyway): it goes.
+        try SmallObjectHint.remove(directory: directory, id: id)
         let descriptor = try FileDescriptor.open(path, access: .readWrite, create: true, exclusive: true)
         let salt = UInt32.random(in: 1...UInt32.max)
         do {
@@ -253,7 +327,9 @@ public actor SmallObjectStore {
             try? FileSystem.unlink(path)
             throw error
         }
-        return SmallObjectLog(id: id, salt: salt, path: path, descriptor: descriptor)
+        // The header is durable: appends open the file again through `descriptors`.
+        descriptor.close()
+        return SmallObjectLog(id: id, salt: salt, path: path, descriptors: descriptors)
     }
 
     // MARK: Reading
@@ -353,13 +429,7 @@ public actor SmallObjectStore {
     /// Every live object as a store entry: its name is `objects/<log file>@<offset>`, its
     /// length and present bytes the body's, its allocated bytes the record's.
     public func entries() -> [StoreEntry] {
-        index.map { key, location in
-            StoreEntry(
-                key: key,
-                name: SparseStore.objectsDirectoryName + "/" + SmallObjectFormat.fileName(id: location.file) + "@\(location.offset)",
-                length: Int64(location.bodyCount), presentBytes: Int64(location.bodyCount), allocatedBytes: Int64(location.count),
-                lastAccess: location.lastAccess, pinnedPrefix: 0, isOpen: false)
-        }
+        index.map { key, location in Self.entry(key: key, location: location) }
     }
 
     /// Every live object: key, body length, record bytes, last access (ns since 1970; 0 for
@@ -372,6 +442,10 @@ public actor SmallObjectStore {
             )
         }
     }
+
+    /// Log descriptors held now (at most ``SmallObjectOptions/maximumOpenLogs``; see
+    /// ``SmallObjectLogDescriptors`` for the bound with operations under way).
+    public nonisolated var openLogDescriptors: Int { descriptors.count }
 
     /// Bytes of live records.
     public var liveByteCount: Int64 { liveBytes.values.reduce(0, +) }
@@ -389,6 +463,8 @@ public actor SmallObjectStore {
             if self.flushing == flushing { self.flushing = nil }
         }
         if !pending.isEmpty { await flush() }
+        while let (_, task) = hintTasks.first { await task.value }
         logs.removeAll()
+        descriptors.forgetAll()
     }
 }

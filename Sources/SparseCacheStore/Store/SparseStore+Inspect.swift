@@ -41,10 +41,28 @@ extension SparseStore {
     /// One entry per resource whose data file and usable index are both there, with the
     /// index's numbers and the catalog's access time and pinned prefix.
     static func indexedEntries(directory: String) throws -> [StoreEntry] {
+        var entries: [StoreEntry] = []
+        try forEachIndexedEntry(directory: directory) { entries.append($0) }
+        return entries
+    }
+
+    /// Calls `body` with each resource of `directory` as it is read (sparse resources from
+    /// their indexes, then the small objects through their logs' hints), without building a
+    /// list: `sparsecache ls` over a million resources. No lock is taken and nothing changes on
+    /// disk; blocking: call it off the cooperative pool. The order is the files' (not LRU).
+    ///
+    /// - Throws: `.notFound` when `directory` is not a cache directory; `.io`; what `body`
+    ///   throws (which ends the listing).
+    public static func forEachEntry(directory: String, _ body: (StoreEntry) throws -> Void) throws {
+        try requireCacheDirectory(directory, operation: "inspect store")
+        try forEachIndexedEntry(directory: directory, body)
+        try SmallObjectStore.forEachEntry(directory: directory + "/" + objectsDirectoryName, body)
+    }
+
+    private static func forEachIndexedEntry(directory: String, _ body: (StoreEntry) throws -> Void) throws {
         let resources = directory + "/resources"
         let catalog = Dictionary(
             (try StoreCatalog.load(directory: directory) ?? []).map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
-        var entries: [StoreEntry] = []
         for name in try ResourceFiles(directory: directory).resources {
             let path = resources + "/" + name
             let stored: SparseFile.StoredSummary
@@ -57,12 +75,27 @@ extension SparseStore {
             }
             guard let key = stored.metadata.key else { continue }
             let known = catalog[name].flatMap { $0.key == key ? $0 : nil }
-            entries.append(
+            try body(
                 StoreEntry(
                     key: key, name: name, length: stored.length, presentBytes: stored.presentBytes,
                     allocatedBytes: try allocatedBytes(path), lastAccess: known?.lastAccess ?? 0,
                     pinnedPrefix: known?.pinnedPrefix ?? 0, isOpen: false))
         }
-        return entries
+    }
+
+    /// Every resource as the running store knows it now, for a listing streamed outside the
+    /// actor (the admin listener's `GET /resources`): the sparse entries copied, the small
+    /// objects' index shared copy-on-write (a change to the store while the listing runs
+    /// copies the index once).
+    public func listingSnapshot() async -> StoreSnapshot {
+        let open = Set(live.keys)
+        let sparse = entries.values.map { entry -> StoreEntry in
+            var entry = entry
+            entry.isOpen = open.contains(entry.key)
+            return entry
+        }
+        return StoreSnapshot(
+            directory: directory, budget: budget, allocatedBytes: allocatedBytes, sparse: sparse,
+            small: await smallObjects.entrySnapshot(), housekeepingFailures: housekeepingFailures, evictions: evictions)
     }
 }
