@@ -22,6 +22,7 @@ extension ProgressiveCache {
     /// ``open(_:first:)``; `lookedUp`: the caller has just found nothing stored for the key
     /// (``openIfStored(_:)`` said nil), so the store is not asked again.
     func open(_ source: any RangeSource, first: FirstRequest, lookedUp: Bool) async throws -> CacheReader {
+        await settleMove(key: source.key)
         if smallContacts[source.key] != nil, let small = try await firstContactSmall(source, first: first) { return small }
         var absent = lookedUp
         if !absent, resources[source.key] == nil { absent = await store.entry(for: source.key) == nil }

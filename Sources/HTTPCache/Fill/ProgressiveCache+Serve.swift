@@ -415,8 +415,21 @@ extension ProgressiveCache {
             await self.release(handle)
             if movesToSmall { await self.moveToSmall(key: key, maximum: threshold) }
             self.releases[id] = nil
+            if self.movingToSmall[key] == id { self.movingToSmall[key] = nil }
         }
+        if movesToSmall { movingToSmall[key] = id }
         forgetIfIdle(resource)
+    }
+
+    /// Waits until a move of `key` to the small-object logs has finished (``movingToSmall``).
+    func settleMove(key: String) async {
+        while let id = movingToSmall[key] {
+            guard let task = releases[id] else {
+                movingToSmall[key] = nil
+                return
+            }
+            await task.value
+        }
     }
 
     /// Moves a released resource into the small-object logs (``SparseStore/moveToSmallObject(key:maximum:)``,

@@ -9,6 +9,8 @@ extension ProgressiveCache {
     /// now, whose first contact this one then shares); nil otherwise, with no request to the
     /// origin. A shared cache looks before it decides to forward (RFC 9111, section 4).
     public func openIfStored(_ source: any RangeSource) async throws -> CacheReader? {
+        // A resource moving to the small-object logs is found there once it has moved.
+        await settleMove(key: source.key)
         // A small-object first contact in flight decides what the key is: wait for it (its
         // answer is then an arriving small object, or a resource this reader joins).
         if let running = smallContacts[source.key] {

@@ -38,6 +38,10 @@ public actor ProgressiveCache {
     var smallArriving: [String: ArrivingObject] = [:]
     /// Small-object first contacts in flight, shared by the readers that come meanwhile.
     var smallContacts: [String: SmallContact] = [:]
+    /// Keys whose resource is moving to the small-object logs, with the ``releases`` task that
+    /// moves it: a lookup waits for it, then finds the object (instead of opening the resource
+    /// as the move deletes it, and asking the origin again).
+    var movingToSmall: [String: Int] = [:]
     /// Totals over every resource, counted from the actor and from readers' own tasks.
     private nonisolated let counters = Mutex(FillStatistics())
 
