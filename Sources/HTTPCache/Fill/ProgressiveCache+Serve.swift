@@ -559,15 +559,8 @@ extension ProgressiveCache {
             // No byte range of an empty resource is satisfiable (RFC 9110, section 14.1.1):
             // some origins say so rather than send the empty 200. A 206 that does not say
             // the total length cannot be placed. Ask for the whole.
-            do {
-                response = try await ConnectionLimiter.$promotion.withValue(promotion) {
-                    try await fetchWithRetries(source, nil, validator: nil, key: resource.key)
-                }
-                asked = nil
-            } catch {
-                await forgetUnknown(resource, handle: handle)
-                throw error
-            }
+            response = try await askWhole(resource, source: source, handle: handle, promotion: promotion)
+            asked = nil
         } catch {
             await forgetUnknown(resource, handle: handle)
             throw error
@@ -577,15 +570,8 @@ extension ProgressiveCache {
             // (RFC 9111 section 3.4): the whole is asked for instead, read on by one answer.
             // (Through the proxy such a part is passed on before it gets here.)
             response.cancel()
-            do {
-                response = try await ConnectionLimiter.$promotion.withValue(promotion) {
-                    try await fetchWithRetries(source, nil, validator: nil, key: resource.key)
-                }
-                asked = nil
-            } catch {
-                await forgetUnknown(resource, handle: handle)
-                throw error
-            }
+            response = try await askWhole(resource, source: source, handle: handle, promotion: promotion)
+            asked = nil
         }
         guard let length = response.info.length else {
             do {
@@ -617,6 +603,21 @@ extension ProgressiveCache {
         let segments = from..<max(from + 1, Int((upTo + segmentSize - 1) >> shift))
         resource.openerFetch = registerFetch(
             resource, segments: segments, first: FirstAnswer(response: response, readsOn: whole, promotion: promotion), interest: 1)
+    }
+
+    /// First contact's fallback: the whole resource, under the first contact's promotion; a
+    /// failure leaves no empty resource behind.
+    private func askWhole(
+        _ resource: FillResource, source: any RangeSource, handle: ResourceHandle, promotion: ConnectionLimiter.Promotion?
+    ) async throws -> RangeResponse {
+        do {
+            return try await ConnectionLimiter.$promotion.withValue(promotion) {
+                try await fetchWithRetries(source, nil, validator: nil, key: resource.key)
+            }
+        } catch {
+            await forgetUnknown(resource, handle: handle)
+            throw error
+        }
     }
 
     /// Nothing was learned: leave no empty resource behind (a client asking for missing URLs
