@@ -212,6 +212,17 @@ enum SmallObjectHint {
         return decoded.0
     }
 
+    /// The record count a hint's header gives (not checked further: for sizing the index
+    /// before the hints are read), nil without a hint.
+    static func recordCount(directory: String, id: UInt32) -> Int? {
+        guard let descriptor = try? FileDescriptor.open(directory + "/" + fileName(id: id), access: .readOnly) else { return nil }
+        defer { descriptor.close() }
+        guard let header = try? descriptor.read(fromAbsoluteOffset: 0, count: 24), header.count == 24, header.starts(with: magic) else {
+            return nil
+        }
+        return Int(SmallObjectFormat.load(UInt32.self, header[...], at: 20))
+    }
+
     /// Deletes the hint of log `id` (if any): before its log goes, so no hint outlives it.
     static func remove(directory: String, id: UInt32) throws {
         let path = directory + "/" + fileName(id: id)
