@@ -213,10 +213,12 @@ enum SmallObjectHint {
     }
 
     /// The record count a hint's header gives (not checked further: for sizing the index
-    /// before the hints are read), nil without a hint.
+    /// before the hints are read), nil without a hint. Starts reading the whole hint in the
+    /// background too, so the disk reads of the hints overlap open's work on the ones before.
     static func recordCount(directory: String, id: UInt32) -> Int? {
         guard let descriptor = try? FileDescriptor.open(directory + "/" + fileName(id: id), access: .readOnly) else { return nil }
         defer { descriptor.close() }
+        descriptor.adviseWillNeed()
         guard let header = try? descriptor.read(fromAbsoluteOffset: 0, count: 24), header.count == 24, header.starts(with: magic) else {
             return nil
         }
