@@ -172,7 +172,8 @@ enum SmallObjectHint {
     /// for all the hints it writes). A failure leaves no hint (the log is scanned next time).
     static func write(_ scan: SmallObjectLogScan, size: Int64, directory: String, syncDirectory: Bool) throws {
         let path = directory + "/" + fileName(id: scan.id)
-        let temporary = directory + "/" + SmallObjectFormat.fileName(id: scan.id).dropLast(SmallObjectFormat.fileExtension.count)
+        let temporary =
+            directory + "/" + SmallObjectFormat.fileName(id: scan.id).dropLast(SmallObjectFormat.fileExtension.count)
             + temporaryExtension
         if try FileSystem.exists(temporary) { try FileSystem.unlink(temporary) }
         let descriptor = try FileDescriptor.open(temporary, access: .readWrite, create: true, exclusive: true)

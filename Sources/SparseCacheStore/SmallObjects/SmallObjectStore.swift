@@ -212,7 +212,9 @@ public actor SmallObjectStore {
             // Sized once from the hints' headers: growing a dictionary of 10^6 keys rehashes
             // every key at each doubling.
             let hinted = Set(names.compactMap { $0.hasSuffix(SmallObjectHint.fileExtension) ? SmallObjectHint.logID(fromName: $0) : nil })
-            let expected = ids.filter(hinted.contains).reduce(0) { $0 + min(1 << 24, SmallObjectHint.recordCount(directory: directory, id: $1) ?? 0) }
+            let expected = ids.filter(hinted.contains).reduce(0) {
+                $0 + min(1 << 24, SmallObjectHint.recordCount(directory: directory, id: $1) ?? 0)
+            }
             opened.replay.index.reserveCapacity(expected)
         }
         for id in ids {
