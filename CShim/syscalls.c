@@ -137,3 +137,9 @@ long long sc_heap_in_use(void) {
     struct mallinfo2 info = mallinfo2();
     return (long long)info.uordblks + (long long)info.hblkhd;
 }
+
+// Asks the kernel to start reading the whole file now (posix_fadvise WILLNEED): the reads
+// complete in the background while the caller works on other files. Advisory: no fault hook.
+int sc_advise_will_need(int fd) {
+    return posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+}

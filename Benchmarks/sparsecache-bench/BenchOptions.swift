@@ -49,6 +49,9 @@ struct BenchOptions: Sendable {
                                           11  seek while prefetch fills the per-origin limit vs no prefetch
                                           12  against nginx proxy_cache slice 1m: first byte, downloads, random
                                               ranges, origin bytes of seek sessions, a 16-client herd
+                                          13  many small answers against nginx proxy_cache
+                                          14  small-object catalog: restart to first hit and memory
+                                              per object at 10^4, 10^5 (10^6 with --scale-max)
         """
 
     struct UsageError: Error, CustomStringConvertible {

@@ -104,7 +104,8 @@ enum CatalogScaleScenario {
             key: key(index), contentType: "application/octet-stream", etag: "\"5f3e-\(index)\"",
             user: [
                 "http.status": "200",
-                "http.headers": "cache-control: max-age=3600\r\ndate: Thu, 26 Nov 2026 12:00:00 GMT\r\nlast-modified: Wed, 25 Nov 2026 09:30:00 GMT\r\nserver: nginx",
+                "http.headers":
+                    "cache-control: max-age=3600\r\ndate: Thu, 26 Nov 2026 12:00:00 GMT\r\nlast-modified: Wed, 25 Nov 2026 09:30:00 GMT\r\nserver: nginx",
                 "http.times": "1795694400 1795694400",
             ])
     }
@@ -184,7 +185,8 @@ enum CatalogScaleScenario {
         guard process.terminationStatus == 0, fields.count == 4, let heap = Int64(fields[0]), let resident = Int64(fields[1]),
             let open = UInt64(fields[2]), let hit = UInt64(fields[3])
         else {
-            throw BenchError("the small-object probe failed (status \(process.terminationStatus), output '\(String(decoding: data, as: UTF8.self))')")
+            throw BenchError(
+                "the small-object probe failed (status \(process.terminationStatus), output '\(String(decoding: data, as: UTF8.self))')")
         }
         return ProbeResult(heapBytes: heap, residentBytes: resident, openNanoseconds: open, firstHitNanoseconds: hit)
     }

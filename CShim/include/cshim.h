@@ -74,6 +74,9 @@ int sc_stat_path(const char *path, sc_stat *out);
 int sc_rename(const char *from, const char *to);
 int sc_unlink(const char *path);
 
+/// posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED): start reading the whole file in the background.
+int sc_advise_will_need(int fd);
+
 /// Heap bytes in use in malloc's main arena (mallinfo2): with MALLOC_ARENA_MAX=1, all of them.
 long long sc_heap_in_use(void);
 

@@ -85,7 +85,9 @@ final class ListPrinter: @unchecked Sendable {
         if line.first == UInt8(ascii: "]") {
             // The totals: `],"allocatedBytes":...}` is the rest of the document's object.
             let object = try JSONSerialization.jsonObject(with: Data([UInt8(ascii: "{")] + line.dropFirst(2))) as? [String: Any]
-            serverTotals = ((object?["allocatedBytes"] as? NSNumber)?.int64Value ?? 0, (object?["presentBytes"] as? NSNumber)?.int64Value ?? 0)
+            serverTotals = (
+                (object?["allocatedBytes"] as? NSNumber)?.int64Value ?? 0, (object?["presentBytes"] as? NSNumber)?.int64Value ?? 0
+            )
             return
         }
         let entryBytes = line.first == UInt8(ascii: ",") ? Array(line.dropFirst()) : line

@@ -41,7 +41,8 @@ struct ListStreamingTests {
         let list = try await CLI.run(["ls", "--cache-dir", directory, "--json"])
         #expect(list.status == 0, "\(list)")
         let lines = list.out.split(separator: "\n", omittingEmptySubsequences: false).dropLast()
-        #expect(lines.first?.hasPrefix("{\"directory\":") == true && lines.first?.hasSuffix("\"entries\":[") == true, "\(lines.first ?? "")")
+        #expect(
+            lines.first?.hasPrefix("{\"directory\":") == true && lines.first?.hasSuffix("\"entries\":[") == true, "\(lines.first ?? "")")
         #expect(lines.last?.hasPrefix("],\"allocatedBytes\":") == true, "\(lines.last ?? "")")
         let entryLines = lines.dropFirst().dropLast()
         #expect(entryLines.count == keys.count)

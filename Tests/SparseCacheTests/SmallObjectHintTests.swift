@@ -293,7 +293,9 @@ struct SmallObjectHintTests {
         for key in bodies.keys.sorted().shuffled(using: &random) {
             let object = try await store.object(for: key)
             #expect(object?.body == bodies[key], "seed \(seed): \(key)")
-            #expect(store.openLogDescriptors <= 2 && Self.openLogs(directory.path) <= 2, "seed \(seed): \(Self.openLogs(directory.path)) logs open")
+            #expect(
+                store.openLogDescriptors <= 2 && Self.openLogs(directory.path) <= 2,
+                "seed \(seed): \(Self.openLogs(directory.path)) logs open")
         }
         #expect(store.descriptors.opens > 2, "the evicted descriptors were opened again")
         await store.close()

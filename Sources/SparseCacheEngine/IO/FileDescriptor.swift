@@ -107,6 +107,13 @@ package struct FileDescriptor: Sendable, Hashable {
         return done
     }
 
+    /// Asks the kernel to read the whole file into the page cache in the background
+    /// (posix_fadvise WILLNEED), so reads of it later find it there. Advisory: failures are
+    /// ignored.
+    package func adviseWillNeed() {
+        _ = sc_advise_will_need(rawValue)
+    }
+
     /// Reads `count` bytes at `offset`, fewer only at end of file.
     package func read(fromAbsoluteOffset offset: Int64, count: Int) throws -> [UInt8] {
         var got = 0

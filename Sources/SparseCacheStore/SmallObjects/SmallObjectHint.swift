@@ -172,7 +172,8 @@ enum SmallObjectHint {
     /// for all the hints it writes). A failure leaves no hint (the log is scanned next time).
     static func write(_ scan: SmallObjectLogScan, size: Int64, directory: String, syncDirectory: Bool) throws {
         let path = directory + "/" + fileName(id: scan.id)
-        let temporary = directory + "/" + SmallObjectFormat.fileName(id: scan.id).dropLast(SmallObjectFormat.fileExtension.count)
+        let temporary =
+            directory + "/" + SmallObjectFormat.fileName(id: scan.id).dropLast(SmallObjectFormat.fileExtension.count)
             + temporaryExtension
         if try FileSystem.exists(temporary) { try FileSystem.unlink(temporary) }
         let descriptor = try FileDescriptor.open(temporary, access: .readWrite, create: true, exclusive: true)
@@ -210,6 +211,19 @@ enum SmallObjectHint {
             case .success(let decoded) = decode(bytes), decoded.0.id == id, decoded.0.salt == salt, decoded.size == size
         else { return nil }
         return decoded.0
+    }
+
+    /// The record count a hint's header gives (not checked further: for sizing the index
+    /// before the hints are read), nil without a hint. Starts reading the whole hint in the
+    /// background too, so the disk reads of the hints overlap open's work on the ones before.
+    static func recordCount(directory: String, id: UInt32) -> Int? {
+        guard let descriptor = try? FileDescriptor.open(directory + "/" + fileName(id: id), access: .readOnly) else { return nil }
+        defer { descriptor.close() }
+        descriptor.adviseWillNeed()
+        guard let header = try? descriptor.read(fromAbsoluteOffset: 0, count: 24), header.count == 24, header.starts(with: magic) else {
+            return nil
+        }
+        return Int(SmallObjectFormat.load(UInt32.self, header[...], at: 20))
     }
 
     /// Deletes the hint of log `id` (if any): before its log goes, so no hint outlives it.

@@ -154,7 +154,9 @@ extension SmallObjectStore {
     /// failed (its contents past the last good sync are unknown) or one being compacted (it
     /// is about to go).
     func scheduleHint(for id: UInt32) {
-        guard options.useHints, let log = logs[id], !failedFiles.contains(id), !compactingFiles.contains(id), hintTasks[id] == nil else { return }
+        guard options.useHints, let log = logs[id], !failedFiles.contains(id), !compactingFiles.contains(id), hintTasks[id] == nil else {
+            return
+        }
         let directory = self.directory
         let hintIO = self.hintIO
         hintTasks[id] = Task {

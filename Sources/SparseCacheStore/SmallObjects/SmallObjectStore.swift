@@ -208,6 +208,15 @@ public actor SmallObjectStore {
         let ids = names.compactMap(SmallObjectFormat.fileID(fromName:)).sorted()
         var changedDirectory = removeStaleHints(directory: directory, names: names, logs: Set(ids))
         var newest: (scan: SmallObjectLogScan, hinted: Bool)?
+        if useHints {
+            // Sized once from the hints' headers: growing a dictionary of 10^6 keys rehashes
+            // every key at each doubling.
+            let hinted = Set(names.compactMap { $0.hasSuffix(SmallObjectHint.fileExtension) ? SmallObjectHint.logID(fromName: $0) : nil })
+            let expected = ids.filter(hinted.contains).reduce(0) {
+                $0 + min(1 << 24, SmallObjectHint.recordCount(directory: directory, id: $1) ?? 0)
+            }
+            opened.replay.index.reserveCapacity(expected)
+        }
         for id in ids {
             let path = directory + "/" + SmallObjectFormat.fileName(id: id)
             // Held only while open reads it: afterwards the log's descriptor comes from

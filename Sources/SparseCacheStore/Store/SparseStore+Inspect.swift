@@ -17,7 +17,8 @@ extension SparseStore {
         let io = BlockingExecutor(label: "sparsecache.inspect")
         return try await io.run {
             try requireCacheDirectory(directory, operation: "inspect store")
-            let entries = try indexedEntries(directory: directory)
+            let entries =
+                try indexedEntries(directory: directory)
                 + SmallObjectStore.inspectEntries(directory: directory + "/" + objectsDirectoryName)
             return summarize(directory: directory, budget: 0, entries: entries, open: [])
         }

@@ -1,3 +1,5 @@
+import SparseCacheEngine
+
 /// A listing of a store's resources written as they are read, never built whole first
 /// (`sparsecache ls`, the admin listener's `GET /resources`): a million small objects list in
 /// the memory of one line.
@@ -53,24 +55,6 @@ public struct StoreListing: Sendable {
             + quoted(entry.name) + ",\"pinnedPrefix\":\(entry.pinnedPrefix),\"presentBytes\":\(entry.presentBytes)}"
     }
 
-    /// `text` as a JSON string (RFC 8259, section 7): quote, backslash and control characters
-    /// escaped, the rest as UTF-8.
-    public static func quoted(_ text: String) -> String {
-        var out = "\""
-        out.reserveCapacity(text.utf8.count + 2)
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20:
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
-    }
+    /// `text` as a JSON string (RFC 8259, section 7).
+    public static func quoted(_ text: String) -> String { JSONText.quoted(text) }
 }
