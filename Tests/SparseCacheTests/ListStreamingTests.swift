@@ -83,3 +83,28 @@ struct ListStreamingTests {
         #expect(try JSONDecoder().decode(StoreEntry.self, from: Data(line.utf8)) == entry)
     }
 }
+
+@Suite("Store totals and key lookups without a summary of every resource")
+struct StoreTotalsTests {
+    @Test("totals() gives summary()'s counts and bytes without entries; keys(withPrefix:) finds both kinds")
+    func totalsMatchSummary() async throws {
+        let directory = try TemporaryDirectory("store-totals")
+        defer { directory.remove() }
+        let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 1 << 30))
+        try await fill(store, key: "http://a/big", length: 50_000)
+        for index in 0..<20 {
+            try await store.smallObjects.put(
+                key: "http://a/small/\(index)", metadata: ResourceMetadata(), body: [UInt8](repeating: 2, count: 100 + index))
+        }
+        try await store.smallObjects.put(key: "http://a/small/3", metadata: ResourceMetadata(), body: [1])
+        try await store.smallObjects.remove(key: "http://a/small/4")
+        let summary = await store.summary()
+        let totals = await store.totals()
+        #expect(totals.entries.isEmpty && totals.resourceCount == summary.entries.count && totals.resourceCount == 20)
+        #expect(totals.presentBytes == summary.presentBytes && totals.allocatedBytes == summary.allocatedBytes)
+        #expect(
+            Set(await store.keys(withPrefix: "http://a/small/1")) == Set(["http://a/small/1"] + (10..<20).map { "http://a/small/\($0)" }))
+        #expect(await store.keys(withPrefix: "http://a/b") == ["http://a/big"])
+        try await store.close()
+    }
+}

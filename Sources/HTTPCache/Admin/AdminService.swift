@@ -65,8 +65,8 @@ public final class AdminService: Sendable {
             // Resources kept open for the next reader would be skipped: they are closed first.
             await proxy.cache.closeIdle()
             let evicted = try await proxy.cache.store.evict(toSize: bytes)
-            let left = await proxy.cache.store.summary()
-            try await sendJSON(response, Evicted(evicted: evicted, resources: left.entries.count, allocatedBytes: left.allocatedBytes))
+            let left = await proxy.cache.store.totals()
+            try await sendJSON(response, Evicted(evicted: evicted, resources: left.resourceCount, allocatedBytes: left.allocatedBytes))
         case ("POST", "/pin"), ("POST", "/unpin"):
             guard let key = query["key"], !key.isEmpty else { return try await refuse(response, 400, "POST \(path) needs ?key=<URL>") }
             do {
@@ -100,7 +100,7 @@ public final class AdminService: Sendable {
     }
 
     public func metricsText() async -> String {
-        let store = await proxy.cache.store.summary()
+        let store = await proxy.cache.store.totals()
         let activity = await proxy.cache.activity
         let connections = connections()
         return MetricsExposition.render(
@@ -137,13 +137,13 @@ public final class AdminService: Sendable {
     }
 
     public func status() async -> Status {
-        let store = await proxy.cache.store.summary()
+        let store = await proxy.cache.store.totals()
         let activity = await proxy.cache.activity
         let requests = metrics.snapshot
         return Status(
             uptimeSeconds: Int(Date().timeIntervalSince(started)), origin: proxy.origin?.absoluteString, directory: store.directory,
             budgetBytes: store.budget, allocatedBytes: store.allocatedBytes, presentBytes: store.presentBytes,
-            resources: store.entries.count, evictions: store.evictions ?? 0, openResources: activity.openResources,
+            resources: store.resourceCount, evictions: store.evictions ?? 0, openResources: activity.openResources,
             fetchesInFlight: activity.fetchesInFlight, readers: activity.readers, connections: connections().open,
             requests: requests.totalRequests, hits: requests.requests.filter { $0.key.cache == "hit" }.values.reduce(0, +),
             bytesFromCache: requests.bytesFromCache, bytesFromOrigin: requests.bytesFromOrigin,

@@ -55,7 +55,7 @@ public struct MetricsExposition: Sendable {
         out.family("sparsecache_store_budget_bytes", "gauge", "The cache directory's budget.")
         out.sample("sparsecache_store_budget_bytes", [:], store.budget)
         out.family("sparsecache_store_resources", "gauge", "Resources stored.")
-        out.sample("sparsecache_store_resources", [:], store.entries.count)
+        out.sample("sparsecache_store_resources", [:], store.resourceCount)
         out.family("sparsecache_store_evictions_total", "counter", "Resources evicted or trimmed to keep the budget.")
         out.sample("sparsecache_store_evictions_total", [:], store.evictions ?? 0)
         out.family("sparsecache_housekeeping_failures_total", "counter", "Evictions and background releases that failed.")

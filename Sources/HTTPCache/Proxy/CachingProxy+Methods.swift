@@ -87,7 +87,8 @@ extension CachingProxy {
     /// Drops `key` and every `Vary` variant stored under it; how many were stored.
     @discardableResult
     func invalidateAll(_ key: String) async -> Int {
-        let keys = await cache.store.summary().entries.map(\.key).filter { $0 == key || $0.hasPrefix(key + "#vary=") }
+        // By prefix, never a summary of every resource: this runs for every unsafe request.
+        let keys = await cache.store.keys(withPrefix: key).filter { $0 == key || $0.hasPrefix(key + "#vary=") }
         var dropped = 0
         for stored in Set(keys + [key]).sorted() where (try? await cache.invalidate(key: stored)) == true { dropped += 1 }
         return dropped

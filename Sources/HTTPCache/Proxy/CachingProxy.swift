@@ -480,7 +480,7 @@ public final class CachingProxy: Sendable {
         let prefix = key.hasSuffix("*") ? String(key.dropLast()) : nil
         let dropped: Int
         if let prefix {
-            let keys = await cache.store.summary().entries.map(\.key).filter { $0.hasPrefix(prefix) }
+            let keys = await cache.store.keys(withPrefix: prefix)
             var count = 0
             for stored in keys.sorted() where try await cache.invalidate(key: stored) { count += 1 }
             dropped = count

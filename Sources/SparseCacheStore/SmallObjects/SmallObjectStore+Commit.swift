@@ -146,6 +146,7 @@ extension SmallObjectStore {
             drop(record.key)
             index[record.key] = location
             liveBytes[location.file, default: 0] += Int64(location.count)
+            liveBodyBytes += Int64(location.bodyCount)
         }
     }
 

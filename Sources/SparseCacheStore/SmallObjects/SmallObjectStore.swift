@@ -65,6 +65,9 @@ public actor SmallObjectStore {
     var fileSizes: [UInt32: Int64] = [:]
     /// Bytes of live records in each file.
     var liveBytes: [UInt32: Int64] = [:]
+    /// Body bytes of every live object (what a listing's totals call present), kept as the
+    /// index changes so totals need no pass over a million keys.
+    public internal(set) var liveBodyBytes: Int64 = 0
     /// Tombstones in each file, by key with their sequence: copied forward by compaction while
     /// another file could still hold a record they remove.
     var tombstones: [UInt32: [String: UInt64]] = [:]
@@ -195,7 +198,10 @@ public actor SmallObjectStore {
         index = opened.replay.index
         tombstones = opened.replay.tombstones
         minimumSequence = opened.replay.minimumSequence
-        for location in index.values { liveBytes[location.file, default: 0] += Int64(location.count) }
+        for location in index.values {
+            liveBytes[location.file, default: 0] += Int64(location.count)
+            liveBodyBytes += Int64(location.bodyCount)
+        }
         diskCounter.withLock { $0 = opened.sizes.values.reduce(0, +) }
     }
 
@@ -427,6 +433,7 @@ public actor SmallObjectStore {
     func drop(_ key: String) {
         guard let location = index.removeValue(forKey: key) else { return }
         liveBytes[location.file, default: 0] -= Int64(location.count)
+        liveBodyBytes -= Int64(location.bodyCount)
     }
 
     func checkOpen(_ operation: String) throws {
@@ -461,6 +468,12 @@ public actor SmallObjectStore {
 
     /// How many objects are stored.
     public var count: Int { index.count }
+
+    /// The keys that start with `prefix` (one pass over the keys, no entry built): PURGE of a
+    /// prefix, and the `Vary` variants of a key an unsafe method invalidates.
+    public func keys(withPrefix prefix: String) -> [String] {
+        index.keys.filter { $0.hasPrefix(prefix) }
+    }
 
     /// Writes what is pending, waits for compaction, and closes the files.
     public func close() async {

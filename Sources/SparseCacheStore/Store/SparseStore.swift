@@ -286,6 +286,25 @@ public actor SparseStore {
         return summary
     }
 
+    /// The totals of ``summary()`` without its entries (`entries` empty, ``StoreSummary/resources``
+    /// set): for metrics and status, which must not build an entry per resource on every
+    /// scrape (a million small objects).
+    public func totals() async -> StoreSummary {
+        let small = await (count: smallObjects.count, present: smallObjects.liveBodyBytes)
+        var summary = StoreSummary(
+            directory: directory, budget: budget, allocatedBytes: allocatedBytes,
+            presentBytes: entries.values.reduce(0) { $0 + $1.presentBytes } + small.present, entries: [])
+        summary.resources = entries.count + small.count
+        summary.housekeepingFailures = housekeepingFailures
+        summary.evictions = evictions
+        return summary
+    }
+
+    /// The keys, of both kinds of resource, that start with `prefix` (no entry built).
+    public func keys(withPrefix prefix: String) async -> [String] {
+        entries.keys.filter { $0.hasPrefix(prefix) } + (await smallObjects.keys(withPrefix: prefix))
+    }
+
     /// Counts a housekeeping failure that no caller sees and logs it through
     /// ``StoreOptions/log``. The fill reports the releases it runs in the background here.
     package func noteHousekeepingFailure(_ kind: HousekeepingFailures.Kind, key: String, _ error: Error) {

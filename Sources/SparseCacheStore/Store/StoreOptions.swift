@@ -65,4 +65,10 @@ public struct StoreSummary: Sendable, Equatable, Codable {
     public var housekeepingFailures: HousekeepingFailures?
     /// Resources evicted or trimmed in this process (a live store's summary).
     public var evictions: Int?
+    /// How many resources the store holds, set by ``SparseStore/totals()`` whose `entries` is
+    /// empty (nil otherwise: count `entries`).
+    public var resources: Int?
+
+    /// How many resources: ``resources`` when set, else the entries.
+    public var resourceCount: Int { resources ?? entries.count }
 }
