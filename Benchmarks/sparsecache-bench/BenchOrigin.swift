@@ -34,7 +34,7 @@ struct BenchOrigin {
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
-        try process.run()
+        try ProcessLaunch.run(process)
         do {
             try await Loopback.waitUntilListening(port: port, process: process)
         } catch {

@@ -1,5 +1,6 @@
 import CShim
 import Foundation
+import LoopbackOrigins
 import SeededRandom
 import SparseCache
 
@@ -178,7 +179,7 @@ enum CatalogScaleScenario {
         process.environment = environment
         let output = Pipe()
         process.standardOutput = output
-        try process.run()
+        try ProcessLaunch.run(process)
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         let fields = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isWhitespace)

@@ -1,4 +1,5 @@
 import Foundation
+import LoopbackOrigins
 import SeededRandom
 import SparseCache
 
@@ -138,7 +139,7 @@ enum ScaleScenario {
         process.arguments = ["--probe-open", warm, path]
         let output = Pipe()
         process.standardOutput = output
-        try process.run()
+        try ProcessLaunch.run(process)
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         let fields = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isWhitespace)

@@ -1,6 +1,7 @@
 // Runs the built `sparsecache` binary as a real process for the CLI tests: locating it,
 // feeding standard input, capturing standard output and error, and the exit status.
 import Foundation
+import LoopbackOrigins
 import SeededRandom
 import Testing
 
@@ -170,7 +171,7 @@ final class RunningCLI: @unchecked Sendable {
         exited = Task {
             for await _ in stream {}
         }
-        try process.run()
+        try ProcessLaunch.run(process)
         // The child has its own copies now; keep only the pipe's write end.
         try? (process.standardOutput as? FileHandle)?.close()
         try? (process.standardError as? FileHandle)?.close()

@@ -2,6 +2,7 @@
 // and 9): `ls` after a crash, `verify --cache-dir`, mistyped directories and keys, failed
 // commands that leave nothing behind, permission errors, and demo's temporary directory.
 import Foundation
+import LoopbackOrigins
 import Testing
 
 @testable import SparseCacheEngine
@@ -358,7 +359,7 @@ private final class DemoProcess: @unchecked Sendable {
         let (stream, continuation) = AsyncStream<Void>.makeStream()
         process.terminationHandler = { _ in continuation.finish() }
         exited = Task { for await _ in stream {} }
-        try process.run()
+        try ProcessLaunch.run(process)
         try? (process.standardError as? FileHandle)?.close()
         if case .file = stdout { try? (process.standardOutput as? FileHandle)?.close() }
         if case .pipe(let pipe) = stdout { try? pipe.fileHandleForWriting.close() }

@@ -2,6 +2,7 @@
 // and checks its standard output, standard error and exit status.
 import CShim
 import Foundation
+import LoopbackOrigins
 import Testing
 
 #if canImport(Glibc)
@@ -328,7 +329,7 @@ struct CLITests {
         let cat = Process()
         cat.executableURL = URL(fileURLWithPath: "/bin/sh")
         cat.arguments = ["-c", "cat \"$0\" > \"$1\"", fifo, drained]
-        try cat.run()
+        try ProcessLaunch.run(cat)
         let throughFIFO = try await CLI.run(["read", resource, "--offset", "0", "--length", "32768", "--output", fifo])
         cat.waitUntilExit()
         #expect(throughFIFO.status == 0, "\(throughFIFO)")

@@ -1,6 +1,7 @@
 // A real full disk: a 2 MiB tmpfs mounted for the test (the suite runs as root on CI and on
 // developer machines here). No fault injection: the kernel says ENOSPC.
 import Foundation
+import LoopbackOrigins
 import SeededRandom
 import Testing
 
@@ -34,7 +35,7 @@ final class SmallFileSystem {
         process.executableURL = URL(fileURLWithPath: tool)
         process.arguments = arguments
         process.standardError = FileHandle.nullDevice
-        try process.run()
+        try ProcessLaunch.run(process)
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
             throw RawFile.Failure(description: "\(tool) \(arguments.joined(separator: " ")) exited \(process.terminationStatus)")
