@@ -5,7 +5,7 @@ import Foundation
 import LoopbackOrigins
 import Testing
 
-@Suite("serve: metrics and live administration", .serialized, .timeLimit(.minutes(3)))
+@Suite("serve: metrics and live administration", .serialized, .timeLimit(.minutes(8)))
 struct AdminTests {
     /// The admin listener's base URL, once serve has published it in the cache directory.
     static func adminBase(_ cacheDir: String) async throws -> String {

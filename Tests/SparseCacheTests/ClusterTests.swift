@@ -6,7 +6,7 @@ import Foundation
 import LoopbackOrigins
 import Testing
 
-@Suite("serve: nodes behind nginx, two tiers", .serialized, .timeLimit(.minutes(4)))
+@Suite("serve: nodes behind nginx, two tiers", .serialized, .timeLimit(.minutes(8)))
 struct ClusterTests {
     /// nginx in front of `nodes`, spreading URLs over them by `hash $request_uri consistent`
     /// and going on to the next node when one refuses (the config of docs/DEPLOY.md). Each

@@ -70,7 +70,7 @@ final class Received: Sendable {
     func withLock<T>(_ body: (inout [[UInt8]]) -> T) -> T { state.withLock { body(&$0) } }
 }
 
-@Suite("Cut-through delivery and adaptive read-ahead", .serialized, .timeLimit(.minutes(3)))
+@Suite("Cut-through delivery and adaptive read-ahead", .serialized, .timeLimit(.minutes(8)))
 struct CutThroughTests {
     /// Copies the store's directory as it is on disk now (what a process crash leaves) and
     /// opens the copy: the present bytes of `key` there, each checked against `expected`.

@@ -10,7 +10,7 @@ import Testing
 @testable import SparseCacheEngine
 @testable import SparseCacheStore
 
-@Suite("serve: a bounded number of open files", .serialized, .timeLimit(.minutes(3)))
+@Suite("serve: a bounded number of open files", .serialized, .timeLimit(.minutes(8)))
 struct DescriptorTests {
     /// With `--small-object-size 0` every answer is a sparse resource (the bounded cache of
     /// open resources is what keeps descriptors in check); with the default, small objects

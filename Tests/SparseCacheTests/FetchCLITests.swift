@@ -11,7 +11,7 @@ import Testing
 import Glibc
 #endif
 
-@Suite("sparsecache fetch", .serialized, .timeLimit(.minutes(3)))
+@Suite("sparsecache fetch", .serialized, .timeLimit(.minutes(8)))
 struct FetchCLITests {
     @Test("fetch a URL into the cache and to --output; ls lists it by URL; a range; errors")
     func fetchAndRange() async throws {

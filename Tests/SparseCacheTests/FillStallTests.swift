@@ -80,7 +80,7 @@ extension ProgressiveCache {
     }
 }
 
-@Suite("Fill-through: a reader never waits for a change that already happened", .serialized, .timeLimit(.minutes(3)))
+@Suite("Fill-through: a reader never waits for a change that already happened", .serialized, .timeLimit(.minutes(8)))
 struct FillStallTests {
     @Test("the fetch a reader joined ends while its read-ahead looks further: the reader still gets its bytes")
     func fetchEndsWhileReadAheadLooks() async throws {

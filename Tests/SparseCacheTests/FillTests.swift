@@ -125,7 +125,7 @@ final class GatedSource: RangeSource, Sendable {
     }
 }
 
-@Suite("Fill-through from HTTP origins", .serialized, .timeLimit(.minutes(3)))
+@Suite("Fill-through from HTTP origins", .serialized, .timeLimit(.minutes(8)))
 struct FillTests {
     @Test("a whole resource through the cache: every byte, one origin byte per byte, then served from disk")
     func wholeResource() async throws {

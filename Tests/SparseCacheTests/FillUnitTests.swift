@@ -135,7 +135,7 @@ private final class HolderCounts: Sendable {
     let peak = Atomic<Int>(0)
 }
 
-@Suite("Fill: prefetch, progress, cancellation", .serialized, .timeLimit(.minutes(3)))
+@Suite("Fill: prefetch, progress, cancellation", .serialized, .timeLimit(.minutes(8)))
 struct FillBehaviourTests {
     @Test("prefetch brings a range in and reports progress; progress survives a restart")
     func prefetchAndProgress() async throws {

@@ -7,7 +7,7 @@ import Foundation
 import HTTPCache
 import Testing
 
-@Suite("HTTP caching (RFC 9111)", .serialized, .timeLimit(.minutes(2)))
+@Suite("HTTP caching (RFC 9111)", .serialized, .timeLimit(.minutes(10)))
 struct HTTPCachingTests {
     /// Waits until answers with `max-age=1` are stale.
     static func waitForExpiry() async throws { try await Task.sleep(for: .milliseconds(2100)) }

@@ -110,7 +110,7 @@ final class KeepAliveOrigin: Sendable {
     }
 }
 
-@Suite("HTTP transports: own client and URLSession", .serialized, .timeLimit(.minutes(2)))
+@Suite("HTTP transports: own client and URLSession", .serialized, .timeLimit(.minutes(10)))
 struct HTTPTransportTests {
     /// The body of a response, all of it.
     static func body(_ response: RangeResponse) async throws -> [UInt8] {

@@ -6,7 +6,7 @@ import Foundation
 import SparseCache
 import Testing
 
-@Suite("Origin answers (issue 16)", .serialized, .timeLimit(.minutes(3)))
+@Suite("Origin answers (issue 16)", .serialized, .timeLimit(.minutes(8)))
 struct OriginAnswersTests {
     /// Asks `rig` for `name` with `arguments` until `done` holds for the answer (at most 30 s):
     /// a stream's last commit comes just after the client's last byte.

@@ -13,7 +13,7 @@ import Testing
 import Glibc
 #endif
 
-@Suite("sparsecache serve", .serialized, .timeLimit(.minutes(3)))
+@Suite("sparsecache serve", .serialized, .timeLimit(.minutes(8)))
 struct ProxyCLITests {
     /// Starts `sparsecache serve` on a free port and waits until it listens.
     static func serve(cacheDir: String, origin: URL?, extra: [String] = []) async throws -> (RunningCLI, String) {

@@ -86,7 +86,7 @@ enum Curl {
 
     /// Runs curl on `url` with `arguments` (e.g. ["-r", "0-99"]) and collects status, headers
     /// and body.
-    static func run(_ url: String, _ arguments: [String] = [], timeout: Int = 30) async throws -> CurlResult {
+    static func run(_ url: String, _ arguments: [String] = [], timeout: Int = 90) async throws -> CurlResult {
         guard let binary else { throw OriginFailure("curl is not installed (apt-get install curl; .ci/run does this)") }
         let work = try TemporaryDirectory("curl")
         defer { work.remove() }

@@ -10,7 +10,7 @@ import Testing
 @testable import SparseCacheStore
 @testable import SparseHTTP
 
-@Suite("caching proxy", .serialized, .timeLimit(.minutes(3)))
+@Suite("caching proxy", .serialized, .timeLimit(.minutes(8)))
 struct ProxyTests {
     /// Headers that must be the same from the proxy as from the origin itself.
     static let comparedHeaders = ["content-length", "content-range", "accept-ranges", "content-type", "etag", "last-modified"]

@@ -8,7 +8,7 @@ import Testing
 
 @testable import SparseHTTP
 
-@Suite("Request bodies and methods (RFC 9110 9, 10.1.1; RFC 9111 4.4; RFC 9112 6, 7)", .serialized, .timeLimit(.minutes(6)))
+@Suite("Request bodies and methods (RFC 9110 9, 10.1.1; RFC 9111 4.4; RFC 9112 6, 7)", .serialized, .timeLimit(.minutes(10)))
 struct RequestBodyTests {
     /// Echoes what reached the origin: method, framing, body.
     static let echo = OriginScript(status: 200, headers: [("Content-Type", "application/octet-stream")], echo: true)

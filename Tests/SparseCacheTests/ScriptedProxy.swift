@@ -38,7 +38,7 @@ final class ScriptedProxy: Sendable {
     }
 
     /// curl through the proxy for `/<name>`, with curl `arguments` (e.g. `["-H", "If-None-Match: \"v1\""]`).
-    func get(_ name: String, _ arguments: [String] = [], timeout: Int = 30) async throws -> CurlResult {
+    func get(_ name: String, _ arguments: [String] = [], timeout: Int = 90) async throws -> CurlResult {
         try await Curl.run(proxy.baseURL + "/" + name, arguments, timeout: timeout)
     }
 

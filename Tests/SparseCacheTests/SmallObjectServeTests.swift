@@ -10,7 +10,7 @@ import Testing
 @testable import SparseCacheStore
 @testable import SparseHTTP
 
-@Suite("serve: small objects", .serialized, .timeLimit(.minutes(3)))
+@Suite("serve: small objects", .serialized, .timeLimit(.minutes(8)))
 struct SmallObjectServeTests {
     /// A store, cache, proxy and server on `directory`, in front of `origin`.
     struct Rig {

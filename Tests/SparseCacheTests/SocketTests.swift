@@ -8,7 +8,7 @@ import Testing
 
 /// The non-blocking sockets under the origin client and the server: a connection closed from
 /// another thread while its own task is in a call.
-@Suite("Sockets: closing while a call is in progress", .timeLimit(.minutes(2)))
+@Suite("Sockets: closing while a call is in progress", .timeLimit(.minutes(10)))
 struct SocketTests {
     /// A connected pair on loopback: (the client's end, the server's end).
     static func pair(_ listener: TCPListener) async throws -> (TCPConnection, TCPConnection) {
@@ -82,7 +82,7 @@ struct SocketTests {
     }
 }
 
-@Suite("Sockets: the reactor's edge-triggered waits", .timeLimit(.minutes(2)))
+@Suite("Sockets: the reactor's edge-triggered waits", .timeLimit(.minutes(10)))
 struct SocketReactorTests {
     @Test("an edge that came while nobody waited is kept: the next wait returns at once, and only that one")
     func edgeKept() async throws {

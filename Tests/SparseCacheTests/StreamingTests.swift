@@ -11,7 +11,7 @@ import Testing
 @testable import SparseCacheStore
 @testable import SparseHTTP
 
-@Suite("Streaming through the proxy", .serialized, .timeLimit(.minutes(4)))
+@Suite("Streaming through the proxy", .serialized, .timeLimit(.minutes(8)))
 struct StreamingTests {
     /// Encodes a short test picture (25 fps, a key frame every second) and writes it with
     /// ffmpeg's `muxer` arguments into `directory`.
