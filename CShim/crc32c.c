@@ -158,3 +158,20 @@ __attribute__((constructor)) static void sc_crc32c_choose(void) {
 uint32_t sc_crc32c(uint32_t crc, const void *buffer, size_t count) {
     return chosen(crc, buffer, count);
 }
+
+int sc_all_zero(const void *buffer, size_t count) {
+    const unsigned char *p = buffer;
+    while (count > 0 && ((uintptr_t)p & 7) != 0) {
+        if (*p != 0) return 0;
+        p++, count--;
+    }
+    for (; count >= 8; p += 8, count -= 8) {
+        uint64_t word;
+        memcpy(&word, p, 8);
+        if (word != 0) return 0;
+    }
+    for (; count > 0; p++, count--) {
+        if (*p != 0) return 0;
+    }
+    return 1;
+}

@@ -100,6 +100,10 @@ uint32_t sc_crc32c_software(uint32_t crc, const void *buffer, size_t count);
 uint32_t sc_crc32c_hardware(uint32_t crc, const void *buffer, size_t count);
 int sc_crc32c_hardware_available(void);
 
+/// 1 when all `count` bytes at `buffer` are zero (and when `count` is 0), else 0. Decoders check
+/// padding with it: a byte loop in Swift is slow in debug builds, where the tests run.
+int sc_all_zero(const void *buffer, size_t count);
+
 // MARK: - TCP sockets (CShim/sockets.c)
 //
 // For the local proxy and the origin client. Every socket is non-blocking and close-on-exec;

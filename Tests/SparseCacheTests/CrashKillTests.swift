@@ -23,11 +23,11 @@ struct CrashKillTests {
     static let segments = 64
     static let segmentSize = 4096
 
-    @Test("at least 1,000 SIGKILLs of a committing writer lose nothing acknowledged")
+    @Test("hundreds of SIGKILLs of a committing writer (600; 2,000 deep) lose nothing acknowledged")
     func killsLoseNothingAcknowledged() async throws {
         let binary = try #require(StressProcess.binary, "sparsecache-stress not found next to the test bundle; run 'swift build' first")
         let seed = testSeed(0x5EED_0001)
-        let kills = Int(ProcessInfo.processInfo.environment["SPARSECACHE_KILLS"] ?? "") ?? 1000
+        let kills = TestDepth.size(600, deep: 2000, override: "SPARSECACHE_KILLS")
         // Two writers on two resources at once: most of a cycle is waiting for the kill.
         async let first = Self.stream(binary: binary, seed: seed, kills: (kills + 1) / 2)
         async let second = Self.stream(binary: binary, seed: seed &+ 1, kills: kills / 2)
@@ -46,7 +46,7 @@ struct CrashKillTests {
     func smallObjectKills() async throws {
         let binary = try #require(StressProcess.binary, "sparsecache-stress not found next to the test bundle; run 'swift build' first")
         let seed = testSeed(0x5EED_0051)
-        let kills = Int(ProcessInfo.processInfo.environment["SPARSECACHE_KILLS"] ?? "").map { $0 / 2 } ?? 300
+        let kills = TestDepth.size(600, deep: 2000, override: "SPARSECACHE_KILLS") / 2
         let directory = try TemporaryDirectory("crash-kill-small")
         defer { directory.remove() }
         let store = directory.file("objects")

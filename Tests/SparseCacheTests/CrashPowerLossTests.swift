@@ -28,20 +28,29 @@ struct CrashPowerLossTests {
         var description: String { "\(name) seed \(seed)" }
     }
 
+    /// Power cuts tried at each crash point (each loses a different subset of the unsynced
+    /// writes): 12 at standard depth, 28 under `SPARSECACHE_TEST_DEPTH=deep`.
+    static let powerCutVariants = TestDepth.size(12, deep: 28)
+
     static let shapes: [Shape] = [
-        Shape(name: "aligned fill and commits", segmentSize: 4096, segments: 24, steps: 40, variants: 28, seed: 11),
-        Shape(name: "unaligned fill, 8 KiB segments", segmentSize: 8192, segments: 16, steps: 40, variants: 28, seed: 12),
+        Shape(name: "aligned fill and commits", segmentSize: 4096, segments: 24, steps: 40, variants: powerCutVariants, seed: 11),
+        Shape(name: "unaligned fill, 8 KiB segments", segmentSize: 8192, segments: 16, steps: 40, variants: powerCutVariants, seed: 12),
         Shape(
-            name: "discard, rewrite and checkpoints", segmentSize: 4096, segments: 16, steps: 50, variants: 28, seed: 13,
+            name: "discard, rewrite and checkpoints", segmentSize: 4096, segments: 16, steps: 50, variants: powerCutVariants, seed: 13,
             mix: (write: 35, commit: 20, discard: 20, checkpoint: 17, metadata: 5)),
-        Shape(name: "unknown length, then set", segmentSize: 4096, segments: 20, steps: 40, variants: 28, seed: 14, lengthKnown: false),
+        Shape(name: "unknown length, then set", segmentSize: 4096, segments: 20, steps: 40, variants: powerCutVariants, seed: 14, lengthKnown: false),
         Shape(
-            name: "checkpoint-heavy", segmentSize: 4096, segments: 12, steps: 50, variants: 28, seed: 15,
+            name: "checkpoint-heavy", segmentSize: 4096, segments: 12, steps: 50, variants: powerCutVariants, seed: 15,
             mix: (write: 30, commit: 25, discard: 10, checkpoint: 30, metadata: 2)),
     ]
 
     @Test("crash and power cut before every mutating I/O call", arguments: shapes)
     func everyCrashPoint(shape: Shape) async throws {
+        try await offPool("power-loss") { try await self.everyCrashPointOnItsThread(shape: shape) }
+    }
+
+    /// The body of ``everyCrashPoint(shape:)``, on a thread of its own (OffPool.swift).
+    private func everyCrashPointOnItsThread(shape: Shape) async throws {
         let seed = testSeed(shape.seed)
         let counts = try await Self.run(shape, seed: seed)
         reportCounts(

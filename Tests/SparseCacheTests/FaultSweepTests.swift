@@ -64,6 +64,11 @@ struct FaultSweepTests {
 
     @Test("fail the N-th call for every N, once and persistently, EIO and ENOSPC; EINTR is invisible")
     func sweep() async throws {
+        try await offPool("fault-sweep") { try await self.sweepOnItsThread() }
+    }
+
+    /// The body of ``sweep()``, on a thread of its own (OffPool.swift).
+    private func sweepOnItsThread() async throws {
         let all = Set(FaultOperation.allCases)
         // Count the workload's calls.
         let calls: Int = try await {
@@ -135,6 +140,11 @@ struct FaultSweepTests {
 
     @Test("fail each I/O call of recovery: a clear error or a good open, never damage")
     func recoveryErrors() async throws {
+        try await offPool("recovery-faults") { try await self.recoveryErrorsOnItsThread() }
+    }
+
+    /// The body of ``recoveryErrors()``, on a thread of its own (OffPool.swift).
+    private func recoveryErrorsOnItsThread() async throws {
         let directory = try faultScopedDirectory("sweep-recovery")
         defer { directory.remove() }
         let path = directory.file("r.bin")

@@ -125,9 +125,14 @@ struct HTTPParserTests {
     }
 
     @Test("fuzz: mutated and random heads never trap; every acceptance is a well-formed head")
-    func fuzz() async {
+    func fuzz() async throws {
+        try await offPool("request-fuzz") { await self.fuzzOnItsThread() }
+    }
+
+    /// The body of ``fuzz()``, on a thread of its own (OffPool.swift).
+    private func fuzzOnItsThread() async {
         let seed = testSeed(0x4854_5450)
-        let count = Int(ProcessInfo.processInfo.environment["SPARSECACHE_PARSER_FUZZ"] ?? "") ?? 100_000
+        let count = TestDepth.size(25_000, deep: 250_000, override: "SPARSECACHE_PARSER_FUZZ")
         var random = SplitMix64(seed: seed)
         let corpus = [
             "GET /movie.mp4 HTTP/1.1\r\nHost: 127.0.0.1\r\nRange: bytes=0-\r\n\r\n",
@@ -141,7 +146,6 @@ struct HTTPParserTests {
         var bodies = (complete: 0, failed: 0)
         var accepted = 0, refused = 0, incomplete = 0, violations = 0
         for iteration in 0..<count {
-            if iteration % 256 == 0 { await Task.yield() }  // see IndexFuzzTests.exhaustiveDamage
             var input: [UInt8]
             if iteration % 10 == 0 {
                 input = random.bytes(Int(random.next() % 300))
@@ -264,14 +268,18 @@ struct HTTPParserTests {
     }
 
     @Test("fuzz: the request body decoder (length and chunked framing) never traps; an intact body decodes exactly, the next request kept")
-    func bodyFuzz() async {
+    func bodyFuzz() async throws {
+        try await offPool("body-fuzz") { await self.bodyFuzzOnItsThread() }
+    }
+
+    /// The body of ``bodyFuzz()``, on a thread of its own (OffPool.swift).
+    private func bodyFuzzOnItsThread() async {
         let seed = testSeed(0x424F_4459)
-        let count = Int(ProcessInfo.processInfo.environment["SPARSECACHE_PARSER_FUZZ"] ?? "") ?? 100_000
+        let count = TestDepth.size(25_000, deep: 250_000, override: "SPARSECACHE_PARSER_FUZZ")
         var random = SplitMix64(seed: seed)
         let next = Self.bytes("GET /n HTTP/1.1\r\n\r\n")
         var intact = 0, mutated = 0, refused = 0, violations = 0
         for iteration in 0..<count {
-            if iteration % 256 == 0 { await Task.yield() }  // see IndexFuzzTests.exhaustiveDamage
             let body = random.bytes(Int(random.next() % 120))
             let chunked = random.next() % 4 != 0
             var input = (chunked ? Self.chunked(body, random: &random) : body) + next

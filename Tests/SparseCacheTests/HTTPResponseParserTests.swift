@@ -346,7 +346,12 @@ struct HTTPResponseParserTests {
     // MARK: Fuzz
 
     @Test("fuzz: mutated and random response heads never trap; every acceptance re-checks and every refusal is final")
-    func fuzzHeads() async {
+    func fuzzHeads() async throws {
+        try await offPool("response-fuzz") { await self.fuzzHeadsOnItsThread() }
+    }
+
+    /// The body of ``fuzzHeads()``, on a thread of its own (OffPool.swift).
+    private func fuzzHeadsOnItsThread() async {
         let seed = testSeed(0x5245_5350)
         let count = Self.fuzzCount
         var random = SplitMix64(seed: seed)
@@ -368,7 +373,6 @@ struct HTTPResponseParserTests {
         var accepted = 0, refused = 0, incomplete = 0, violations = 0
         var framings: [String: Int] = [:]
         for iteration in 0..<count {
-            if iteration % 256 == 0 { await Task.yield() }  // see IndexFuzzTests.exhaustiveDamage
             let input = iteration % 10 == 0 ? random.bytes(Int(random.next() % 300)) : Self.mutate(corpus, splices: splices, &random)
             func violation(_ what: String) {
                 violations += 1
@@ -413,13 +417,17 @@ struct HTTPResponseParserTests {
     }
 
     @Test("fuzz: random bodies in random chunkings and splits decode exactly; mutated encodings never trap or escape the input")
-    func fuzzChunked() async {
+    func fuzzChunked() async throws {
+        try await offPool("chunked-fuzz") { await self.fuzzChunkedOnItsThread() }
+    }
+
+    /// The body of ``fuzzChunked()``, on a thread of its own (OffPool.swift).
+    private func fuzzChunkedOnItsThread() async {
         let seed = testSeed(0x4348_4E4B)
         let count = max(1, Self.fuzzCount / 10)
         var random = SplitMix64(seed: seed)
         var exact = 0, finished = 0, failed = 0, needMore = 0, violations = 0
         for iteration in 0..<count {
-            if iteration % 256 == 0 { await Task.yield() }  // see IndexFuzzTests.exhaustiveDamage
             let body = random.bytes(Int(random.next() % 2000))
             let encoded = Self.encodeChunked(body, &random)
             func violation(_ what: String, _ input: [UInt8]) {
@@ -478,7 +486,7 @@ struct HTTPResponseParserTests {
 
     // MARK: Helpers
 
-    static var fuzzCount: Int { Int(ProcessInfo.processInfo.environment["SPARSECACHE_PARSER_FUZZ"] ?? "") ?? 100_000 }
+    static var fuzzCount: Int { TestDepth.size(25_000, deep: 250_000, override: "SPARSECACHE_PARSER_FUZZ") }
 
     /// The case name of a framing, for counts.
     static func name(of framing: HTTPBodyFraming) -> String {

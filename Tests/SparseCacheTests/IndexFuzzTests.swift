@@ -68,8 +68,17 @@ struct IndexFuzzTests {
         }
     }
 
-    @Test("every bit flip, every sector zeroed or 0xFF'd, every truncation: detected or an earlier state")
+    /// Standard depth flips one bit of every byte (bit `byte % 8`, so every bit position is hit
+    /// across neighbours) and cuts at every 7th length and on both sides of every sector
+    /// boundary: about 45,000 inputs. `SPARSECACHE_TEST_DEPTH=deep` flips every bit and cuts at
+    /// every length (about 330,000 inputs; several minutes in a debug build).
+    @Test("bit flips across every byte, every sector zeroed or 0xFF'd, truncations: detected or an earlier state")
     func exhaustiveDamage() async throws {
+        try await offPool("index-damage") { try await self.exhaustiveDamageOnItsThread() }
+    }
+
+    /// The body of ``exhaustiveDamage()``, on a thread of its own (OffPool.swift).
+    private func exhaustiveDamageOnItsThread() async throws {
         let (index, states) = try await Self.history()
         #expect(Self.classify(index, states: states) == .success(.latest))
         var counts: [String: Int] = [:]
@@ -83,17 +92,13 @@ struct IndexFuzzTests {
             }
         }
         var bytes = index
-        for bit in 0..<(index.count * 8) {
-            // Long CPU-bound loops let other tests' tasks run: the cooperative pool has two
-            // threads here, and a loopback server starved for 30 s fails its client.
-            if bit % 64 == 0 { await Task.yield() }
+        for bit in 0..<(index.count * 8) where TestDepth.isDeep || bit % 8 == (bit / 8) % 8 {
             bytes[bit / 8] ^= 1 << UInt8(bit % 8)
             run("bit flip", bytes)
             bytes[bit / 8] = index[bit / 8]
         }
         for sector in [512, 4096] {
             for start in stride(from: 0, to: index.count, by: sector) {
-                await Task.yield()
                 for fill: UInt8 in [0x00, 0xFF] {
                     var damaged = index
                     for i in start..<min(start + sector, index.count) { damaged[i] = fill }
@@ -101,8 +106,7 @@ struct IndexFuzzTests {
                 }
             }
         }
-        for length in 0..<index.count {
-            if length % 64 == 0 { await Task.yield() }
+        for length in 0..<index.count where TestDepth.isDeep || length % 7 == 0 || [0, 1, 511].contains(length % 512) {
             run("truncation", Array(index.prefix(length)))
         }
         let total = counts.values.reduce(0, +) + violations
@@ -169,9 +173,14 @@ struct IndexFuzzTests {
 
     @Test("seeded mutation fuzzing of the index decoder: no crash, no invented state")
     func fuzz() async throws {
+        try await offPool("index-fuzz") { try await self.fuzzOnItsThread() }
+    }
+
+    /// The body of ``fuzz()``, on a thread of its own (OffPool.swift).
+    private func fuzzOnItsThread() async throws {
         let (index, states) = try await Self.history()
         let seed = testSeed(0xF022)
-        let iterations = Int(ProcessInfo.processInfo.environment["SPARSECACHE_FUZZ_ITERATIONS"] ?? "") ?? 30_000
+        let iterations = TestDepth.size(10_000, deep: 300_000, override: "SPARSECACHE_FUZZ_ITERATIONS")
         var random = SplitMix64(seed: seed)
         let interesting: [UInt64] = [0, 1, 0xFF, 4095, 4096, 8192, 0x7FFF_FFFF, 0xFFFF_FFFF, 1 << 32, UInt64(Int64.max), .max, 1 << 63, 24, 12]
         var decoded = 0
@@ -179,7 +188,6 @@ struct IndexFuzzTests {
         var violations = 0
         let start = ContinuousClock.now
         for iteration in 0..<iterations {
-            if iteration % 64 == 0 { await Task.yield() }
             var bytes = index
             for _ in 0..<(1 + Int(random.next() % 4)) {
                 guard !bytes.isEmpty else { break }

@@ -176,6 +176,11 @@ extension CrashPowerLossTests {
 
         @Test("crash and power cut before every mutating I/O call: 0 violations", arguments: [UInt64(31), 32])
         func powerLoss(defaultSeed: UInt64) async throws {
+            try await offPool("small-power-loss") { try await self.powerLossOnItsThread(defaultSeed: defaultSeed) }
+        }
+
+        /// The body of ``powerLoss(defaultSeed:)``, on a thread of its own (OffPool.swift).
+        private func powerLossOnItsThread(defaultSeed: UInt64) async throws {
             let seed = testSeed(defaultSeed)
             let steps = Int(ProcessInfo.processInfo.environment["SPARSECACHE_SMALLOBJ_STEPS"] ?? "") ?? 40
             let base = try TemporaryDirectory("smallobj-pl")
@@ -221,6 +226,11 @@ extension CrashPowerLossTests {
 
         @Test("fail the N-th I/O call for every N (EIO, ENOSPC, once and persistently): acknowledged objects survive the reopen")
         func faultSweep() async throws {
+            try await offPool("small-fault-sweep") { try await self.faultSweepOnItsThread() }
+        }
+
+        /// The body of ``faultSweep()``, on a thread of its own (OffPool.swift).
+        private func faultSweepOnItsThread() async throws {
             let seed = testSeed(33)
             let steps = 24
             let calls: Int = try await {

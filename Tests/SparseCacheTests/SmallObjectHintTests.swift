@@ -106,6 +106,11 @@ struct SmallObjectHintTests {
 
     @Test("a damaged hint (flipped bits, cut, garbage, another log's, a stale size) falls back to a full scan of its log: nothing lost")
     func damagedHintFallsBack() async throws {
+        try await offPool("hint-damage") { try await self.damagedHintFallsBackOnItsThread() }
+    }
+
+    /// The body of ``damagedHintFallsBack()``, on a thread of its own (OffPool.swift).
+    private func damagedHintFallsBackOnItsThread() async throws {
         let seed = testSeed(2103)
         var random = SplitMix64(seed: seed)
         let rounds = Int(ProcessInfo.processInfo.environment["SPARSECACHE_FUZZ_ROUNDS"] ?? "") ?? 40

@@ -133,6 +133,11 @@ struct SmallObjectStoreTests {
 
     @Test("fuzzed log files: open never fails or traps, and what it serves is what was stored")
     func fuzz() async throws {
+        try await offPool("log-fuzz") { try await self.fuzzOnItsThread() }
+    }
+
+    /// The body of ``fuzz()``, on a thread of its own (OffPool.swift).
+    private func fuzzOnItsThread() async throws {
         let seed = testSeed(2102)
         var random = SplitMix64(seed: seed)
         let rounds = Int(ProcessInfo.processInfo.environment["SPARSECACHE_FUZZ_ROUNDS"] ?? "") ?? 60

@@ -11,6 +11,11 @@ import Testing
 extension CrashPowerLossTests {
     @Test("a crash or power cut at any call of an eviction: no resource claims missing data")
     func crashDuringEviction() async throws {
+        try await offPool("eviction-crash") { try await self.crashDuringEvictionOnItsThread() }
+    }
+
+    /// The body of ``crashDuringEviction()``, on a thread of its own (OffPool.swift).
+    private func crashDuringEvictionOnItsThread() async throws {
         let directory = try TemporaryDirectory("store-evict-crash")
         defer { directory.remove() }
         let snapshots = try TemporaryDirectory("store-evict-snapshots")

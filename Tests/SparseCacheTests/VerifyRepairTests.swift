@@ -36,6 +36,11 @@ struct VerifyRepairTests {
 
     @Test("verify names exactly the damaged segments; repair drops exactly those; the result verifies clean")
     func damageSweep() async throws {
+        try await offPool("damage-sweep") { try await self.damageSweepOnItsThread() }
+    }
+
+    /// The body of ``damageSweep()``, on a thread of its own (OffPool.swift).
+    private func damageSweepOnItsThread() async throws {
         let seed = testSeed(0xDA3A_6E)
         var random = SplitMix64(seed: seed)
         var counts: [String: Int] = [:]

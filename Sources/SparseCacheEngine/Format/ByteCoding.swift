@@ -84,6 +84,12 @@ package func crc32c(_ bytes: some BorrowedBytes, seed: UInt32 = 0) -> UInt32 {
     bytes.withUnsafeBytes { sc_crc32c(seed, $0.baseAddress, $0.count) }
 }
 
+/// Whether every byte is zero (padding checks in the decoders).
+@inline(__always)
+package func allZero(_ bytes: some BorrowedBytes) -> Bool {
+    bytes.withUnsafeBytes { sc_all_zero($0.baseAddress, $0.count) == 1 }
+}
+
 /// Anything whose bytes can be borrowed contiguously.
 package protocol BorrowedBytes {
     func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R

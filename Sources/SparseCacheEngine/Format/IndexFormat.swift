@@ -277,7 +277,7 @@ enum Checkpoint {
                 state.checksums[segment] = try reader.read(UInt32.self, "segment checksum")
             }
         }
-        guard reader.remaining < IndexFormat.sectorSize, reader.bytes[reader.position...].allSatisfy({ $0 == 0 }) else {
+        guard reader.remaining < IndexFormat.sectorSize, allZero(reader.bytes[reader.position...]) else {
             throw fail("unexpected bytes after the last checksum")
         }
         return state
@@ -431,7 +431,7 @@ enum JournalRecord {
                 throw body.failure("unknown operation \(rawOperation)")
             }
         }
-        guard record[(record.startIndex + IndexFormat.recordHeaderSize + bodyLength)...].allSatisfy({ $0 == 0 }) else {
+        guard allZero(record[(record.startIndex + IndexFormat.recordHeaderSize + bodyLength)...]) else {
             throw IndexFormat.corrupt("journal record \(expectedSequence): non-zero padding")
         }
         return change
