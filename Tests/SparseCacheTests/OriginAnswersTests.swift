@@ -62,6 +62,37 @@ struct OriginAnswersTests {
         await rig.stop()
     }
 
+    @Test("an answer without a length is stored whole when the store's interval commit runs while its length is being set")
+    func unknownLengthStoredWhileCommitting() async throws {
+        // At the body's end the fill writes everything back (the short tail buffered by the
+        // engine, no length yet), then sets the length. Its ftruncate is held here past the
+        // store's one-second interval commit (armed by that write-back), which then starts and
+        // takes the length with it: a loaded machine's delays, made certain. The tail was left
+        // buffered for ever and the next client's hit fetched it from the origin again.
+        let rig = try await ScriptedProxy()
+        let size = 300_000
+        let body = OriginScript.pattern(count: size, seed: 6)
+        var script = OriginScript(headers: [("Cache-Control", "max-age=600"), ("ETag", "\"slow-length\"")])
+        script.bodySize = size
+        script.bodySeed = 6
+        script.framing = "chunked"
+        script.chunkSize = 16_384
+        try rig.script("slow-length", script)
+        let rule = try FaultInjection.add(
+            FaultRule([.ftruncate], pathContains: rig.proxy.directory.path, maxFires: 1, delay: .seconds(2)))
+        defer { FaultInjection.remove(rule) }
+
+        let first = try await rig.get("slow-length")
+        #expect(first.status == 200 && first.body == body, "the whole body through the proxy: \(first)")
+        #expect(FaultInjection.fired(rule) == 1, "setting the length was held")
+        let whole = try await Self.poll(rig, "slow-length", []) { $0.headers["content-length"] != nil }
+        #expect(
+            whole.status == 200 && whole.body == body && whole.headers["content-length"] == String(size) && whole.isHit,
+            "stored with its length: \(whole)")
+        #expect(rig.count("slow-length") == 1, "one origin request in all: \(rig.requests("slow-length"))")
+        await rig.stop()
+    }
+
     @Test("two clients of one answer without a length cause one origin request: the second joins it in flight (Cache-Status collapsed)")
     func concurrentClientsJoin() async throws {
         let rig = try await ScriptedProxy()

@@ -294,6 +294,58 @@ struct SparseFileTests {
         }
     }
 
+    @Test("setLength completes the last segment while a commit that took the length is in flight")
+    func setLengthDuringItsCommit() async throws {
+        // An answer without a length (ProgressiveCache.runStream): its short tail is buffered,
+        // then setLength suspends in its ftruncate; a commit starting meanwhile (the interval
+        // timer, another caller) takes the length with it. The length was then invisible until
+        // that commit landed: setLength took the last segment for a full one, left the tail
+        // buffered for ever, and the proxy fetched it from the origin again.
+        try await withTemporaryDirectory { directory in
+            let file = try await SparseFile.open(directory.file("u.bin"), options: .testing())
+            let total = seg(2) + 300
+            try await put(file, 0..<total)
+            let rule = try FaultInjection.add(
+                FaultRule([.ftruncate], pathContains: directory.path, maxFires: 1, delay: .milliseconds(500)))
+            defer { FaultInjection.remove(rule) }
+            let setting = Task { try await file.setLength(total) }
+            for _ in 0..<5000 where FaultInjection.delaying(rule) == 0 { try await Task.sleep(for: .milliseconds(1)) }
+            #expect(FaultInjection.delaying(rule) == 1, "setLength is held in its ftruncate")
+            let committing = Task { try await file.commit() }
+            try await setting.value
+            try await committing.value
+            try await file.commit()
+            #expect(await file.incompleteRanges().isEmpty)
+            #expect(await file.presentRanges() == [0..<total])
+            try await file.close()
+        }
+    }
+
+    @Test("a write while the commit that sets the length is in flight completes the last (short) segment")
+    func writeDuringLengthCommit() async throws {
+        // A fill with a known length sets it before its first commit and goes on writing while
+        // that commit syncs: the last segment, written then, must be taken at its short size.
+        try await withTemporaryDirectory { directory in
+            let file = try await SparseFile.open(directory.file("k.bin"), options: .testing())
+            let total = seg(2) + 300
+            try await file.setLength(total)
+            try await put(file, 0..<seg(2))
+            let rule = try FaultInjection.add(
+                FaultRule([.fdatasync], pathContains: directory.path, maxFires: 1, delay: .milliseconds(500)))
+            defer { FaultInjection.remove(rule) }
+            let committing = Task { try await file.commit() }
+            for _ in 0..<5000 where FaultInjection.delaying(rule) == 0 { try await Task.sleep(for: .milliseconds(1)) }
+            #expect(FaultInjection.delaying(rule) == 1, "the commit is held in its fdatasync")
+            #expect(await file.length == total, "the length stays visible while its commit is in flight")
+            let tail = try await put(file, seg(2)..<total)
+            #expect(tail.completed == [seg(2)..<total], "\(tail)")
+            try await committing.value
+            try await file.commit()
+            #expect(await file.presentRanges() == [0..<total])
+            try await file.close()
+        }
+    }
+
     @Test("setLength refuses a length that leaves present data outside")
     func setLengthRefusesShorter() async throws {
         try await withTemporaryDirectory { directory in

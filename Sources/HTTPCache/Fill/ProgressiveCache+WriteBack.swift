@@ -48,23 +48,7 @@ extension ProgressiveCache {
         guard resource.generation == generation else { return }
         try await writeBack(arrived, of: resource, handle: handle, generation: generation, commit: commit, all: true)
         // The commit also stores a length and metadata adopted without any byte written.
-        guard commit else { return }
-        try await handle.file.commit()
-        // The resource's last (short) segment, written while the commit that set the length
-        // was in flight, is held by the file as an incomplete full-size one (the length is not
-        // visible during that commit) and would never be present: written again, now that the
-        // length is committed, it completes.
-        let file = handle.file
-        if let length = await file.length, arrived.end == length, arrived.start < length,
-            await file.contiguousPresentEnd(from: arrived.start) < length
-        {
-            let last = max(arrived.start, ((length - 1) >> Int64(file.segmentShift)) << Int64(file.segmentShift))
-            let bytes = arrived.bytes(at: last, limit: length - last)
-            if Int64(bytes.count) == length - last, await file.contiguousPresentEnd(from: last) == last {
-                _ = try await handle.write(bytes, at: last)
-                try await file.commit()
-            }
-        }
+        if commit { try await handle.file.commit() }
     }
 
     func startWriteBack(_ arrived: ArrivedBytes, of resource: FillResource, handle: ResourceHandle, generation: Int, commit: Bool) {

@@ -61,11 +61,15 @@ extension SparseFile {
         let bytes = uncommittedBytes
         uncommittedBytes = 0
         let upTo = changeCounter
+        committingChange = change
         return Task { try await self.runCommit(change, bytes: bytes, upTo: upTo) }
     }
 
     private func runCommit(_ change: IndexChange, bytes: Int64, upTo: UInt64) async throws {
-        defer { commitTask = nil }
+        defer {
+            commitTask = nil
+            committingChange = nil
+        }
         let dataFile = self.dataFile
         let index = self.index
         let before = committed

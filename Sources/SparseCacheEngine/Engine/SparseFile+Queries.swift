@@ -4,7 +4,7 @@ extension SparseFile {
     public var length: Int64? { currentLength }
 
     /// The metadata, including changes not yet committed.
-    public var metadata: ResourceMetadata { pendingChange.metadata ?? committed.metadata }
+    public var metadata: ResourceMetadata { pendingChange.metadata ?? committingChange?.metadata ?? committed.metadata }
 
     /// Replaces the metadata; it is committed atomically with the next commit.
     ///

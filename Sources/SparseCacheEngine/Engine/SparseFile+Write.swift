@@ -116,6 +116,7 @@ extension SparseFile {
         try checkWritable("set length")
         if currentLength == length { return }
         var probe = committed
+        if let committingChange { probe.apply(committingChange) }
         probe.apply(pendingChange)
         let inFlight = Set(unsynced.keys).union(committing.keys).union(busy)
         // The probe checks the range first, so the segment count below cannot overflow.
@@ -154,8 +155,8 @@ extension SparseFile {
 
     // MARK: Helpers
 
-    /// The length writes are checked against: set or pending.
-    var currentLength: Int64? { pendingChange.length ?? committed.length }
+    /// The length writes are checked against: pending, being committed, or committed.
+    var currentLength: Int64? { pendingChange.length ?? committingChange?.length ?? committed.length }
 
     /// Bytes in `segment`: the segment size, less for the last segment of a known length.
     /// While the length is unknown every segment is full size.

@@ -38,6 +38,12 @@ public actor SparseFile {
     var committed: IndexState
     /// Length, metadata and drops waiting for the next commit.
     var pendingChange = IndexChange()
+    /// The change a commit in flight carries (taken out of ``pendingChange``, not yet in
+    /// ``committed``): its length and metadata are the resource's meanwhile. Without it a
+    /// length set before that commit was invisible until it landed, and the last (short)
+    /// segment, written or completed meanwhile, was taken for a full one and held as an
+    /// incomplete segment for ever.
+    var committingChange: IndexChange?
     /// Segments written to the data file but not yet synced and committed, with their CRC32C.
     var unsynced: [Int: UInt32] = [:]
     /// Segments taken by a running commit.
