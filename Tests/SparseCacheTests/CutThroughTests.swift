@@ -12,12 +12,14 @@ import Testing
 @testable import SparseCacheStore
 
 /// A resource whose first answer sends its first `hold` bytes at once and the rest only after
-/// ``release()``; later requests are answered at once. Counts requests.
+/// ``release()``; later requests are answered at once. Counts requests, and the bytes sent as a
+/// loopback origin counts them: a whole answer once it answers (a small answer goes into the
+/// socket buffers at once, whether or not the cache reads all of it).
 final class HoldingSource: RangeSource, Sendable {
     let key = "holding://resource"
     private let bytes: [UInt8]
     private let hold: Int
-    private let state = Mutex((requests: [Range<Int64>?](), released: false))
+    private let state = Mutex((requests: [Range<Int64>?](), released: false, sent: 0))
 
     init(_ bytes: [UInt8], hold: Int) {
         self.bytes = bytes
@@ -25,6 +27,8 @@ final class HoldingSource: RangeSource, Sendable {
     }
 
     var requests: [Range<Int64>?] { state.withLock { $0.requests } }
+
+    var sent: Int { state.withLock { $0.sent } }
 
     func release() {
         state.withLock { $0.released = true }
@@ -39,6 +43,7 @@ final class HoldingSource: RangeSource, Sendable {
         }
         let wanted = range ?? 0..<Int64(bytes.count)
         let body = Array(bytes[Int(wanted.lowerBound)..<Int(min(wanted.upperBound, Int64(bytes.count)))])
+        state.withLock { $0.sent += body.count }
         let (stream, continuation) = AsyncThrowingStream<[UInt8], Error>.makeStream()
         let hold = first ? min(self.hold, body.count) : body.count
         let producer = Task {
@@ -139,6 +144,37 @@ struct CutThroughTests {
         try await fixture.close()
     }
 
+    @Test("a reader that leaves while a short range answer arrives: the fetch reads that answer to its end, nothing is sent twice")
+    func answerInFlightIsTaken() async throws {
+        let seed = testSeed(184)
+        var random = SplitMix64(seed: seed)
+        let bytes = random.bytes(8 << 16)
+        // First contact asks for two segments (an open range); the origin has sent them both,
+        // but the cache has read 16 KiB of the first when its reader hangs up.
+        let source = HoldingSource(bytes, hold: 16 << 10)
+        let fixture = try await FillFixture("cut-through-in-flight", options: .testing)
+        let cache = fixture.cache
+        var read: [UInt8] = []
+        for try await chunk in cache.read(source, range: 0..<Int64.max) {
+            read += chunk
+            if read.count >= 16 << 10 { break }
+        }
+        #expect(read == Array(bytes[0..<read.count]), "seed \(seed)")
+        // The fetch learns that nobody waits on it before the rest of its answer is read.
+        let deadline = ContinuousClock.now + .seconds(120)
+        while await !cache.fetchesUnwanted(key: source.key) {
+            guard ContinuousClock.now < deadline else { throw OriginFailure("the fetch was never left alone") }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        source.release()
+        try await fixture.settled()
+        #expect(try await collect(cache.read(source)) == bytes, "seed \(seed)")
+        // Cut at the end of its first segment, the fetch dropped the second one, which the
+        // next reader then asked for again.
+        #expect(source.sent == bytes.count, "the origin sent \(source.sent) bytes for \(bytes.count): \(source.requests)")
+        try await fixture.close()
+    }
+
     @Test("the memory a fill holds is bounded: an origin faster than the disk waits for the write-back")
     func boundedMemory() async throws {
         let seed = testSeed(182)
@@ -184,5 +220,13 @@ struct CutThroughTests {
             asked >= 4 << 20 && Double(asked) <= 1.1 * Double(read.count),
             "asked \(asked) bytes for \(read.count) read: \(source.requests)")
         try await fixture.close()
+    }
+}
+
+extension ProgressiveCache {
+    /// Whether every fetch of `key` runs on with nobody waiting on it (at least one runs).
+    func fetchesUnwanted(key: String) -> Bool {
+        guard let fetches = resources[key]?.fetches, !fetches.isEmpty else { return false }
+        return fetches.values.allSatisfy { $0.unwanted && $0.interest <= 0 }
     }
 }
