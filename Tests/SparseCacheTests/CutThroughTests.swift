@@ -117,12 +117,19 @@ struct CutThroughTests {
             }
         }
         // Both readers get everything that arrived while the origin still holds the rest:
-        // nothing of it is durable (no commit is due before 4 MiB), so this only happens by
+        // nothing of it is durable (no commit is due before 1 MiB), so this only happens by
         // cut-through. (The old path handed bytes over only after their commit.)
-        let deadline = ContinuousClock.now + .seconds(30)
+        // A liveness bound, not a duration: alone this takes well under a second, but in a full
+        // parallel run on 2 cores the fetch and the readers wait long for a thread of the
+        // cooperative pool (twice, after 30 s, the readers had [131072, 131072] and [180224,
+        // 196608] bytes). On failure `received` tells starvation from a lost wake-up: the
+        // fetch, which waits on nothing but an answer buffered whole, has all of it while a
+        // reader is still behind.
+        let deadline = ContinuousClock.now + .seconds(300)
         while got.withLock({ $0.map(\.count) }) != [hold, hold] {
             guard ContinuousClock.now < deadline else {
-                Issue.record("seed \(seed): readers got \(got.withLock { $0.map(\.count) }) of the \(hold) bytes that arrived")
+                let counts = got.withLock { $0.map(\.count) }, received = cache.statistics.bytesReceived
+                Issue.record("seed \(seed): readers got \(counts) of the \(hold) bytes that arrived (the fetch received \(received))")
                 break
             }
             try await Task.sleep(for: .milliseconds(5))
