@@ -12,12 +12,14 @@ import Testing
 @testable import SparseCacheStore
 
 /// A resource whose first answer sends its first `hold` bytes at once and the rest only after
-/// ``release()``; later requests are answered at once. Counts requests.
+/// ``release()``; later requests are answered at once. Counts requests, and the bytes sent as a
+/// loopback origin counts them: a whole answer once it answers (a small answer goes into the
+/// socket buffers at once, whether or not the cache reads all of it).
 final class HoldingSource: RangeSource, Sendable {
     let key = "holding://resource"
     private let bytes: [UInt8]
     private let hold: Int
-    private let state = Mutex((requests: [Range<Int64>?](), released: false))
+    private let state = Mutex((requests: [Range<Int64>?](), released: false, sent: 0))
 
     init(_ bytes: [UInt8], hold: Int) {
         self.bytes = bytes
@@ -25,6 +27,8 @@ final class HoldingSource: RangeSource, Sendable {
     }
 
     var requests: [Range<Int64>?] { state.withLock { $0.requests } }
+
+    var sent: Int { state.withLock { $0.sent } }
 
     func release() {
         state.withLock { $0.released = true }
@@ -39,6 +43,7 @@ final class HoldingSource: RangeSource, Sendable {
         }
         let wanted = range ?? 0..<Int64(bytes.count)
         let body = Array(bytes[Int(wanted.lowerBound)..<Int(min(wanted.upperBound, Int64(bytes.count)))])
+        state.withLock { $0.sent += body.count }
         let (stream, continuation) = AsyncThrowingStream<[UInt8], Error>.makeStream()
         let hold = first ? min(self.hold, body.count) : body.count
         let producer = Task {
@@ -112,12 +117,19 @@ struct CutThroughTests {
             }
         }
         // Both readers get everything that arrived while the origin still holds the rest:
-        // nothing of it is durable (no commit is due before 4 MiB), so this only happens by
+        // nothing of it is durable (no commit is due before 1 MiB), so this only happens by
         // cut-through. (The old path handed bytes over only after their commit.)
-        let deadline = ContinuousClock.now + .seconds(30)
+        // A liveness bound, not a duration: alone this takes well under a second, but in a full
+        // parallel run on 2 cores the fetch and the readers wait long for a thread of the
+        // cooperative pool (twice, after 30 s, the readers had [131072, 131072] and [180224,
+        // 196608] bytes). On failure `received` tells starvation from a lost wake-up: the
+        // fetch, which waits on nothing but an answer buffered whole, has all of it while a
+        // reader is still behind.
+        let deadline = ContinuousClock.now + .seconds(300)
         while got.withLock({ $0.map(\.count) }) != [hold, hold] {
             guard ContinuousClock.now < deadline else {
-                Issue.record("seed \(seed): readers got \(got.withLock { $0.map(\.count) }) of the \(hold) bytes that arrived")
+                let counts = got.withLock { $0.map(\.count) }, received = cache.statistics.bytesReceived
+                Issue.record("seed \(seed): readers got \(counts) of the \(hold) bytes that arrived (the fetch received \(received))")
                 break
             }
             try await Task.sleep(for: .milliseconds(5))
@@ -136,6 +148,37 @@ struct CutThroughTests {
         // Behind the readers, the write-back made all of it durable and committed.
         #expect(try await cache.progress(key: source.key).presentBytes == Int64(bytes.count))
         #expect(try await Self.presentAfterCrash(fixture, key: source.key, expected: bytes) == Int64(bytes.count))
+        try await fixture.close()
+    }
+
+    @Test("a reader that leaves while a short range answer arrives: the fetch reads that answer to its end, nothing is sent twice")
+    func answerInFlightIsTaken() async throws {
+        let seed = testSeed(184)
+        var random = SplitMix64(seed: seed)
+        let bytes = random.bytes(8 << 16)
+        // First contact asks for two segments (an open range); the origin has sent them both,
+        // but the cache has read 16 KiB of the first when its reader hangs up.
+        let source = HoldingSource(bytes, hold: 16 << 10)
+        let fixture = try await FillFixture("cut-through-in-flight", options: .testing)
+        let cache = fixture.cache
+        var read: [UInt8] = []
+        for try await chunk in cache.read(source, range: 0..<Int64.max) {
+            read += chunk
+            if read.count >= 16 << 10 { break }
+        }
+        #expect(read == Array(bytes[0..<read.count]), "seed \(seed)")
+        // The fetch learns that nobody waits on it before the rest of its answer is read.
+        let deadline = ContinuousClock.now + .seconds(120)
+        while await !cache.fetchesUnwanted(key: source.key) {
+            guard ContinuousClock.now < deadline else { throw OriginFailure("the fetch was never left alone") }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        source.release()
+        try await fixture.settled()
+        #expect(try await collect(cache.read(source)) == bytes, "seed \(seed)")
+        // Cut at the end of its first segment, the fetch dropped the second one, which the
+        // next reader then asked for again.
+        #expect(source.sent == bytes.count, "the origin sent \(source.sent) bytes for \(bytes.count): \(source.requests)")
         try await fixture.close()
     }
 
@@ -184,5 +227,13 @@ struct CutThroughTests {
             asked >= 4 << 20 && Double(asked) <= 1.1 * Double(read.count),
             "asked \(asked) bytes for \(read.count) read: \(source.requests)")
         try await fixture.close()
+    }
+}
+
+extension ProgressiveCache {
+    /// Whether every fetch of `key` runs on with nobody waiting on it (at least one runs).
+    func fetchesUnwanted(key: String) -> Bool {
+        guard let fetches = resources[key]?.fetches, !fetches.isEmpty else { return false }
+        return fetches.values.allSatisfy { $0.unwanted && $0.interest <= 0 }
     }
 }

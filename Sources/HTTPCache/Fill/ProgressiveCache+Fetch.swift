@@ -3,6 +3,12 @@ import SparseCacheStore
 import SparseHTTP
 
 extension ProgressiveCache {
+    /// How much of an origin's answer is taken to be sent already, sitting in the socket buffers
+    /// between the origin and the cache (a loopback or LAN origin writes a small answer into
+    /// them whole, at once): a fetch nobody waits on any more reads a range answer with no more
+    /// than this left to its end rather than drop bytes the origin counts as sent.
+    static let answerInFlight: Int64 = 256 << 10
+
     /// Starts a fetch of the missing segments from `segment` on, up to the first segment that
     /// is present or already being fetched, `before`, or `span` segments (the span limit,
     /// ``FillOptions/maximumFetch``, when nil). Returns its id, or -1 when the resource is being
@@ -155,9 +161,11 @@ extension ProgressiveCache {
                     if Task.isCancelled || resource.fetches[id].map({ $0.unwanted && $0.interest <= 0 }) == true {
                         // Nobody wants the rest: stop at the end of the segment being received
                         // (its bytes are on their way already, paid for; a segment left partial
-                        // would be asked for again, whole, by the next reader of it).
+                        // would be asked for again, whole, by the next reader of it). A range
+                        // answer with at most ``answerInFlight`` left is read to its end: the
+                        // origin has sent that much already, and cut here it would be sent twice.
                         let shift = Int64(file.segmentShift)
-                        end = min(end, ((position >> shift) + 1) << shift)
+                        if whole || end - position > Self.answerInFlight { end = min(end, ((position >> shift) + 1) << shift) }
                         stopping = true
                     }
                     guard resource.generation == generation else { return }
