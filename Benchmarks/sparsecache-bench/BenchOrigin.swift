@@ -34,7 +34,7 @@ struct BenchOrigin {
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
-        try ProcessLaunch.run(process)
+        try ProcessLaunch.runBlocking(process)
         do {
             try await Loopback.waitUntilListening(port: port, process: process)
         } catch {

@@ -179,7 +179,7 @@ enum CatalogScaleScenario {
         process.environment = environment
         let output = Pipe()
         process.standardOutput = output
-        try ProcessLaunch.run(process)
+        try ProcessLaunch.runBlocking(process)
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         let fields = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isWhitespace)

@@ -139,7 +139,7 @@ enum ScaleScenario {
         process.arguments = ["--probe-open", warm, path]
         let output = Pipe()
         process.standardOutput = output
-        try ProcessLaunch.run(process)
+        try ProcessLaunch.runBlocking(process)
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         let fields = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isWhitespace)

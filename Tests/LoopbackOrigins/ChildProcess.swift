@@ -29,7 +29,7 @@ public enum ChildProcess {
             continuation.yield()
             continuation.finish()
         }
-        try ProcessLaunch.run(process)
+        try await ProcessLaunch.run(process)
         // Waited for in a task of its own, whose iteration a cancellation of this one does not
         // end: a cancelled test (a time limit) stops the child and still waits for its exit;
         // reading the status of a running process would crash the whole test run.

@@ -90,15 +90,15 @@ enum CLI {
     /// Runs `sparsecache arguments...` in `directory` and waits for it to exit. Standard
     /// output and error go to files (no pipe can fill up and stall the child).
     static func run(_ arguments: [String], input: CLIInput = .none, in directory: String? = nil) async throws -> CLIResult {
-        let running = try start(arguments, input: input, in: directory)
+        let running = try await start(arguments, input: input, in: directory)
         return try await running.finish()
     }
 
     /// Starts the binary and returns at once; call ``RunningCLI/finish()`` to wait for it.
-    static func start(_ arguments: [String], input: CLIInput = .none, in directory: String? = nil) throws -> RunningCLI {
+    static func start(_ arguments: [String], input: CLIInput = .none, in directory: String? = nil) async throws -> RunningCLI {
         switch input {
-        case .none: try RunningCLI(arguments: arguments, input: .nullDevice, directory: directory)
-        case .file(let path): try RunningCLI(arguments: arguments, input: .file(path), directory: directory)
+        case .none: try await RunningCLI(arguments: arguments, input: .nullDevice, directory: directory)
+        case .file(let path): try await RunningCLI(arguments: arguments, input: .file(path), directory: directory)
         }
     }
 
@@ -108,8 +108,8 @@ enum CLI {
     }
 
     /// Starts the binary with standard input connected to a pipe the caller keeps open.
-    static func startWithOpenInput(_ arguments: [String], in directory: String? = nil) throws -> RunningCLI {
-        try RunningCLI(arguments: arguments, input: .pipe, directory: directory)
+    static func startWithOpenInput(_ arguments: [String], in directory: String? = nil) async throws -> RunningCLI {
+        try await RunningCLI(arguments: arguments, input: .pipe, directory: directory)
     }
 }
 
@@ -130,7 +130,7 @@ final class RunningCLI: @unchecked Sendable {
     private(set) var inputPipe: Pipe?
     private let exited: Task<Void, Never>
 
-    fileprivate init(arguments: [String], input: Source, directory: String?, binary: String? = CLI.binary) throws {
+    fileprivate init(arguments: [String], input: Source, directory: String?, binary: String? = CLI.binary) async throws {
         guard let binary else {
             throw CLIFailure("cannot find the sparsecache binary next to the test bundle; run 'swift build' first or set SPARSECACHE_BIN")
         }
@@ -171,7 +171,7 @@ final class RunningCLI: @unchecked Sendable {
         exited = Task {
             for await _ in stream {}
         }
-        try ProcessLaunch.run(process)
+        try await ProcessLaunch.run(process)
         // The child has its own copies now; keep only the pipe's write end.
         try? (process.standardOutput as? FileHandle)?.close()
         try? (process.standardError as? FileHandle)?.close()

@@ -286,7 +286,7 @@ struct CLIStoreTests {
     func demoInterrupted() async throws {
         let scratch = try CLIScratch("demo-sigint")
         let output = scratch.file("stdout")
-        let demo = try DemoProcess(temporary: scratch.file("tmp"), stdout: .file(output))
+        let demo = try await DemoProcess(temporary: scratch.file("tmp"), stdout: .file(output))
         defer { demo.kill() }
         // Its first line names the resource in its temporary directory, made by then.
         let deadline = ContinuousClock.now + .seconds(60)
@@ -305,7 +305,7 @@ struct CLIStoreTests {
     func demoClosedPipe() async throws {
         let scratch = try CLIScratch("demo-pipe")
         let pipe = Pipe()
-        let demo = try DemoProcess(temporary: scratch.file("tmp"), stdout: .pipe(pipe))
+        let demo = try await DemoProcess(temporary: scratch.file("tmp"), stdout: .pipe(pipe))
         defer { demo.kill() }
         // As `sparsecache demo | head -1` does: one line, then the read end closes.
         let reader = pipe.fileHandleForReading
@@ -336,7 +336,7 @@ private final class DemoProcess: @unchecked Sendable {
     private let stderrPath: String
     private let exited: Task<Void, Never>
 
-    init(temporary: String, stdout: Stdout) throws {
+    init(temporary: String, stdout: Stdout) async throws {
         guard let binary = CLI.binary else { throw CLIFailure("no sparsecache binary") }
         self.temporary = temporary
         try FileManager.default.createDirectory(atPath: temporary, withIntermediateDirectories: true)
@@ -359,7 +359,7 @@ private final class DemoProcess: @unchecked Sendable {
         let (stream, continuation) = AsyncStream<Void>.makeStream()
         process.terminationHandler = { _ in continuation.finish() }
         exited = Task { for await _ in stream {} }
-        try ProcessLaunch.run(process)
+        try await ProcessLaunch.run(process)
         try? (process.standardError as? FileHandle)?.close()
         if case .file = stdout { try? (process.standardOutput as? FileHandle)?.close() }
         if case .pipe(let pipe) = stdout { try? pipe.fileHandleForWriting.close() }

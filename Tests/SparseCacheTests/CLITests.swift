@@ -154,7 +154,7 @@ struct CLITests {
             let arguments = ["write", resource, "--offset", "\(chunk.lowerBound)", "--size", "\(total)", "--segment-size", "16K"]
             let result: CLIResult
             if index == stdinChunk {
-                let running = try CLI.startWithOpenInput(arguments)
+                let running = try await CLI.startWithOpenInput(arguments)
                 do { try running.send(bytes) } catch { Issue.record("writing standard input: \(error); \(context)") }
                 result = try await running.finish()
             } else {
@@ -329,7 +329,7 @@ struct CLITests {
         let cat = Process()
         cat.executableURL = URL(fileURLWithPath: "/bin/sh")
         cat.arguments = ["-c", "cat \"$0\" > \"$1\"", fifo, drained]
-        try ProcessLaunch.run(cat)
+        try await ProcessLaunch.run(cat)
         let throughFIFO = try await CLI.run(["read", resource, "--offset", "0", "--length", "32768", "--output", fifo])
         cat.waitUntilExit()
         #expect(throughFIFO.status == 0, "\(throughFIFO)")
@@ -682,7 +682,7 @@ struct CLITests {
         let resource = scratch.file("r.bin")
 
         // The holder creates the resource, then waits on its standard input.
-        let holder = try CLI.startWithOpenInput(["write", resource, "--offset", "0", "--size", "65536", "--segment-size", "16K"])
+        let holder = try await CLI.startWithOpenInput(["write", resource, "--offset", "0", "--size", "65536", "--segment-size", "16K"])
         defer { holder.kill() }
         try await waitForLock(holder, index: resource + ".scidx")
 
@@ -716,7 +716,7 @@ struct CLITests {
         let resource = try await makeCompleteResource(scratch, source: source)
         try flipByte(resource, at: 16384 + 5)
 
-        let holder = try CLI.startWithOpenInput(["write", resource, "--offset", "0"])
+        let holder = try await CLI.startWithOpenInput(["write", resource, "--offset", "0"])
         defer { holder.kill() }
         try await waitForLock(holder, index: resource + ".scidx")
 

@@ -38,7 +38,7 @@ struct DescriptorTests {
         serve.standardInput = FileHandle.nullDevice
         serve.standardOutput = FileHandle.nullDevice
         serve.standardError = FileHandle.nullDevice
-        try ProcessLaunch.run(serve)
+        try await ProcessLaunch.run(serve)
         defer { Loopback.kill(serve) }
         try await Loopback.waitUntilListening(port: port, process: serve)
 

@@ -62,7 +62,7 @@ struct FetchCLITests {
         let cacheDir = scratch.file("cache")
         let url = origin.url("slow.bin").absoluteString
 
-        let running = try CLI.start(["fetch", url, "--cache-dir", cacheDir])
+        let running = try await CLI.start(["fetch", url, "--cache-dir", cacheDir])
         // Kill it once the cache holds some of the file, but well before the end.
         var present: Int64 = 0
         for _ in 0..<200 {

@@ -35,7 +35,7 @@ final class SmallFileSystem {
         process.executableURL = URL(fileURLWithPath: tool)
         process.arguments = arguments
         process.standardError = FileHandle.nullDevice
-        try ProcessLaunch.run(process)
+        try ProcessLaunch.runBlocking(process)
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
             throw RawFile.Failure(description: "\(tool) \(arguments.joined(separator: " ")) exited \(process.terminationStatus)")

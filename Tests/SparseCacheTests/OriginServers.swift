@@ -95,7 +95,7 @@ final class OriginServer: @unchecked Sendable {
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: try touch(work.file("stdout"))))
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: try touch(work.file("stderr"))))
-        try ProcessLaunch.run(process)
+        try await ProcessLaunch.run(process)
         let server = OriginServer(root: root, port: port, work: work, process: process, logPath: log)
         do {
             try await Loopback.waitUntilListening(port: port, process: process)

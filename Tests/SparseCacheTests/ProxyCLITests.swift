@@ -20,7 +20,7 @@ struct ProxyCLITests {
         let port = try Loopback.freePort()
         var arguments = ["serve", "--cache-dir", cacheDir, "--listen", "127.0.0.1:\(port)"] + extra
         if let origin { arguments += ["--origin", origin.absoluteString] }
-        let running = try CLI.start(arguments)
+        let running = try await CLI.start(arguments)
         try await Loopback.waitUntilListening(port: port, process: running.process)
         return (running, "http://127.0.0.1:\(port)")
     }

@@ -35,7 +35,7 @@ struct WriteStreamTests {
         let scratch = try CLIScratch("write-kill")
         defer { scratch.remove() }
         let resource = scratch.file("stream.bin")
-        let running = try CLI.startWithOpenInput(["write", resource, "--offset", "0", "--size", "64M"])
+        let running = try await CLI.startWithOpenInput(["write", resource, "--offset", "0", "--size", "64M"])
         defer { running.kill() }
         let bytes = try Self.feed(running, megabytes: 28, seed: 0x57E)
         // The input stays open: the write is still going when it is killed.
@@ -54,7 +54,7 @@ struct WriteStreamTests {
         let scratch = try CLIScratch("write-signal")
         defer { scratch.remove() }
         let resource = scratch.file("stream.bin")
-        let running = try CLI.startWithOpenInput(["write", resource, "--offset", "0", "--size", "64M"])
+        let running = try await CLI.startWithOpenInput(["write", resource, "--offset", "0", "--size", "64M"])
         defer { running.kill() }
         // Below the 8 MiB threshold, and sent within much less than the 1 s interval: before
         // the signal nothing need be committed, so what is kept is the signal's commit.
