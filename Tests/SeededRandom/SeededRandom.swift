@@ -15,6 +15,13 @@ public struct SplitMix64: RandomNumberGenerator, Sendable {
         return z ^ (z >> 31)
     }
 
+    /// Moves past the next `count` values at once, as `count` calls of ``next()`` would (the
+    /// state advances by a constant per value), so one step of a long seeded run replays
+    /// without the steps before it.
+    public mutating func skip(_ count: UInt64) {
+        state &+= count &* 0x9E37_79B9_7F4A_7C15
+    }
+
     /// `count` pseudo-random bytes, each word little-endian first (incompressible, so no layer
     /// can shortcut them).
     @inlinable

@@ -293,7 +293,7 @@ struct IndexFileTests {
         #expect(placements.front > 0 && placements.back > 0, "seed \(seed): both placements exercised: \(placements)")
     }
 
-    @Test("an empty or truncated index is .corruptIndex; one that still holds slot 0 falls back")
+    @Test("an empty or truncated index is .corruptIndex; one that still holds slot 0 is rebuilt from it or falls back to it")
     func emptyAndTruncated() throws {
         let directory = try TemporaryDirectory("index")
         let path = directory.file("e.scidx")
@@ -306,11 +306,32 @@ struct IndexFileTests {
             try RawFile.replace(path, with: Array(full.prefix(length)))
             expectErrorSync(.corruptIndex, "length \(length)") { try recover(path) }
         }
+        // Generation 1's checkpoint is cut away whole; generation 0's state is exactly what it
+        // was folded from (creation writes both from one state: the CRC32C slot 1 names says
+        // so), so that is generation 1 with its journal gone.
         try RawFile.replace(path, with: Array(full.prefix(12288)))
         let (state, report) = try recover(path)
         let matches = state.sameContent(as: initialState())
         #expect(matches, "generation 0's state")
-        #expect(report.usedSlot == 0 && report.fellBack, "\(report)")
+        #expect(report.usedSlot == 1 && report.rebuiltCheckpoint != nil && report.recordsReplayed == 0, "\(report)")
+        // Once slot 0's checkpoint no longer matches what slot 1 names (here: another valid state
+        // in slot 0), the cut index falls back to slot 0.
+        var other = initialState()
+        other.checksums[40] &+= 1
+        let otherBlob = Checkpoint.encode(other, generation: 0)
+        guard case .success(var slot0) = Superblock.decode(full[0..<4096]) else {
+            Issue.record("slot 0 does not decode")
+            return
+        }
+        slot0.checkpointChecksum = crc32c(otherBlob)
+        var cut = Array(full.prefix(12288))
+        cut.replaceSubrange(0..<4096, with: slot0.encoded())
+        cut.replaceSubrange(8192..<(8192 + otherBlob.count), with: otherBlob)
+        try RawFile.replace(path, with: cut)
+        let (fallen, fallenReport) = try recover(path)
+        let matchesOther = fallen.sameContent(as: other)
+        #expect(matchesOther, "generation 0's state")
+        #expect(fallenReport.usedSlot == 0 && fallenReport.fellBack && fallenReport.rebuiltCheckpoint == nil, "\(fallenReport)")
 
         let missing = directory.file("none.scidx")
         expectErrorSync(.notFound) { try recover(missing) }
@@ -458,35 +479,53 @@ struct IndexFileTests {
         #expect(live.usedSlot == 1)
         let checkpointOffset = Int64(12288)
         let original = try RawFile.read(path, offset: checkpointOffset, count: 4096)
+        // Generation 1 was folded from generation 0's state: whatever byte of its checkpoint is
+        // hit (its header included), that state encoded as generation 1 has the length and
+        // CRC32C slot 1 names, so it is rebuilt and its journal applies on top.
         var wrong: [String] = []
-        var rebuilt = 0
-        var counted = 0
         for byte in 0..<4096 {
             var flipped = original
             flipped[byte] ^= 1 << UInt8(byte % 8)
             try RawFile.write(path, offset: checkpointOffset, flipped)
             do {
                 let (state, report) = try recover(path)
-                if report.rebuiltCheckpoint != nil {
-                    // Generation 1 was folded from generation 0's state: its journal applies on top.
-                    rebuilt += 1
-                    if !state.sameContent(as: committed) || report.usedSlot != 1 || report.fellBack { wrong.append("byte \(byte): \(report)") }
-                } else {
-                    // The header is what was hit: fall back, and say what is lost (the two
-                    // segments of the journal) or that it cannot be known.
-                    counted += 1
-                    let lost = report.newestLost != nil && (report.lost?.segments ?? 0) >= 2
-                    if !state.sameContent(as: created) || report.usedSlot != 0 || !report.fellBack || report.damage.isEmpty || !lost {
-                        wrong.append("byte \(byte): \(state.summary), \(report)")
-                    }
+                if report.rebuiltCheckpoint == nil || !state.sameContent(as: committed) || report.usedSlot != 1 || report.fellBack {
+                    wrong.append("byte \(byte): \(state.summary), \(report)")
                 }
             } catch {
                 wrong.append("byte \(byte): \(error)")
             }
         }
-        #expect(rebuilt > 0 && counted > 0, "rebuilt \(rebuilt), fell back \(counted)")
-        try RawFile.write(path, offset: checkpointOffset, original)
         #expect(wrong.isEmpty, "\(wrong.count) flips mishandled; first: \(wrong.prefix(3))")
+
+        // The older copy is a valid state, but not the one generation 1 was folded from: one
+        // segment's CRC32C differs, so its checkpoint header is the same as the folded state's
+        // (before, that header match was taken as proof, and generation 1's journal was replayed
+        // on the wrong base: a state the index never held). Now recovery falls back to it and
+        // counts what is lost: the two segments of generation 1's journal.
+        var other = created
+        other.checksums[40] &+= 1
+        let otherBlob = Checkpoint.encode(other, generation: 0)
+        #expect(Checkpoint.Header(otherBlob) == Checkpoint.Header(Checkpoint.encode(created, generation: 0)))
+        guard case .success(var slot0) = Superblock.decode(try RawFile.read(path, offset: 0, count: 4096)[...]) else {
+            Issue.record("slot 0 does not decode")
+            return
+        }
+        slot0.checkpointChecksum = crc32c(otherBlob)
+        try RawFile.write(path, offset: slot0.checkpointOffset, otherBlob)
+        try RawFile.write(path, offset: 0, slot0.encoded())
+        for byte in [0, 20, 44, 100, 3000, 4095] {
+            var flipped = original
+            flipped[byte] ^= 1 << UInt8(byte % 8)
+            try RawFile.write(path, offset: checkpointOffset, flipped)
+            let (state, report) = try recover(path)
+            let lost = report.newestLost != nil && (report.lost?.segments ?? 0) >= 2
+            #expect(
+                state.sameContent(as: other) && report.usedSlot == 0 && report.fellBack && report.rebuiltCheckpoint == nil
+                    && !report.damage.isEmpty && lost,
+                "byte \(byte): \(state.summary), \(report)")
+        }
+        try RawFile.write(path, offset: checkpointOffset, original)
 
         // Both checkpoints damaged: nothing usable, and the report names both.
         try RawFile.flip(path, at: 8192 + 20)

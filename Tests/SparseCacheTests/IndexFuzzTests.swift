@@ -145,6 +145,64 @@ struct IndexFuzzTests {
         #expect(!report.notes.isEmpty)
     }
 
+    /// The deep fuzz run (seed 61474) found unsealed inputs that recovered to states the index
+    /// never held: the newest checkpoint (generation 2) damaged, so its state was rebuilt from
+    /// generation 1's checkpoint and journal, and generation 2's journal replayed on top. The
+    /// older journal's only record was damaged too, so that base was generation 1's checkpoint
+    /// alone (an empty state, not the 4 segments generation 2 folded), and the evidence that it
+    /// was the folded state was the damaged checkpoint's own header, whose run and present
+    /// counts the damage had zeroed. Replaying on that base gave segments 4 and 6..<16 without
+    /// 0, 1 and 3. The proof is now the superblock's CRC32C of the checkpoint, checked against
+    /// the candidate state encoded as that checkpoint.
+    @Test("a damaged newest checkpoint is rebuilt only from the state it was folded from (deep fuzz, seed 61474)")
+    func rebuildNeedsTheFoldedState() async throws {
+        let (index, states) = try await Self.history()
+        func slot(_ number: Int) throws -> Superblock {
+            guard case .success(let block) = Superblock.decode(index[(number * 4096)..<(number * 4096 + 4096)]) else {
+                throw IndexFormat.corrupt("history's slot \(number) does not decode")
+            }
+            return block
+        }
+        // history(): generation 1 (slot 1) holds the created, empty state and one record adding
+        // 0..<4; generation 2 (slot 0) folded that and holds three records after it.
+        let (newest, older) = (try slot(0), try slot(1))
+        #expect(newest.generation == 2 && older.generation == 1 && newest.checkpointOffset == older.journalOffset + 4096)
+        func damage(olderRecord: Bool, newestCounts: Bool) -> [UInt8] {
+            var bytes = index
+            // A byte of the record's zero padding: its checksum fails, so replay of the older
+            // journal ends before it, as at a torn tail.
+            if olderRecord { bytes[Int(older.journalOffset) + 4000] ^= 0x10 }
+            // The checkpoint header's run count and present count (bytes 36..<48) zeroed.
+            if newestCounts { for i in 36..<48 { bytes[Int(newest.checkpointOffset) + i] = 0 } }
+            return bytes
+        }
+
+        // Both: before, the invented state [4..<5, 6..<16]; now generation 1's own state, with the
+        // loss named.
+        let (state, report) = try IndexFile.recover(bytes: damage(olderRecord: true, newestCounts: true))
+        #expect(state.sameContent(as: states[0]), "\(state.summary), \(report)")
+        #expect(report.rebuiltCheckpoint == nil && report.fellBack && report.newestLost != nil, "\(report)")
+        // The header alone damaged: the older copy is exactly what generation 2 folded, so the
+        // newest state is rebuilt (before, the header mismatch sent recovery to the older state).
+        let (rebuilt, rebuiltReport) = try IndexFile.recover(bytes: damage(olderRecord: false, newestCounts: true))
+        #expect(rebuilt.sameContent(as: states.last!) && rebuiltReport.rebuiltCheckpoint != nil, "\(rebuiltReport)")
+        // The older record alone damaged: generation 2's checkpoint is intact and in charge.
+        #expect(Self.classify(damage(olderRecord: true, newestCounts: false), states: states) == .success(.latest))
+
+        // The fuzz's own inputs, replayed from the generator's position at each (draws counted
+        // over the run; `skip` jumps there without the iterations before).
+        for (iteration, draws) in [(155_056, 139_518_591), (166_167, 149_808_351), (248_699, 224_400_125)] as [(Int, UInt64)] {
+            var random = SplitMix64(seed: 0xF022)
+            random.skip(draws)
+            var bytes = index
+            var log: [String] = []
+            let resealed = Self.mutate(&bytes, random: &random) { log.append($0) }
+            #expect(!resealed)
+            let outcome = Self.classify(bytes, states: states)
+            #expect(outcome == .success(.older), "iteration \(iteration) (\(log.joined(separator: "; "))): \(outcome)")
+        }
+    }
+
     /// Recomputes every checksum the format has, so mutated fields get past them.
     static func reseal(_ bytes: inout [UInt8]) {
         func u32(_ at: Int) -> UInt32 { bytes[at..<(at + 4)].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) }.littleEndian }
@@ -171,6 +229,56 @@ struct IndexFuzzTests {
         }
     }
 
+    static let interesting: [UInt64] = [
+        0, 1, 0xFF, 4095, 4096, 8192, 0x7FFF_FFFF, 0xFFFF_FFFF, 1 << 32, UInt64(Int64.max), .max, 1 << 63, 24, 12,
+    ]
+
+    /// One fuzz input: 1 to 4 seeded mutations of `bytes`, then (for half of the inputs) every
+    /// checksum recomputed. Returns whether the input was resealed. `log`, when given, hears
+    /// each mutation, so a failing iteration can be replayed and read (the mutations depend on
+    /// the generator and the input's size only, never on its bytes).
+    static func mutate(_ bytes: inout [UInt8], random: inout some RandomNumberGenerator, log: ((String) -> Void)? = nil) -> Bool {
+        for _ in 0..<(1 + Int(random.next() % 4)) {
+            guard !bytes.isEmpty else { break }
+            let at = Int(random.next() % UInt64(bytes.count))
+            switch random.next() % 7 {
+            case 0:
+                let bit = random.next() % 8
+                bytes[at] ^= 1 << UInt8(bit)
+                log?("flip bit \(bit) of byte \(at)")
+            case 1:
+                bytes[at] = UInt8(truncatingIfNeeded: random.next())
+                log?("byte \(at) := \(bytes[at])")
+            case 2, 3:
+                // An interesting value over a field-aligned spot.
+                let aligned = at & ~3
+                let value = interesting[Int(random.next() % UInt64(interesting.count))]
+                let width = random.next() % 2 == 0 ? 4 : 8
+                for i in 0..<width where aligned + i < bytes.count {
+                    bytes[aligned + i] = UInt8(truncatingIfNeeded: value >> UInt64(8 * i))
+                }
+                log?("\(width) bytes at \(aligned) := \(value)")
+            case 4:
+                let count = Int(random.next() % UInt64(min(bytes.count, 9000)))
+                bytes.removeLast(count)
+                log?("cut \(count) bytes, \(bytes.count) left")
+            case 5:
+                let from = Int(random.next() % UInt64(bytes.count))
+                let count = min(Int(random.next() % 600), bytes.count - max(at, from))
+                if count > 0 { bytes.replaceSubrange(at..<(at + count), with: bytes[from..<(from + count)]) }
+                log?("splice \(count) bytes from \(from) over \(at)")
+            default:
+                let count = Int(random.next() % 5000)
+                bytes.append(contentsOf: (0..<count).map { _ in UInt8(truncatingIfNeeded: random.next()) })
+                log?("append \(count) random bytes")
+            }
+        }
+        let resealed = random.next() % 2 == 0
+        if resealed { reseal(&bytes) }
+        log?(resealed ? "resealed" : "not resealed")
+        return resealed
+    }
+
     @Test("seeded mutation fuzzing of the index decoder: no crash, no invented state")
     func fuzz() async throws {
         try await offPool("index-fuzz") { try await self.fuzzOnItsThread() }
@@ -182,38 +290,14 @@ struct IndexFuzzTests {
         let seed = testSeed(0xF022)
         let iterations = TestDepth.size(10_000, deep: 300_000, override: "SPARSECACHE_FUZZ_ITERATIONS")
         var random = SplitMix64(seed: seed)
-        let interesting: [UInt64] = [0, 1, 0xFF, 4095, 4096, 8192, 0x7FFF_FFFF, 0xFFFF_FFFF, 1 << 32, UInt64(Int64.max), .max, 1 << 63, 24, 12]
         var decoded = 0
         var sealed = 0
         var violations = 0
         let start = ContinuousClock.now
         for iteration in 0..<iterations {
             var bytes = index
-            for _ in 0..<(1 + Int(random.next() % 4)) {
-                guard !bytes.isEmpty else { break }
-                let at = Int(random.next() % UInt64(bytes.count))
-                switch random.next() % 7 {
-                case 0: bytes[at] ^= 1 << UInt8(random.next() % 8)
-                case 1: bytes[at] = UInt8(truncatingIfNeeded: random.next())
-                case 2, 3:
-                    // An interesting value over a field-aligned spot.
-                    let aligned = at & ~3
-                    let value = interesting[Int(random.next() % UInt64(interesting.count))]
-                    let width = random.next() % 2 == 0 ? 4 : 8
-                    for i in 0..<width where aligned + i < bytes.count { bytes[aligned + i] = UInt8(truncatingIfNeeded: value >> UInt64(8 * i)) }
-                case 4: bytes.removeLast(Int(random.next() % UInt64(min(bytes.count, 9000))))
-                case 5:
-                    let from = Int(random.next() % UInt64(bytes.count))
-                    let count = min(Int(random.next() % 600), bytes.count - max(at, from))
-                    if count > 0 { bytes.replaceSubrange(at..<(at + count), with: bytes[from..<(from + count)]) }
-                default: bytes.append(contentsOf: (0..<Int(random.next() % 5000)).map { _ in UInt8(truncatingIfNeeded: random.next()) })
-                }
-            }
-            let resealed = random.next() % 2 == 0
-            if resealed {
-                Self.reseal(&bytes)
-                sealed += 1
-            }
+            let resealed = Self.mutate(&bytes, random: &random)
+            if resealed { sealed += 1 }
             do {
                 let (state, _) = try IndexFile.recover(bytes: bytes)
                 decoded += 1

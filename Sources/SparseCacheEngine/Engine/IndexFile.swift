@@ -231,10 +231,16 @@ final class IndexFile: @unchecked Sendable {
             if let newest = damagedNewest {
                 let replayedBefore = report.recordsReplayed
                 if newest.block.generation == block.generation + 1,
-                    Checkpoint.headerMatches(newest.blob, generation: newest.block.generation, state: recovered)
+                    Checkpoint.encodes(
+                        recovered, generation: newest.block.generation, length: newest.block.checkpointLength,
+                        checksum: newest.block.checkpointChecksum)
                 {
-                    // The newest checkpoint was folded from exactly this state (its header says so):
-                    // its journal applies on top, and nothing is lost.
+                    // The newest checkpoint was folded from exactly this state: encoded as that
+                    // generation's checkpoint, it has the length and CRC32C its (intact) superblock
+                    // names. Its journal applies on top, and nothing is lost. The damaged blob's
+                    // own header is no evidence: the damage can be in it (a header agreeing with a
+                    // prefix of the older journal took that journal's state, minus a commit, as
+                    // the base and invented a state the index never held).
                     (end, sequence) = try replayJournal(fd, block: newest.block, fileSize: fileSize, state: &recovered, report: &report)
                     report.recordsReplayed += replayedBefore
                     report.usedSlot = newest.block.slot

@@ -208,24 +208,16 @@ enum Checkpoint {
             self.runCount = runCount
             self.presentCount = presentCount
         }
-
-        /// The header a checkpoint of `state` at `generation` has.
-        init(of state: IndexState, generation: UInt64) {
-            self.generation = generation
-            rawLength = state.length.map { UInt64($0) } ?? IndexFormat.unknownLength
-            covered = UInt64(state.present.count)
-            metadataCount = UInt32(MetadataCoding.encode(state.metadata).count)
-            runCount = UInt32(state.present.setRuns.count)
-            presentCount = UInt64(state.present.setCount)
-        }
     }
 
-    /// Whether a checkpoint whose checksum failed says, in its fixed header, that it was folded
-    /// from `state`: every header field agrees. Evidence for rebuilding the newest state from
-    /// the one before it; the damaged checkpoint's own runs, checksums and metadata are never
-    /// used.
-    static func headerMatches(_ bytes: [UInt8], generation: UInt64, state: IndexState) -> Bool {
-        Header(bytes) == Header(of: state, generation: generation)
+    /// Whether a checkpoint of `state` at `generation` is exactly `length` bytes with CRC32C
+    /// `checksum`: the proof that a checkpoint whose stored bytes are damaged was folded from
+    /// `state`, from what its intact superblock says of it. The encoding is deterministic (runs
+    /// in order, user metadata keys sorted, zero padding), so only the very state it was
+    /// written from (or a 2^-32 collision) passes. The damaged bytes themselves are never used.
+    static func encodes(_ state: IndexState, generation: UInt64, length: Int64, checksum: UInt32) -> Bool {
+        let blob = encode(state, generation: generation)
+        return Int64(blob.count) == length && crc32c(blob) == checksum
     }
 
     /// The present segment count a damaged checkpoint's header lists, when its generation is
