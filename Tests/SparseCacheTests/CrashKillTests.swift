@@ -25,6 +25,11 @@ struct CrashKillTests {
 
     @Test("hundreds of SIGKILLs of a committing writer (600; 2,000 deep) lose nothing acknowledged")
     func killsLoseNothingAcknowledged() async throws {
+        try await offPool("process-kills") { try await self.killsLoseNothingAcknowledgedOnItsThread() }
+    }
+
+    /// The body of ``killsLoseNothingAcknowledged()``, on a thread of its own (OffPool.swift).
+    private func killsLoseNothingAcknowledgedOnItsThread() async throws {
         let binary = try #require(StressProcess.binary, "sparsecache-stress not found next to the test bundle; run 'swift build' first")
         let seed = testSeed(0x5EED_0001)
         let kills = TestDepth.size(600, deep: 2000, override: "SPARSECACHE_KILLS")
@@ -44,6 +49,11 @@ struct CrashKillTests {
 
     @Test("SIGKILLs of a small-object writer (puts, replacements, removals in shared batches) lose nothing acknowledged")
     func smallObjectKills() async throws {
+        try await offPool("small-object-kills") { try await self.smallObjectKillsOnItsThread() }
+    }
+
+    /// The body of ``smallObjectKills()``, on a thread of its own (OffPool.swift).
+    private func smallObjectKillsOnItsThread() async throws {
         let binary = try #require(StressProcess.binary, "sparsecache-stress not found next to the test bundle; run 'swift build' first")
         let seed = testSeed(0x5EED_0051)
         let kills = TestDepth.size(600, deep: 2000, override: "SPARSECACHE_KILLS") / 2
@@ -274,8 +284,12 @@ struct StressProcess {
 
     static func spawn(_ binary: String, _ arguments: [String], environment extra: [String: String]) throws -> StressProcess {
         var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else { throw RawFile.Failure(description: "pipe: errno \(errno)") }
-        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        // Close-on-exec from the start (a socket pair made with SOCK_CLOEXEC; Glibc's module has
+        // no pipe2): a pipe made with pipe() and flagged afterwards is inherited by any child
+        // another test starts in between, and then the read for the writer's output below
+        // waits for that child (a curl, an nginx) to exit, holding its thread all the while.
+        let type = Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue)
+        guard socketpair(AF_UNIX, type, 0, &fds) == 0 else { throw RawFile.Failure(description: "socketpair: errno \(errno)") }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
