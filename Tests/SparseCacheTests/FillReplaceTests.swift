@@ -119,7 +119,7 @@ struct FillReplaceTests {
             #expect(source.requests >= 3, "round \(round): only \(source.requests) requests came")
             source.swap()
 
-            let readerEnded = await Self.finishes(within: .seconds(60)) { await reader.value }
+            let readerEnded = await Self.finishes(within: .seconds(240)) { await reader.value }
             #expect(readerEnded, "round \(round), ignores cancellation \(ignoresCancellation): the reader hangs (the key is wedged)")
             guard readerEnded else { return }
             // The reader had bytes of version 1 (first contact's segment): it is stopped, never
@@ -127,12 +127,12 @@ struct FillReplaceTests {
             #expect(outcome.withLock { $0 } == "originChanged", "round \(round)")
 
             let again = Mutex<[UInt8]?>(nil)
-            let readAgain = await Self.finishes(within: .seconds(60)) {
+            let readAgain = await Self.finishes(within: .seconds(240)) {
                 again.withLock { $0 = nil }; let bytes = try await collect(cache.read(source)); again.withLock { $0 = bytes }
             }
             #expect(readAgain && again.withLock { $0 } == second, "round \(round): a new reader gets the new version")
             #expect(cache.statistics.invalidations == 1, "round \(round): one replacement, not one per fetch")
-            let stopped = await Self.finishes(within: .seconds(60)) { await cache.shutdown() }
+            let stopped = await Self.finishes(within: .seconds(240)) { await cache.shutdown() }
             #expect(stopped, "round \(round): shutdown hangs")
             guard stopped else { return }
             try await fixture.close()

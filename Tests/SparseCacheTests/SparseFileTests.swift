@@ -306,10 +306,12 @@ struct SparseFileTests {
             let total = seg(2) + 300
             try await put(file, 0..<total)
             let rule = try FaultInjection.add(
-                FaultRule([.ftruncate], pathContains: directory.path, maxFires: 1, delay: .milliseconds(500)))
+                FaultRule([.ftruncate], pathContains: directory.path, maxFires: 1, delay: .seconds(8)))
             defer { FaultInjection.remove(rule) }
             let setting = Task { try await file.setLength(total) }
-            for _ in 0..<5000 where FaultInjection.delaying(rule) == 0 { try await Task.sleep(for: .milliseconds(1)) }
+            // The hold is long (a loaded machine may not run this loop for seconds), the look frequent.
+            let deadline = ContinuousClock.now + .seconds(60)
+            while FaultInjection.delaying(rule) == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
             #expect(FaultInjection.delaying(rule) == 1, "setLength is held in its ftruncate")
             let committing = Task { try await file.commit() }
             try await setting.value
@@ -331,10 +333,12 @@ struct SparseFileTests {
             try await file.setLength(total)
             try await put(file, 0..<seg(2))
             let rule = try FaultInjection.add(
-                FaultRule([.fdatasync], pathContains: directory.path, maxFires: 1, delay: .milliseconds(500)))
+                FaultRule([.fdatasync], pathContains: directory.path, maxFires: 1, delay: .seconds(8)))
             defer { FaultInjection.remove(rule) }
             let committing = Task { try await file.commit() }
-            for _ in 0..<5000 where FaultInjection.delaying(rule) == 0 { try await Task.sleep(for: .milliseconds(1)) }
+            // The hold is long (a loaded machine may not run this loop for seconds), the look frequent.
+            let deadline = ContinuousClock.now + .seconds(60)
+            while FaultInjection.delaying(rule) == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
             #expect(FaultInjection.delaying(rule) == 1, "the commit is held in its fdatasync")
             #expect(await file.length == total, "the length stays visible while its commit is in flight")
             let tail = try await put(file, seg(2)..<total)
