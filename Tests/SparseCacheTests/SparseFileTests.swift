@@ -294,6 +294,14 @@ struct SparseFileTests {
         }
     }
 
+    /// Whether a call is held in `rule`'s delay, looked for often for up to 60 s: the holds are
+    /// long (8 s), since a loaded machine may not run this loop for seconds.
+    static func isHeld(_ rule: FaultInjection.RuleID) async throws -> Bool {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while FaultInjection.delaying(rule) == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
+        return FaultInjection.delaying(rule) == 1
+    }
+
     @Test("setLength completes the last segment while a commit that took the length is in flight")
     func setLengthDuringItsCommit() async throws {
         // An answer without a length (ProgressiveCache.runStream): its short tail is buffered,
@@ -309,10 +317,7 @@ struct SparseFileTests {
                 FaultRule([.ftruncate], pathContains: directory.path, maxFires: 1, delay: .seconds(8)))
             defer { FaultInjection.remove(rule) }
             let setting = Task { try await file.setLength(total) }
-            // The hold is long (a loaded machine may not run this loop for seconds), the look frequent.
-            let deadline = ContinuousClock.now + .seconds(60)
-            while FaultInjection.delaying(rule) == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
-            #expect(FaultInjection.delaying(rule) == 1, "setLength is held in its ftruncate")
+            #expect(try await Self.isHeld(rule), "setLength is held in its ftruncate")
             let committing = Task { try await file.commit() }
             try await setting.value
             try await committing.value
@@ -336,10 +341,7 @@ struct SparseFileTests {
                 FaultRule([.fdatasync], pathContains: directory.path, maxFires: 1, delay: .seconds(8)))
             defer { FaultInjection.remove(rule) }
             let committing = Task { try await file.commit() }
-            // The hold is long (a loaded machine may not run this loop for seconds), the look frequent.
-            let deadline = ContinuousClock.now + .seconds(60)
-            while FaultInjection.delaying(rule) == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
-            #expect(FaultInjection.delaying(rule) == 1, "the commit is held in its fdatasync")
+            #expect(try await Self.isHeld(rule), "the commit is held in its fdatasync")
             #expect(await file.length == total, "the length stays visible while its commit is in flight")
             let tail = try await put(file, seg(2)..<total)
             #expect(tail.completed == [seg(2)..<total], "\(tail)")
