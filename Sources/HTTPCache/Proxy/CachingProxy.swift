@@ -546,16 +546,16 @@ public final class CachingProxy: Sendable {
         return sources.withLock { $0.insert(made) }
     }
 
+    /// Bounded; when full it starts over (as ``ProxyRoutes``), which costs a new source per URL,
+    /// never a wrong one.
     private struct SourceTable {
-        static let capacity = 256
+        static let capacity = 4096
         var sources: [String: HTTPRangeSource] = [:]
-        var order: [String] = []
 
         mutating func insert(_ source: HTTPRangeSource) -> HTTPRangeSource {
             if let existing = sources[source.key] { return existing }
-            if order.count >= Self.capacity { sources[order.removeFirst()] = nil }
+            if sources.count >= Self.capacity { sources.removeAll(keepingCapacity: true) }
             sources[source.key] = source
-            order.append(source.key)
             return source
         }
     }

@@ -18,7 +18,7 @@ final class ProxyRoutes: Sendable {
         var path: String
     }
 
-    static let capacity = 1024
+    static let capacity = 4096
     private let routes = Mutex<[String: Route]>([:])
 
     /// The route of `target`, from the table or made by `make` (and kept when `target` does
@@ -41,6 +41,12 @@ final class ProxyRoutes: Sendable {
 
     /// Whether the mapping of `target` may change while the proxy runs (it names a URL).
     static func mayChange(_ target: String) -> Bool {
-        target.utf8.firstRange(of: "url=".utf8) != nil
+        // A plain scan: the generic `firstRange(of:)` cost a twentieth of a cached hit.
+        var previous: (UInt8, UInt8, UInt8) = (0, 0, 0)
+        for byte in target.utf8 {
+            if byte == UInt8(ascii: "="), previous == (UInt8(ascii: "u"), UInt8(ascii: "r"), UInt8(ascii: "l")) { return true }
+            previous = (previous.1, previous.2, byte)
+        }
+        return false
     }
 }

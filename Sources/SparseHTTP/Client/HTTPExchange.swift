@@ -10,8 +10,9 @@ import Synchronization
 /// paused on Linux). Chunks are received straight into the arrays handed out, and as many
 /// bytes as have already arrived are taken at once (up to ``chunkSize``).
 ///
-/// A watchdog closes the connection when a wait on the socket (connect, head or body) makes
-/// no progress for `timeout`; it also closes a connection whose caller walked away.
+/// The head must arrive within `timeout` of the request, and no wait for the body may last
+/// longer: the connection is then closed (``OriginDeadlines``, one timer for every exchange). A
+/// dropped exchange closes its connection too (the caller walked away).
 ///
 /// Connections are kept alive: one whose response ended exactly where its framing said goes
 /// back to an ``OriginConnectionPool`` for the next request to the same origin.
@@ -37,8 +38,8 @@ package actor HTTPExchange {
     private let origin: String
     private var buffered: [UInt8]
     private var framing: Framing
-    private var waitingSince: ContinuousClock.Instant?
-    private var watchdog: Task<Void, Never>?
+    /// The longest a wait for body bytes may last.
+    private let timeout: Duration
     /// Who has the connection once the exchange is over. A cancel (any thread) and the hand-back
     /// to the pool (the actor) decide under this lock, so a connection is either closed or
     /// pooled, never both.
@@ -60,9 +61,11 @@ package actor HTTPExchange {
     }
 
     private init(
-        connection: TCPConnection, name: String, head: HTTPResponseHead, buffered: [UInt8], pool: OriginConnectionPool?, origin: String
+        connection: TCPConnection, name: String, head: HTTPResponseHead, buffered: [UInt8], pool: OriginConnectionPool?, origin: String,
+        timeout: Duration
     ) {
         self.connection = connection
+        self.timeout = timeout
         self.name = name
         self.head = head
         self.buffered = buffered
@@ -77,7 +80,6 @@ package actor HTTPExchange {
     }
 
     deinit {
-        watchdog?.cancel()
         end(closing: "the exchange was dropped")
     }
 
@@ -108,8 +110,6 @@ package actor HTTPExchange {
     /// the origin keeps the connection; closes it otherwise. Then ends the exchange.
     private func complete(leftover: Bool) {
         if lifecycle.withLock({ $0.ended }) { return }
-        watchdog?.cancel()
-        watchdog = nil
         framing = .done
         if let pool, head.keepAlive, !leftover, buffered.isEmpty {
             let pooled = lifecycle.withLock { state -> Bool in
@@ -165,32 +165,34 @@ package actor HTTPExchange {
                 host: host, port: port, request: request, body: body, name: name, timeout: timeout, resolver: resolver, pool: pool,
                 policy: policy, interim: interim)
         }
+        // One limit for the whole: a stalled reused connection, a new connection, the head.
+        let deadline = ContinuousClock.now + timeout
         do {
-            let started = try await withDeadline(timeout, name: name) {
-                if let pool, let idle = pool.take(origin) {
-                    do {
-                        return try await Self.exchange(
-                            on: idle, request: request, name: name, pool: pool, origin: origin, interim: interim)
-                    } catch is NoAnswer {
-                        // The origin closed the idle connection as the request went out: once
-                        // more, on a new connection.
-                        idle.close()
-                    }
-                }
-                let connection = try await TCPConnection.connect(host: host, port: port, resolver: resolver, policy: policy)
+            if let pool, let idle = pool.take(origin) {
                 do {
                     return try await Self.exchange(
-                        on: connection, request: request, name: name, pool: pool, origin: origin, interim: interim)
-                } catch let failure as NoAnswer {
-                    connection.close()
-                    throw failure.error
-                } catch {
-                    connection.close()
-                    throw error
+                        on: idle, request: request, name: name, pool: pool, origin: origin, interim: interim, timeout: timeout,
+                        deadline: deadline)
+                } catch is NoAnswer {
+                    // The origin closed the idle connection as the request went out: once
+                    // more, on a new connection.
+                    idle.close()
                 }
             }
-            await started.startWatchdog(timeout: timeout)
-            return started
+            let connection = try await withDeadline(deadline - .now, name: name) {
+                try await TCPConnection.connect(host: host, port: port, resolver: resolver, policy: policy)
+            }
+            do {
+                return try await Self.exchange(
+                    on: connection, request: request, name: name, pool: pool, origin: origin, interim: interim, timeout: timeout,
+                    deadline: deadline)
+            } catch let failure as NoAnswer {
+                connection.close()
+                throw failure.error
+            } catch {
+                connection.close()
+                throw error
+            }
         } catch {
             throw mapped(error, name: name)
         }
@@ -219,24 +221,20 @@ package actor HTTPExchange {
                     // The origin may have answered before taking the whole body (a 413, a 401)
                     // and then stopped reading or closed: that answer is the answer. The
                     // connection is not reused (pool nil): the request never ended on it.
-                    let early = try? await withDeadline(min(timeout, .seconds(5)), name: name) {
-                        try await Self.exchange(on: connection, request: nil, name: name, pool: nil, origin: origin, interim: interim)
-                    }
+                    let early = try? await Self.exchange(
+                        on: connection, request: nil, name: name, pool: nil, origin: origin, interim: interim, timeout: timeout,
+                        deadline: .now + min(timeout, .seconds(5)))
                     guard let early else { throw failure.error }
-                    await early.startWatchdog(timeout: timeout)
                     return early
                 }
             }
-            let started = try await withDeadline(timeout, name: name) {
-                do {
-                    return try await Self.exchange(
-                        on: connection, request: nil, name: name, pool: pool, origin: origin, interim: interim)
-                } catch let failure as NoAnswer {
-                    throw failure.error
-                }
+            do {
+                return try await Self.exchange(
+                    on: connection, request: nil, name: name, pool: pool, origin: origin, interim: interim, timeout: timeout,
+                    deadline: .now + timeout)
+            } catch let failure as NoAnswer {
+                throw failure.error
             }
-            await started.startWatchdog(timeout: timeout)
-            return started
         } catch {
             connection.close()
             throw mapped(error, name: name)
@@ -285,10 +283,26 @@ package actor HTTPExchange {
         var error: Error
     }
 
-    /// Sends `request` (unless nil: already sent) and reads the response head.
+    /// Sends `request` (unless nil: already sent) and reads the response head, by `deadline`
+    /// (else the connection is closed and the call fails as a timeout of `timeout`).
     private static func exchange(
         on connection: TCPConnection, request: [UInt8]?, name: String, pool: OriginConnectionPool?, origin: String,
-        interim: InterimSink?
+        interim: InterimSink?, timeout: Duration, deadline: ContinuousClock.Instant
+    ) async throws -> HTTPExchange {
+        do {
+            return try await OriginDeadlines.shared.within(connection, until: deadline, reason: headTimedOut) {
+                try await exchange(on: connection, request: request, name: name, pool: pool, origin: origin, interim: interim, timeout: timeout)
+            }
+        } catch let error as SparseCacheError where error.code == .closed && error.detail == headTimedOut {
+            throw SparseCacheError(
+                .originUnavailable, operation: "fetch", path: name, detail: "timed out: no answer from the origin within \(timeout)")
+        }
+    }
+
+    /// ``exchange(on:request:name:pool:origin:interim:timeout:deadline:)`` without its limit.
+    private static func exchange(
+        on connection: TCPConnection, request: [UInt8]?, name: String, pool: OriginConnectionPool?, origin: String,
+        interim: InterimSink?, timeout: Duration
     ) async throws -> HTTPExchange {
         do {
             if let request { try await connection.send(request) }
@@ -332,7 +346,8 @@ package actor HTTPExchange {
                     if let interim, head.status != 100, head.status != 101 { interim(head) }
                     continue
                 }
-                return HTTPExchange(connection: connection, name: name, head: head, buffered: received, pool: pool, origin: origin)
+                return HTTPExchange(
+                    connection: connection, name: name, head: head, buffered: received, pool: pool, origin: origin, timeout: timeout)
             }
         }
     }
@@ -406,7 +421,6 @@ package actor HTTPExchange {
                 }
             }
         } catch {
-            watchdog?.cancel()
             framing = .done
             end(closing: "the response failed")
             throw Self.mapped(error, name: name)
@@ -421,6 +435,7 @@ package actor HTTPExchange {
 
     private static let cancelled = "cancelled"
     private static let timedOut = "timed out"
+    private static let headTimedOut = "timed out waiting for the response head"
 
     // MARK: Receiving
 
@@ -432,8 +447,8 @@ package actor HTTPExchange {
             buffered.removeSubrange(0..<count)
             return bytes
         }
-        waitingSince = .now
-        defer { waitingSince = nil }
+        let limit = OriginDeadlines.shared.arm(connection, until: .now + timeout, reason: Self.timedOut)
+        defer { OriginDeadlines.shared.disarm(limit) }
         return try await connection.receive(maximum: maximum, gathering: min(maximum, Self.gatherSize))
     }
 
@@ -453,26 +468,7 @@ package actor HTTPExchange {
         return body
     }
 
-    // MARK: Stalls
-
-    func startWatchdog(timeout: Duration) {
-        let period = max(min(timeout / 4, .seconds(1)), .milliseconds(10))
-        watchdog = Task { [weak self] in
-            while !Task.isCancelled {
-                try? await Task.sleep(for: period)
-                guard let self, await self.closeIfStalled(timeout: timeout) == false else { return }
-            }
-        }
-    }
-
-    /// Closes the connection when a wait has lasted `timeout`; returns whether it did.
-    private func closeIfStalled(timeout: Duration) -> Bool {
-        guard let since = waitingSince, ContinuousClock.now - since >= timeout else { return false }
-        connection.close(Self.timedOut)
-        return true
-    }
-
-    /// Socket errors as fetch errors: a connection closed by the watchdog is a timeout, one
+    /// Socket errors as fetch errors: a connection closed at its deadline is a timeout, one
     /// closed by ``cancel()`` a cancellation, any other socket failure a cut connection.
     private static func mapped(_ error: Error, name: String) -> Error {
         guard let error = error as? SparseCacheError else { return error }

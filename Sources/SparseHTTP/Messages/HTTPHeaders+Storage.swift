@@ -9,13 +9,22 @@ extension HTTPHeaders {
     /// Fields read back from ``storageText``; nil when a line is not `name: value` with a token
     /// for a name (damaged or foreign text is not replayed to clients).
     public init?(storageText: String) {
+        // On the UTF-8 bytes: every hit from storage reads its head back through here.
         var fields: [HTTPHeaderField] = []
-        for line in storageText.split(separator: "\n", omittingEmptySubsequences: true) {
-            guard let colon = line.firstIndex(of: ":") else { return nil }
-            let name = line[..<colon]
-            guard !name.isEmpty, name.utf8.allSatisfy(HTTPSyntax.isTokenByte) else { return nil }
-            let value = line[line.index(after: colon)...].drop { $0 == " " }
-            fields.append(HTTPHeaderField(name: String(name), value: String(value)))
+        let bytes = storageText.utf8
+        var lineStart = bytes.startIndex
+        while lineStart < bytes.endIndex {
+            let lineEnd = bytes[lineStart...].firstIndex(of: UInt8(ascii: "\n")) ?? bytes.endIndex
+            defer { lineStart = lineEnd < bytes.endIndex ? bytes.index(after: lineEnd) : lineEnd }
+            if lineStart == lineEnd { continue }
+            let line = bytes[lineStart..<lineEnd]
+            guard let colon = line.firstIndex(of: UInt8(ascii: ":")), colon > lineStart,
+                line[..<colon].allSatisfy(HTTPSyntax.isTokenByte)
+            else { return nil }
+            var valueStart = bytes.index(after: colon)
+            while valueStart < lineEnd, bytes[valueStart] == UInt8(ascii: " ") { valueStart = bytes.index(after: valueStart) }
+            fields.append(
+                HTTPHeaderField(name: String(Substring(line[..<colon])), value: String(Substring(bytes[valueStart..<lineEnd]))))
         }
         self.init(fields)
     }
