@@ -203,7 +203,8 @@ public final class CacheReader: Sendable {
         while position < end {
             let bytes: [UInt8]
             do {
-                bytes = try await handle.readAvailable(from: position, maxLength: Int(min(Int64(cache.options.readChunk), end - position)))
+                bytes = try await handle.readAvailable(
+                    from: position, maxLength: cache.options.readSize(at: position, end: end, first: position == range.lowerBound))
             } catch {
                 // Closed by a replacement, or damaged: the cache's path knows what to do.
                 break

@@ -148,7 +148,8 @@ extension ProgressiveCache {
                         continue
                     }
                 }
-                let bytes = try await handle.readAvailable(from: position, maxLength: Int(min(Int64(options.readChunk), end - position)))
+                let bytes = try await handle.readAvailable(
+                    from: position, maxLength: options.readSize(at: position, end: end, first: !delivered))
                 // Re-check after the await: bytes read while the resource was replaced are dropped.
                 if resource.generation != generation { continue }
                 if !bytes.isEmpty {
@@ -376,32 +377,54 @@ extension ProgressiveCache {
             return
         }
         resource.idleSince = .now
-        resource.closing?.cancel()
         let key = resource.key
-        let delay = options.keepOpen
-        resource.closing = Task {
-            try? await Task.sleep(for: delay)
-            self.closeIfIdle(key: key)
-        }
         // Each resource kept open holds two descriptors: beyond the limit the one idle the
         // longest closes now rather than after `keepOpen`.
         nextKeptOpen += 1
         keptOpen[key] = nextKeptOpen
+        sweepKeptOpen()
         while keptOpen.count > options.maximumKeptOpen, let oldest = keptOpen.min(by: { $0.value < $1.value })?.key {
             keptOpen[oldest] = nil
             closeIfIdle(key: oldest, force: true)
         }
     }
 
+    /// Closes the resources kept open once their ``FillOptions/keepOpen`` has passed: one task
+    /// for the whole cache, asleep until the first of them is due, running while any is kept.
+    /// (A task with its own timer per idle resource, started and cancelled by every request of a
+    /// player's range after range, was a tenth of the CPU time of a cached hit.)
+    private func sweepKeptOpen() {
+        guard keptOpenSweeper == nil else { return }
+        keptOpenSweeper = Task {
+            while let due = self.firstKeptOpenDue() {
+                try? await Task.sleep(until: due, clock: .continuous)
+                for key in Array(self.keptOpen.keys) { self.closeIfIdle(key: key) }
+            }
+            // No await since the look found none kept: the next detach starts a new sweeper.
+            self.keptOpenSweeper = nil
+        }
+    }
+
+    /// When the first resource kept open that nothing uses now is due to close (one that a
+    /// fetch still holds waits for the next detach, as it always did).
+    private func firstKeptOpenDue() -> ContinuousClock.Instant? {
+        keptOpen.keys.compactMap { key in resources[key].flatMap { isUnused($0) ? $0.idleSince : nil } }.min().map {
+            $0 + options.keepOpen
+        }
+    }
+
+    /// Open, and nobody reads, fetches or opens it.
+    private func isUnused(_ resource: FillResource) -> Bool {
+        resource.users == 0 && resource.fetches.isEmpty && resource.opening == nil && resource.handle != nil
+    }
+
     /// Lets go of a resource nobody used for ``FillOptions/keepOpen`` (or at once with
     /// `force`, on shutdown).
     func closeIfIdle(key: String, force: Bool = false) {
-        guard let resource = resources[key], resource.users == 0, resource.fetches.isEmpty, resource.opening == nil,
-            let handle = resource.handle, force || ContinuousClock.now - resource.idleSince >= options.keepOpen
+        guard let resource = resources[key], isUnused(resource), let handle = resource.handle,
+            force || ContinuousClock.now - resource.idleSince >= options.keepOpen
         else { return }
         keptOpen[key] = nil
-        resource.closing?.cancel()
-        resource.closing = nil
         // An answer without a length that ended small is kept as a small object from now on:
         // one log record instead of a data file and an index (issue 21).
         let threshold = options.smallObjectThreshold

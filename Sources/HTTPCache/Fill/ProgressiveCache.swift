@@ -34,6 +34,8 @@ public actor ProgressiveCache {
     /// Resources open with no user, kept for ``FillOptions/keepOpen``, by when they went idle.
     var keptOpen: [String: UInt64] = [:]
     var nextKeptOpen: UInt64 = 0
+    /// Closes what is kept open when its time is up (``sweepKeptOpen()``); nil while nothing is.
+    var keptOpenSweeper: Task<Void, Never>?
     /// Small answers on their way to the small-object log (``ProgressiveCache/firstContactSmall(_:)``).
     var smallArriving: [String: ArrivingObject] = [:]
     /// Small-object first contacts in flight, shared by the readers that come meanwhile.
@@ -213,9 +215,8 @@ final class FillResource {
     var waiters: [Int: (segment: Int, continuation: CheckedContinuation<Void, Never>)] = [:]
     var listeners: [Int: (offset: Int64, continuation: AsyncStream<FillProgress>.Continuation)] = [:]
     var lastCommit = ContinuousClock.now
-    /// When the last user left, and the task that closes the resource if nobody comes back.
+    /// When the last user left (``ProgressiveCache/keptOpen`` closes it if nobody comes back).
     var idleSince = ContinuousClock.now
-    var closing: Task<Void, Never>?
 
     struct Fetch {
         var segments: Range<Int>
