@@ -72,7 +72,9 @@ struct CrashKillTests {
             let child = try StressProcess.spawn(
                 binary, ["--small-objects", store, "--seed", String(random.next() % 1_000_000), "--keys", String(keys), "--salt", String(salt)],
                 environment: [:])
-            let delay = random.next() % 4 == 0 ? random.next() % 5_000 : 10_000 + random.next() % 60_000
+            let early = random.next() % 4 == 0
+            let delay = early ? random.next() % 5_000 : 10_000 + random.next() % 60_000
+            if !early { child.waitUntilOpen() }
             try await Task.sleep(for: .microseconds(delay))
             let outcome = child.killAndWait()
             guard outcome.ending == .killed else {
@@ -170,7 +172,9 @@ struct CrashKillTests {
                 binary, [path, "--seed", String(random.next() % 1_000_000), "--segments", String(Self.segments),
                          "--segment-size", String(Self.segmentSize), "--salt", String(salt)],
                 environment: environment)
-            let delay = random.next() % 4 == 0 ? random.next() % 3_000 : 5_000 + random.next() % 40_000
+            let early = random.next() % 4 == 0
+            let delay = early ? random.next() % 3_000 : 5_000 + random.next() % 40_000
+            if !early { child.waitUntilOpen() }
             try await Task.sleep(for: .microseconds(delay))
             let outcome = child.killAndWait()
             switch outcome.ending {
@@ -312,6 +316,15 @@ struct StressProcess {
             throw RawFile.Failure(description: "posix_spawn: errno \(result)")
         }
         return StressProcess(pid: pid, output: fds[0])
+    }
+
+    /// Waits (at most 30 s) until the writer has printed its first line (`open`: it started and
+    /// recovered), without taking it. A quarter of the kills come early, during start-up and
+    /// recovery; the rest are timed from here: under a loaded full test run a debug binary
+    /// took longer to start than those delays, and then not one cycle reached a commit.
+    func waitUntilOpen() {
+        var descriptor = pollfd(fd: output, events: Int16(POLLIN), revents: 0)
+        while poll(&descriptor, 1, 30_000) < 0, errno == EINTR {}
     }
 
     /// Sends SIGKILL (harmless when it already exited), reaps it, and returns how it ended

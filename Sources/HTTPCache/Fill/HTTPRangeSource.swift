@@ -32,10 +32,11 @@ public final class HTTPRangeSource: RangeSource {
     let limiter: ConnectionLimiter
     /// Where this source's name lookups block (``resolvers``).
     var resolver: BlockingExecutor { Self.resolvers[Int(UInt(bitPattern: (url.host ?? "").hashValue) % UInt(Self.resolvers.count))] }
-    /// Name lookups block on one of a few serial queues, chosen by host: lookups of one host
-    /// wait for each other (they find the same answer), other hosts' go on. A source used to
-    /// make a queue of its own, which a proxy paid for on every request of a new URL.
-    private static let resolvers = (0..<4).map { BlockingExecutor(label: "sparsecache.resolve.\($0)") }
+    /// Name lookups block on one of 16 serial queues, chosen by host: lookups of one host wait
+    /// for each other (they find the same answer), other hosts' mostly go on (a queue is a
+    /// thread only while it has work). A source used to make a queue of its own, which a proxy
+    /// paid for on every request of a new URL.
+    private static let resolvers = (0..<16).map { BlockingExecutor(label: "sparsecache.resolve.\($0)") }
     /// Idle connections to reuse; every source shares one unless given its own.
     let pool: OriginConnectionPool
     /// Made on first use (``urlSession()``).

@@ -38,6 +38,8 @@ public actor ProgressiveCache {
     var keptOpenSweeper: Task<Void, Never>?
     /// Small answers on their way to the small-object log (``ProgressiveCache/firstContactSmall(_:)``).
     var smallArriving: [String: ArrivingObject] = [:]
+    /// Heads of small objects read recently (``SmallInfos``).
+    var smallInfos = SmallInfos()
     /// Small-object first contacts in flight, shared by the readers that come meanwhile.
     var smallContacts: [String: SmallContact] = [:]
     /// Keys whose resource is moving to the small-object logs, with the ``releases`` task that
