@@ -52,7 +52,7 @@ public struct FillOptions: Sendable {
     /// How much of `end - position` the next read from the file takes: ``firstReadChunk`` for
     /// a read's first chunk, ``readChunk`` after.
     func readSize(at position: Int64, end: Int64, first: Bool) -> Int {
-        Int(min(Int64(first ? min(firstReadChunk, readChunk) : readChunk), end - position))
+        Int(min(Int64(max(1, first ? min(firstReadChunk, readChunk) : readChunk)), end - position))
     }
     /// How long a resource stays open after its last reader left, for the next one (a
     /// player's next range request) to skip reopening it. The store does not evict it meanwhile.

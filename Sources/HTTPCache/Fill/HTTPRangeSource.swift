@@ -30,13 +30,18 @@ public final class HTTPRangeSource: RangeSource {
     public let timeout: Duration
     public let transport: Transport
     let limiter: ConnectionLimiter
-    /// Where this source's name lookups block (``resolvers``).
-    var resolver: BlockingExecutor { Self.resolvers[Int(UInt(bitPattern: (url.host ?? "").hashValue) % UInt(Self.resolvers.count))] }
-    /// Name lookups block on one of 16 serial queues, chosen by host: lookups of one host wait
-    /// for each other (they find the same answer), other hosts' mostly go on (a queue is a
-    /// thread only while it has work). A source used to make a queue of its own, which a proxy
-    /// paid for on every request of a new URL.
-    private static let resolvers = (0..<16).map { BlockingExecutor(label: "sparsecache.resolve.\($0)") }
+    /// Where this source's name lookups block: a queue of its own, so a name whose DNS hangs
+    /// holds up no other source. Made on the first lookup: a proxy makes a source for every URL
+    /// it serves, and most never connect (hits, pooled connections).
+    var resolver: BlockingExecutor {
+        resolverQueue.withLock { queue in
+            if let queue { return queue }
+            let made = BlockingExecutor(label: "sparsecache.resolve")
+            queue = made
+            return made
+        }
+    }
+    private let resolverQueue = Mutex<BlockingExecutor?>(nil)
     /// Idle connections to reuse; every source shares one unless given its own.
     let pool: OriginConnectionPool
     /// Made on first use (``urlSession()``).

@@ -177,11 +177,15 @@ package actor HTTPExchange {
                     // The origin closed the idle connection as the request went out: once
                     // more, on a new connection.
                     idle.close()
+                } catch {
+                    // Neither pooled nor an exchange's: closed here (a cancelled caller, a
+                    // malformed head), or its descriptor would stay open.
+                    idle.close()
+                    throw error
                 }
             }
-            let connection = try await withDeadline(deadline - .now, name: name) {
-                try await TCPConnection.connect(host: host, port: port, resolver: resolver, policy: policy)
-            }
+            let connection = try await connect(
+                host: host, port: port, resolver: resolver, policy: policy, within: deadline - .now, timeout: timeout, name: name)
             do {
                 return try await Self.exchange(
                     on: connection, request: request, name: name, pool: pool, origin: origin, interim: interim, timeout: timeout,
@@ -206,9 +210,8 @@ package actor HTTPExchange {
         let origin = TCPConnection.address(host: host, port: port) + (policy == nil ? "" : " (checked)")
         let connection: TCPConnection
         do {
-            connection = try await withDeadline(timeout, name: name) {
-                try await TCPConnection.connect(host: host, port: port, resolver: resolver, policy: policy)
-            }
+            connection = try await connect(
+                host: host, port: port, resolver: resolver, policy: policy, within: timeout, timeout: timeout, name: name)
         } catch {
             throw mapped(error, name: name)
         }
@@ -349,6 +352,31 @@ package actor HTTPExchange {
                 return HTTPExchange(
                     connection: connection, name: name, head: head, buffered: received, pool: pool, origin: origin, timeout: timeout)
             }
+        }
+    }
+
+    /// A new connection within `limit` (what is left of `timeout`), else a timeout naming
+    /// `timeout`. A connection the cancelled attempt made anyway is closed, not dropped open.
+    private static func connect(
+        host: String, port: Int, resolver: BlockingExecutor, policy: OriginAddressPolicy?, within limit: Duration, timeout: Duration,
+        name: String
+    ) async throws -> TCPConnection {
+        let timedOut = SparseCacheError(
+            .originUnavailable, operation: "fetch", path: name, detail: "timed out: no answer from the origin within \(timeout)")
+        guard limit > .zero else { throw timedOut }
+        return try await withThrowingTaskGroup(of: TCPConnection?.self) { group in
+            group.addTask { try await TCPConnection.connect(host: host, port: port, resolver: resolver, policy: policy) }
+            group.addTask {
+                try await Task.sleep(for: limit)
+                return nil
+            }
+            if let first = try await group.next(), let connection = first {
+                group.cancelAll()
+                return connection
+            }
+            group.cancelAll()
+            while let late = try? await group.next() { late?.close() }
+            throw timedOut
         }
     }
 

@@ -90,20 +90,19 @@ final class OriginDeadlines: Sendable {
     var isTicking: Bool { state.withLock { $0.ticking } }
 
     /// Closes the connections whose deadline has passed; suspends the timer when nothing is
-    /// left armed.
+    /// left armed. The closes happen under the lock: once ``disarm(_:)`` has returned, no close
+    /// of that wait can still come (else a late one could hit the connection after its
+    /// exchange put it back in the pool and another request took it). `close` never calls back.
     private func expire(now: ContinuousClock.Instant) {
-        let expired = state.withLock { state -> [Armed] in
-            var expired: [Armed] = []
+        state.withLock { state in
             for (token, armed) in state.armed where armed.deadline <= now {
-                expired.append(armed)
                 state.armed[token] = nil
+                armed.connection.close(armed.reason)
             }
             if state.armed.isEmpty, state.ticking {
                 state.ticking = false
                 timer.suspend()
             }
-            return expired
         }
-        for armed in expired { armed.connection.close(armed.reason) }
     }
 }
