@@ -25,30 +25,16 @@ extension ProgressiveCache {
         }
         guard let object = try await store.smallObjects.object(for: source.key) else { return nil }
         let info: ContentInfo
-        if let known = smallInfos.table[source.key], known.sequence == object.sequence {
+        if let known = smallInfos[source.key], known.sequence == object.sequence {
             info = known.info
         } else {
             let metadata = object.metadata
             info = ContentInfo(
                 length: Int64(object.body.count), contentType: metadata.contentType,
                 validator: ContentValidator(etag: metadata.etag, lastModified: metadata.lastModified), stored: StoredHead(metadata))
-            smallInfos.remember(info, key: source.key, sequence: object.sequence)
+            smallInfos.set((object.sequence, info), for: source.key)
         }
         return CacheReader(cache: self, source: source, info: info, body: object.body, fromCache: true)
-    }
-
-    /// The info (with its parsed ``StoredHead``) of small objects read recently, by key and the
-    /// record's sequence: a record is never changed, so the same sequence is the same head, and
-    /// a hit skips parsing the stored fields and dates again (about 7% of a small hit's CPU).
-    /// Bounded; when full it starts over.
-    struct SmallInfos {
-        static let capacity = 4096
-        private(set) var table: [String: (sequence: UInt64, info: ContentInfo)] = [:]
-
-        mutating func remember(_ info: ContentInfo, key: String, sequence: UInt64) {
-            if table.count >= Self.capacity, table[key] == nil { table.removeAll(keepingCapacity: true) }
-            table[key] = (sequence, info)
-        }
     }
 
     /// Whether `key` is held as a small object (stored or arriving) and not as a resource.

@@ -38,8 +38,10 @@ public actor ProgressiveCache {
     var keptOpenSweeper: Task<Void, Never>?
     /// Small answers on their way to the small-object log (``ProgressiveCache/firstContactSmall(_:)``).
     var smallArriving: [String: ArrivingObject] = [:]
-    /// Heads of small objects read recently (``SmallInfos``).
-    var smallInfos = SmallInfos()
+    /// The info (with its parsed ``StoredHead``) of small objects read recently, by key, with
+    /// the record's sequence: a record never changes, so the same sequence is the same head,
+    /// and a hit skips parsing the stored fields and dates again (about 7% of a small hit's CPU).
+    var smallInfos = BoundedTable<(sequence: UInt64, info: ContentInfo)>(capacity: 4096)
     /// Small-object first contacts in flight, shared by the readers that come meanwhile.
     var smallContacts: [String: SmallContact] = [:]
     /// Keys whose resource is moving to the small-object logs, with the ``releases`` task that

@@ -28,7 +28,8 @@ public final class CachingProxy: Sendable {
     public let cache: ProgressiveCache
     /// The origin in reverse-proxy mode; nil for URL mode.
     public let origin: URL?
-    private let sources = Mutex(SourceTable())
+    /// One source per URL, kept for the next request (bounded: a forgotten one is made again).
+    private let sources = Mutex(BoundedTable<HTTPRangeSource>(capacity: 4096))
     /// Origin URLs and cache keys of recent targets (``ProxyRoutes``).
     private let routes = ProxyRoutes()
     /// Revalidations in flight, by cache key: concurrent clients of one stale response share one.
@@ -540,23 +541,13 @@ public final class CachingProxy: Sendable {
 
     /// One source per URL, kept for the next request (each holds a URLSession).
     func source(for url: URL) throws -> HTTPRangeSource {
-        if let known = sources.withLock({ $0.sources[url.absoluteString] }) { return known }
+        if let known = sources.withLock({ $0[url.absoluteString] }) { return known }
         let made = try HTTPRangeSource(
             url: url, timeout: .seconds(30), limiter: nil, transport: .automatic, pool: .shared, addressPolicy: addressPolicy)
-        return sources.withLock { $0.insert(made) }
-    }
-
-    /// Bounded; when full it starts over (as ``ProxyRoutes``), which costs a new source per URL,
-    /// never a wrong one.
-    private struct SourceTable {
-        static let capacity = 4096
-        var sources: [String: HTTPRangeSource] = [:]
-
-        mutating func insert(_ source: HTTPRangeSource) -> HTTPRangeSource {
-            if let existing = sources[source.key] { return existing }
-            if sources.count >= Self.capacity { sources.removeAll(keepingCapacity: true) }
-            sources[source.key] = source
-            return source
+        return sources.withLock { table in
+            if let existing = table[made.key] { return existing }
+            table.set(made, for: made.key)
+            return made
         }
     }
 

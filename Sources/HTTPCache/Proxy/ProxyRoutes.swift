@@ -19,7 +19,7 @@ final class ProxyRoutes: Sendable {
     }
 
     static let capacity = 4096
-    private let routes = Mutex<[String: Route]>([:])
+    private let routes = Mutex(BoundedTable<Route>(capacity: capacity))
 
     /// The route of `target`, from the table or made by `make` (and kept when `target` does
     /// not depend on anything but itself).
@@ -30,10 +30,7 @@ final class ProxyRoutes: Sendable {
         case .success(let url):
             let route = Route(url: url, key: CachingProxy.cacheKey(url), path: url.path)
             if !Self.mayChange(target) {
-                routes.withLock { routes in
-                    if routes.count >= Self.capacity { routes.removeAll(keepingCapacity: true) }
-                    routes[target] = route
-                }
+                routes.withLock { $0.set(route, for: target) }
             }
             return .success(route)
         }

@@ -184,8 +184,9 @@ package actor HTTPExchange {
                     throw error
                 }
             }
-            let connection = try await connect(
-                host: host, port: port, resolver: resolver, policy: policy, within: deadline - .now, timeout: timeout, name: name)
+            let connection = try await withDeadline(deadline - .now, of: timeout, name: name, late: { $0.close() }) {
+                try await TCPConnection.connect(host: host, port: port, resolver: resolver, policy: policy)
+            }
             do {
                 return try await Self.exchange(
                     on: connection, request: request, name: name, pool: pool, origin: origin, interim: interim, timeout: timeout,
@@ -210,8 +211,9 @@ package actor HTTPExchange {
         let origin = TCPConnection.address(host: host, port: port) + (policy == nil ? "" : " (checked)")
         let connection: TCPConnection
         do {
-            connection = try await connect(
-                host: host, port: port, resolver: resolver, policy: policy, within: timeout, timeout: timeout, name: name)
+            connection = try await withDeadline(timeout, name: name, late: { $0.close() }) {
+                try await TCPConnection.connect(host: host, port: port, resolver: resolver, policy: policy)
+            }
         } catch {
             throw mapped(error, name: name)
         }
@@ -355,45 +357,31 @@ package actor HTTPExchange {
         }
     }
 
-    /// A new connection within `limit` (what is left of `timeout`), else a timeout naming
-    /// `timeout`. A connection the cancelled attempt made anyway is closed, not dropped open.
-    private static func connect(
-        host: String, port: Int, resolver: BlockingExecutor, policy: OriginAddressPolicy?, within limit: Duration, timeout: Duration,
-        name: String
-    ) async throws -> TCPConnection {
-        let timedOut = SparseCacheError(
-            .originUnavailable, operation: "fetch", path: name, detail: "timed out: no answer from the origin within \(timeout)")
-        guard limit > .zero else { throw timedOut }
-        return try await withThrowingTaskGroup(of: TCPConnection?.self) { group in
-            group.addTask { try await TCPConnection.connect(host: host, port: port, resolver: resolver, policy: policy) }
-            group.addTask {
-                try await Task.sleep(for: limit)
-                return nil
-            }
-            if let first = try await group.next(), let connection = first {
-                group.cancelAll()
-                return connection
-            }
-            group.cancelAll()
-            while let late = try? await group.next() { late?.close() }
-            throw timedOut
-        }
-    }
-
-    /// Runs `operation`, cancelling it once it has taken `limit`, which then fails as a timeout.
+    /// Runs `operation`, cancelling it once it has taken `limit` (what is left of `timeout`, by
+    /// default all of it), which then fails as a timeout of `timeout`. A result the cancelled
+    /// operation produced anyway goes to `late` (a connection is closed, not dropped open).
     private static func withDeadline<T: Sendable>(
-        _ limit: Duration, name: String, _ operation: @escaping @Sendable () async throws -> T
+        _ limit: Duration, of timeout: Duration? = nil, name: String, late: @escaping @Sendable (T) -> Void = { _ in },
+        _ operation: @escaping @Sendable () async throws -> T
     ) async throws -> T {
-        try await withThrowingTaskGroup(of: T?.self) { group in
+        let timedOut = SparseCacheError(
+            .originUnavailable, operation: "fetch", path: name, detail: "timed out: no answer from the origin within \(timeout ?? limit)")
+        guard limit > .zero else { throw timedOut }
+        return try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask { try await operation() }
             group.addTask {
                 try await Task.sleep(for: limit)
                 return nil
             }
-            defer { group.cancelAll() }
-            if let first = try await group.next(), let value = first { return value }
-            throw SparseCacheError(
-                .originUnavailable, operation: "fetch", path: name, detail: "timed out: no answer from the origin within \(limit)")
+            if let first = try await group.next(), let value = first {
+                group.cancelAll()
+                return value
+            }
+            group.cancelAll()
+            while let result = try? await group.next() {
+                if let value = result { late(value) }
+            }
+            throw timedOut
         }
     }
 

@@ -9,25 +9,29 @@ extension HTTPHeaders {
     /// Whether a field `name` (any case) belongs to one connection: a fixed hop-by-hop field, a
     /// `Proxy-*` field, or one that `Connection` lists.
     public func isHopByHop(_ name: String) -> Bool {
-        let lowered = name.lowercased()
-        return Self.hopByHop.contains(lowered) || lowered.hasPrefix("proxy-") || connectionOptions.contains(lowered)
+        Self.isHopByHop(HTTPHeaderField(name: name, value: ""), listed: listedOptions)
     }
 
     /// The message's fields without the hop-by-hop ones: what a cache stores and a proxy sends on.
     /// Returns the fields as they are when none is hop-by-hop (the usual stored head), without
     /// lowercasing a copy of every name.
     public func removingHopByHop() -> HTTPHeaders {
-        let listed = contains("connection") ? connectionOptions : []
-        func belongsToConnection(_ field: HTTPHeaderField) -> Bool {
-            Self.hopByHop.contains { field.hasName($0) } || field.hasNamePrefix("proxy-")
-                || (!listed.isEmpty && listed.contains(field.name.lowercased()))
-        }
-        guard fields.contains(where: belongsToConnection) else { return self }
-        return HTTPHeaders(fields.filter { !belongsToConnection($0) })
+        let listed = listedOptions
+        guard fields.contains(where: { Self.isHopByHop($0, listed: listed) }) else { return self }
+        return HTTPHeaders(fields.filter { !Self.isHopByHop($0, listed: listed) })
     }
 
-    /// The field names `Connection` lists, lowercased.
-    private var connectionOptions: Set<String> { Set(listElements("connection").map { $0.lowercased() }) }
+    /// One rule for both: a fixed hop-by-hop name, `Proxy-*`, or a name in `listed`; names
+    /// compared by ASCII case folding, as every header lookup is.
+    private static func isHopByHop(_ field: HTTPHeaderField, listed: Set<String>) -> Bool {
+        hopByHop.contains { field.hasName($0) } || field.hasNamePrefix("proxy-")
+            || (!listed.isEmpty && listed.contains(field.name.lowercased()))
+    }
+
+    /// The field names `Connection` lists, lowercased (none without a `Connection` field).
+    private var listedOptions: Set<String> {
+        contains("connection") ? Set(listElements("connection").map { $0.lowercased() }) : []
+    }
 }
 
 extension HTTPHeaderField {
