@@ -219,6 +219,34 @@ struct IndexFileTests {
         #expect(report.damage.count == 1, "\(report.damage)")
     }
 
+    @Test("a journal longer than replay's first reads is replayed whole, and a torn record far in still stops it")
+    func longJournalReplay() throws {
+        let directory = try TemporaryDirectory("index")
+        let path = directory.file("long.scidx")
+        var model = initialState()
+        let index = try IndexFile.create(path: path, state: model)
+        // 200 records of a sector or more each: replay reads 16 KiB first and doubles from there.
+        for record in 0..<200 {
+            let change = adding([record % 64], tag: UInt32(record))
+            try index.append(change)
+            model.apply(change)
+        }
+        let end = index.journalEnd
+        index.close()
+        #expect(end - index.superblock.journalOffset > 256 << 10, "the journal spans several windows")
+        let (state, report) = try recover(path)
+        #expect(report.recordsReplayed == 200 && report.journalTail == nil, "\(report)")
+        #expect(state.sameContent(as: model))
+        // Damage the last record past its magic (a torn write): the 199 before it still replay.
+        let file = try FileDescriptor.open(path, access: .readWrite)
+        let last = end - Int64(IndexFormat.sectorSize)
+        try file.write(toAbsoluteOffset: last + Int64(IndexFormat.recordMagic.count), [UInt8](repeating: 0xEE, count: 16))
+        file.close()
+        let (_, torn) = try recover(path)
+        #expect(torn.recordsReplayed == 199, "\(torn)")
+        #expect(torn.journalTail != nil)
+    }
+
     @Test("checkpoints fold the journal, alternate slots and placement, and survive reopen")
     func checkpoints() throws {
         let seed = testSeed(0xC4EC_4901)

@@ -178,6 +178,30 @@ struct SparseFileTests {
 
     // MARK: Durability across reopen
 
+    @Test("closing folds a long journal into a checkpoint, so the next open replays nothing; a short one stays")
+    func closeFoldsLongJournal() async throws {
+        try await withTemporaryDirectory { directory in
+            // One commit per segment: 40 records of a sector each, more than the 64 KiB that
+            // make a close fold the journal; 3 commits are far fewer.
+            for (name, commits, folds) in [("long.bin", 40, true), ("short.bin", 3, false)] {
+                let path = directory.file(name)
+                let file = try await SparseFile.open(path, options: .testing(length: seg(40)))
+                for index in 0..<commits {
+                    try await put(file, seg(index)..<seg(index + 1), salt: 7)
+                    try await file.commit()
+                }
+                try await file.close()
+                let (index, state, report) = try IndexFile.open(path: SparseFile.indexPath(for: path), access: .readOnly)
+                index.close()
+                #expect(report.recordsReplayed == (folds ? 0 : commits), "\(name): \(report)")
+                #expect(state.present.setCount == commits, "\(name): every committed segment is in the state read back")
+                let reopened = try await SparseFile.open(path, options: .testing(length: seg(40), create: false))
+                #expect(try await reopened.read(offset: 0, length: Int(seg(commits))) == sourceBytes(0..<seg(commits), salt: 7))
+                try await reopened.close()
+            }
+        }
+    }
+
     @Test("commit, close and reopen keep every byte; the data file holds them too")
     func reopenKeepsBytes() async throws {
         let seed = testSeed(0x5EED_0FF1)

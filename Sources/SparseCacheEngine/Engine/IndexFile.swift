@@ -36,6 +36,11 @@ final class IndexFile: @unchecked Sendable {
     /// which keeps the cost of commits proportional to what they change.
     var wantsCheckpoint: Bool { journalBytes >= max(1 << 20, superblock.checkpointLength) }
 
+    /// A resource closing folds its journal when replaying it would cost the next open more
+    /// than reading a checkpoint: at least 64 KiB of records (hundreds of commits of a
+    /// resource filled piece by piece) and more than the checkpoint itself.
+    var wantsCheckpointOnClose: Bool { journalBytes >= max(64 << 10, superblock.checkpointLength) }
+
     /// The live checkpoint is the first region of the file (nothing but dead space can follow
     /// the journal, and the next checkpoint will be written after it).
     var checkpointIsAtFront: Bool { superblock.checkpointOffset == IndexFormat.firstRegionOffset }
@@ -295,8 +300,10 @@ final class IndexFile: @unchecked Sendable {
         }
     }
 
-    /// How much of the journal replay reads at once.
-    private static let replayWindow = 1 << 20
+    /// How much of the journal replay reads first, and the most it reads at once: each read
+    /// doubles the one before, so a short journal (or none, after a checkpoint) costs one small
+    /// read rather than a copy of whatever dead space follows it, and a long one a few reads.
+    private static let replayWindows = (first: 16 << 10, largest: 1 << 20)
 
     /// Applies every record that validates, in sequence, and returns where the next one goes.
     private static func replayJournal(
@@ -309,11 +316,17 @@ final class IndexFile: @unchecked Sendable {
         // Read a window at a time, not to the end of the file: past the journal may lie the other
         // copy's checkpoint and journal (kept whole after a checkpoint went to the front).
         var journal: [UInt8] = []
+        var window = Self.replayWindows.first
         func have(_ count: Int) throws -> Bool {
-            let readEnd = block.journalOffset + Int64(journal.count)
-            if journal.count < count, readEnd < fileSize {
-                let chunk = min(fileSize - readEnd, Int64(max(count - journal.count, Self.replayWindow)))
-                journal += try fd.read(fromAbsoluteOffset: readEnd, count: Int(chunk))
+            while journal.count < count {
+                let readEnd = block.journalOffset + Int64(journal.count)
+                guard readEnd < fileSize else { break }
+                let chunk = Int(min(fileSize - readEnd, Int64(max(count - journal.count, window))))
+                let bytes = try fd.read(fromAbsoluteOffset: readEnd, count: chunk)
+                journal += bytes
+                window = min(window * 2, Self.replayWindows.largest)
+                // A file cut shorter than its size said: the journal ends here.
+                if bytes.count < chunk { break }
             }
             return journal.count >= count
         }

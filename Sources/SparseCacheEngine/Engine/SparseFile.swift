@@ -378,6 +378,12 @@ public actor SparseFile {
             do { try await commitPending() } catch { commitError = error }
         }
         if let commitTask { _ = try? await commitTask.value }
+        // The next open reads a checkpoint instead of replaying a long journal (a cached
+        // resource is opened again far more often than it is written). Best effort: the
+        // journal already holds every commit, so a failed checkpoint loses nothing.
+        if mode == .readWrite, failure == nil, commitError == nil, index.wantsCheckpointOnClose {
+            try? await checkpoint()
+        }
         partials.removeAll()
         reader.close()
         let dataFile = self.dataFile
