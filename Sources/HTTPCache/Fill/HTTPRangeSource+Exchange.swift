@@ -26,8 +26,17 @@ extension HTTPRangeSource {
             case .none: length = 0  // a 204 (RFC 9110 section 15.3.5): no content, known to be none
             case .chunked, .untilClose: break
             }
+            // The head kept of the answer, made once for both questions below.
+            var made: StoredHead?
+            func stored() -> StoredHead {
+                if let made { return made }
+                let kept = Self.storedHead(status: head.status, headers: head.headers, times: times, forwarding: forwarding)
+                made = kept
+                return kept
+            }
             if let reason = Self.uncached(
-                status: head.status, headers: head.headers, contentLength: length, forwarding: forwarding, target: current.path)
+                status: head.status, headers: head.headers, contentLength: length, forwarding: forwarding, target: current.path,
+                stored: stored)
             {
                 exchange.onFinish(release)
                 let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
@@ -51,7 +60,7 @@ extension HTTPRangeSource {
             do {
                 let (info, offset) = try Self.interpret(
                     status: head.status, headers: head.headers, contentLength: length, requested: range, key: key, times: times,
-                    forwarding: forwarding)
+                    forwarding: forwarding, stored: stored())
                 exchange.onFinish(release)
                 let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
                 return RangeResponse(info: info, offset: offset, body: body, cancel: { exchange.cancel() }, isPartial: head.status == 206)

@@ -78,10 +78,13 @@ extension HTTPRangeSource {
         }
         let clock = ExchangeTimes()
         let (response, stream, task) = try await startSessionTask(request, followRedirects: forwarding == nil, release: release)
+        let times = clock.finished()
         let (headers, wasDecoded) = Self.decoded(HTTPHeaders(response))
         let contentLength = response.expectedContentLength >= 0 && !wasDecoded ? response.expectedContentLength : nil
+        let stored = Self.storedHead(status: response.statusCode, headers: headers, times: times, forwarding: forwarding)
         if let reason = Self.uncached(
-            status: response.statusCode, headers: headers, contentLength: contentLength, forwarding: forwarding, target: url.path)
+            status: response.statusCode, headers: headers, contentLength: contentLength, forwarding: forwarding, target: url.path,
+            stored: { stored })
         {
             let head = HTTPResponseHead(status: response.statusCode, headers: headers)
             throw OriginAnswer(head: head, body: stream.body, cancel: { task.cancel() }, reason: reason)
@@ -94,7 +97,7 @@ extension HTTPRangeSource {
             }
             let (info, offset) = try Self.interpret(
                 status: response.statusCode, headers: headers, contentLength: contentLength, requested: range, key: key,
-                times: clock.finished(), forwarding: forwarding)
+                times: times, forwarding: forwarding, stored: stored)
             return RangeResponse(
                 info: info, offset: offset, body: stream.body, cancel: { task.cancel() }, isPartial: response.statusCode == 206)
         } catch {

@@ -222,7 +222,12 @@ public final class HTTPRangeSource: RangeSource {
     /// (see ``fetch(_:validator:forwarding:)``), and why. A status other than 200 and 206 is
     /// cached only when a shared cache may store it and its whole body, of a known length of at
     /// most ``StoredHead/maximumOtherBody``, comes in this one answer.
-    static func uncached(status: Int, headers: HTTPHeaders, contentLength: Int64?, forwarding: Forwarding?, target: String) -> String? {
+    ///
+    /// - Parameter stored: the head the cache would keep (``storedHead(status:headers:times:forwarding:)``),
+    ///   made only when the status is one to store.
+    static func uncached(
+        status: Int, headers: HTTPHeaders, contentLength: Int64?, forwarding: Forwarding?, target: String, stored: () -> StoredHead
+    ) -> String? {
         guard let forwarding else { return nil }
         if forwarding.passOn { return "passed through" }
         if status == 416 { return nil }
@@ -236,11 +241,9 @@ public final class HTTPRangeSource: RangeSource {
                 return "status \(status) with a body of unknown or large size is passed on"
             }
         }
-        let stored = StoredHead(status: status, headers: headers, requestTime: 0, responseTime: 0)
+        let stored = stored()
         if stored.size > StoredHead.maximumSize { return "header fields too large to store" }
-        let policy = CachePolicy(
-            request: HTTPRequestHead(method: "GET", target: target, headers: forwarding.headers),
-            response: HTTPResponseHead(status: stored.status, headers: headers), requestTime: 0, responseTime: 0)
+        let policy = stored.policy.answering(HTTPRequestHead(method: "GET", target: target, headers: forwarding.headers))
         if let reason = policy.storability.reason { return "not stored: \(reason)" }
         // A page that is stale at once and cannot be revalidated would be fetched again for
         // every request: passed on, as nginx does with what it has no lifetime for.
@@ -255,6 +258,17 @@ public final class HTTPRangeSource: RangeSource {
         return nil
     }
 
+    /// The head a cache keeps of a response (RFC 9111 section 3.1): with the request fields
+    /// the response varies on, as they were sent (section 4.1).
+    static func storedHead(
+        status: Int, headers: HTTPHeaders, times: (request: Int64, response: Int64), forwarding: Forwarding?
+    ) -> StoredHead {
+        let varyNames = headers.listElements("vary").map { $0.lowercased() }
+        let varyRequest = HTTPHeaders((forwarding?.headers ?? []).filter { field in varyNames.contains { field.hasName($0) } })
+        return StoredHead(
+            status: status, headers: headers, requestTime: times.request, responseTime: times.response, varyRequest: varyRequest)
+    }
+
     /// The `If-Range` value (RFC 9110 section 13.1.5): a strong ETag; the Last-Modified date
     /// only when there is no entity tag at all and the date is a strong validator; else none.
     /// Without If-Range the answer's validators and length are still compared with the
@@ -267,17 +281,15 @@ public final class HTTPRangeSource: RangeSource {
     /// What a response means for a request of `requested`.
     ///
     /// - Parameter contentLength: the body's length when the response gave one.
+    /// - Parameter stored: the head ``storedHead(status:headers:times:forwarding:)`` made of this
+    ///   response, when the caller has it already.
     static func interpret(
         status: Int, headers: HTTPHeaders, contentLength: Int64?, requested: Range<Int64>?, key: String,
-        times: (request: Int64, response: Int64) = (0, 0), forwarding: Forwarding? = nil
+        times: (request: Int64, response: Int64) = (0, 0), forwarding: Forwarding? = nil, stored: StoredHead? = nil
     ) throws -> (ContentInfo, Int64) {
         let validator = ContentValidator(etag: headers["etag"], lastModified: headers["last-modified"], date: headers["date"])
         let contentType = headers["content-type"]
-        // The request fields the response varies on, as they were sent (RFC 9111, section 4.1).
-        let varyNames = headers.listElements("vary").map { $0.lowercased() }
-        let varyRequest = HTTPHeaders((forwarding?.headers ?? []).filter { field in varyNames.contains { field.hasName($0) } })
-        let stored = StoredHead(
-            status: status, headers: headers, requestTime: times.request, responseTime: times.response, varyRequest: varyRequest)
+        let stored = stored ?? storedHead(status: status, headers: headers, times: times, forwarding: forwarding)
         switch status {
         case 206:
             guard let value = headers["content-range"], let contentRange = ContentRange(value), let first = contentRange.range else {

@@ -14,7 +14,7 @@ import SparseHTTP
 /// their unqualified forms (Varnish).
 public struct CachePolicy: Sendable, Equatable {
     /// The request the stored response answered: its fields decide `Vary` matches.
-    public let request: HTTPRequestHead
+    public private(set) var request: HTTPRequestHead
     /// The response as stored: its hop-by-hop fields removed (section 3.1).
     public let response: HTTPResponseHead
     /// When the request that brought the response was sent (`request_time`, section 4.2.3).
@@ -70,6 +70,15 @@ public struct CachePolicy: Sendable, Equatable {
         let responseDelay = max(0, responseTime - requestTime)
         initialAge = max(apparentAge, ageValue + responseDelay)
         varyNames = stored.headers.listElements("vary").map { $0.lowercased() }
+    }
+
+    /// The same rules for the response as the answer to `request`: what only the request
+    /// changes (``storability``, `Vary` matches) is asked anew, nothing of the response is
+    /// parsed again.
+    public func answering(_ request: HTTPRequestHead) -> CachePolicy {
+        var policy = self
+        policy.request = request
+        return policy
     }
 
     // MARK: Storing (section 3)
