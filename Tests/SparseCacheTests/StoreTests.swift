@@ -24,6 +24,14 @@ extension StoreOptions {
     }
 }
 
+/// The store's running total of allocated bytes is the sum over its entries, counted afresh.
+func expectRunningTotalMatches(_ store: SparseStore, _ comment: Comment, sourceLocation: SourceLocation = #_sourceLocation) async {
+    var sparse: Int64 = 0
+    for entry in await store.summary().entries where await store.entry(for: entry.key) != nil { sparse += entry.allocatedBytes }
+    let total = await store.allocatedBytes
+    #expect(total == sparse + store.smallObjects.diskBytes, comment, sourceLocation: sourceLocation)
+}
+
 /// Writes the whole resource for `key` through the store and releases it.
 func fill(_ store: SparseStore, key: String, length: Int64) async throws {
     let handle = try await store.open(key: key, length: length)
@@ -113,6 +121,7 @@ struct StoreTests {
             #expect(evicted == Array(model.prefix(7)), "seed \(seed)")
             let remaining = await store.summary().entries.map(\.key)
             #expect(remaining == Array(model.suffix(5)), "seed \(seed)")
+            await expectRunningTotalMatches(store, "seed \(seed)")
             for key in remaining { try await access(store, key: key, length: length) }
             try await store.close()
         }
@@ -253,6 +262,7 @@ struct StoreTests {
                 #expect(total > 0, "no read returned data (seed \(seed))")
             }
             #expect(await store.allocatedBytes <= 256 << 10 + 64 << 10)
+            await expectRunningTotalMatches(store, "seed \(seed)")
             try await store.close()
             let summary = try await SparseStore.inspect(directory: directory.path)
             for entry in summary.entries {

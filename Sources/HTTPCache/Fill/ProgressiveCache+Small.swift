@@ -175,7 +175,7 @@ extension ProgressiveCache {
     private func arrived(key: String, id: Int) async {
         if smallArriving[key]?.id == id { smallArriving[key] = nil }
         // Past the budget: the store evicts (the write succeeded whatever the pass does).
-        if await store.allocatedBytes > store.budget {
+        if await store.isOverBudget {
             do { try await store.enforceBudget() } catch { await store.noteHousekeepingFailure(.eviction, key: key, error) }
         }
     }

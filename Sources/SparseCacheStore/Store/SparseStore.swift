@@ -28,7 +28,7 @@ public actor SparseStore {
     /// both kinds (see ``enforceBudget()``).
     public nonisolated let smallObjects: SmallObjectStore
 
-    var entries: [String: StoreEntry]
+    var entries: StoreEntries
     var keyByName: [String: String]
     var live: [String: LiveResource] = [:]
     var lockedKeys: Set<String> = []
@@ -102,7 +102,7 @@ public actor SparseStore {
         self.lockFile = lockFile
         self.io = io
         self.startup = startup
-        self.entries = Dictionary(entries.map { ($0.key, $0) }, uniquingKeysWith: { $1.lastAccess > $0.lastAccess ? $1 : $0 })
+        self.entries = StoreEntries(entries)
         self.keyByName = Dictionary(self.entries.values.map { ($0.name, $0.key) }, uniquingKeysWith: { first, _ in first })
     }
 
@@ -323,7 +323,10 @@ public actor SparseStore {
 
     /// Disk space taken by all resources (estimated for open resources between measurements)
     /// and the small-object logs.
-    public var allocatedBytes: Int64 { entries.values.reduce(0) { $0 + $1.allocatedBytes } + smallObjects.diskBytes }
+    public var allocatedBytes: Int64 { entries.allocatedBytes + smallObjects.diskBytes }
+
+    /// Whether the store holds more than its budget (one question, one hop to the store).
+    public var isOverBudget: Bool { allocatedBytes > budget }
 
     // MARK: Per-key serialisation
 

@@ -1,0 +1,26 @@
+/// The store's sparse resources by key, with the sum of their allocated bytes kept up to date
+/// as entries change. The budget is checked after every small object stored (thousands a
+/// second): summing every entry each time made that check grow with the cache.
+struct StoreEntries {
+    private var table: [String: StoreEntry]
+    /// The allocated bytes of every entry, summed.
+    private(set) var allocatedBytes: Int64
+
+    /// The entries, one per key; of two for one key the one used last.
+    init(_ entries: [StoreEntry]) {
+        table = Dictionary(entries.map { ($0.key, $0) }, uniquingKeysWith: { $1.lastAccess > $0.lastAccess ? $1 : $0 })
+        allocatedBytes = table.values.reduce(0) { $0 + $1.allocatedBytes }
+    }
+
+    subscript(key: String) -> StoreEntry? {
+        get { table[key] }
+        set {
+            allocatedBytes += (newValue?.allocatedBytes ?? 0) - (table[key]?.allocatedBytes ?? 0)
+            table[key] = newValue
+        }
+    }
+
+    var keys: Dictionary<String, StoreEntry>.Keys { table.keys }
+    var values: Dictionary<String, StoreEntry>.Values { table.values }
+    var count: Int { table.count }
+}
