@@ -204,5 +204,9 @@ struct ProxyRulesTests {
         #expect(back?.map(\.name) == ["A", "b-B", "C", "D"])
         #expect(back?["b-b"] == "two: with colon" && back?["c"] == "" && back?["d"] == "xy")
         #expect(HTTPHeaders(storageText: "") == HTTPHeaders())
+        // Its length, counted without building it (the stored-size limit asks on every miss).
+        for fields in [headers, HTTPHeaders(), HTTPHeaders([("X", "\u{7F}é\t")])] {
+            #expect(fields.storageTextCount == fields.storageText.utf8.count, "\(fields)")
+        }
     }
 }

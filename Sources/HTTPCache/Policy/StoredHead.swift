@@ -103,5 +103,5 @@ public struct StoredHead: Sendable, Equatable {
     /// (the index metadata has a hard limit, ``ResourceMetadata/maximumEncodedSize``).
     public static let maximumSize = 32 * 1024
 
-    var size: Int { headers.storageText.utf8.count + varyRequest.storageText.utf8.count }
+    var size: Int { headers.storageTextCount + varyRequest.storageTextCount }
 }

@@ -6,6 +6,13 @@ extension HTTPHeaders {
         fields.map { "\($0.name): \(HTTPSyntax.sanitizedFieldValue($0.value))" }.joined(separator: "\n")
     }
 
+    /// The length in bytes of ``storageText``, counted without building it.
+    public var storageTextCount: Int {
+        fields.reduce(Swift.max(0, fields.count - 1)) { count, field in
+            count + field.name.utf8.count + 2 + field.value.utf8.count - field.value.utf8.count(where: HTTPSyntax.isControl)
+        }
+    }
+
     /// Fields read back from ``storageText``; nil when a line is not `name: value` with a token
     /// for a name (damaged or foreign text is not replayed to clients).
     public init?(storageText: String) {
