@@ -48,12 +48,28 @@ final class ArrivedBytes {
         end += Int64(bytes.count)
     }
 
-    /// The received bytes at `offset` not yet present, at most `limit` of them (gathered over
-    /// chunks); empty when `offset` is outside ``start``..<``end``.
+    /// The received bytes at `offset` not yet present, at most `limit` of them; empty when
+    /// `offset` is outside ``start``..<``end``.
+    ///
+    /// A reader at the start of a chunk it wants whole gets the chunk's own array (no copy: a
+    /// cold 1 MiB range spent a tenth of its CPU copying into fresh buffers and faulting their
+    /// pages in). From inside a chunk a reader gets the rest of it, so its next call starts at
+    /// the next chunk's first byte; only small pieces are gathered over chunks, into one send.
     func bytes(at offset: Int64, limit: Int64) -> [UInt8] {
         guard offset >= start, offset < end, limit > 0 else { return [] }
-        return gather(from: offset, chunk: chunkIndex(containing: offset), count: Int(min(limit, end - offset)))
+        let index = chunkIndex(containing: offset)
+        let chunk = chunks[index]
+        let from = Int(offset - chunk.offset)
+        let rest = chunk.bytes.count - from
+        if rest >= Self.smallestPiece || index == chunks.count - 1 || Int64(rest) >= limit {
+            if from == 0, Int64(rest) <= limit { return chunk.bytes }
+            return Array(chunk.bytes[from..<(from + Int(min(Int64(rest), limit)))])
+        }
+        return gather(from: offset, chunk: index, count: Int(min(limit, end - offset)))
     }
+
+    /// Below this, what is left of a chunk is gathered with the chunks after it.
+    static let smallestPiece = 16 << 10
 
     /// The unwritten bytes from ``written``, at most `limit` of them, gathered for one write.
     func unwritten(limit: Int) -> (offset: Int64, bytes: [UInt8]) {
