@@ -130,6 +130,29 @@ int sc_resolve(const char *host, int port, struct sc_address *found, int capacit
     return count;
 }
 
+int sc_numeric_address(const char *host, int port, struct sc_address *found, int capacity) {
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    // Only a numeric address: no name service, no AI_ADDRCONFIG, so nothing here waits. The
+    // same parser as sc_resolve's first attempt (inet_aton's forms for IPv4: 127.1, 0x7f.1).
+    hints.ai_flags = AI_NUMERICSERV | AI_NUMERICHOST;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo *list = NULL;
+    if (getaddrinfo(host, service, &hints, &list) != 0) return 0;
+    int count = 0;
+    for (struct addrinfo *address = list; address != NULL && count < capacity; address = address->ai_next) {
+        if (address->ai_addrlen > sizeof found[count].storage) continue;
+        memcpy(&found[count].storage, address->ai_addr, address->ai_addrlen);
+        found[count].length = address->ai_addrlen;
+        count++;
+    }
+    freeaddrinfo(list);
+    return count;
+}
+
 int sc_tcp_connect(const struct sc_address *address) {
     int fd = socket(address->storage.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;

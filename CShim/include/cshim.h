@@ -153,6 +153,10 @@ struct sc_address {
 /// in `found`, in getaddrinfo's order. Returns how many, or a negative getaddrinfo error
 /// (EAI_*; gai_strerror names it). May wait for DNS: call it off the cooperative pool.
 int sc_resolve(const char *host, int port, struct sc_address *found, int capacity);
+/// `host` as a numeric address (as sc_resolve reads one) for TCP to `port`: up to `capacity`
+/// addresses in `found`, how many, or 0 when `host` is not numeric. Never waits for a name
+/// service: safe on any thread.
+int sc_numeric_address(const char *host, int port, struct sc_address *found, int capacity);
 /// Starts a non-blocking connect to `address`: the descriptor (non-blocking, close-on-exec)
 /// whose connect is done or in progress (wait until writable, then read sc_socket_error), or
 /// -1 with errno.

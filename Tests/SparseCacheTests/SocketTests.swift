@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Dispatch
 import Testing
 
 @testable import SparseCacheEngine
@@ -15,6 +16,33 @@ struct SocketTests {
         async let accepted = listener.accept()
         let client = try await TCPConnection.connect(host: "127.0.0.1", port: listener.port, resolver: BlockingExecutor(label: "test"))
         return (client, try await accepted)
+    }
+
+    @Test("a numeric address needs no resolver: 127.0.0.1 and ::1 resolve while the resolver's queue is stuck; a name still goes to it")
+    func numericWithoutResolver() async throws {
+        let stuck = BlockingExecutor(label: "stuck resolver")
+        let gate = DispatchSemaphore(value: 0)
+        let holder = Task { try await stuck.run { gate.wait() } }
+        // Bounded: a resolve that waits for the stuck queue fails here instead of hanging.
+        let numeric = try await withThrowingTaskGroup(of: [[IPAddress]]?.self) { group in
+            group.addTask {
+                let v4 = try await TCPConnection.resolve(host: "127.0.0.1", port: 8080, resolver: stuck)
+                let v6 = try await TCPConnection.resolve(host: "::1", port: 8080, resolver: stuck)
+                return [v4.compactMap(IPAddress.init), v6.compactMap(IPAddress.init)]
+            }
+            group.addTask {
+                try await Task.sleep(for: .seconds(30))
+                return nil
+            }
+            let first = try await group.next() ?? nil
+            group.cancelAll()
+            gate.signal()
+            return first
+        }
+        #expect(numeric == [[.v4(0x7F00_0001)], [IPAddress(numeric: "::1")!]], "numeric addresses waited for the resolver")
+        try await holder.value
+        let named = try await TCPConnection.resolve(host: "localhost", port: 8080, resolver: stuck)
+        #expect(!named.isEmpty)
     }
 
     @Test("a descriptor number stays open while a call uses it, though the connection was closed meanwhile; then it is given back")

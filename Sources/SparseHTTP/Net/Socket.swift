@@ -198,6 +198,11 @@ final class TCPConnection: Sendable {
     ///
     /// - Throws: `.originUnavailable` naming the host when it cannot be resolved.
     static func resolve(host: String, port: Int, resolver: BlockingExecutor) async throws -> [sc_address] {
+        // A numeric address needs no name service: parsed here by the resolver's own first
+        // step, without a hop to its queue (a thread switch for every new origin connection).
+        var numeric = [sc_address](repeating: sc_address(), count: 8)
+        let parsed = sc_numeric_address(host, Int32(port), &numeric, Int32(numeric.count))
+        if parsed > 0 { return Array(numeric.prefix(Int(parsed))) }
         let name = address(host: host, port: port)
         return try await resolver.run { () throws -> [sc_address] in
             var found = [sc_address](repeating: sc_address(), count: 8)
