@@ -157,6 +157,32 @@ struct FaultInjectionTests {
         #expect(try await Verifier.verify(path: path).isClean)
     }
 
+    @Test("a failed sync in the checkpoint a close makes is the close's error; every commit is still there after reopen")
+    func closeCheckpointSyncFails() async throws {
+        let directory = try faultScopedDirectory("close-checkpoint")
+        defer { directory.remove() }
+        let path = directory.file("r.bin")
+        let segments = 40
+        let model = ContentModel(segmentSize: 4096, length: Int64(segments * 4096), salt: 5)
+        let versions = [Int](repeating: 0, count: segments)
+        let file = try await SparseFile.open(path, options: .testing(length: model.length))
+        // A commit per segment: a journal long enough for the close to fold it.
+        for segment in 0..<segments {
+            let range = Int64(segment * 4096)..<Int64((segment + 1) * 4096)
+            try await file.write(model.bytes(range, versions: versions), at: range.lowerBound)
+            try await file.commit()
+        }
+        // Nothing is pending: the close's checkpoint makes the only sync left.
+        let rule = try FaultInjection.add(.fail([.fdatasync], errno: EIO, trigger: .nth(1), pathContains: directory.path))
+        await expectError(.needsReopen) { try await file.close() }
+        FaultInjection.remove(rule)
+        let reopened = try await SparseFile.open(path, options: .testing())
+        #expect(await reopened.presentSegments() == [0..<segments])
+        #expect(try await reopened.read(offset: 0, length: segments * 4096) == model.bytes(0..<model.length, versions: versions))
+        try await reopened.close()
+        #expect(try await Verifier.verify(path: path).isClean)
+    }
+
     @Test("ENOSPC: a clear error, nothing committed lost, still readable, writes work once space is back")
     func fullDisk() async throws {
         let directory = try faultScopedDirectory("enospc")

@@ -181,7 +181,7 @@ struct SparseFileTests {
     @Test("closing folds a long journal into a checkpoint, so the next open replays nothing; a short one stays")
     func closeFoldsLongJournal() async throws {
         try await withTemporaryDirectory { directory in
-            // One commit per segment: 40 records of a sector each, more than the 64 KiB that
+            // One commit per segment: 40 records of a sector each, more than the 128 KiB that
             // make a close fold the journal; 3 commits are far fewer.
             for (name, commits, folds) in [("long.bin", 40, true), ("short.bin", 3, false)] {
                 let path = directory.file(name)
@@ -199,6 +199,35 @@ struct SparseFileTests {
                 #expect(try await reopened.read(offset: 0, length: Int(seg(commits))) == sourceBytes(0..<seg(commits), salt: 7))
                 try await reopened.close()
             }
+        }
+    }
+
+    @Test("a close after open met damage (here a wiped superblock copy) makes no checkpoint: the index keeps what verify reports")
+    func closeKeepsEvidenceOfFallback() async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory.file("d.bin")
+            let indexPath = SparseFile.indexPath(for: path)
+            let file = try await SparseFile.open(path, options: .testing(length: seg(40)))
+            for index in 0..<40 {
+                try await put(file, seg(index)..<seg(index + 1), salt: 9)
+                try await file.commit()
+            }
+            try await file.close()  // folds the 40 records: a new generation in the other slot
+            let (index, _, _) = try IndexFile.open(path: indexPath, access: .readOnly)
+            let newest = index.superblock.slot
+            index.close()
+            // Wipe the newest superblock slot: open takes the older one, whose long journal is
+            // still whole (nothing is lost, but the damage is there for verify to report).
+            let raw = try FileDescriptor.open(indexPath, access: .readWrite)
+            try raw.write(toAbsoluteOffset: IndexFormat.superblockOffsets[newest], [UInt8](repeating: 0, count: 4096))
+            raw.close()
+            let reopened = try await SparseFile.open(path, options: .testing(length: seg(40), create: false))
+            #expect(reopened.recovery.slotProblems[newest] != nil, "\(reopened.recovery)")
+            #expect(try await reopened.read(offset: 0, length: Int(seg(40))) == sourceBytes(0..<seg(40), salt: 9))
+            try await reopened.close()
+            let (after, _, report) = try IndexFile.open(path: indexPath, access: .readOnly)
+            after.close()
+            #expect(report.slotProblems[newest] != nil, "the wiped slot was rewritten by the close: \(report)")
         }
     }
 

@@ -37,9 +37,9 @@ final class IndexFile: @unchecked Sendable {
     var wantsCheckpoint: Bool { journalBytes >= max(1 << 20, superblock.checkpointLength) }
 
     /// A resource closing folds its journal when replaying it would cost the next open more
-    /// than reading a checkpoint: at least 64 KiB of records (hundreds of commits of a
-    /// resource filled piece by piece) and more than the checkpoint itself.
-    var wantsCheckpointOnClose: Bool { journalBytes >= max(64 << 10, superblock.checkpointLength) }
+    /// than the close's two syncs cost: at least 128 KiB of records (32 commits or more, each
+    /// record a 4 KiB sector; a 64 MiB fill left 64) and more than the checkpoint itself.
+    var wantsCheckpointOnClose: Bool { journalBytes >= max(128 << 10, superblock.checkpointLength) }
 
     /// The live checkpoint is the first region of the file (nothing but dead space can follow
     /// the journal, and the next checkpoint will be written after it).

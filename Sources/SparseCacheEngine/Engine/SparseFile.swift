@@ -377,12 +377,20 @@ public actor SparseFile {
         if mode == .readWrite, failure == nil {
             do { try await commitPending() } catch { commitError = error }
         }
-        if let commitTask { _ = try? await commitTask.value }
+        while let running = commitTask { _ = try? await running.value }
         // The next open reads a checkpoint instead of replaying a long journal (a cached
-        // resource is opened again far more often than it is written). Best effort: the
-        // journal already holds every commit, so a failed checkpoint loses nothing.
-        if mode == .readWrite, failure == nil, commitError == nil, index.wantsCheckpointOnClose {
-            try? await checkpoint()
+        // resource is opened again far more often than it is written). In the commit line, so
+        // no compaction or discard touches the index beside it. An ordinary failure loses
+        // nothing (the journal holds every commit); a failed sync poisons the resource and is
+        // the close's error. Not after open met damage of any kind (a bad superblock copy,
+        // damaged records, an older state taken): the index keeps what `verify` reports.
+        let clean = recovery.slotProblems.allSatisfy { $0 == nil } && recovery.damage.isEmpty && !recovery.fellBack
+            && recovery.newestLost == nil && recovery.lostSegments == 0
+        if mode == .readWrite, failure == nil, commitError == nil, clean, index.wantsCheckpointOnClose {
+            let task = Task { try await self.closingCheckpoint() }
+            commitTask = task
+            do { try await task.value } catch { commitError = error }
+            while let running = commitTask { _ = try? await running.value }
         }
         partials.removeAll()
         reader.close()
@@ -396,6 +404,11 @@ public actor SparseFile {
         }
         lifecycle = .closed
         if let commitError { throw commitError }
+    }
+
+    private func closingCheckpoint() async throws {
+        defer { commitTask = nil }
+        try await checkpoint()
     }
 
     private func drain() async {
