@@ -272,6 +272,11 @@ struct ArrivedBytesTests {
             #expect(got[...] == expected[from..<(from + got.count)], "seed \(seed): offset \(offset), limit \(limit)")
         }
         #expect(arrived.bytes(at: base - 1, limit: 10).isEmpty && arrived.bytes(at: base + Int64(expected.count), limit: 10).isEmpty)
+        // A small piece is gathered with the small chunks after it, never into a large one.
+        for (small, large) in zip(chunks, chunks.dropFirst()) where small.size < ArrivedBytes.smallestPiece && large.size >= ArrivedBytes.smallestPiece {
+            let got = arrived.bytes(at: small.offset, limit: 1 << 20)
+            #expect(small.offset + Int64(got.count) <= large.offset, "seed \(seed): the piece at \(small.offset) ran into the large chunk after it")
+        }
         // Reading on from a chunk's start, whole chunks at a time: each is the held array itself.
         for (start, size) in chunks where size >= ArrivedBytes.smallestPiece {
             let first = arrived.bytes(at: start, limit: 1 << 20)

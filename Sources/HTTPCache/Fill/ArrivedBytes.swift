@@ -54,7 +54,7 @@ final class ArrivedBytes {
     /// A reader at the start of a chunk it wants whole gets the chunk's own array (no copy: a
     /// cold 1 MiB range spent a tenth of its CPU copying into fresh buffers and faulting their
     /// pages in). From inside a chunk a reader gets the rest of it, so its next call starts at
-    /// the next chunk's first byte; only small pieces are gathered over chunks, into one send.
+    /// the next chunk's first byte; only small pieces are gathered, into one send.
     func bytes(at offset: Int64, limit: Int64) -> [UInt8] {
         guard offset >= start, offset < end, limit > 0 else { return [] }
         let index = chunkIndex(containing: offset)
@@ -65,10 +65,18 @@ final class ArrivedBytes {
             if from == 0, Int64(rest) <= limit { return chunk.bytes }
             return Array(chunk.bytes[from..<(from + Int(min(Int64(rest), limit)))])
         }
-        return gather(from: offset, chunk: index, count: Int(min(limit, end - offset)))
+        // A small remainder: gathered with the small chunks after it (never a large one, which
+        // the next read then takes whole), so a run of small pieces goes out in one send.
+        var upTo = chunk.offset + Int64(chunk.bytes.count)
+        var next = index + 1
+        while upTo - offset < Int64(Self.smallestPiece), next < chunks.count, chunks[next].bytes.count < Self.smallestPiece {
+            upTo = chunks[next].offset + Int64(chunks[next].bytes.count)
+            next += 1
+        }
+        return gather(from: offset, chunk: index, count: Int(min(limit, upTo - offset)))
     }
 
-    /// Below this, what is left of a chunk is gathered with the chunks after it.
+    /// Below this, what is left of a chunk is gathered with the small chunks after it.
     static let smallestPiece = 16 << 10
 
     /// The unwritten bytes from ``written``, at most `limit` of them, gathered for one write.
