@@ -102,22 +102,18 @@ int sc_tcp_idle_usable(int fd) {
     return count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-int sc_resolve(const char *host, int port, struct sc_address *found, int capacity) {
+/// getaddrinfo for TCP to `port` with `flags`: the addresses copied into `found` (at most
+/// `capacity`), how many, or a negative getaddrinfo error.
+static int lookup(const char *host, int port, int flags, struct sc_address *found, int capacity) {
     struct addrinfo hints;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = flags;
     char service[16];
     snprintf(service, sizeof service, "%d", port);
     struct addrinfo *list = NULL;
-    // A numeric address first: no name service, and no AI_ADDRCONFIG, which asks the kernel
-    // for the interface addresses (a netlink round trip) on every call.
-    hints.ai_flags = AI_NUMERICSERV | AI_NUMERICHOST;
     int status = getaddrinfo(host, service, &hints, &list);
-    if (status == EAI_NONAME) {
-        hints.ai_flags = AI_NUMERICSERV | AI_ADDRCONFIG;
-        status = getaddrinfo(host, service, &hints, &list);
-    }
     if (status != 0) return status < 0 ? status : -status;
     int count = 0;
     for (struct addrinfo *address = list; address != NULL && count < capacity; address = address->ai_next) {
@@ -130,27 +126,22 @@ int sc_resolve(const char *host, int port, struct sc_address *found, int capacit
     return count;
 }
 
-int sc_numeric_address(const char *host, int port, struct sc_address *found, int capacity) {
-    struct addrinfo hints;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    // Only a numeric address: no name service, no AI_ADDRCONFIG, so nothing here waits. The
-    // same parser as sc_resolve's first attempt (inet_aton's forms for IPv4: 127.1, 0x7f.1).
-    hints.ai_flags = AI_NUMERICSERV | AI_NUMERICHOST;
-    char service[16];
-    snprintf(service, sizeof service, "%d", port);
-    struct addrinfo *list = NULL;
-    if (getaddrinfo(host, service, &hints, &list) != 0) return 0;
-    int count = 0;
-    for (struct addrinfo *address = list; address != NULL && count < capacity; address = address->ai_next) {
-        if (address->ai_addrlen > sizeof found[count].storage) continue;
-        memcpy(&found[count].storage, address->ai_addr, address->ai_addrlen);
-        found[count].length = address->ai_addrlen;
-        count++;
+/// Only a numeric address: no name service, and no AI_ADDRCONFIG, which asks the kernel for the
+/// interface addresses (a netlink round trip) on every call. inet_aton's forms for IPv4 (127.1,
+/// 0x7f.1) count as numeric.
+static const int numeric_flags = AI_NUMERICSERV | AI_NUMERICHOST;
+
+int sc_resolve(const char *host, int port, struct sc_address *found, int capacity) {
+    int count = lookup(host, port, numeric_flags, found, capacity);
+    if (count == (EAI_NONAME < 0 ? EAI_NONAME : -EAI_NONAME)) {
+        count = lookup(host, port, AI_NUMERICSERV | AI_ADDRCONFIG, found, capacity);
     }
-    freeaddrinfo(list);
     return count;
+}
+
+int sc_numeric_address(const char *host, int port, struct sc_address *found, int capacity) {
+    int count = lookup(host, port, numeric_flags, found, capacity);
+    return count > 0 ? count : 0;
 }
 
 int sc_tcp_connect(const struct sc_address *address) {

@@ -26,17 +26,11 @@ extension HTTPRangeSource {
             case .none: length = 0  // a 204 (RFC 9110 section 15.3.5): no content, known to be none
             case .chunked, .untilClose: break
             }
-            // The head kept of the answer, made once for both questions below.
-            var made: StoredHead?
-            func stored() -> StoredHead {
-                if let made { return made }
-                let kept = Self.storedHead(status: head.status, headers: head.headers, times: times, forwarding: forwarding)
-                made = kept
-                return kept
-            }
+            // The head kept of the answer: made once for both questions below, and only if asked.
+            lazy var stored = Self.storedHead(status: head.status, headers: head.headers, times: times, forwarding: forwarding)
             if let reason = Self.uncached(
                 status: head.status, headers: head.headers, contentLength: length, forwarding: forwarding, target: current.path,
-                stored: stored)
+                stored: { stored })
             {
                 exchange.onFinish(release)
                 let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
@@ -60,7 +54,7 @@ extension HTTPRangeSource {
             do {
                 let (info, offset) = try Self.interpret(
                     status: head.status, headers: head.headers, contentLength: length, requested: range, key: key, times: times,
-                    forwarding: forwarding, stored: stored())
+                    forwarding: forwarding, stored: stored)
                 exchange.onFinish(release)
                 let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
                 return RangeResponse(info: info, offset: offset, body: body, cancel: { exchange.cancel() }, isPartial: head.status == 206)

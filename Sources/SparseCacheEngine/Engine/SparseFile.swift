@@ -384,9 +384,7 @@ public actor SparseFile {
         // nothing (the journal holds every commit); a failed sync poisons the resource and is
         // the close's error. Not after open met damage of any kind (a bad superblock copy,
         // damaged records, an older state taken): the index keeps what `verify` reports.
-        let clean = recovery.slotProblems.allSatisfy { $0 == nil } && recovery.damage.isEmpty && !recovery.fellBack
-            && recovery.newestLost == nil && recovery.lostSegments == 0
-        if mode == .readWrite, failure == nil, commitError == nil, clean, index.wantsCheckpointOnClose {
+        if mode == .readWrite, failure == nil, commitError == nil, !recovery.metDamage, index.wantsCheckpointOnClose {
             let task = Task { try await self.closingCheckpoint() }
             commitTask = task
             do { try await task.value } catch { commitError = error }
@@ -475,6 +473,11 @@ public struct RecoverySummary: Sendable, Equatable {
     /// left it (the two checkpoints of generations 0 and 1, no journal record). Its names may
     /// not be durable yet (creation syncs no directory).
     public var neverCommitted: Bool { created || (generation <= 1 && recordsReplayed == 0 && !fellBack) }
+    /// Open found damage of any kind: a bad superblock copy, damaged records, an older state
+    /// taken, something lost.
+    public var metDamage: Bool {
+        slotProblems.contains { $0 != nil } || !damage.isEmpty || fellBack || newestLost != nil || lostSegments > 0
+    }
     /// Per superblock slot: nil when valid, else why it was rejected.
     public var slotProblems: [String?] = [nil, nil]
     public var generation: UInt64 = 0
