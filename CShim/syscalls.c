@@ -34,6 +34,8 @@ int sc_open(const char *path, int flags, unsigned int mode) {
 
 int sc_close(int fd) { return close(fd); }
 
+int sc_dup(int fd) { return fcntl(fd, F_DUPFD_CLOEXEC, 0); }
+
 ssize_t sc_pread(int fd, void *buffer, size_t count, int64_t offset) {
     SC_FAULT_HOOK(sc_fault_pread(fd, buffer, count, offset));
     return pread(fd, buffer, count, (off_t)offset);

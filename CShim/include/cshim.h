@@ -30,6 +30,9 @@ typedef struct sc_stat {
 /// open(2) with O_CLOEXEC always added.
 int sc_open(const char *path, int flags, unsigned int mode);
 int sc_close(int fd);
+/// A second descriptor for the open file `fd` (fcntl F_DUPFD_CLOEXEC): same file, same
+/// status flags, closed on exec. Returns it, or -1 with errno.
+int sc_dup(int fd);
 
 ssize_t sc_pread(int fd, void *buffer, size_t count, int64_t offset);
 /// pread that copies only from the page cache and never waits for the device: preadv2(2) with

@@ -141,4 +141,42 @@ struct ReadPathTests {
         #expect(FaultInjection.fired(slow) >= 1)
         try await file.close()
     }
+
+    /// Descriptors of this process open on `path` (read from /proc/self/fd: other suites'
+    /// files never name this one).
+    static func descriptors(on path: String) throws -> Int {
+        let entries = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")
+        return entries.filter { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + $0)) == path }.count
+    }
+
+    @Test("the channel is made at the first read that needs it, on the data file itself even after its name went to another file")
+    func channelMadeWhenNeeded() async throws {
+        try await withTemporaryDirectory("read-channel") { directory in
+            let path = directory.file("r.bin")
+            try await Self.makeResource(path, salt: 17)
+            var options = SparseFileOptions()
+            options.readsFromPageCacheFirst = false
+            let file = try await SparseFile.open(path, mode: .readOnly, options: options)
+            // Opening holds the data file once (the index is another file): no read channel yet.
+            #expect(try Self.descriptors(on: path) == 1, "a read channel was made at open")
+
+            // The name now belongs to another file: the channel still reads the resource's own.
+            let moved = directory.file("moved.bin")
+            try FileManager.default.moveItem(atPath: path, toPath: moved)
+            try Data(repeating: 0xEE, count: Int(Self.length)).write(to: URL(fileURLWithPath: path))
+            let bytes = try await file.read(offset: 1000, length: 5 * Self.segment)
+            #expect(bytes == sourceBytes(1000..<Int64(1000 + 5 * Self.segment), salt: 17))
+            #expect(try Self.descriptors(on: moved) == 2, "the read went through a channel on a duplicate of the data file")
+            #expect(await file.readStatistics.throughChannel > 0)
+            try await file.close()
+            // The channel closes its descriptor in its cleanup handler, on libdispatch's queue.
+            var left = try Self.descriptors(on: moved)
+            for _ in 0..<200 where left > 0 {
+                try await Task.sleep(for: .milliseconds(10))
+                left = try Self.descriptors(on: moved)
+            }
+            #expect(left == 0, "descriptors left open on the data file after close")
+        }
+    }
+
 }

@@ -261,7 +261,7 @@ public actor SparseFile {
                     throw error
                 }
             }
-            let reader = try DispatchReadChannel(path: path)
+            let reader = DispatchReadChannel(duplicating: dataFile)
             return Opened(dataFile: dataFile, index: index, state: state, pending: pending, recovery: recovery, reader: reader)
         } catch {
             dataFile.close()

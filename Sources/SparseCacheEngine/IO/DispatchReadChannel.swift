@@ -10,23 +10,33 @@ import Glibc
 /// own threads and the awaiting task is resumed when the bytes are in, so reads never block the
 /// cooperative pool.
 ///
-/// The channel owns its own read-only descriptor and closes it in the cleanup handler.
+/// The channel is made at the first read, on a duplicate of the data file's descriptor (which
+/// the channel owns and closes in its cleanup handler). Most reads of a cached resource come
+/// from the page cache on the caller's task and never need it: opening a resource then costs
+/// no third descriptor, no second open(2) of the data file and no channel set-up (two
+/// descriptor calls on the opening thread and a hop to libdispatch's). A duplicate rather than
+/// a new open by path: the path may name another file by then (a resource replaced under the
+/// same name), the open file never does. The data file stays open while a read is in flight
+/// (``SparseFile`` closes it only after its reads drain), so the duplicate is taken safely.
 final class DispatchReadChannel: @unchecked Sendable {
-    // @unchecked: DispatchIO and DispatchQueue are thread-safe objects; the stored properties
-    // are immutable after init.
-    private let channel: DispatchIO
+    // @unchecked: DispatchIO and DispatchQueue are thread-safe objects; the channel is made
+    // once, under `made`, and never replaced.
     private let queue: DispatchQueue
-    /// The channel's descriptor, for the fault hook (the channel closes it).
-    private let rawDescriptor: Int32
+    /// The data file's descriptor (owned by the resource): duplicated for the channel, and
+    /// named to the fault hook (the same file, so the same rules apply).
+    private let source: Int32
+    private let made = Mutex<Made>(Made())
     let path: String
 
-    init(path: String) throws {
-        let fd = try FileDescriptor.open(path, access: .readOnly)
-        let queue = DispatchQueue(label: "sparsecache.read")
-        self.queue = queue
-        self.path = path
-        self.rawDescriptor = fd.rawValue
-        self.channel = Self.makeChannel(fd: fd.rawValue, queue: queue)
+    private struct Made: ~Copyable {
+        var channel: DispatchIO?
+        var closed = false
+    }
+
+    init(duplicating file: FileDescriptor) {
+        queue = DispatchQueue(label: "sparsecache.read")
+        source = file.rawValue
+        path = file.path
     }
 
     private static func makeChannel(fd: Int32, queue: DispatchQueue) -> DispatchIO {
@@ -35,14 +45,29 @@ final class DispatchReadChannel: @unchecked Sendable {
             cleanupHandler: { @Sendable _ in _ = sc_close(fd) })
     }
 
+    /// The channel, made at the first call. Throws after ``close()``, or when the descriptor
+    /// cannot be duplicated (out of descriptors).
+    private func channel() throws -> DispatchIO {
+        let outcome = made.withLock { made -> Result<DispatchIO, SparseCacheError> in
+            if made.closed { return .failure(SparseCacheError(.closed, operation: "read", path: path, detail: "the resource is closed")) }
+            if let channel = made.channel { return .success(channel) }
+            let fd = sc_dup(source)
+            guard fd >= 0 else { return .failure(SparseCacheError(.io, operation: "dup", path: path, errno: errno)) }
+            let channel = Self.makeChannel(fd: fd, queue: queue)
+            made.channel = channel
+            return .success(channel)
+        }
+        return try outcome.get()
+    }
+
     /// Reads exactly `length` bytes at `offset`; fewer only when the file ends first.
     func read(offset: Int64, length: Int) async throws -> [UInt8] {
         if length == 0 { return [] }
+        let channel = try channel()
         let accumulator = ReadAccumulator(capacity: length)
-        let channel = self.channel
         let queue = self.queue
         let path = self.path
-        let descriptor = rawDescriptor
+        let descriptor = source
         let faultsArmed = sc_faults_is_armed() != 0
         return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[UInt8], Error>) in
             if faultsArmed {
@@ -85,7 +110,11 @@ final class DispatchReadChannel: @unchecked Sendable {
 
     /// Stops the channel; the descriptor is closed once libdispatch is done with it.
     func close() {
-        channel.close(flags: .stop)
+        let channel = made.withLock { made -> DispatchIO? in
+            made.closed = true
+            return made.channel
+        }
+        channel?.close(flags: .stop)
     }
 }
 
