@@ -287,7 +287,8 @@ enum ServeCommand: Command {
     /// How many idle resources may stay open: an eighth of the descriptors left after every
     /// connection slot (a client, an origin connection and a small-object log a read may hold
     /// past its eviction, each), a reserve, and the small-object logs' own share (each resource
-    /// takes two); at least 16, at most 4096.
+    /// takes two, its data file and index, and a third once a read misses the page cache and
+    /// goes through its read channel); at least 16, at most 4096.
     static func keptOpenBudget(descriptors: Int, connections: Int) -> Int {
         let logs = openLogBudget(descriptors: descriptors, connections: connections)
         return min(4096, max(16, (descriptors - 3 * connections - 64 - logs) / 8))
