@@ -59,14 +59,15 @@ extension SparseFile {
         while let running = commitTask {
             try await running.value
         }
-        let task = Task { try await self.checkpointInCommitLine() }
+        let task = Task { try await self.checkpointInCommitLine(reportingErrors: true) }
         commitTask = task
         try await task.value
     }
 
-    private func checkpointInCommitLine() async throws {
+    /// A checkpoint run as the commit line's task (``commitTask``), which it clears when done.
+    func checkpointInCommitLine(reportingErrors: Bool) async throws {
         defer { commitTask = nil }
-        try await checkpoint(reportingErrors: true)
+        try await checkpoint(reportingErrors: reportingErrors)
     }
 
     /// Shrinks the index when its journal holds more than `threshold` bytes: folds the journal

@@ -385,7 +385,7 @@ public actor SparseFile {
         // the close's error. Not after open met damage of any kind (a bad superblock copy,
         // damaged records, an older state taken): the index keeps what `verify` reports.
         if mode == .readWrite, failure == nil, commitError == nil, !recovery.metDamage, index.wantsCheckpointOnClose {
-            let task = Task { try await self.closingCheckpoint() }
+            let task = Task { try await self.checkpointInCommitLine(reportingErrors: false) }
             commitTask = task
             do { try await task.value } catch { commitError = error }
             while let running = commitTask { _ = try? await running.value }
@@ -402,11 +402,6 @@ public actor SparseFile {
         }
         lifecycle = .closed
         if let commitError { throw commitError }
-    }
-
-    private func closingCheckpoint() async throws {
-        defer { commitTask = nil }
-        try await checkpoint()
     }
 
     private func drain() async {
