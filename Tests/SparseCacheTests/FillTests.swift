@@ -439,6 +439,69 @@ struct FillTests {
         try await fixture.close()
     }
 
+    @Test("a reader hangs up while its fetch waits for the origin's answer: the segment the origin sends is kept, not asked for again")
+    func hangUpBeforeTheAnswer() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let source = try originFile(files.path, "slow.bin", count: 1 << 20, seed: 17)
+        let origin = try await OriginServer.faulty(root: files.path)
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-hang-up", options: .testing)
+        let http = try HTTPRangeSource(url: origin.url("slow.bin"))
+        // First contact: the length and validators are known from here on.
+        #expect(try await collect(fixture.cache.read(http, range: 0..<4096)) == Array(source[0..<4096]))
+        try await fixture.settled()
+        // Every answer now comes 600 ms late; the reader leaves after 150 ms, while its
+        // fetch's request is out.
+        try "stall_ms=600".write(toFile: files.path + "/slow.bin.faults", atomically: true, encoding: .utf8)
+        let start = 512 << 10
+        let reader = Task { try await collect(fixture.cache.read(http, range: Int64(start)..<Int64(start + 1000))) }
+        try await Task.sleep(for: .milliseconds(150))
+        reader.cancel()
+        _ = try? await reader.value
+        try await fixture.settled()
+        // The origin logs a request once it has answered it.
+        let deadline = ContinuousClock.now + .seconds(20)
+        while !origin.requests().contains(where: { $0.range.hasPrefix("bytes=\(start)-") }) {
+            guard ContinuousClock.now < deadline else { throw OriginFailure("the origin never answered the request") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        try FileManager.default.removeItem(atPath: files.path + "/slow.bin.faults")
+        // The next reader of those bytes finds them on disk: the origin sent them once.
+        #expect(try await collect(fixture.cache.read(http, range: Int64(start)..<Int64(start + 1000))) == Array(source[start..<start + 1000]))
+        let asked = origin.requests().filter { $0.path == "/slow.bin" && $0.range.hasPrefix("bytes=\(start)-") }
+        #expect(asked.count == 1, "\(origin.requests())")
+        try await fixture.close()
+    }
+
+    @Test("a reader hangs up while its fetch still waits for a connection: the request is never sent")
+    func hangUpBeforeTheRequest() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let blocker = try originFile(files.path, "blocker.bin", count: 64 << 10, seed: 18)
+        let known = try originFile(files.path, "queued.bin", count: 256 << 10, seed: 19)
+        try "stall_ms=800".write(toFile: files.path + "/blocker.bin.faults", atomically: true, encoding: .utf8)
+        let origin = try await OriginServer.faulty(root: files.path)
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-hang-up-queued", options: .testing)
+        // One connection to the origin, held for 800 ms by the blocker's request.
+        let limiter = ConnectionLimiter(limit: 1)
+        let slow = try HTTPRangeSource(url: origin.url("blocker.bin"), limiter: limiter)
+        let queued = try HTTPRangeSource(url: origin.url("queued.bin"), limiter: limiter)
+        // First contact (in a task of its own that attaching readers share) is done before.
+        let start = 128 << 10
+        #expect(try await collect(fixture.cache.read(queued, range: 0..<1000)) == Array(known[0..<1000]))
+        try await fixture.settled()
+        let holder = Task { try await collect(fixture.cache.read(slow)) }
+        try await Task.sleep(for: .milliseconds(100))
+        let reader = Task { try await collect(fixture.cache.read(queued, range: Int64(start)..<Int64(start + 1000))) }
+        try await Task.sleep(for: .milliseconds(150))
+        reader.cancel()
+        _ = try? await reader.value
+        #expect(try await holder.value == blocker)
+        try await fixture.settled()
+        #expect(!origin.requests().contains { $0.range.hasPrefix("bytes=\(start)-") }, "\(origin.requests())")
+        try await fixture.close()
+    }
+
     @Test("the resource changes on the origin between two runs: the cache notices and never serves a mix")
     func changedOnOrigin() async throws {
         let files = try TemporaryDirectory("origin-files")

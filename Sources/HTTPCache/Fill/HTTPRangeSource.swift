@@ -188,9 +188,15 @@ public final class HTTPRangeSource: RangeSource {
         var onYield: (@Sendable () -> Void)?
         if let yielding { onYield = { yielding.fire() } }
         let ticket = try await limiter.acquire(priority: priority, onYield: onYield)
-        ProxyMetrics.originRequests.add()
         let limiter = self.limiter
         let release = FinishAction { Task { await limiter.release(ticket: ticket) } }
+        // A fill's fetch nobody wants any more while it waited is not sent at all.
+        let gate = RequestGate.current
+        guard gate?.send() ?? true else {
+            release.run()
+            throw CancellationError()
+        }
+        ProxyMetrics.originRequests.add()
         do {
             var response: RangeResponse
             if transport == .automatic, url.scheme?.lowercased() == "http" {
@@ -205,6 +211,7 @@ public final class HTTPRangeSource: RangeSource {
             return response
         } catch {
             release.run()
+            gate?.answered()
             if !(error is OriginAnswer) { ProxyMetrics.originFailures.add() }
             throw error
         }

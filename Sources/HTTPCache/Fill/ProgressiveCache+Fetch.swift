@@ -42,11 +42,14 @@ extension ProgressiveCache {
         // A first answer's connection was taken under its own promotion (or none): the fetch
         // that reads it on has that one, so promoting the fetch reaches the connection.
         let promotion = first.map(\.promotion) ?? ConnectionLimiter.newPromotion()
+        let gate = RequestGate()
         resource.fetches[id] = FillResource.Fetch(
-            segments: segments, interest: interest, promotion: promotion, readsOn: first?.readsOn ?? false)
+            segments: segments, interest: interest, promotion: promotion, readsOn: first?.readsOn ?? false, gate: gate)
         resource.users += 1
         resource.fetches[id]?.task = Task {
-            await ConnectionLimiter.$promotion.withValue(promotion) { await self.runFetch(resource, id: id, first: first) }
+            await ConnectionLimiter.$promotion.withValue(promotion) {
+                await RequestGate.$current.withValue(gate) { await self.runFetch(resource, id: id, first: first) }
+            }
         }
         return id
     }
@@ -128,14 +131,18 @@ extension ProgressiveCache {
                     source, position..<end, validator: info.validator.isEmpty ? nil : info.validator, key: resource.key)
                 readsOn = false
             }
-            defer { response.cancel() }
+            defer {
+                response.cancel()
+                resource.fetches[id]?.gate.answered()
+            }
             // Re-check after the await: while this request was out, another fetch may have seen
             // the new version and started the replacement (which cancelled this one and waits
             // for it to end). Replacing again here would wait for that fetch in turn: two
             // replacements waiting on each other wedge the key for good.
             guard resource.generation == generation else { return }
-            // Cancelled meanwhile: the answer is on its way (the origin counts it sent), so its
-            // first segment is still taken below rather than asked for again by the next reader.
+            // Nobody wanted it while the request was out (``RequestGate``): the answer is on its
+            // way (the origin counts it sent), so the segment being received is still taken
+            // below rather than asked for again by the next reader.
             if Self.isDifferentVersion(response.info, than: info) {
                 try await replace(resource, with: response.info, by: id)
                 return

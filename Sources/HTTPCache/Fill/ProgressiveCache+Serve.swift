@@ -731,11 +731,15 @@ extension ProgressiveCache {
             }
             fetch.interest -= 1
             resource.fetches[id] = fetch
-            // Nobody waits for it any more: stop it, and commit what it has. One reading an
-            // answer finishes the segment it is receiving first (those bytes are on their way,
-            // paid for): cancelling its task would end the answer's stream at once.
+            // Nobody waits for it any more: stop it, and commit what it has. One whose request
+            // is out or that reads an answer finishes the segment it is receiving first (those
+            // bytes are on their way, paid for): cancelling its task would drop them at once.
             if fetch.interest <= 0 {
-                if fetch.stop != nil { resource.fetches[id]?.unwanted = true } else { fetch.task?.cancel() }
+                if fetch.stop == nil, fetch.gate.withdraw() {
+                    fetch.task?.cancel()
+                } else {
+                    resource.fetches[id]?.unwanted = true
+                }
             }
         }
         if resource.waiters.isEmpty, resource.fetches.isEmpty { resource.outcomes.removeAll() }

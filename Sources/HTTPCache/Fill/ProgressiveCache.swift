@@ -238,9 +238,11 @@ final class FillResource {
         var stop: (@Sendable () -> Void)?
         /// Reads a whole answer on to the resource's end (``FirstAnswer/readsOn``).
         var readsOn = false
-        /// Nobody waited on it any more while it read an answer: it stops at the end of the
-        /// segment it is receiving (unless a reader came back meanwhile).
+        /// Nobody waited on it any more while its request was out or it read an answer: it
+        /// stops at the end of the segment it is receiving (unless a reader came back meanwhile).
         var unwanted = false
+        /// Whether its request may be out, which decides how a fetch nobody wants is stopped.
+        var gate = RequestGate()
     }
 
     init(key: String) {
