@@ -301,6 +301,27 @@ struct StoreTests {
         }
     }
 
+    @Test("a file no key claims at a new resource's name (a data file, an index): the next name is used, the file left alone")
+    func occupiedNamesArePassedOver() async throws {
+        try await withTemporaryDirectory("store-occupied") { directory in
+            let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            let resources = directory.path + "/resources/"
+            let dataName = ResourceNaming.candidate(for: "data-taken", attempt: 0)
+            let indexName = ResourceNaming.candidate(for: "index-taken", attempt: 0)
+            // Written after the start-up scan, as another program (or a careless operator) would.
+            try Data([7, 7, 7]).write(to: URL(fileURLWithPath: resources + dataName))
+            try Data([8, 8]).write(to: URL(fileURLWithPath: resources + indexName + ".scidx"))
+            for key in ["data-taken", "index-taken"] {
+                try await fill(store, key: key, length: 32 << 10)
+                #expect(try #require(await store.entry(for: key)).name == ResourceNaming.candidate(for: key, attempt: 1))
+                try await access(store, key: key, length: 32 << 10)
+            }
+            #expect(FileManager.default.contents(atPath: resources + dataName) == Data([7, 7, 7]))
+            #expect(FileManager.default.contents(atPath: resources + indexName + ".scidx") == Data([8, 8]))
+            try await store.close()
+        }
+    }
+
     @Test("a leftover that cannot be deleted is reported with its error, never counted as removed (issue 14, item 10)")
     func failedOrphanRemovalIsReported() async throws {
         try await withTemporaryDirectory("store-orphan") { directory in

@@ -195,6 +195,7 @@ public actor SparseFile {
     private static func openBlocking(path: String, mode: AccessMode, options: SparseFileOptions) throws -> Opened {
         let indexPath = Self.indexPath(for: path)
         let indexExists = try FileSystem.exists(indexPath)
+        if options.mustBeNew, indexExists { throw NameTaken(path: path) }
         let create = mode == .readWrite && options.create && !indexExists
         if create, let length = options.length {
             let shift = (options.segmentSize ?? SparseFileOptions.defaultSegmentSize).trailingZeroBitCount
@@ -211,8 +212,13 @@ public actor SparseFile {
                 detail: dataExists ? "no index '\(FileSystem.fileName(of: indexPath))' beside it: not a sparsecache resource"
                     : "no such resource")
         }
-        let dataFile = try FileDescriptor.open(
-            path, access: mode == .readWrite ? .readWrite : .readOnly, create: create)
+        let dataFile: FileDescriptor
+        do {
+            dataFile = try FileDescriptor.open(
+                path, access: mode == .readWrite ? .readWrite : .readOnly, create: create, exclusive: create && options.mustBeNew)
+        } catch let error as SparseCacheError where options.mustBeNew && error.errno == EEXIST {
+            throw NameTaken(path: path)
+        }
         do {
             if mode == .readWrite, try !dataFile.tryLock(exclusive: true, patience: FileDescriptor.lockPatience) {
                 throw SparseCacheError(

@@ -54,11 +54,21 @@ public struct SparseFileOptions: Sendable {
 
     /// A writable open refuses a data file shorter than the index says; repair turns this off.
     var requireDataFileCoversIndex = true
+    /// Creation of a new resource only: the open fails with ``NameTaken`` when a data file or
+    /// an index is at the path already. A store picking a free name lets the creation check it
+    /// (one job on the I/O threads instead of a look first and the creation after).
+    package var mustBeNew = false
 
     public init() {}
 
     public static let defaultSegmentSize = 64 * 1024
     public static let segmentSizes: ClosedRange<Int> = 4096...(16 << 20)
+}
+
+/// A creation with ``SparseFileOptions/mustBeNew`` found the data file or the index there
+/// already.
+package struct NameTaken: Error {
+    package let path: String
 }
 
 /// What one ``SparseFile/write(_:at:)`` did with its bytes.

@@ -86,10 +86,7 @@ extension SparseStore {
                 keyByName[entry.name] = nil
             }
         }
-        let name = try await freeName(for: key)
-        var create = fileOptions(length: length, contentType: contentType, key: key)
-        create.segmentSize = options.segmentSize
-        let file = try await SparseFile.open(resourcesDirectory + "/" + name, options: create)
+        let (name, file) = try await createFile(key: key, length: length, contentType: contentType)
         if await file.metadata.key != key {
             var metadata = await file.metadata
             metadata.key = key
@@ -104,22 +101,26 @@ extension SparseStore {
         return file
     }
 
-    /// The first candidate name that no other key uses and no file occupies.
-    private func freeName(for key: String) async throws -> String {
-        let resources = resourcesDirectory
+    /// Creates the resource's files under the first candidate name that no other key uses and
+    /// no file occupies. The creation itself checks that the name is free (``NameTaken``): a
+    /// name a file occupies that no key claims holds leftovers (the scan removes orphans) or a
+    /// foreign file, and is passed over.
+    private func createFile(key: String, length: Int64?, contentType: String?) async throws -> (String, SparseFile) {
+        var create = fileOptions(length: length, contentType: contentType, key: key)
+        create.segmentSize = options.segmentSize
         for attempt in 0..<1000 {
             let name = ResourceNaming.candidate(for: key, attempt: attempt)
             if let owner = keyByName[name], owner != key { continue }
-            let occupied = try await io.run {
-                try FileSystem.exists(resources + "/" + name) || FileSystem.exists(SparseFile.indexPath(for: resources + "/" + name))
-            }
-            if occupied, keyByName[name] == nil {
-                // Leftovers nobody claims (the scan removes orphans; this is a foreign file).
+            // A name this key holds already is opened whatever is there.
+            create.mustBeNew = keyByName[name] == nil
+            do {
+                return (name, try await SparseFile.open(resourcesDirectory + "/" + name, options: create))
+            } catch is NameTaken {
                 continue
             }
-            return name
         }
-        throw SparseCacheError(.io, operation: "open", path: resources, detail: "no free file name for key after 1000 attempts")
+        throw SparseCacheError(
+            .io, operation: "open", path: resourcesDirectory, detail: "no free file name for key after 1000 attempts")
     }
 
     /// Called by the last handle's release: commits and closes the file and measures it.
