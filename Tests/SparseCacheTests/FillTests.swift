@@ -296,6 +296,35 @@ struct FillTests {
         try await fixture.close()
     }
 
+    @Test("a new resource asked for by a range past the small-object threshold: its files are made while the origin answers")
+    func filesMadeWhileTheOriginAnswers() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let source = try originFile(files.path, "movie.bin", count: 3 << 20, seed: 21)
+        try "stall_ms=1500".write(toFile: files.path + "/movie.bin.faults", atomically: true, encoding: .utf8)
+        let origin = try await OriginServer.faulty(root: files.path)
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-early-contact", options: .testing)
+        let http = try HTTPRangeSource(url: origin.url("movie.bin"))
+        let wanted: Range<Int64> = 1_000_000..<2_000_000
+        let opening = Task { try await fixture.cache.open(http, first: .range(wanted)) }
+        // The origin holds its answer back for 1.5 s; the store has the resource before then.
+        let deadline = ContinuousClock.now + .seconds(1)
+        while await fixture.store.entry(for: http.key) == nil, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(await fixture.store.entry(for: http.key) != nil, "the files wait for the origin's answer")
+        #expect(origin.requests().isEmpty, "the origin answered within the wait: \(origin.requests())")
+        let reader = try await opening.value
+        let bytes = Mutex<[UInt8]>([])
+        try await reader.read(wanted) { chunk in bytes.withLock { $0 += chunk } }
+        await reader.close()
+        #expect(bytes.withLock { $0 } == Array(source[Int(wanted.lowerBound)..<Int(wanted.upperBound)]))
+        // One request, for the reader's own range from its segment's start.
+        _ = await origin.bytesSent("movie.bin")
+        #expect(origin.requests().map(\.range) == ["bytes=983040-2031615"], "\(origin.requests())")
+        try await fixture.close()
+    }
+
     @Test("ranges anywhere, then the whole: no byte is asked for twice")
     func rangesThenWhole() async throws {
         let files = try TemporaryDirectory("origin-files")

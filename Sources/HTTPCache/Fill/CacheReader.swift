@@ -29,13 +29,15 @@ extension ProgressiveCache {
         if absent, resources[source.key] == nil {
             if !lookedUp, let small = try await openSmallIfStored(source) { return small }
             // Re-check after the awaits: another reader may have started the key's first contact.
-            if options.smallObjectThreshold > 0, resources[source.key] == nil,
+            // A range reaching past the threshold is a large resource's, nearly always: no
+            // small-object attempt, and the files are made while the origin answers.
+            if options.smallObjectThreshold > 0, resources[source.key] == nil, !reachesPastSmall(first),
                 let small = try await firstContactSmall(source, first: first)
             {
                 return small
             }
         }
-        let resource = try await attach(source, first: first)
+        let resource = try await attach(source, first: first, new: absent)
         guard let info = resource.info else {
             detach(resource)
             throw SparseCacheError(.closed, operation: "open", path: source.key, detail: "the resource is not open")

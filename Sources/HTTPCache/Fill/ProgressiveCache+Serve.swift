@@ -334,7 +334,10 @@ extension ProgressiveCache {
 
     /// Opens the resource in the store (once, shared) and learns what the origin says about
     /// it, from the stored metadata or by first contact.
-    func attach(_ source: any RangeSource, first: FirstRequest = .whole) async throws -> FillResource {
+    ///
+    /// `new`: the caller found nothing stored for the key just before. First contact then asks
+    /// the origin while the store makes the resource's files, instead of after.
+    func attach(_ source: any RangeSource, first: FirstRequest = .whole, new: Bool = false) async throws -> FillResource {
         let resource = entry(for: source.key)
         resource.users += 1
         keptOpen[source.key] = nil
@@ -348,7 +351,7 @@ extension ProgressiveCache {
                     try await opening.value
                     continue
                 }
-                let task = Task { try await self.open(resource, first: first) }
+                let task = Task { try await self.open(resource, first: first, new: new) }
                 resource.opening = task
                 try await task.value
             }
@@ -486,9 +489,14 @@ extension ProgressiveCache {
         }
     }
 
-    private func open(_ resource: FillResource, first: FirstRequest) async throws {
+    private func open(_ resource: FillResource, first: FirstRequest, new: Bool) async throws {
         defer { resource.opening = nil }
         guard let source = resource.source else { return }
+        // A new key: first contact's request goes out now, and the files are made while the
+        // origin answers (a small-object attempt's answer is here already).
+        var early: EarlyContact?
+        if new, resource.handle == nil, resource.firstResponse == nil { early = startEarlyContact(resource, source: source, first: first) }
+        defer { early?.abandon() }
         if resource.handle == nil {
             do {
                 resource.handle = try await store.open(key: resource.key)
@@ -502,7 +510,9 @@ extension ProgressiveCache {
         guard let handle = resource.handle else { return }
         let metadata = await handle.file.metadata
         guard let length = await handle.file.length else {
-            try await firstContact(resource, source: source, handle: handle, first: first)
+            let given = early
+            early = nil
+            try await firstContact(resource, source: source, handle: handle, first: first, early: given)
             return
         }
         // Known from an earlier run: its validators go out with every request. A first-contact
@@ -538,15 +548,24 @@ extension ProgressiveCache {
     /// start, bounded (``FirstRequest``); the whole resource without a range, its `200` read on
     /// to the end. An answer without a length (chunked or close-delimited) is received whole
     /// from here on (``StreamFill``).
-    func firstContact(_ resource: FillResource, source: any RangeSource, handle: ResourceHandle, first: FirstRequest) async throws {
+    ///
+    /// `early`: the request made already, while the files were being made.
+    func firstContact(
+        _ resource: FillResource, source: any RangeSource, handle: ResourceHandle, first: FirstRequest, early: EarlyContact? = nil
+    ) async throws {
         var handle = handle
         if await handle.file.presentBytes > 0 {
             // Bytes without a length: a body of unknown length that never ended (the process
             // stopped while it arrived). They are not the resource: start again without them.
             resource.handle = nil
             await release(handle)
-            try await store.remove(key: resource.key)
-            handle = try await store.open(key: resource.key)
+            do {
+                try await store.remove(key: resource.key)
+                handle = try await store.open(key: resource.key)
+            } catch {
+                early?.abandon()
+                throw error
+            }
             resource.handle = handle
         }
         let shift = Int64(handle.file.segmentShift)
@@ -555,7 +574,7 @@ extension ProgressiveCache {
         var asked = firstContactRange(for: first)
         // A prefetch's first contact takes its connection under a promotion of its own, which
         // the fetch reading the answer on keeps: a player that comes to wait on it promotes it.
-        var promotion = ConnectionLimiter.newPromotion()
+        var promotion = early?.promotion ?? ConnectionLimiter.newPromotion()
         var response: RangeResponse
         do {
             do {
@@ -566,6 +585,9 @@ extension ProgressiveCache {
                     response = received
                     asked = resource.firstAsked
                     promotion = resource.firstPromotion
+                } else if let early {
+                    // The same request, asked while the files were made.
+                    response = try await early.task.value
                 } else {
                     response = try await ConnectionLimiter.$promotion.withValue(promotion) {
                         try await fetchWithRetries(source, asked, validator: nil, key: resource.key)
@@ -626,6 +648,30 @@ extension ProgressiveCache {
         let segments = from..<max(from + 1, Int((upTo + segmentSize - 1) >> shift))
         resource.openerFetch = registerFetch(
             resource, segments: segments, first: FirstAnswer(response: response, readsOn: whole, promotion: promotion), interest: 1)
+    }
+
+    /// Sends first contact's request for a new key at once, before its files exist
+    /// (``open(_:first:new:)``); ``firstContact(_:source:handle:first:early:)`` takes the answer.
+    func startEarlyContact(_ resource: FillResource, source: any RangeSource, first: FirstRequest) -> EarlyContact {
+        let asked = firstContactRange(for: first)
+        let promotion = ConnectionLimiter.newPromotion()
+        let key = resource.key
+        let task = Task {
+            try await ConnectionLimiter.$promotion.withValue(promotion) {
+                try await self.fetchWithRetries(source, asked, validator: nil, key: key)
+            }
+        }
+        return EarlyContact(promotion: promotion, task: task)
+    }
+
+    /// Whether `first` asks for bytes past ``FillOptions/smallObjectThreshold``, which a small
+    /// object has none of: a range starting there, or ending past it. A client that asks so
+    /// expects a large resource (a player, a download manager); one that is small after all is
+    /// kept as a sparse resource, as before small objects existed.
+    func reachesPastSmall(_ first: FirstRequest) -> Bool {
+        guard case .range(let wanted) = first else { return false }
+        let threshold = options.smallObjectThreshold
+        return wanted.lowerBound >= threshold || (wanted.upperBound != .max && wanted.upperBound > threshold)
     }
 
     /// First contact's fallback: the whole resource, under the first contact's promotion; a
