@@ -22,6 +22,8 @@ struct CrashPowerLossTests {
         var variants: Int
         var seed: UInt64
         var lengthKnown = true
+        /// Made as the store makes its resources: the index takes its name at the first commit.
+        var namesIndexAtFirstCommit = false
         /// Percentages of write / commit / discard / checkpoint / metadata; the rest reopens.
         var mix = (write: 50, commit: 25, discard: 8, checkpoint: 8, metadata: 5)
 
@@ -42,6 +44,9 @@ struct CrashPowerLossTests {
         Shape(
             name: "checkpoint-heavy", segmentSize: 4096, segments: 12, steps: 50, variants: powerCutVariants, seed: 15,
             mix: (write: 30, commit: 25, discard: 10, checkpoint: 30, metadata: 2)),
+        Shape(
+            name: "a store's resource: index named at the first commit", segmentSize: 4096, segments: 16, steps: 30,
+            variants: powerCutVariants, seed: 16, namesIndexAtFirstCommit: true),
     ]
 
     @Test("crash and power cut before every mutating I/O call", arguments: shapes)
@@ -80,6 +85,7 @@ struct CrashPowerLossTests {
         let model = ContentModel(segmentSize: shape.segmentSize, length: length, salt: seed)
         var options = SparseFileOptions.testing(segmentSize: shape.segmentSize, length: shape.lengthKnown ? length : nil)
         options.commitPolicy = .manual
+        options.namesIndexAtFirstCommit = shape.namesIndexAtFirstCommit
         var reopenOptions = options
         reopenOptions.length = nil
 

@@ -162,3 +162,53 @@ extension CrashPowerLossTests {
         }
     }
 }
+
+extension CrashPowerLossTests {
+    /// A store's resource is made without a sync (DURABILITY.md rule 6): its index keeps a
+    /// temporary name until the first commit through it, or its close. Serialized with the
+    /// other fault tests: the rules below count every sync under the store's directory.
+    @Test("a store's new resource: made with no sync, its index named at the first commit or the close; a poisoned one leaves no file once removed")
+    func storeResourceNamedAtFirstCommit() async throws {
+        let base = try TemporaryDirectory("store-naming")
+        defer { base.remove() }
+        let store = try await SparseStore.open(directory: base.file("cache"), options: .testing(budget: 1 << 30))
+        let resources = base.file("cache") + "/resources/"
+        func exists(_ name: String) -> Bool { FileManager.default.fileExists(atPath: resources + name) }
+        let syncs = try FaultInjection.add(.fail([.fsync, .fdatasync], errno: EIO, trigger: .nth(1 << 30), pathContains: resources))
+        defer { FaultInjection.remove(syncs) }
+
+        let committed = try await store.open(key: "committed", length: 64 << 10)
+        #expect(FaultInjection.matches(syncs) == 0, "making the resource synced \(FaultInjection.matches(syncs)) times")
+        let name = try #require(await store.entry(for: "committed")).name
+        #expect(exists(name + ".scidx.tmp") && !exists(name + ".scidx"), "the index is named before any commit")
+        _ = try await committed.write(keyedBytes("committed", 0..<(64 << 10)), at: 0)
+        try await committed.file.commit()
+        #expect(!exists(name + ".scidx.tmp") && exists(name + ".scidx"))
+        try await committed.release()
+
+        // Closed before any commit: the index is named at the close, and the next open finds
+        // the resource (its length with it).
+        let quiet = try await store.open(key: "quiet", length: 1000)
+        let quietName = try #require(await store.entry(for: "quiet")).name
+        try await quiet.release()
+        #expect(!exists(quietName + ".scidx.tmp") && exists(quietName + ".scidx"))
+        let again = try await store.open(key: "quiet")
+        #expect(await again.file.length == 1000)
+        try await again.release()
+
+        // Poisoned before its first commit (the index's sync fails): the index never takes its
+        // name, and removing the resource removes its temporary index too.
+        let poisoned = try await store.open(key: "poisoned", length: 64 << 10)
+        let poisonedName = try #require(await store.entry(for: "poisoned")).name
+        _ = try await poisoned.write(keyedBytes("poisoned", 0..<(64 << 10)), at: 0)
+        let failing = try FaultInjection.add(.fail([.fdatasync], errno: EIO, trigger: .nth(1), pathContains: poisonedName))
+        await #expect(throws: SparseCacheError.self) { try await poisoned.file.commit() }
+        FaultInjection.remove(failing)
+        try? await poisoned.release()
+        #expect(exists(poisonedName + ".scidx.tmp") && !exists(poisonedName + ".scidx"))
+        try await store.remove(key: "poisoned")
+        let left = try FileManager.default.contentsOfDirectory(atPath: resources).filter { $0.hasPrefix(poisonedName) }
+        #expect(left.isEmpty, "left behind: \(left)")
+        try await store.close()
+    }
+}

@@ -4,8 +4,11 @@
 /// Not thread-safe by itself: the owning ``SparseFile`` runs at most one commit at a time and
 /// calls these blocking methods only from its ``BlockingExecutor``.
 final class IndexFile: @unchecked Sendable {
-    let fd: FileDescriptor
-    var path: String { fd.path }
+    private(set) var fd: FileDescriptor
+    /// The index's name: a new one keeps its temporary name until ``publish()``.
+    var path: String { pendingName ?? fd.path }
+    /// The name a new index takes once synced (``publish()``); nil once it has it.
+    private var pendingName: String?
     private(set) var superblock: Superblock
     /// Where the next journal record goes.
     private(set) var journalEnd: Int64
@@ -47,9 +50,10 @@ final class IndexFile: @unchecked Sendable {
 
     private init(
         fd: FileDescriptor, superblock: Superblock, journalEnd: Int64, nextSequence: UInt64, entryIsDurable: Bool,
-        fallbackStart: Int64? = nil
+        fallbackStart: Int64? = nil, pendingName: String? = nil
     ) {
         self.fd = fd
+        self.pendingName = pendingName
         self.superblock = superblock
         self.journalEnd = journalEnd
         self.nextSequence = nextSequence
@@ -61,13 +65,15 @@ final class IndexFile: @unchecked Sendable {
 
     // MARK: Create
 
-    /// Creates an index for `state` atomically: written to a temporary file, synced and renamed
-    /// into place. Either the whole index exists or none does. The directory is synced before
-    /// the first commit (``makeEntryDurable()``), not here: until a commit nothing is claimed,
-    /// and a power cut that takes the new name away loses only an empty resource. A first
-    /// contact then costs one sync fewer before the origin is even asked.
-    static func create(path: String, state: IndexState) throws -> IndexFile {
-        let temporary = path + ".tmp"
+    /// Creates an index for `state` under a temporary name (``temporaryPath(for:)``), synced and
+    /// renamed to `path` (``publish()``): under its name an index is whole or absent. With
+    /// `namedNow` false that waits for the first commit through it, or its close: a new
+    /// resource's first bytes then wait for no sync, and until then other processes find no
+    /// resource at `path`. The directory is synced before the first commit
+    /// (``makeEntryDurable()``). Until then nothing is claimed: a power cut loses only an
+    /// empty resource (its data file, without an index, is an orphan the store removes).
+    static func create(path: String, state: IndexState, namedNow: Bool = true) throws -> IndexFile {
+        let temporary = temporaryPath(for: path)
         if try FileSystem.exists(temporary) { try FileSystem.unlink(temporary) }
         let fd = try FileDescriptor.open(temporary, access: .readWrite, create: true, exclusive: true)
         do {
@@ -85,15 +91,27 @@ final class IndexFile: @unchecked Sendable {
                 offset += Int64(blob.count)
                 last = block
             }
-            try fd.dataSync()
-            try FileSystem.rename(temporary, to: path)
-            let named = FileDescriptor(rawValue: fd.rawValue, path: path)
-            return IndexFile(fd: named, superblock: last!, journalEnd: offset, nextSequence: 0, entryIsDurable: false)
+            let index = IndexFile(fd: fd, superblock: last!, journalEnd: offset, nextSequence: 0, entryIsDurable: false, pendingName: path)
+            if namedNow { try index.publish() }
+            return index
         } catch {
             fd.close()
             try? FileSystem.unlink(temporary)
             throw error
         }
+    }
+
+    /// Where a new index at `path` is written before it takes its name.
+    static func temporaryPath(for path: String) -> String { path + ".tmp" }
+
+    /// A new index takes its name: synced first, then renamed, so an index is whole under its
+    /// name or absent. Before the first commit through it, and when it closes.
+    func publish() throws {
+        guard let name = pendingName else { return }
+        try fd.dataSync()
+        try FileSystem.rename(fd.path, to: name)
+        fd = FileDescriptor(rawValue: fd.rawValue, path: name)
+        pendingName = nil
     }
 
     // MARK: Recover
@@ -417,12 +435,13 @@ final class IndexFile: @unchecked Sendable {
         if let size = try? fd.status().size { try? fd.truncate(to: size) }
     }
 
-    /// Before the first commit through an index (created or opened): fsync of its directory, so
-    /// no commit is acknowledged in a file whose name (or whose data file's name, in the same
-    /// directory) a power cut can take away (DURABILITY.md, rule 6). Once per open; a failure
-    /// is a sync failure like any other.
+    /// Before the first commit through an index (created or opened): a new one takes its name
+    /// (``publish()``), then fsync of its directory, so no commit is acknowledged in a file whose
+    /// name (or whose data file's name, in the same directory) a power cut can take away
+    /// (DURABILITY.md, rule 6). Once per open; a failure is a sync failure like any other.
     func makeEntryDurable() throws {
         guard !entryIsDurable else { return }
+        try publish()
         try FileSystem.syncParentDirectory(of: path)
         entryIsDurable = true
     }

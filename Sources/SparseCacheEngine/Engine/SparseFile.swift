@@ -107,6 +107,10 @@ public actor SparseFile {
     /// The index path for a data file path.
     public static func indexPath(for path: String) -> String { path + indexSuffix }
 
+    /// Where a new resource's index is until it takes its name (at the first commit, or when
+    /// the resource closes): removed with the resource's files.
+    package static func unpublishedIndexPath(for path: String) -> String { IndexFile.temporaryPath(for: indexPath(for: path)) }
+
     init(
         path: String, mode: AccessMode, options: SparseFileOptions, dataFile: FileDescriptor,
         index: IndexFile, state: IndexState, pending: IndexChange, recovery: RecoverySummary,
@@ -236,7 +240,7 @@ public actor SparseFile {
                 }
                 // No sync of the new data file: nothing in it is claimed before a commit, which
                 // fdatasyncs it (its size with it) and fsyncs the directory holding both names.
-                index = try IndexFile.create(path: indexPath, state: state)
+                index = try IndexFile.create(path: indexPath, state: state, namedNow: !options.namesIndexAtFirstCommit)
                 recovery.created = true
             } else {
                 let access: FileDescriptor.Access = mode == .readWrite ? .readWrite : .readOnly
@@ -400,6 +404,12 @@ public actor SparseFile {
         reader.close()
         let dataFile = self.dataFile
         let index = self.index
+        if mode == .readWrite, failure == nil, commitError == nil {
+            // A new index no commit went through takes its name now (synced first): the next
+            // open finds the resource, empty. A poisoned one is left under its temporary name
+            // (removed with the resource, or by the store's next start).
+            do { try await io.run { try index.publish() } } catch { commitError = error }
+        }
         _ = try? await io.run {
             // The journal room a writer keeps for a full disk is not kept by a closed resource.
             index.releaseReservation()

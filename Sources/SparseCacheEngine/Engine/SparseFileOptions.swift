@@ -58,6 +58,12 @@ public struct SparseFileOptions: Sendable {
     /// an index is at the path already. A store picking a free name lets the creation check it
     /// (one job on the I/O threads instead of a look first and the creation after).
     package var mustBeNew = false
+    /// Creation: the new index keeps a temporary name until the first commit through it (or
+    /// the close), instead of being synced and named before the open returns. Nothing is
+    /// claimed before that commit, so a new resource's first bytes need not wait for the
+    /// sync; meanwhile another process's open finds no resource at the path. The store's
+    /// resources, which only the store opens, are made so.
+    package var namesIndexAtFirstCommit = false
 
     public init() {}
 

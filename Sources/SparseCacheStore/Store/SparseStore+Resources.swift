@@ -108,6 +108,7 @@ extension SparseStore {
     private func createFile(key: String, length: Int64?, contentType: String?) async throws -> (String, SparseFile) {
         var create = fileOptions(length: length, contentType: contentType, key: key)
         create.segmentSize = options.segmentSize
+        create.namesIndexAtFirstCommit = true
         for attempt in 0..<1000 {
             let name = ResourceNaming.candidate(for: key, attempt: attempt)
             if let owner = keyByName[name], owner != key { continue }
@@ -260,8 +261,11 @@ extension SparseStore {
         guard let anyPath = paths.first else { return }
         try await io.run {
             for path in paths {
-                let index = SparseFile.indexPath(for: path)
-                if try FileSystem.exists(index) { try FileSystem.unlink(index) }
+                // A resource whose index never took its name (its close failed) has it here.
+                for index in [SparseFile.indexPath(for: path), SparseFile.unpublishedIndexPath(for: path)]
+                where try FileSystem.exists(index) {
+                    try FileSystem.unlink(index)
+                }
             }
             try FileSystem.syncParentDirectory(of: anyPath)
             for path in paths where try FileSystem.exists(path) {
