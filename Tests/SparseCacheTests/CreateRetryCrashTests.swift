@@ -212,3 +212,29 @@ extension CrashPowerLossTests {
         try await store.close()
     }
 }
+
+extension CrashPowerLossTests {
+    /// The length a first contact learns is set before the first bytes reach the client: it
+    /// waits for no I/O. The commit that names it extends the data file first.
+    @Test("setLength does no I/O; the commit that names the length extends the data file before its record")
+    func setLengthWaitsForTheCommit() async throws {
+        let base = try TemporaryDirectory("set-length")
+        defer { base.remove() }
+        let path = base.file("r.bin")
+        var options = SparseFileOptions.testing(length: nil)
+        options.commitPolicy = .manual
+        let file = try await SparseFile.open(path, options: options)
+        let calls = try FaultInjection.add(.fail(FaultOperation.mutating, errno: EIO, trigger: .nth(1 << 30), pathContains: path))
+        defer { FaultInjection.remove(calls) }
+        let length: Int64 = 10 * 4096 + 100
+        try await file.setLength(length)
+        #expect(FaultInjection.matches(calls) == 0, "setLength made \(FaultInjection.matches(calls)) calls")
+        #expect(try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int64 == 0)
+        try await file.commit()
+        #expect(try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int64 == length)
+        try await file.close()
+        let reopened = try await SparseFile.open(path, options: SparseFileOptions.testing(length: nil))
+        #expect(await reopened.length == length)
+        try await reopened.close()
+    }
+}

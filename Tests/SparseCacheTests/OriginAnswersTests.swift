@@ -62,13 +62,15 @@ struct OriginAnswersTests {
         await rig.stop()
     }
 
-    @Test("an answer without a length is stored whole when the store's interval commit runs while its length is being set")
+    @Test("an answer without a length is stored whole when its first commit is held while its length is being set")
     func unknownLengthStoredWhileCommitting() async throws {
         // At the body's end the fill writes everything back (the short tail buffered by the
-        // engine, no length yet), then sets the length. Its ftruncate is held here past the
-        // store's one-second interval commit (armed by that write-back), which then starts and
-        // takes the length with it: a loaded machine's delays, made certain. The tail was left
-        // buffered for ever and the next client's hit fetched it from the origin again.
+        // engine, no length yet), then sets the length. Setting it used to suspend in its
+        // ftruncate, past the store's one-second interval commit (armed by that write-back),
+        // which then took the length with it: the tail was left buffered for ever and the next
+        // client's hit fetched it from the origin again. setLength no longer does I/O; here the
+        // resource's first commit is held in its data sync for 2 s, so the length is set, and
+        // clients come, while a commit is in flight.
         let rig = try await ScriptedProxy()
         let size = 300_000
         let body = OriginScript.pattern(count: size, seed: 6)
@@ -79,12 +81,12 @@ struct OriginAnswersTests {
         script.chunkSize = 16_384
         try rig.script("slow-length", script)
         let rule = try FaultInjection.add(
-            FaultRule([.ftruncate], pathContains: rig.proxy.directory.path, maxFires: 1, delay: .seconds(2)))
+            FaultRule([.fdatasync], pathContains: rig.proxy.directory.path + "/cache/resources/", maxFires: 1, delay: .seconds(2)))
         defer { FaultInjection.remove(rule) }
 
         let first = try await rig.get("slow-length")
         #expect(first.status == 200 && first.body == body, "the whole body through the proxy: \(first)")
-        #expect(FaultInjection.fired(rule) == 1, "setting the length was held")
+        #expect(FaultInjection.fired(rule) == 1, "the first commit was held")
         let whole = try await Self.poll(rig, "slow-length", []) { $0.headers["content-length"] != nil }
         #expect(
             whole.status == 200 && whole.body == body && whole.headers["content-length"] == String(size) && whole.isHit,

@@ -358,19 +358,20 @@ struct SparseFileTests {
     @Test("setLength completes the last segment while a commit that took the length is in flight")
     func setLengthDuringItsCommit() async throws {
         // An answer without a length (ProgressiveCache.runStream): its short tail is buffered,
-        // then setLength suspends in its ftruncate; a commit starting meanwhile (the interval
-        // timer, another caller) takes the length with it. The length was then invisible until
-        // that commit landed: setLength took the last segment for a full one, left the tail
-        // buffered for ever, and the proxy fetched it from the origin again.
+        // then setLength suspends (it used to in its ftruncate; now in the write of the tail it
+        // completes); a commit starting meanwhile (the interval timer, another caller) takes
+        // the length with it. The length was then invisible until that commit landed: setLength
+        // took the last segment for a full one, left the tail buffered for ever, and the proxy
+        // fetched it from the origin again.
         try await withTemporaryDirectory { directory in
             let file = try await SparseFile.open(directory.file("u.bin"), options: .testing())
             let total = seg(2) + 300
             try await put(file, 0..<total)
             let rule = try FaultInjection.add(
-                FaultRule([.ftruncate], pathContains: directory.path, maxFires: 1, delay: .seconds(8)))
+                FaultRule([.pwrite], pathContains: directory.path, maxFires: 1, delay: .seconds(8)))
             defer { FaultInjection.remove(rule) }
             let setting = Task { try await file.setLength(total) }
-            #expect(try await Self.isHeld(rule), "setLength is held in its ftruncate")
+            #expect(try await Self.isHeld(rule), "setLength is held in the write of the tail")
             let committing = Task { try await file.commit() }
             try await setting.value
             try await committing.value

@@ -77,7 +77,14 @@ extension SparseFile {
         defer { EngineMetrics.commitSeconds.observe(Histogram.seconds(ContinuousClock.now - started)) }
         do {
             if !change.added.isEmpty || change.length != nil {
-                try await io.run { try dataFile.dataSync() }
+                let length = change.length
+                try await io.run {
+                    // A length set since the last commit: the data file covers it before a record
+                    // names it (an open refuses a data file shorter than its index), its size
+                    // synced with the data.
+                    if let length, try dataFile.status().size < length { try dataFile.truncate(to: length) }
+                    try dataFile.dataSync()
+                }
             }
             try await io.run { try index.append(change, committed: before) }
         } catch let error as SparseCacheError {

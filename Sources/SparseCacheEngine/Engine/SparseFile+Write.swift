@@ -108,7 +108,8 @@ extension SparseFile {
     }
 
     /// Sets the resource length once it is learned (for example from a Content-Range header).
-    /// Takes effect at once for writes and is committed with the next commit.
+    /// Takes effect at once for writes and is committed with the next commit, which first
+    /// extends the data file to it (no I/O here: a new resource's first bytes wait for none).
     ///
     /// - Throws: `.invalidArgument` when a different length is already set, or when present
     ///   data lies past the new length.
@@ -140,10 +141,6 @@ extension SparseFile {
         }
         pendingChange.length = length
         changeCounter += 1
-        let dataFile = self.dataFile
-        try await io.run {
-            if try dataFile.status().size < length { try dataFile.truncate(to: length) }
-        }
         // The last segment may have been waiting only for its length.
         let last = IndexState.segmentCount(length: length, shift: segmentShift) - 1
         if last >= 0, let partial = partials[last], partial.isComplete(length: segmentLength(last)) {
