@@ -325,6 +325,30 @@ struct FillTests {
         try await fixture.close()
     }
 
+    @Test("a new resource read through ProgressiveCache.read: the origin is asked while its files are made")
+    func originAskedWhileTheFilesAreMade() async throws {
+        let files = try TemporaryDirectory("origin-files")
+        let source = try originFile(files.path, "model.bin", count: 256 << 10, seed: 22)
+        let origin = try await OriginServer.faulty(root: files.path)
+        defer { origin.stop() }
+        let fixture = try await FillFixture("fill-early-read", options: .testing)
+        let http = try HTTPRangeSource(url: origin.url("model.bin"))
+        // Making the data file takes 1.5 s; the origin (which logs a request once it has sent
+        // its answer, here whole at once) has the request long before.
+        let slowCreate = try FaultInjection.add(
+            FaultRule([.open], pathContains: fixture.directory.file("cache") + "/resources/", maxFires: 1, delay: .milliseconds(1500)))
+        defer { FaultInjection.remove(slowCreate) }
+        let reading = Task { try await collect(fixture.cache.read(http)) }
+        let deadline = ContinuousClock.now + .seconds(1)
+        while origin.requests().isEmpty, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(!origin.requests().isEmpty, "the request waited for the files")
+        #expect(try await reading.value == source)
+        #expect(origin.requests().count == 1, "\(origin.requests())")
+        try await fixture.close()
+    }
+
     @Test("ranges anywhere, then the whole: no byte is asked for twice")
     func rangesThenWhole() async throws {
         let files = try TemporaryDirectory("origin-files")

@@ -23,7 +23,9 @@ extension ProgressiveCache {
         if let range, range.lowerBound < 0 {
             throw SparseCacheError(.invalidArgument, operation: "read", path: source.key, detail: "negative offset \(range.lowerBound)")
         }
-        let resource = try await attach(source, first: range.map { .range($0) } ?? .whole)
+        // A key neither open here nor stored: first contact asks while the files are made.
+        let new = resources[source.key] == nil && expected == nil ? await store.entry(for: source.key) == nil : false
+        let resource = try await attach(source, first: range.map { .range($0) } ?? .whole, new: new)
         var interests = Set<Int>()
         // First contact started a fetch with the answer to this very request: it is this
         // reader's (its interest, held for the opener, is released with the others).
