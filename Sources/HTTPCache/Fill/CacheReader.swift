@@ -24,8 +24,7 @@ extension ProgressiveCache {
     func open(_ source: any RangeSource, first: FirstRequest, lookedUp: Bool) async throws -> CacheReader {
         await settleMove(key: source.key)
         if smallContacts[source.key] != nil, let small = try await firstContactSmall(source, first: first) { return small }
-        var absent = lookedUp
-        if !absent, resources[source.key] == nil { absent = await store.entry(for: source.key) == nil }
+        let absent = lookedUp ? true : await isUnknown(source.key)
         if absent, resources[source.key] == nil {
             if !lookedUp, let small = try await openSmallIfStored(source) { return small }
             // Re-check after the awaits: another reader may have started the key's first contact.

@@ -23,9 +23,9 @@ extension ProgressiveCache {
         if let range, range.lowerBound < 0 {
             throw SparseCacheError(.invalidArgument, operation: "read", path: source.key, detail: "negative offset \(range.lowerBound)")
         }
-        // A key neither open here nor stored: first contact asks while the files are made.
-        let new = resources[source.key] == nil && expected == nil ? await store.entry(for: source.key) == nil : false
-        let resource = try await attach(source, first: range.map { .range($0) } ?? .whole, new: new)
+        // A key neither open here nor stored: first contact asks while the files are made. (A
+        // reader promised a version holds its resource open.)
+        let resource = try await attach(source, first: range.map { .range($0) } ?? .whole, new: await isUnknown(source.key))
         var interests = Set<Int>()
         // First contact started a fetch with the answer to this very request: it is this
         // reader's (its interest, held for the opener, is released with the others).
@@ -664,6 +664,13 @@ extension ProgressiveCache {
             }
         }
         return EarlyContact(promotion: promotion, task: task)
+    }
+
+    /// Whether nothing is held for `key` as a sparse resource: not open here, and no store
+    /// entry. Its first contact may then ask the origin before the files exist.
+    func isUnknown(_ key: String) async -> Bool {
+        guard resources[key] == nil else { return false }
+        return await store.entry(for: key) == nil
     }
 
     /// Whether `first` asks for bytes past ``FillOptions/smallObjectThreshold``, which a small
