@@ -204,6 +204,55 @@ struct CutThroughTests {
         try await fixture.close()
     }
 
+    @Test("a fill writes on while its commit syncs, and the next commit covers every batch written meanwhile (one sync for many)")
+    func writesBesideACommit() async throws {
+        // The write-back used to commit each megabyte inline, its next write queued behind
+        // the sync: a cold download ran at one fdatasync per megabyte. Here the first commit's
+        // sync is held 8 s; the fill's next batches go to the data file meanwhile.
+        let seed = testSeed(185)
+        var random = SplitMix64(seed: seed)
+        let bytes = random.bytes(8 << 20)
+        let fixture = try await FillFixture("cut-through-write-beside-commit", options: .testing)
+        let resources = fixture.directory.file("cache") + "/resources/"
+        let held = try FaultInjection.add(FaultRule([.fdatasync], pathContains: resources, maxFires: 1, delay: .seconds(8)))
+        defer { FaultInjection.remove(held) }
+        // Counts writes (no effect). While a commit is held in its data sync, the index is
+        // not written: every write it sees then is the fill's data.
+        let writes = try FaultInjection.add(FaultRule([.pwrite], pathContains: resources))
+        defer { FaultInjection.remove(writes) }
+        let source = GatedSource(bytes)
+        source.release()
+        let cache = fixture.cache
+        let reader = Task { try await collect(cache.read(source)) }
+
+        var writesBeforeHold = -1
+        var writtenWhileHeld = false
+        let deadline = ContinuousClock.now + .seconds(120)
+        while ContinuousClock.now < deadline {
+            let written = FaultInjection.matches(writes)
+            // Read before the look at the rule: the sync (fired once) had not returned then.
+            if FaultInjection.fired(held) == 1 {
+                guard FaultInjection.delaying(held) == 1 else { break }
+                if writesBeforeHold < 0 { writesBeforeHold = written }
+                if written > writesBeforeHold {
+                    writtenWhileHeld = true
+                    break
+                }
+            }
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        #expect(writtenWhileHeld, "the fill wrote to the data file while its first commit synced (\(writesBeforeHold) writes before)")
+        #expect(try await cache.progress(key: source.key).presentBytes == 0, "nothing is present before that commit")
+        #expect(try await reader.value == bytes, "seed \(seed): every byte, in order")
+        try await fixture.settled()
+        let batches = bytes.count / ProgressiveCache.writeBatch
+        // A commit is two syncs (data, index): a commit per batch made at least 16.
+        #expect(FaultInjection.matches(held) < 2 * batches, "\(FaultInjection.matches(held)) syncs for \(batches) batches")
+        #expect(try await cache.progress(key: source.key).presentBytes == Int64(bytes.count))
+        #expect(try await Self.presentAfterCrash(fixture, key: source.key, expected: bytes) == Int64(bytes.count))
+        try await fixture.close()
+    }
+
     @Test("a reader that stops early leaves little fetched past it (the fast-drop seek): at most 1.1x of what it read")
     func stopEarly() async throws {
         let seed = testSeed(183)

@@ -406,6 +406,34 @@ struct SparseFileTests {
         }
     }
 
+    @Test("a write does not wait behind its resource's commit: it returns while the commit's fdatasync is held, and the next commit names it")
+    func writeBesideACommit() async throws {
+        // Writes and the commit line run on two queues: on one, a fill's next megabyte waited
+        // for the previous one's fdatasync, and a cold download ran at the disk's sync speed.
+        try await withTemporaryDirectory { directory in
+            let file = try await SparseFile.open(directory.file("w.bin"), options: .testing())
+            try await put(file, 0..<seg(2))
+            let rule = try FaultInjection.add(
+                FaultRule([.fdatasync], pathContains: directory.path, maxFires: 1, delay: .seconds(8)))
+            defer { FaultInjection.remove(rule) }
+            let committing = Task { try await file.commit() }
+            #expect(try await Self.isHeld(rule), "the commit is held in its fdatasync")
+            let later = try await put(file, seg(2)..<seg(4))
+            #expect(FaultInjection.delaying(rule) == 1, "the write returned while the sync was still held")
+            #expect(later.completed == [seg(2)..<seg(4)], "\(later)")
+            try await committing.value
+            // The held commit began before the second write: it names only the first.
+            #expect(await file.presentRanges() == [0..<seg(2)])
+            try await file.commit()
+            #expect(await file.presentRanges() == [0..<seg(4)])
+            try await file.close()
+            let reopened = try await SparseFile.open(directory.file("w.bin"), options: .testing())
+            #expect(await reopened.presentRanges() == [0..<seg(4)])
+            #expect(try await reopened.read(offset: 0, length: Int(seg(4))) == sourceBytes(0..<seg(4)))
+            try await reopened.close()
+        }
+    }
+
     @Test("setLength refuses a length that leaves present data outside")
     func setLengthRefusesShorter() async throws {
         try await withTemporaryDirectory { directory in

@@ -1,7 +1,7 @@
 /// Bytes an origin sent that are not yet present in the cache file: received, in memory,
 /// handed to readers waiting for them (cut-through, DESIGN.md rule 8: delivery, not a claim),
-/// and written back to the file behind them (``ProgressiveCache`` write-back: write,
-/// fdatasync, commit), after which they are dropped from here.
+/// and written back to the file behind them (``ProgressiveCache`` write-back: write, then
+/// fdatasync and commit beside the next writes), after which they are dropped from here.
 ///
 /// One mechanism for both kinds of fill: a range fetch (``FillResource/Fetch/arrived``) and an
 /// answer of unknown length (``StreamFill``). Nothing held here is ever claimed present; a crash
@@ -18,10 +18,12 @@ final class ArrivedBytes {
     private(set) var end: Int64
     /// Bytes before this offset went to the data file (write-back), not necessarily committed.
     private(set) var written: Int64
-    /// Written bytes not yet committed.
+    /// Written bytes no commit has begun to cover.
     var sinceCommit: Int64 = 0
     /// The write-back running now, if any (one at a time per fill).
     var writer: Task<Void, Never>?
+    /// The commits running beside the write-back's writes, if any (one line per fill).
+    var committer: Task<Void, Never>?
     /// Why the write-back failed: the receiver stops with it.
     var failure: Error?
     /// The received chunks from ``start`` on, in order, with the offset of each first byte.

@@ -12,10 +12,12 @@ public struct FillOptions: Sendable {
     /// The pause before the first retry; it doubles up to ``maximumBackoff``.
     public var initialBackoff: Duration = .milliseconds(100)
     public var maximumBackoff: Duration = .seconds(5)
-    /// The write-back commits at least this often (bytes), so a crash or a cancel keeps what
-    /// arrived. Readers do not wait for it: they get bytes as they arrive (``arrivedLimit``).
-    /// Default 1 MiB, one write batch: a slow origin's bytes become present (and survive a
-    /// crash) as each megabyte arrives, at one fdatasync per megabyte for a fast one.
+    /// The write-back starts a commit once this many bytes were written since the last one
+    /// began, so a crash or a cancel keeps what arrived. The commit runs beside the next
+    /// writes, and covers everything written before it began: a fast origin's megabytes share
+    /// one fdatasync. Readers do not wait for it: they get bytes as they arrive
+    /// (``arrivedLimit``). Default 1 MiB, one write batch: a slow origin's bytes become present
+    /// (and survive a crash) as each megabyte arrives.
     public var commitEvery: Int64 = 1 << 20
     /// The most bytes one fill holds in memory received and not yet present (cut-through:
     /// readers take them from there while the write-back writes, syncs and commits them). The

@@ -50,8 +50,8 @@ extension ProgressiveCache {
             stream.failure = error
         }
         response.cancel()
-        // A write-back still running ends before the files may go.
-        while let writer = arrived.writer { await writer.value }
+        // A write-back or commit still running ends before the files may go.
+        await writeBackIdle(arrived)
         resource.fetches[stream.id] = nil
         resource.fetchesEnded += 1
         if stream.failure != nil, resource.generation == generation {

@@ -2,10 +2,12 @@ import SparseCacheEngine
 import SparseCacheStore
 
 /// Cut-through and write-back: what a fill receives goes to waiting readers from memory at
-/// once (``ArrivedBytes``), and to the cache file behind them (write, fdatasync, commit). The
+/// once (``ArrivedBytes``), and to the cache file behind them: written, then fdatasync'ed and
+/// committed beside the next writes (the resource's commit line runs on its own queue, and
+/// one commit covers every write before it: a fast origin's megabytes share one sync). The
 /// receiver waits for the write-back only when the fill's memory is full
-/// (``FillOptions/arrivedLimit``). Delivery is not a claim: the index names a byte only once the
-/// write-back committed it (DESIGN.md rule 8, docs/DURABILITY.md).
+/// (``FillOptions/arrivedLimit``). Delivery is not a claim: the index names a byte only once
+/// the write-back committed it (DESIGN.md rule 8, docs/DURABILITY.md).
 extension ProgressiveCache {
     /// Bytes gathered per write: one hop to the resource per batch instead of per network chunk.
     static let writeBatch = 1 << 20
@@ -25,16 +27,24 @@ extension ProgressiveCache {
             startWriteBack(arrived, of: resource, handle: handle, generation: generation, commit: false)
         }
         while arrived.count >= options.arrivedLimit {
-            // Memory full: the origin waits for the disk (its socket fills, TCP holds it back).
-            if arrived.writer == nil { startWriteBack(arrived, of: resource, handle: handle, generation: generation, commit: true) }
+            // Memory full: the origin waits for the disk (its socket fills, TCP holds it back):
+            // for the writes, then for the commit that makes the bytes present.
             count { $0.writeBackWaits += 1 }
             let before = arrived.count
-            await arrived.writer?.value
+            if arrived.writer == nil, arrived.unwrittenCount > 0 {
+                startWriteBack(arrived, of: resource, handle: handle, generation: generation, commit: false, all: true)
+            }
+            if let writer = arrived.writer {
+                await writer.value
+            } else {
+                if arrived.committer == nil { startCommits(arrived, of: resource, file: handle.file) }
+                await arrived.committer?.value
+                // Only a partial segment left, which no commit makes present: take more.
+                if arrived.count >= before { break }
+            }
             if let failure = arrived.failure { throw failure }
             // Re-check after the await: bytes of a replaced version are never written.
             guard resource.generation == generation else { throw CancellationError() }
-            // Only a partial segment left, which no commit makes present: take more.
-            if arrived.count >= before, arrived.writer == nil, arrived.unwrittenCount == 0 { break }
         }
     }
 
@@ -43,7 +53,7 @@ extension ProgressiveCache {
     func finishWriteBack(
         _ arrived: ArrivedBytes, of resource: FillResource, handle: ResourceHandle, generation: Int, commit: Bool = true
     ) async throws {
-        while let writer = arrived.writer { await writer.value }
+        await writeBackIdle(arrived)
         if let failure = arrived.failure { throw failure }
         guard resource.generation == generation else { return }
         try await writeBack(arrived, of: resource, handle: handle, generation: generation, commit: commit, all: true)
@@ -51,10 +61,28 @@ extension ProgressiveCache {
         if commit { try await handle.file.commit() }
     }
 
-    func startWriteBack(_ arrived: ArrivedBytes, of resource: FillResource, handle: ResourceHandle, generation: Int, commit: Bool) {
+    /// Returns once neither a write nor a commit of `arrived` runs.
+    func writeBackIdle(_ arrived: ArrivedBytes) async {
+        while true {
+            if let writer = arrived.writer {
+                await writer.value
+            } else if let committer = arrived.committer {
+                await committer.value
+            } else {
+                return
+            }
+        }
+    }
+
+    /// Starts the write-back: whole batches (everything received with `all`), then with
+    /// `commit` a commit of everything written.
+    func startWriteBack(
+        _ arrived: ArrivedBytes, of resource: FillResource, handle: ResourceHandle, generation: Int, commit: Bool, all: Bool? = nil
+    ) {
         arrived.writer = Task {
             do {
-                try await self.writeBack(arrived, of: resource, handle: handle, generation: generation, commit: commit, all: commit)
+                try await self.writeBack(
+                    arrived, of: resource, handle: handle, generation: generation, commit: commit, all: all ?? commit)
             } catch {
                 arrived.failure = arrived.failure ?? error
             }
@@ -63,28 +91,47 @@ extension ProgressiveCache {
     }
 
     /// Writes the received bytes in batches (all of them with `all`, else whole batches only),
-    /// commits every ``FillOptions/commitEvery`` bytes (and at the end with `commit`), and drops
-    /// from memory what each commit made present.
+    /// starts commits beside the writes every ``FillOptions/commitEvery`` bytes, and (with
+    /// `commit`) commits what is left at the end.
     private func writeBack(
         _ arrived: ArrivedBytes, of resource: FillResource, handle: ResourceHandle, generation: Int, commit: Bool, all: Bool
     ) async throws {
         while resource.generation == generation {
             let batch = arrived.unwritten(limit: Self.writeBatch)
             if batch.bytes.isEmpty || (!all && batch.bytes.count < Self.writeBatch) { break }
-            _ = try await handle.write(batch.bytes, at: batch.offset)
+            // The fill commits on its own (below), not inside the write.
+            _ = try await handle.write(batch.bytes, at: batch.offset, applyingCommitPolicy: false)
             arrived.markWritten(batch.bytes.count)
-            if arrived.sinceCommit >= options.commitEvery {
-                try await commitArrived(arrived, of: resource, file: handle.file)
+            if arrived.sinceCommit >= options.commitEvery, arrived.committer == nil {
+                startCommits(arrived, of: resource, file: handle.file)
             }
         }
-        if commit, arrived.sinceCommit > 0, resource.generation == generation {
-            try await commitArrived(arrived, of: resource, file: handle.file)
+        if commit, resource.generation == generation {
+            while let committer = arrived.committer { await committer.value }
+            if let failure = arrived.failure { throw failure }
+            if arrived.sinceCommit > 0 { try await commitArrived(arrived, of: resource, file: handle.file) }
+        }
+    }
+
+    /// Commits what the write-back has written, beside its next writes, until a commit finds
+    /// nothing new written (each commit covers every write that returned before it began: a
+    /// fast origin's megabytes share one fdatasync). A failure stops the fill.
+    func startCommits(_ arrived: ArrivedBytes, of resource: FillResource, file: SparseFile) {
+        arrived.committer = Task {
+            while arrived.sinceCommit > 0, arrived.failure == nil {
+                do {
+                    try await self.commitArrived(arrived, of: resource, file: file)
+                } catch {
+                    arrived.failure = arrived.failure ?? error
+                }
+            }
+            arrived.committer = nil
         }
     }
 
     private func commitArrived(_ arrived: ArrivedBytes, of resource: FillResource, file: SparseFile) async throws {
-        try await file.commit()
         arrived.sinceCommit = 0
+        try await file.commit()
         resource.lastCommit = .now
         // Present now: readers find these bytes in the file.
         arrived.trim(upTo: await file.contiguousPresentEnd(from: arrived.start))

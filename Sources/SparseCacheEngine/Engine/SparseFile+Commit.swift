@@ -41,7 +41,7 @@ extension SparseFile {
     private func syncEntry() async throws {
         let index = self.index
         do {
-            try await io.run { try index.makeEntryDurable() }
+            try await commitIO.run { try index.makeEntryDurable() }
         } catch let error as SparseCacheError {
             poison(after: error)
             throw failure!
@@ -78,7 +78,7 @@ extension SparseFile {
         do {
             if !change.added.isEmpty || change.length != nil {
                 let length = change.length
-                try await io.run {
+                try await commitIO.run {
                     // A length set since the last commit: the data file covers it before a record
                     // names it (an open refuses a data file shorter than its index), its size
                     // synced with the data.
@@ -86,7 +86,7 @@ extension SparseFile {
                     try dataFile.dataSync()
                 }
             }
-            try await io.run { try index.append(change, committed: before) }
+            try await commitIO.run { try index.append(change, committed: before) }
         } catch let error as SparseCacheError {
             if error.operation == "fdatasync" || error.operation == "fsync" {
                 poison(after: error)
@@ -120,7 +120,7 @@ extension SparseFile {
         let state = committed
         let index = self.index
         do {
-            try await io.run { try index.checkpoint(state, compacting: compacting) }
+            try await commitIO.run { try index.checkpoint(state, compacting: compacting) }
         } catch let error as SparseCacheError {
             if error.operation == "fdatasync" || error.operation == "fsync" {
                 poison(after: error)

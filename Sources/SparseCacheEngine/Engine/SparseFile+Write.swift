@@ -11,6 +11,14 @@ extension SparseFile {
     ///   committed changes); `.closed`, `.needsReopen`.
     @discardableResult
     public func write(_ bytes: [UInt8], at offset: Int64) async throws -> WriteResult {
+        try await write(bytes, at: offset, applyingCommitPolicy: true)
+    }
+
+    /// ``write(_:at:)``, without the commit policy when `applyingCommitPolicy` is false: for a
+    /// writer that commits on its own and bounds what it leaves uncommitted (the HTTP fill's
+    /// write-back, which commits beside its writes rather than inside them).
+    @discardableResult
+    package func write(_ bytes: [UInt8], at offset: Int64, applyingCommitPolicy: Bool) async throws -> WriteResult {
         try checkWritable("write")
         let end = try checkedEnd(offset: offset, count: bytes.count, operation: "write")
         if let length = currentLength, end > length {
@@ -92,7 +100,7 @@ extension SparseFile {
             }
         }
         try checkUsable("write")
-        try await applyCommitPolicy()
+        if applyingCommitPolicy { try await applyCommitPolicy() }
         return result
     }
 

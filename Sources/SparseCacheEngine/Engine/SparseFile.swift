@@ -30,7 +30,13 @@ public actor SparseFile {
     nonisolated let dataFile: FileDescriptor
     nonisolated let index: IndexFile
     nonisolated let reader: DispatchReadChannel
+    /// Writes, hole punching, open and close run here.
     nonisolated let io: BlockingExecutor
+    /// The commit line runs here (data fdatasync, index records, checkpoints), beside ``io``:
+    /// a write never waits behind its resource's sync. A commit names only segments whose
+    /// `pwrite` returned before it began, and fdatasync covers every returned write, whichever
+    /// thread made it.
+    nonisolated let commitIO: BlockingExecutor
     /// What the index said when the resource was opened.
     public nonisolated let recovery: RecoverySummary
 
@@ -129,6 +135,7 @@ public actor SparseFile {
         self.recovery = recovery
         self.reader = reader
         self.io = io
+        self.commitIO = BlockingExecutor(label: "sparsecache.commit")
         if !pending.isEmpty { changeCounter = 1 }
     }
 

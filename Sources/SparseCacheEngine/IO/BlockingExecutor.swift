@@ -3,7 +3,8 @@ import Dispatch
 /// Runs blocking work (pwrite, fdatasync, fallocate, ...) on a dispatch queue and resumes the
 /// awaiting task when it finishes, so no blocking syscall ever runs on the cooperative pool.
 ///
-/// Each resource gets its own serial queue: its writes and syncs keep their order, and a slow
+/// Each resource gets two serial queues: one for its writes, one for its commit line (syncs
+/// and index records), so a write never waits behind the resource's own fdatasync, and a slow
 /// fdatasync of one resource never holds up another's. Public so that code beside the engine
 /// (the CLI's own file I/O, the benchmarks' raw baselines) keeps the same rule the same way.
 public struct BlockingExecutor: Sendable {

@@ -21,7 +21,13 @@ public final class ResourceHandle: Sendable {
     /// Writes through to the resource (see ``SparseFile/write(_:at:)``) and accounts the space.
     @discardableResult
     public func write(_ bytes: [UInt8], at offset: Int64) async throws -> WriteResult {
-        let result = try await file.write(bytes, at: offset)
+        try await write(bytes, at: offset, applyingCommitPolicy: true)
+    }
+
+    /// See ``SparseFile/write(_:at:applyingCommitPolicy:)``.
+    @discardableResult
+    package func write(_ bytes: [UInt8], at offset: Int64, applyingCommitPolicy: Bool) async throws -> WriteResult {
+        let result = try await file.write(bytes, at: offset, applyingCommitPolicy: applyingCommitPolicy)
         await store.noteWrite(key: key, result: result)
         return result
     }
