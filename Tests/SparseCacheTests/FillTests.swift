@@ -74,6 +74,37 @@ extension FillOptions {
     }
 }
 
+/// A resource answered without a length (as a chunked body): the first `sent` bytes at once,
+/// then nothing until ``cut()`` ends the body with an error (a connection cut inside it).
+final class CutUnknownLengthSource: RangeSource, Sendable {
+    let key = "cut://unknown-length"
+    private let sent: Int
+    private let state = Mutex((requests: 0, continuations: [AsyncThrowingStream<[UInt8], Error>.Continuation]()))
+
+    init(sent: Int) {
+        self.sent = sent
+    }
+
+    var requests: Int { state.withLock { $0.requests } }
+
+    func cut() {
+        for continuation in state.withLock({ $0.continuations }) {
+            continuation.finish(throwing: SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "cut inside the body"))
+        }
+    }
+
+    func fetch(_ range: Range<Int64>?, validator: ContentValidator?) async throws -> RangeResponse {
+        let (stream, continuation) = AsyncThrowingStream<[UInt8], Error>.makeStream()
+        state.withLock {
+            $0.requests += 1
+            $0.continuations.append(continuation)
+        }
+        continuation.yield([UInt8](repeating: 7, count: sent))
+        let info = ContentInfo(length: nil, validator: ContentValidator(etag: "\"cut\""))
+        return RangeResponse(info: info, offset: 0, body: stream, cancel: { continuation.finish() })
+    }
+}
+
 /// A resource whose first request (first contact) is answered at once and whose later ones
 /// send nothing until ``release()``: a reader can be held waiting on a fetch.
 final class GatedSource: RangeSource, Sendable {
@@ -552,6 +583,33 @@ struct FillTests {
         #expect(try await holder.value == blocker)
         try await fixture.settled()
         #expect(!origin.requests().contains { $0.range.hasPrefix("bytes=\(start)-") }, "\(origin.requests())")
+        try await fixture.close()
+    }
+
+    @Test(
+        "a reader opened on an answer without a length that is cut off before its first read: the read fails, and the origin is not asked again"
+    )
+    func cutBeforeTheFirstRead() async throws {
+        // The proxy opens a reader (first contact: the answer, chunked) and writes its head
+        // before it reads. Under load the body was cut, and the resource dropped, before that
+        // read; the read then attached the key again, and its first contact asked the origin
+        // for the resource anew, only for the read to refuse the new version (seen as a flaky
+        // second origin request in OriginAnswersTests).
+        let source = CutUnknownLengthSource(sent: 10_000)
+        let fixture = try await FillFixture("fill-cut-before-read", options: .testing)
+        let reader = try await fixture.cache.open(source)
+        #expect(!reader.isLengthKnown)
+        source.cut()
+        // The cut answer is dropped: its entry leaves the store.
+        let deadline = ContinuousClock.now + .seconds(60)
+        while await fixture.store.entry(for: source.key) != nil {
+            guard ContinuousClock.now < deadline else { throw OriginFailure("the cut answer was never dropped") }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        await #expect(throws: SparseCacheError.self) { try await reader.read(0..<Int64.max) { _ in } }
+        await reader.close()
+        try await fixture.settled()
+        #expect(source.requests == 1, "one origin request: \(source.requests)")
         try await fixture.close()
     }
 

@@ -23,6 +23,14 @@ extension ProgressiveCache {
         if let range, range.lowerBound < 0 {
             throw SparseCacheError(.invalidArgument, operation: "read", path: source.key, detail: "negative offset \(range.lowerBound)")
         }
+        // A reader promised a version (``CacheReader``) holds its resource's entry: when that
+        // version is gone (replaced, or an answer without a length was cut off and dropped), it
+        // fails here, before `attach` could ask the origin for a new one only to refuse it.
+        if let expected, resources[source.key]?.generation != expected {
+            throw SparseCacheError(
+                .originChanged, operation: "read", path: source.key,
+                detail: "the version opened is gone: it changed on the origin, or its answer (without a length) was cut off")
+        }
         // A key neither open here nor stored: first contact asks while the files are made. (A
         // reader promised a version holds its resource open.)
         let resource = try await attach(source, first: range.map { .range($0) } ?? .whole, new: await isUnknown(source.key))
