@@ -301,6 +301,37 @@ struct StoreTests {
         }
     }
 
+    @Test("a catalog save asked for while the timer's is being written returns only once that one is on disk")
+    func catalogSaveWaitsForTheOneInFlight() async throws {
+        // Seen in a loaded full run of the crash suite: the timer's save had taken the dirty
+        // flag, so an explicit save returned at once, before the file it asked for existed.
+        let directory = try TemporaryDirectory("store-catalog-in-flight")
+        defer { directory.remove() }
+        var options = StoreOptions.testing(budget: 10 << 20)
+        options.catalogSaveDelay = .milliseconds(1)
+        let store = try await SparseStore.open(directory: directory.path, options: options)
+        try await fill(store, key: "a", length: 40 << 10)
+        try await store.saveCatalog()
+        let path = directory.path + "/catalog"
+        func fileNumber() throws -> Int? {
+            try FileManager.default.attributesOfItem(atPath: path)[.systemFileNumber] as? Int
+        }
+        let before = try fileNumber()
+        // The timer's next save is held in the sync of its temporary file (a new file, renamed
+        // over the catalog once synced).
+        let held = try FaultInjection.add(
+            FaultRule([.fdatasync], pathContains: directory.path + "/catalog.tmp", maxFires: 1, delay: .seconds(3)))
+        defer { FaultInjection.remove(held) }
+        await store.markCatalogDirty()
+        let deadline = ContinuousClock.now + .seconds(60)
+        while FaultInjection.delaying(held) == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
+        try #require(FaultInjection.delaying(held) == 1, "the timer's save never reached its sync")
+        try await store.saveCatalog()
+        #expect(try fileNumber() != before, "the held save's file was in place when the explicit save returned")
+        #expect(try StoreCatalog.load(directory: directory.path)?.map(\.key) == ["a"])
+        try await store.close()
+    }
+
     @Test("a file no key claims at a new resource's name (a data file, an index): the next name is used, the file left alone")
     func occupiedNamesArePassedOver() async throws {
         try await withTemporaryDirectory("store-occupied") { directory in
