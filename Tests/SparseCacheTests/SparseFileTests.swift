@@ -434,6 +434,36 @@ struct SparseFileTests {
         }
     }
 
+    @Test("close while a discard waits on a commit: close waits for the discard, whose drop is durable once it returned")
+    func closeBesideADiscard() async throws {
+        // A discard checks the lifecycle once, then waits on the commit line; a close that
+        // started meanwhile released the descriptors (and cut the index back to its size
+        // before the drop's record) beside the discard's own commit. Now a discard is an
+        // operation that close drains.
+        try await withTemporaryDirectory { directory in
+            let path = directory.file("d.bin")
+            let file = try await SparseFile.open(path, options: .testing())
+            try await put(file, 0..<seg(4))
+            try await file.commit()
+            try await put(file, seg(4)..<seg(5))
+            let rule = try FaultInjection.add(
+                FaultRule([.fdatasync], pathContains: directory.path, maxFires: 1, delay: .seconds(3)))
+            defer { FaultInjection.remove(rule) }
+            let committing = Task { try await file.commit() }
+            #expect(try await Self.isHeld(rule), "the commit is held in its fdatasync")
+            let discarding = Task { try await file.discard(segments: [1]) }
+            try await Task.sleep(for: .milliseconds(50))
+            let closing = Task { try await file.close() }
+            try await committing.value
+            try await discarding.value
+            try await closing.value
+            let reopened = try await SparseFile.open(path, options: .testing())
+            #expect(await reopened.presentRanges() == [0..<seg(1), seg(2)..<seg(5)], "the discard that returned is durable")
+            #expect(try await reopened.read(offset: seg(2), length: Int(seg(3))) == sourceBytes(seg(2)..<seg(5)))
+            try await reopened.close()
+        }
+    }
+
     @Test("setLength refuses a length that leaves present data outside")
     func setLengthRefusesShorter() async throws {
         try await withTemporaryDirectory { directory in

@@ -15,6 +15,10 @@ extension SparseFile {
         if let negative = segments.first(where: { $0 < 0 }) {
             throw SparseCacheError(.invalidArgument, operation: "discard", path: path, detail: "negative segment \(negative)")
         }
+        // An operation, so close waits for it: its drop commit and its holes never run beside
+        // (or after) the close that releases the descriptors.
+        beginOperation()
+        defer { endOperation() }
         // Finish commits in flight first so no segment is on its way into the index.
         try await commitPending()
         // Re-check after the await: segments being written again are left alone.
@@ -55,6 +59,8 @@ extension SparseFile {
     /// Repair uses it to restore both copies. Runs in the commit line, never beside a commit.
     func forceCheckpoint() async throws {
         try checkWritable("checkpoint")
+        beginOperation()
+        defer { endOperation() }
         try await commitPending()
         while let running = commitTask {
             try await running.value
@@ -78,6 +84,8 @@ extension SparseFile {
     /// - Throws: `.io`, `.needsReopen`, `.closed`, or `.invalidArgument` when opened read-only.
     public func compactIndex(ifJournalExceeds threshold: Int64) async throws {
         try checkWritable("compact index")
+        beginOperation()
+        defer { endOperation() }
         try await commitPending()
         while let running = commitTask {
             try await running.value
