@@ -376,11 +376,17 @@ int sc_fault_fsync(int fd, int data_only) {
     decide(data_only ? SC_OP_FDATASYNC : SC_OP_FSYNC, NULL, fd, &d);
     before_call(&d);
     if (injected_failure(&d)) return -1;
+    int64_t mark = -1;
+    if (sc_pl_active()) {
+        sc_pl_lock();
+        mark = sc_pl_sync_mark(fd);
+        sc_pl_unlock();
+    }
     int result = data_only ? fdatasync(fd) : fsync(fd);
     int saved = errno;
     if (result == 0 && sc_pl_active()) {
         sc_pl_lock();
-        sc_pl_synced(fd);
+        sc_pl_synced(fd, mark);
         sc_pl_unlock();
     }
     errno = saved;

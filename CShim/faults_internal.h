@@ -40,7 +40,10 @@ void sc_pl_commit_write(void *token, ssize_t written);
 void sc_pl_record_truncate(int fd, int64_t length, void **token);
 void sc_pl_record_fallocate(int fd, int64_t offset, int64_t length, int punch, void **token);
 void sc_pl_commit_op(void *token, int ok);
-void sc_pl_synced(int fd);
+/// The number of ops recorded for `fd`'s file so far (-1: a directory, or not recorded): taken
+/// before a sync, given to ``sc_pl_synced``.
+int64_t sc_pl_sync_mark(int fd);
+void sc_pl_synced(int fd, int64_t mark);
 void sc_pl_before_rename(const char *from, const char *to, void **token);
 void sc_pl_after_rename(void *token, int ok);
 void sc_pl_before_unlink(const char *path, void **token);

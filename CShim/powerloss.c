@@ -50,6 +50,9 @@ typedef struct pl_file {
     int fd;  // our own read-only descriptor: content stays reachable after rename or unlink
     pl_op **ops;
     size_t count, capacity;
+    // Ops ever appended, and ever dropped by a sync: a sync drops only those appended before
+    // it began (a write that returns while the sync runs may have missed it).
+    uint64_t appended, dropped;
 } pl_file;
 
 typedef struct pl_name {
@@ -213,7 +216,19 @@ static void free_op(pl_op *op) {
 
 static void clear_ops(pl_file *file) {
     for (size_t i = 0; i < file->count; i++) free_op(file->ops[i]);
+    file->dropped += file->count;
     file->count = 0;
+}
+
+/// Drops the ops appended before the `mark`-th (the count when a sync began): they are durable.
+static void drop_ops_before(pl_file *file, uint64_t mark) {
+    if (mark <= file->dropped) return;
+    size_t drop = (size_t)(mark - file->dropped);
+    if (drop > file->count) drop = file->count;
+    for (size_t i = 0; i < drop; i++) free_op(file->ops[i]);
+    memmove(file->ops, file->ops + drop, (file->count - drop) * sizeof(pl_op *));
+    file->count -= drop;
+    file->dropped += drop;
 }
 
 static int64_t size_of(int fd) {
@@ -247,6 +262,7 @@ static void append_op(pl_op *op) {
     pl_file *file = &files[op->file];
     file->ops = grow(file->ops, &file->capacity, file->count + 1, sizeof(pl_op *));
     file->ops[file->count++] = op;
+    file->appended++;
 }
 
 // MARK: Hooks (called by faults.c with pl_mutex held)
@@ -318,7 +334,14 @@ void sc_pl_commit_op(void *token, int ok) {
     if (ok) append_op(op); else free_op(op);
 }
 
-void sc_pl_synced(int fd) {
+int64_t sc_pl_sync_mark(int fd) {
+    struct stat st;
+    if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) return -1;
+    int file = find_file(st.st_dev, st.st_ino);
+    return file < 0 ? -1 : (int64_t)files[file].appended;
+}
+
+void sc_pl_synced(int fd, int64_t mark) {
     struct stat st;
     if (fstat(fd, &st) != 0) return;
     if (S_ISDIR(st.st_mode)) {
@@ -329,7 +352,9 @@ void sc_pl_synced(int fd) {
         return;
     }
     int file = find_file(st.st_dev, st.st_ino);
-    if (file >= 0) clear_ops(&files[file]);
+    // Writes from another thread may complete while the sync runs: only those recorded
+    // before it began are known durable (a file first seen during the sync: none).
+    if (file >= 0 && mark >= 0) drop_ops_before(&files[file], (uint64_t)mark);
 }
 
 typedef struct rename_token {
