@@ -85,6 +85,9 @@ extension ProgressiveCache {
                     failure = failure ?? error
                 }
             }
+            // A commit line still running (a replaced resource's, or one a failed write left)
+            // ends before the fetch does: nothing of it runs beside the release of the file.
+            if let arrived = resource.fetches[id]?.arrived { await writeBackIdle(arrived) }
         }
         for segment in resource.fetches[id]?.segments ?? 0..<0 where resource.owner[segment] == id {
             resource.owner[segment] = nil

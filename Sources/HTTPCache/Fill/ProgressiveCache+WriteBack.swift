@@ -39,6 +39,7 @@ extension ProgressiveCache {
             } else {
                 if arrived.committer == nil { startCommits(arrived, of: resource, file: handle.file) }
                 await arrived.committer?.value
+                if let failure = arrived.failure { throw failure }
                 // Only a partial segment left, which no commit makes present: take more.
                 if arrived.count >= before { break }
             }
