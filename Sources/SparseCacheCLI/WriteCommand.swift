@@ -134,8 +134,7 @@ private func fileExists(_ path: String) -> Bool {
 /// Deletes a resource this command created and left empty: the index first, as the store
 /// does, so a crash in between leaves a data file that claims nothing.
 private func removeCreatedResource(_ path: String) {
-    let files = [SparseFile.indexPath(for: path), SparseFile.unpublishedIndexPath(for: path), path]
-    for file in files where unlink(file) != 0 && errno != ENOENT {
+    for file in SparseFile.indexPaths(for: path) + [path] where unlink(file) != 0 && errno != ENOENT {
         Output.error("sparsecache write: could not remove '\(file)', created by this failed write: \(SparseCacheError.errnoText(errno))")
     }
 }

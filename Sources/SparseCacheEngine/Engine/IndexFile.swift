@@ -2,7 +2,10 @@
 /// and checkpoints that fold the journal into a fresh full state.
 ///
 /// Not thread-safe by itself: the owning ``SparseFile`` runs at most one commit at a time and
-/// calls these blocking methods only from its ``BlockingExecutor``.
+/// calls these blocking methods only from its two ``BlockingExecutor``s, never from both at
+/// once: its commit line's (appends, checkpoints, the directory sync) while open, its I/O
+/// queue's (create, open, ``publish()`` and the release at close) before the first commit and
+/// after the last.
 final class IndexFile: @unchecked Sendable {
     private(set) var fd: FileDescriptor
     /// The index's name: a new one keeps its temporary name until ``publish()``.

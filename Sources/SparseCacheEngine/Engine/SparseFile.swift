@@ -113,9 +113,13 @@ public actor SparseFile {
     /// The index path for a data file path.
     public static func indexPath(for path: String) -> String { path + indexSuffix }
 
-    /// Where a new resource's index is until it takes its name (at the first commit, or when
-    /// the resource closes): removed with the resource's files.
-    package static func unpublishedIndexPath(for path: String) -> String { IndexFile.temporaryPath(for: indexPath(for: path)) }
+    /// The index's paths: under its name, and the temporary name a new resource's index keeps
+    /// until the first commit or its close (a resource poisoned before then leaves it there).
+    /// Both go when the resource's files are removed.
+    package static func indexPaths(for path: String) -> [String] {
+        let index = indexPath(for: path)
+        return [index, IndexFile.temporaryPath(for: index)]
+    }
 
     init(
         path: String, mode: AccessMode, options: SparseFileOptions, dataFile: FileDescriptor,

@@ -262,10 +262,7 @@ extension SparseStore {
         try await io.run {
             for path in paths {
                 // A resource whose index never took its name (its close failed) has it here.
-                for index in [SparseFile.indexPath(for: path), SparseFile.unpublishedIndexPath(for: path)]
-                where try FileSystem.exists(index) {
-                    try FileSystem.unlink(index)
-                }
+                for index in SparseFile.indexPaths(for: path) where try FileSystem.exists(index) { try FileSystem.unlink(index) }
             }
             try FileSystem.syncParentDirectory(of: anyPath)
             for path in paths where try FileSystem.exists(path) {

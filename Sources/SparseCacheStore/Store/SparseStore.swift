@@ -35,10 +35,9 @@ public actor SparseStore {
     var keyWaiters: [String: [CheckedContinuation<Void, Never>]] = [:]
     var catalogDirty = false
     var saveTask: Task<Void, Never>?
-    /// The catalog save being written now, if any (by number): a save asked for meanwhile
+    /// The catalog save being written now, if any (one at a time): a save asked for meanwhile
     /// waits for it, or it would return before the file it asked for is there.
-    var catalogSaving: (number: Int, task: Task<Void, Error>)?
-    var catalogSaves = 0
+    var catalogSaving: Task<Void, Error>?
     /// The last eviction pass queued; each pass waits for the one before it.
     var evictionQueue: Task<Void, Never>?
     /// A queued budget pass that has not started: concurrent callers of `enforceBudget` join it.
@@ -377,21 +376,20 @@ public actor SparseStore {
     public func saveCatalog() async throws {
         // A save in flight (the timer's) took its snapshot already: wait for it, then save
         // again only if something changed since. Re-check after each await: another may start.
-        while let running = catalogSaving { _ = try? await running.task.value }
+        while let running = catalogSaving { _ = try? await running.value }
         guard catalogDirty else { return }
         catalogDirty = false
         let snapshot = Array(entries.values)
         let directory = self.directory
         let io = self.io
-        catalogSaves += 1
-        let number = catalogSaves
         // The task (on this actor) clears its own entry as it ends: a waiter that looked again
-        // before the saver resumed would otherwise find it still there, done, and spin.
+        // before the saver resumed would otherwise find it still there, done, and spin. No
+        // other save starts before then (each waits above), so the entry is this task's.
         let task = Task {
-            defer { if self.catalogSaving?.number == number { self.catalogSaving = nil } }
+            defer { self.catalogSaving = nil }
             try await io.run { try StoreCatalog.save(snapshot, directory: directory) }
         }
-        catalogSaving = (number, task)
+        catalogSaving = task
         do {
             try await task.value
         } catch {
