@@ -103,6 +103,30 @@ struct SmallObjectServeTests {
         #expect(verify.isClean && !verify.smallObjectLogs.isEmpty, "\(verify)")
     }
 
+    @Test("the first hit after a miss reads only the body: it is told what the record's metadata says, as decoding it would")
+    func firstHitKnowsTheHead() async throws {
+        let files = try TemporaryDirectory("smallobj-known-origin")
+        _ = try originFile(files.path, "known.bin", count: 3000, seed: 9)
+        let origin = try await OriginServer.nginx(root: files.path, locations: "expires 1h; add_header Vary Accept-Language;")
+        defer { origin.stop() }
+        let directory = try TemporaryDirectory("smallobj-known")
+        let rig = try await Rig(directory: directory.file("cache"), origin: origin.baseURL)
+        let key = origin.baseURL.absoluteString + "/known.bin"
+        let miss = try await Curl.run(rig.base + "/known.bin", ["-H", "Accept-Language: de"])
+        #expect(miss.status == 200 && miss.body.count == 3000, "\(miss)")
+        // Known once the record is durable, before any hit decoded it.
+        for _ in 0..<500 where await rig.cache.smallInfos[key] == nil { try await Task.sleep(for: .milliseconds(10)) }
+        let known = try #require(await rig.cache.smallInfos[key], "the miss left nothing known of its record")
+        let object = try #require(try await rig.store.smallObjects.object(for: key))
+        #expect(known.sequence == object.sequence)
+        let decoded = ProgressiveCache.smallInfo(length: object.body.count, metadata: object.metadata, head: StoredHead(object.metadata))
+        #expect(known.info == decoded, "what the miss stored differs from what the record decodes to")
+        #expect(known.info.stored?.headers["vary"] == "Accept-Language" && known.info.stored?.varyRequest["accept-language"] == "de")
+        let hit = try await Curl.run(rig.base + "/known.bin", ["-H", "Accept-Language: de"])
+        #expect(hit.body == miss.body && hit.headers["cache-status"]?.contains("hit") == true, "\(hit)")
+        try await rig.stop()
+    }
+
     @Test("a large answer stays a sparse resource, and one just over the threshold too")
     func largeStaysSparse() async throws {
         let files = try TemporaryDirectory("smallobj-serve-large")

@@ -131,6 +131,29 @@ struct SmallObjectStoreTests {
         await store.close()
     }
 
+    @Test("the body of a known record: read and checked only while the key still holds that record")
+    func bodyOfKnownRecord() async throws {
+        let directory = try TemporaryDirectory("smallobj-body")
+        let store = try await SmallObjectStore.open(directory: directory.path)
+        let first = try await store.put(key: "b", metadata: Self.metadata("b"), body: Self.body("b"))
+        #expect(try await store.body(for: "b", sequence: first) == Self.body("b"))
+        #expect(try await store.object(for: "b")?.sequence == first)
+        let second = try await store.put(key: "b", metadata: Self.metadata("b", version: 1), body: Self.body("b", version: 1))
+        #expect(second > first)
+        #expect(try await store.body(for: "b", sequence: first) == nil, "the key holds a later record")
+        #expect(try await store.body(for: "b", sequence: second) == Self.body("b", version: 1))
+        #expect(try await store.body(for: "missing", sequence: second) == nil)
+        // Damage is found as object(for:) finds it: the record is dropped, never served.
+        let place = try #require(await store.listing().first { $0.key == "b" }?.place)
+        let file = directory.path + "/" + place.split(separator: "@")[0]
+        try RawFile.flip(file, at: Int64(place.split(separator: "@")[1])! + 32 + 1 + 200)
+        #expect(try await store.body(for: "b", sequence: second) == nil)
+        #expect(await store.damagedReads == 1)
+        #expect(await store.contains("b") == false)
+        #expect(try await store.remove(key: "b") == false)
+        await store.close()
+    }
+
     @Test("fuzzed log files: open never fails or traps, and what it serves is what was stored")
     func fuzz() async throws {
         try await offPool("log-fuzz") { try await self.fuzzOnItsThread() }

@@ -23,18 +23,23 @@ extension ProgressiveCache {
         if let arriving = smallArriving[source.key] {
             return CacheReader(cache: self, source: source, info: arriving.info, body: arriving.body, fromCache: false)
         }
-        guard let object = try await store.smallObjects.object(for: source.key) else { return nil }
-        let info: ContentInfo
-        if let known = smallInfos[source.key], known.sequence == object.sequence {
-            info = known.info
-        } else {
-            let metadata = object.metadata
-            info = ContentInfo(
-                length: Int64(object.body.count), contentType: metadata.contentType,
-                validator: ContentValidator(etag: metadata.etag, lastModified: metadata.lastModified), stored: StoredHead(metadata))
-            smallInfos.set((object.sequence, info), for: source.key)
+        // The head of the record is known (the answer that stored it, or an earlier hit): only
+        // the body is read, its metadata not decoded again.
+        if let known = smallInfos[source.key], let body = try await store.smallObjects.body(for: source.key, sequence: known.sequence) {
+            return CacheReader(cache: self, source: source, info: known.info, body: body, fromCache: true)
         }
+        guard let object = try await store.smallObjects.object(for: source.key) else { return nil }
+        let info = Self.smallInfo(length: object.body.count, metadata: object.metadata, head: StoredHead(object.metadata))
+        smallInfos.set((object.sequence, info), for: source.key)
         return CacheReader(cache: self, source: source, info: info, body: object.body, fromCache: true)
+    }
+
+    /// What a reader of a small object is told about it: from the metadata of its record, and
+    /// the head kept in that metadata (decoded, or the one that was encoded into it).
+    static func smallInfo(length: Int, metadata: ResourceMetadata, head: StoredHead?) -> ContentInfo {
+        ContentInfo(
+            length: Int64(length), contentType: metadata.contentType,
+            validator: ContentValidator(etag: metadata.etag, lastModified: metadata.lastModified), stored: head)
     }
 
     /// Whether `key` is held as a small object (stored or arriving) and not as a resource.
@@ -160,9 +165,13 @@ extension ProgressiveCache {
         let id = takeID()
         smallArriving[key] = ArrivingObject(id: id, info: info, body: body)
         let store = self.store
+        // Once durable, the first hit needs only the body: it is told what the record's
+        // metadata says without decoding it (StoredHead(metadata) gives `head` back).
+        let stored = Self.smallInfo(length: body.count, metadata: metadata, head: head)
         smallArriving[key]?.task = Task {
             do {
-                try await store.smallObjects.put(key: key, metadata: metadata, body: body)
+                let sequence = try await store.smallObjects.put(key: key, metadata: metadata, body: body)
+                self.smallInfos.set((sequence, stored), for: key)
                 self.count { $0.smallObjectsStored += 1 }
             } catch {
                 self.count { $0.smallObjectFailures += 1 }

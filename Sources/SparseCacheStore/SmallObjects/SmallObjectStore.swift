@@ -361,32 +361,58 @@ public actor SmallObjectStore {
     ///
     /// - Throws: `.io` when the read fails (the object stays; a later read may succeed).
     public func object(for key: String) async throws -> SmallObject? {
+        guard let (location, payload) = try await readRecord(key) else { return nil }
+        guard let metadata = try? MetadataCoding.decode(payload.metadata) else {
+            dropDamaged(key, at: location)
+            return nil
+        }
+        return SmallObject(key: key, metadata: metadata, body: Array(payload.body), sequence: location.sequence)
+    }
+
+    /// The body of `key`'s object when its record is still the one of `sequence`, read and
+    /// checked as ``object(for:)`` reads it, without decoding its metadata: for a caller that
+    /// holds what that record's metadata says. Nil when the key holds another record or none
+    /// (nothing is read then), or the record is damaged (dropped, as by ``object(for:)``).
+    public func body(for key: String, sequence: UInt64) async throws -> [UInt8]? {
+        guard index[key]?.sequence == sequence, let (_, payload) = try await readRecord(key) else { return nil }
+        return Array(payload.body)
+    }
+
+    /// Reads and checks `key`'s live record and marks it used; nil when there is none, or it
+    /// is damaged (then dropped).
+    private func readRecord(_ key: String) async throws -> (Location, (metadata: ArraySlice<UInt8>, body: ArraySlice<UInt8>))? {
         guard var location = index[key], let log = logs[location.file] else { return nil }
         location.lastAccess = SparseStore.now()
         index[key] = location
         let bytes = try await log.read(offset: location.offset, count: Int(location.count), io: readIO)
         // Checked outside any state: a failure below only drops this very record.
         guard case .success(let decoded) = SmallObjectFormat.decodeRecord(bytes[...], salt: log.salt),
-            decoded.0.kind == .object, decoded.key == key, decoded.0.sequence == location.sequence,
-            let metadata = try? MetadataCoding.decode(decoded.metadata)
+            decoded.0.kind == .object, decoded.key == key, decoded.0.sequence == location.sequence
         else {
-            damagedReads += 1
-            if let now = index[key], now.file == location.file, now.offset == location.offset { drop(key) }
+            dropDamaged(key, at: location)
             return nil
         }
-        return SmallObject(key: key, metadata: metadata, body: Array(decoded.body), sequence: location.sequence)
+        return (location, (decoded.metadata, decoded.body))
+    }
+
+    /// Counts a damaged read and forgets the record, unless the key holds another one by now.
+    private func dropDamaged(_ key: String, at location: Location) {
+        damagedReads += 1
+        if let now = index[key], now.file == location.file, now.offset == location.offset { drop(key) }
     }
 
     // MARK: Writing
 
     /// Stores `body` with `metadata` under `key`, replacing what the key held; returns once the
-    /// object is durable (with the other objects of its batch: one write and one fdatasync).
+    /// object is durable (with the other objects of its batch: one write and one fdatasync),
+    /// with the sequence number of its record (``SmallObject/sequence``, ``body(for:sequence:)``).
     /// Until then ``object(for:)`` answers the previous object, or nil.
     ///
     /// - Throws: `.invalidArgument` for an empty or oversized key, a body over 1 MiB or
     ///   metadata over 64 KiB; `.io` when the write or the sync fails (then nothing of the
     ///   batch is claimed); `.closed`.
-    public func put(key: String, metadata: ResourceMetadata, body: [UInt8]) async throws {
+    @discardableResult
+    public func put(key: String, metadata: ResourceMetadata, body: [UInt8]) async throws -> UInt64 {
         try checkOpen("put")
         try SparseStore.validate(key: key)
         let encoded = MetadataCoding.encode(metadata)
@@ -399,6 +425,7 @@ public actor SmallObjectStore {
         let sequence = takeSequence()
         try await append(
             PendingRecord(kind: .object, key: key, sequence: sequence, metadata: encoded, body: body, lastAccess: SparseStore.now()))
+        return sequence
     }
 
     /// Replaces the metadata of `key`'s object by `change` of it, keeping its body (a new
