@@ -66,6 +66,31 @@ struct CachePolicyTests {
         #expect(HTTPDate.parse(HTTPDate.format(Date(timeIntervalSince1970: 1_795_428_123))) == 1_795_428_123)
     }
 
+    @Test("an IMF-fixdate read in place gives what reading it word by word gives, for every byte changed")
+    func fixdateInPlace() {
+        let valid = "Thu, 29 Feb 2024 23:59:60 GMT"
+        #expect(HTTPDate.imfFixdate(valid) == HTTPDate.parseWords(valid) && HTTPDate.imfFixdate(valid) != nil)
+        // Each byte of a few valid dates replaced by each of a set of bytes that matter to the
+        // form (separators, digits at the edges of every range, letters in both cases, UTF-8).
+        let replacements: [UInt8] = Array(" ,:-0123456789".utf8) + Array("aAgGmMtTnNvVzZ".utf8) + [0x09, 0x00, 0xC3, 0xFF]
+        var checked = 0
+        for date in [valid, "Sun, 06 Nov 1994 08:49:37 GMT", "Mon, 31 Dec 1900 00:00:00 gmt", "Sat, 01 Jan 2000 12:30:45 GMT"] {
+            let bytes = Array(date.utf8)
+            for index in bytes.indices {
+                for byte in replacements {
+                    var changed = bytes
+                    changed[index] = byte
+                    let text = String(decoding: changed, as: UTF8.self)
+                    let inPlace = HTTPDate.imfFixdate(text)
+                    #expect(inPlace == nil || inPlace == HTTPDate.parseWords(text), "\(text)")
+                    #expect(HTTPDate.parse(text) == HTTPDate.parseWords(text), "\(text)")
+                    checked += 1
+                }
+            }
+        }
+        #expect(checked > 3000)
+    }
+
     @Test("what a shared cache may store (3, 3.5), and why not")
     func storing() {
         let cases: [(Int, [(String, String)], HTTPRequestHead, String?)] = [

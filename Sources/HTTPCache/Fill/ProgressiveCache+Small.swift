@@ -159,19 +159,19 @@ extension ProgressiveCache {
     private func keepSmall(key: String, info: ContentInfo, body: [UInt8]) {
         // A resource made for the key meanwhile (another reader's first contact) is the one kept.
         guard resources[key] == nil, let head = info.stored else { return }
-        var metadata = ResourceMetadata(
-            key: key, contentType: info.contentType, etag: info.validator.etag, lastModified: info.validator.lastModified)
-        metadata = head.stored(in: metadata)
         let id = takeID()
         smallArriving[key] = ArrivingObject(id: id, info: info, body: body)
         let store = self.store
-        // Once durable, the first hit needs only the body: it is told what the record's
-        // metadata says without decoding it (StoredHead(metadata) gives `head` back).
-        let stored = Self.smallInfo(length: body.count, metadata: metadata, head: head)
+        // The record's metadata is made in the task, after the client has its answer.
         smallArriving[key]?.task = Task {
+            let metadata = head.stored(
+                in: ResourceMetadata(
+                    key: key, contentType: info.contentType, etag: info.validator.etag, lastModified: info.validator.lastModified))
             do {
                 let sequence = try await store.smallObjects.put(key: key, metadata: metadata, body: body)
-                self.smallInfos.set((sequence, stored), for: key)
+                // Once durable, the first hit needs only the body: it is told what the record's
+                // metadata says without decoding it (StoredHead(metadata) gives `head` back).
+                self.smallInfos.set((sequence, Self.smallInfo(length: body.count, metadata: metadata, head: head)), for: key)
                 self.count { $0.smallObjectsStored += 1 }
             } catch {
                 self.count { $0.smallObjectFailures += 1 }

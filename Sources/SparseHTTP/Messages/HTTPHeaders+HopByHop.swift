@@ -23,14 +23,17 @@ extension HTTPHeaders {
 
     /// One rule for both: a fixed hop-by-hop name, `Proxy-*`, or a name in `listed`; names
     /// compared by ASCII case folding, as every header lookup is.
-    private static func isHopByHop(_ field: HTTPHeaderField, listed: Set<String>) -> Bool {
-        hopByHop.contains { field.hasName($0) } || field.hasNamePrefix("proxy-")
-            || (!listed.isEmpty && listed.contains(field.name.lowercased()))
+    /// (A list and a folded comparison, not a lowercased copy of each name looked up in a set:
+    /// every forwarded and stored head asks this of every field.)
+    private static func isHopByHop(_ field: HTTPHeaderField, listed: [String]) -> Bool {
+        fixedHopByHop.contains { field.hasName($0) } || field.hasNamePrefix("proxy-") || listed.contains { field.hasName($0) }
     }
 
-    /// The field names `Connection` lists, lowercased (none without a `Connection` field).
-    private var listedOptions: Set<String> {
-        contains("connection") ? Set(listElements("connection").map { $0.lowercased() }) : []
+    private static let fixedHopByHop = Array(hopByHop)
+
+    /// The field names `Connection` lists (none without a `Connection` field).
+    private var listedOptions: [String] {
+        contains("connection") ? listElements("connection") : []
     }
 }
 
