@@ -82,7 +82,7 @@ extension HTTPRangeSource {
         guard let host = url.host, target.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: key, detail: "the URL cannot be sent as a request target")
         }
-        let bracketed = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
+        let bracketed = host.utf8.contains(UInt8(ascii: ":")) && !host.hasPrefix("[") ? "[\(host)]" : host
         var headers = HTTPHeaders([("Host", bracketed + (url.port.map { $0 == 80 ? "" : ":\($0)" } ?? ""))])
         let forwarded = forwarding?.headers ?? []
         for field in forwarded { headers.append(name: field.name, value: field.value) }

@@ -191,7 +191,7 @@ final class TCPConnection: Sendable {
     /// `host:port`, an IPv6 address in brackets: how connections are named in errors and
     /// pooled by origin.
     static func address(host: String, port: Int) -> String {
-        host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        host.utf8.contains(UInt8(ascii: ":")) ? "[\(host)]:\(port)" : "\(host):\(port)"
     }
 
     /// The addresses of `host` (a name or a numeric address), resolved on `resolver` (DNS may wait).
