@@ -14,16 +14,21 @@ extension CachingProxy {
     /// nothing more specific, the URL's extension (nginx and S3 often serve `.m3u8` as
     /// `application/octet-stream` or `text/plain`).
     static func playlistKind(contentType: String?, path: String) -> PlaylistKind? {
-        // On bytes, not Foundation's trimming and lowercasing: every cached answer asks.
+        // On bytes, not Foundation's trimming and lowercasing: every cached answer asks (twice).
         let type = mediaType(contentType ?? "")
-        if ["application/vnd.apple.mpegurl", "application/x-mpegurl", "audio/mpegurl", "audio/x-mpegurl"].contains(type) { return .hls }
+        if hlsTypes.contains(type) { return .hls }
         if type == "application/dash+xml" { return .dash }
-        let generic = ["", "application/octet-stream", "text/plain", "binary/octet-stream", "application/xml", "text/xml"]
-        guard generic.contains(type) else { return nil }
+        guard genericTypes.contains(type) else { return nil }
         if hasSuffixIgnoringCase(path, ".m3u8") || hasSuffixIgnoringCase(path, ".m3u") { return .hls }
         if hasSuffixIgnoringCase(path, ".mpd") { return .dash }
         return nil
     }
+
+    private static let hlsTypes: Set<String> = ["application/vnd.apple.mpegurl", "application/x-mpegurl", "audio/mpegurl", "audio/x-mpegurl"]
+    /// Types a server gives a playlist it does not know as one: then the name decides.
+    private static let genericTypes: Set<String> = [
+        "", "application/octet-stream", "text/plain", "binary/octet-stream", "application/xml", "text/xml",
+    ]
 
     /// The media type of a `Content-Type` value: before any `;`, without surrounding spaces
     /// and tabs, in ASCII lower case.

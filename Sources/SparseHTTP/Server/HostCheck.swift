@@ -35,7 +35,8 @@ package struct HostCheck: Sendable {
     package func refusal(for request: HTTPRequestHead) -> String? {
         guard enforced, request.target.hasPrefix("/"), let host = request.header("host") else { return nil }
         let name = Self.bare(host)
-        if Self.isLoopback(name) || name == bareListenHost || names.contains(name) { return nil }
+        // The listen address first: what a local client's Host nearly always is.
+        if name == bareListenHost || Self.isBareLoopback(name) || names.contains(name) { return nil }
         return "misdirected request: this server does not answer for the host in the Host field "
             + "(a loopback address, the listen address or a name given with serve --server-name)"
     }
@@ -68,7 +69,11 @@ package struct HostCheck: Sendable {
 
     /// `localhost` (and names under it, RFC 6761), 127.0.0.0/8 and ::1.
     static func isLoopback(_ text: String) -> Bool {
-        let host = bare(text)
+        isBareLoopback(bare(text))
+    }
+
+    /// ``isLoopback(_:)`` of a host already ``bare(_:)``.
+    private static func isBareLoopback(_ host: String) -> Bool {
         if host == "localhost" || host.hasSuffix(".localhost") || host == "::1" { return true }
         if case .v4(let value) = IPAddress(numeric: host) { return value >> 24 == 127 }
         return false
