@@ -82,8 +82,7 @@ extension HTTPRangeSource {
         guard let host = url.host, target.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: key, detail: "the URL cannot be sent as a request target")
         }
-        let bracketed = host.utf8.contains(UInt8(ascii: ":")) && !host.hasPrefix("[") ? "[\(host)]" : host
-        var headers = HTTPHeaders([("Host", bracketed + (url.port.map { $0 == 80 ? "" : ":\($0)" } ?? ""))])
+        var headers = HTTPHeaders([("Host", HTTPSyntax.hostField(host, port: url.port))])
         let forwarded = forwarding?.headers ?? []
         for field in forwarded { headers.append(name: field.name, value: field.value) }
         for (name, value) in [("User-Agent", "sparsecache"), ("Accept", "*/*"), ("Accept-Encoding", "identity")]

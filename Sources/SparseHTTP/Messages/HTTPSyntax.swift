@@ -2,6 +2,14 @@
 /// one definition for the request parser, the response parser, the chunked codec and the
 /// writers, so client and server can never disagree on what a token or a field value is.
 package enum HTTPSyntax {
+    /// The `Host` field value of a URL's host and port (RFC 9110, section 7.2): an IPv6 address
+    /// in brackets, the port left out when it is the default 80 or not given.
+    package static func hostField(_ host: String, port: Int?) -> String {
+        // The colon looked for among the bytes: Foundation's substring search showed in a miss.
+        let bracketed = host.utf8.contains(UInt8(ascii: ":")) && !host.hasPrefix("[") ? "[\(host)]" : host
+        return bracketed + (port.map { $0 == 80 ? "" : ":\($0)" } ?? "")
+    }
+
     /// RFC 9110 token characters (section 5.6.2): method names, header names, codings.
     package static func isTokenByte(_ byte: UInt8) -> Bool {
         switch byte {
