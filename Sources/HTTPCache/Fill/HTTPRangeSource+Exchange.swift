@@ -29,7 +29,7 @@ extension HTTPRangeSource {
             // The head kept of the answer: made once for both questions below, and only if asked.
             lazy var stored = Self.storedHead(status: head.status, headers: head.headers, times: times, forwarding: forwarding)
             if let reason = Self.uncached(
-                status: head.status, headers: head.headers, contentLength: length, forwarding: forwarding, target: current.path,
+                status: head.status, headers: head.headers, contentLength: length, forwarding: forwarding,
                 stored: { stored })
             {
                 exchange.onFinish(release)

@@ -83,7 +83,7 @@ extension HTTPRangeSource {
         let contentLength = response.expectedContentLength >= 0 && !wasDecoded ? response.expectedContentLength : nil
         let stored = Self.storedHead(status: response.statusCode, headers: headers, times: times, forwarding: forwarding)
         if let reason = Self.uncached(
-            status: response.statusCode, headers: headers, contentLength: contentLength, forwarding: forwarding, target: url.path,
+            status: response.statusCode, headers: headers, contentLength: contentLength, forwarding: forwarding,
             stored: { stored })
         {
             let head = HTTPResponseHead(status: response.statusCode, headers: headers)

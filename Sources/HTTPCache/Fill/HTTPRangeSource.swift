@@ -232,7 +232,7 @@ public final class HTTPRangeSource: RangeSource {
     /// - Parameter stored: the head the cache would keep (``storedHead(status:headers:times:forwarding:)``),
     ///   made only when the status is one to store.
     static func uncached(
-        status: Int, headers: HTTPHeaders, contentLength: Int64?, forwarding: Forwarding?, target: String, stored: () -> StoredHead
+        status: Int, headers: HTTPHeaders, contentLength: Int64?, forwarding: Forwarding?, stored: () -> StoredHead
     ) -> String? {
         guard let forwarding else { return nil }
         if forwarding.passOn { return "passed through" }
@@ -249,7 +249,9 @@ public final class HTTPRangeSource: RangeSource {
         }
         let stored = stored()
         if stored.size > StoredHead.maximumSize { return "header fields too large to store" }
-        let policy = stored.policy.answering(HTTPRequestHead(method: "GET", target: target, headers: forwarding.headers))
+        // The request's target plays no part in the rules (as for the stored head's own policy):
+        // no URL path is worked out for it.
+        let policy = stored.policy.answering(HTTPRequestHead(method: "GET", target: "/", headers: forwarding.headers))
         if let reason = policy.storability.reason { return "not stored: \(reason)" }
         // A page that is stale at once and cannot be revalidated would be fetched again for
         // every request: passed on, as nginx does with what it has no lifetime for.
