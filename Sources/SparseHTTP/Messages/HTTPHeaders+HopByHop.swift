@@ -23,13 +23,11 @@ extension HTTPHeaders {
 
     /// One rule for both: a fixed hop-by-hop name, `Proxy-*`, or a name in `listed`; names
     /// compared by ASCII case folding, as every header lookup is.
-    /// (A list and a folded comparison, not a lowercased copy of each name looked up in a set:
-    /// every forwarded and stored head asks this of every field.)
+    /// (A folded comparison, not a lowercased copy of each name looked up in a set: every
+    /// forwarded and stored head asks this of every field.)
     private static func isHopByHop(_ field: HTTPHeaderField, listed: [String]) -> Bool {
-        fixedHopByHop.contains { field.hasName($0) } || field.hasNamePrefix("proxy-") || listed.contains { field.hasName($0) }
+        hopByHop.contains { field.hasName($0) } || field.hasNamePrefix("proxy-") || listed.contains { field.hasName($0) }
     }
-
-    private static let fixedHopByHop = Array(hopByHop)
 
     /// The field names `Connection` lists (none without a `Connection` field).
     private var listedOptions: [String] {
