@@ -69,6 +69,8 @@ final class KeepAliveOrigin: Sendable {
 
     private final class Tally: Sendable {
         let counts = Mutex((connections: 0, requests: 0))
+        /// Connections the client closed.
+        let hungUp = Mutex(0)
     }
 
     init(answered: Int, body: String) throws {
@@ -95,6 +97,7 @@ final class KeepAliveOrigin: Sendable {
                             try? await connection.send(response)
                         }
                     }
+                    tally.hungUp.withLock { $0 += 1 }
                     connection.close()
                 }
             }
@@ -102,6 +105,8 @@ final class KeepAliveOrigin: Sendable {
     }
 
     var counts: (connections: Int, requests: Int) { tally.counts.withLock { $0 } }
+    /// Connections the client has closed so far.
+    var hungUp: Int { tally.hungUp.withLock { $0 } }
     var url: URL { URL(string: "http://127.0.0.1:\(listener.port)/file.bin")! }
 
     func stop() {
@@ -383,6 +388,27 @@ struct HTTPTransportTests {
             try await HTTPRangeSource(url: extra.url, timeout: .seconds(10), limiter: nil, transport: .automatic, pool: extraPool).fetch(
                 nil, validator: nil))
         #expect(extraPool.count("127.0.0.1:\(extra.listener.port)") == 0)
+    }
+
+    @Test("an idle connection is closed once it has been idle too long, with no further requests to any origin")
+    func idleConnectionsSwept() async throws {
+        let origin = try KeepAliveOrigin(answered: 10, body: "ok")
+        defer { origin.stop() }
+        let pool = OriginConnectionPool(perOrigin: 6, idleLimit: .milliseconds(100))
+        let source = try HTTPRangeSource(url: origin.url, timeout: .seconds(10), limiter: nil, transport: .automatic, pool: pool)
+        _ = try await Self.body(try await source.fetch(nil, validator: nil))
+        let key = "127.0.0.1:\(origin.listener.port)"
+        #expect(pool.count(key) == 1, "kept for the next request")
+        // No request follows: the sweep alone must close it (and the origin see it closed).
+        let until = ContinuousClock.now + .seconds(10)
+        while (pool.count(key) > 0 || origin.hungUp == 0) && ContinuousClock.now < until {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(pool.count(key) == 0 && origin.hungUp == 1, "kept \(pool.count(key)), closed \(origin.hungUp)")
+        // A later request opens a new connection, and that one is kept again.
+        _ = try await Self.body(try await source.fetch(nil, validator: nil))
+        #expect(origin.counts == (connections: 2, requests: 2), "\(origin.counts)")
+        #expect(pool.count(key) == 1)
     }
 
     @Test("a reader that stops reading holds the origin back (no buffering of the whole body); cancel frees the connection slot")

@@ -62,7 +62,8 @@ struct SoakTests {
             let warm = try await Curl.run(base + "/" + name, ["-r", "0-999"])
             #expect(warm.status == 206 && sameBytes(warm.body, contents[name]![0..<1000]), "warm-up \(name): \(warm)")
         }
-        let fdsBefore = Self.descriptorCount(pid)
+        let descriptorsBefore = Self.descriptors(pid)
+        let fdsBefore = descriptorsBefore.count
         let rssBefore = Self.residentKiB(pid)
 
         let tally = SoakTally()
@@ -150,11 +151,13 @@ struct SoakTests {
         let line =
             "\(summary.requests) requests (\(summary.hangUps) hung up early), \(summary.bytes) body bytes checked, statuses \(summary.statuses.sorted { $0.key < $1.key }), \(summary.incomplete) cut or incomplete, \(summary.faults) fault changes; origin: \(originLog.count) requests, statuses \(originStatuses); RSS \(rssBefore) KiB before, max \(maxRSS) KiB; fds \(fdsBefore) before, \(fdsAfter) after"
         print("soak: " + line)
+        let descriptorsLeft = Self.newDescriptors(before: descriptorsBefore, after: Self.descriptors(pid))
+        if !descriptorsLeft.isEmpty { print("soak: descriptors open after the load that were not before: \(descriptorsLeft)") }
         #expect(summary.wrong.isEmpty, "wrong answers: \(summary.wrong.prefix(5)); \(line)")
         #expect(summary.requests >= 24, "every client got answers: \(line)")
         #expect(summary.statuses[206, default: 0] > summary.requests / 4, "most answers should be 206: \(line)")
         #expect(maxRSS > 0 && maxRSS < 400 * 1024, "resident memory stays under 400 MiB: \(line)")
-        #expect(fdsBefore > 0 && fdsAfter <= fdsBefore + 4, "descriptors come back after the load: \(line)")
+        #expect(fdsBefore > 0 && fdsAfter <= fdsBefore + 4, "descriptors come back after the load: \(line); new since before: \(descriptorsLeft)")
 
         server.kill()
         _ = try await server.finish()
@@ -252,7 +255,27 @@ struct SoakTests {
 
     /// Open descriptors of `pid` (0 if unreadable).
     static func descriptorCount(_ pid: Int32) -> Int {
-        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? 0
+        descriptors(pid).count
+    }
+
+    /// What each open descriptor of the process refers to ("socket:[123]", a path, "pipe:[..]").
+    static func descriptors(_ pid: Int32) -> [String] {
+        let directory = "/proc/\(pid)/fd"
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        return names.sorted { (Int($0) ?? 0) < (Int($1) ?? 0) }.map { name in
+            let target = (try? FileManager.default.destinationOfSymbolicLink(atPath: directory + "/" + name)) ?? "?"
+            return name + " -> " + target
+        }
+    }
+
+    /// The descriptors in `after` that were not in `before`, by what they refer to.
+    static func newDescriptors(before: [String], after: [String]) -> [String] {
+        let kinds = { (list: [String]) in list.map { String($0.split(separator: ">", maxSplits: 1).last ?? "").trimmingCharacters(in: .whitespaces) } }
+        var left = kinds(before)
+        return kinds(after).filter { kind in
+            if let at = left.firstIndex(of: kind) { left.remove(at: at); return false }
+            return true
+        }
     }
 }
 

@@ -1,3 +1,4 @@
+import Dispatch
 import SparseCacheEngine
 import Synchronization
 
@@ -8,8 +9,10 @@ import Synchronization
 /// A connection comes back only after a response whose body ended exactly where its framing
 /// said (a length or a last chunk) and whose origin keeps the connection open. One that was
 /// closed by its origin or has unread bytes is dropped when it is taken; those idle for
-/// ``idleLimit`` are closed at the next take or put for any origin. An origin may still close
-/// one just as a request goes out; the exchange then retries once on a new connection.
+/// ``idleLimit`` are closed then, at the latest by a sweep that runs while any are kept (as
+/// nginx's upstream `keepalive_timeout` closes them by a timer), so a proxy that goes quiet does
+/// not hold descriptors or half-closed sockets. An origin may still close one just as a request
+/// goes out; the exchange then retries once on a new connection.
 package final class OriginConnectionPool: Sendable {
     /// The pool every origin client of the process shares.
     package static let shared = OriginConnectionPool()
@@ -29,7 +32,13 @@ package final class OriginConnectionPool: Sendable {
         var since: ContinuousClock.Instant
     }
 
-    private let idle = Mutex<[String: [Idle]]>([:])
+    private struct State {
+        var idle: [String: [Idle]] = [:]
+        /// A sweep is due: one at a time, armed while any connection is kept.
+        var sweepArmed = false
+    }
+
+    private let state = Mutex(State())
 
     init(perOrigin: Int = connectionsPerOrigin, idleLimit: Duration = .seconds(4)) {
         self.perOrigin = perOrigin
@@ -41,9 +50,9 @@ package final class OriginConnectionPool: Sendable {
         let now = ContinuousClock.now
         var stale: [TCPConnection] = []
         defer { for connection in stale { connection.close("idle too long, or closed by the origin") } }
-        return idle.withLock { idle -> TCPConnection? in
-            stale = pruned(&idle, now: now)
-            while let candidate = idle[origin]?.popLast() {
+        return state.withLock { state -> TCPConnection? in
+            stale = pruned(&state.idle, now: now)
+            while let candidate = state.idle[origin]?.popLast() {
                 if candidate.connection.isIdleUsable { return candidate.connection }
                 stale.append(candidate.connection)
             }
@@ -55,17 +64,47 @@ package final class OriginConnectionPool: Sendable {
     func put(_ connection: TCPConnection, origin: String) {
         let now = ContinuousClock.now
         var closing: [TCPConnection] = []
-        idle.withLock { idle in
-            closing = pruned(&idle, now: now)
-            var list = idle[origin, default: []]
+        let arm = state.withLock { state -> Bool in
+            closing = pruned(&state.idle, now: now)
+            var list = state.idle[origin, default: []]
             guard list.count < perOrigin else {
                 closing.append(connection)
-                return
+                return false
             }
             list.append(Idle(connection: connection, since: now))
-            idle[origin] = list
+            state.idle[origin] = list
+            defer { state.sweepArmed = true }
+            return !state.sweepArmed
         }
         for connection in closing { connection.close("idle too long, or enough idle connections to this origin") }
+        if arm { armSweep(after: idleLimit) }
+    }
+
+    /// Closes the connections that have been idle too long, and comes back for the rest when
+    /// the oldest of them will be.
+    private func sweep() {
+        let now = ContinuousClock.now
+        var closing: [TCPConnection] = []
+        let next = state.withLock { state -> Duration? in
+            closing = pruned(&state.idle, now: now)
+            let oldest = state.idle.values.lazy.flatMap { $0 }.map(\.since).min()
+            state.sweepArmed = oldest != nil
+            // A millisecond late rather than early: the dispatch clock and this one may differ.
+            return oldest.map { $0 + idleLimit - now + .milliseconds(1) }
+        }
+        for connection in closing { connection.close("idle too long") }
+        if let next { armSweep(after: next) }
+    }
+
+    private func armSweep(after delay: Duration) {
+        let nanoseconds = max(0, delay.components.seconds * 1_000_000_000 + delay.components.attoseconds / 1_000_000_000)
+        DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(nanoseconds)), execute: Self.sweeper(for: self))
+    }
+
+    /// The sweep as a `@Sendable` closure made in a nonisolated function; it holds the pool
+    /// weakly (the shared one lives for the process, a test's goes when the test ends).
+    private static func sweeper(for pool: OriginConnectionPool) -> @Sendable () -> Void {
+        { [weak pool] in pool?.sweep() }
     }
 
     /// Takes out every connection idle for ``idleLimit`` or longer, of every origin: a proxy
@@ -85,6 +124,6 @@ package final class OriginConnectionPool: Sendable {
 
     /// Idle connections kept for `origin` now (for tests).
     func count(_ origin: String) -> Int {
-        idle.withLock { $0[origin]?.count ?? 0 }
+        state.withLock { $0.idle[origin]?.count ?? 0 }
     }
 }
