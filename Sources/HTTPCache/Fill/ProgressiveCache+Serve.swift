@@ -353,6 +353,8 @@ extension ProgressiveCache {
         keptOpen[source.key] = nil
         if resource.source == nil { resource.source = source }
         do {
+            // The generation this reader's own open filled, once it ran.
+            var opened: Int?
             // Also while `opening` runs with the length already known: first contact is still
             // writing the first segment, and a reader that went on now would fetch it again.
             while resource.handle == nil || resource.info == nil || resource.opening != nil {
@@ -361,6 +363,14 @@ extension ProgressiveCache {
                     try await opening.value
                     continue
                 }
+                // This reader's first contact got an answer of unknown length that was cut off
+                // (and the resource dropped) before the reader could follow it: it fails as
+                // the answer did, as the readers that followed it do. Asking the origin again
+                // would send the same request twice for one client request, which nginx does
+                // not do either once an answer has begun (its proxy_next_upstream retries only
+                // up to the response head).
+                if let opened, let cut = resource.cutOff, cut.generation == opened { throw cut.error }
+                opened = resource.generation
                 let task = Task { try await self.open(resource, first: first, new: new) }
                 resource.opening = task
                 try await task.value

@@ -54,9 +54,10 @@ extension ProgressiveCache {
         await writeBackIdle(arrived)
         resource.fetches[stream.id] = nil
         resource.fetchesEnded += 1
-        if stream.failure != nil, resource.generation == generation {
+        if let failure = stream.failure, resource.generation == generation {
             // Cut off: what arrived is not the resource. Readers that followed it fail with
             // the stream's error; the files go.
+            resource.cutOff = (generation, failure)
             count { $0.invalidations += 1 }
             try? await retire(resource) { _ = try? await self.store.remove(key: resource.key) }
         }

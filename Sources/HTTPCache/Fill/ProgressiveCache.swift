@@ -204,6 +204,9 @@ final class FillResource {
     var firstPromotion: ConnectionLimiter.Promotion?
     /// The answer of unknown length being received, while it is (``StreamFill``).
     var stream: StreamFill?
+    /// The last answer of unknown length that was cut off, with the generation it filled: the
+    /// reader whose first contact brought it fails with its error (see ``ProgressiveCache/attach(_:first:new:)``).
+    var cutOff: (generation: Int, error: any Error)?
     /// Segment -> the fetch bringing it.
     var owner: [Int: Int] = [:]
     /// Fetches that have handed their segments back. A look at the missing ranges taken
