@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <pthread.h>
@@ -231,4 +232,28 @@ int sc_epoll_wait(int epoll_fd, uint64_t *tokens, uint32_t *directions, int capa
         directions[index] = direction;
     }
     return count;
+}
+
+int sc_wake_create(void) {
+    return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+void sc_wake_signal(int fd) {
+    uint64_t one = 1;
+    while (write(fd, &one, sizeof one) < 0 && errno == EINTR) {}
+}
+
+void sc_wake_drain(int fd) {
+    uint64_t count;
+    while (read(fd, &count, sizeof count) < 0 && errno == EINTR) {}
+}
+
+static _Thread_local void *thread_context;
+
+void sc_thread_context_set(void *context) {
+    thread_context = context;
+}
+
+void *sc_thread_context(void) {
+    return thread_context;
 }

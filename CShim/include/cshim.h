@@ -146,6 +146,17 @@ int sc_epoll_unwatch(int epoll_fd, int fd);
 /// Waits up to `timeout_ms` (-1: no limit) for events: fills `tokens` and `directions`
 /// (SC_EPOLL_* bits) and returns how many, or -1 with errno (EINTR included).
 int sc_epoll_wait(int epoll_fd, uint64_t *tokens, uint32_t *directions, int capacity, int timeout_ms);
+/// A pointer of the calling thread's own (C11 _Thread_local; NULL until set): the event loop a
+/// thread runs, so work started on it can stay on it.
+void sc_thread_context_set(void *context);
+void *sc_thread_context(void);
+/// An eventfd(2) that wakes an event loop from another thread: non-blocking, close-on-exec.
+/// Returns the descriptor, or -1 with errno.
+int sc_wake_create(void);
+/// Makes `fd` readable (adds one to its counter).
+void sc_wake_signal(int fd);
+/// Reads the counter back to zero.
+void sc_wake_drain(int fd);
 
 /// One address of a host, as getaddrinfo(3) gives it.
 struct sc_address {

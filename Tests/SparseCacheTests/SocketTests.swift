@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Dispatch
+import Synchronization
 import Testing
 
 @testable import SparseCacheEngine
@@ -112,6 +113,72 @@ struct SocketTests {
 
 @Suite("Sockets: the reactor's edge-triggered waits", .timeLimit(.minutes(10)))
 struct SocketReactorTests {
+    /// The identity of the event loop that owns the calling thread, nil off the loops.
+    private static var currentLoop: ObjectIdentifier? { LoopExecutor.current.map { ObjectIdentifier($0 as AnyObject) } }
+
+    @Test("a server's handler runs on its connection's event loop; work it starts preferring the loop stays there, and it comes back there after a wait on another thread")
+    func handlersRunOnTheirLoop() async throws {
+        let problems = Mutex<[String]>([])
+        var options = HTTPServer.Options()
+        options.port = 0
+        let server = try HTTPServer.start(options: options, log: { _ in }) { request, _, response in
+            let loop = Self.currentLoop
+            var found: [String] = []
+            if loop == nil { found.append("\(request.target): the handler ran off the loops") }
+            let background = await Task(executorPreference: LoopExecutor.current) { Self.currentLoop }.value
+            if background != loop { found.append("\(request.target): work it started ran on another thread") }
+            // Resumed by a task on the cooperative pool: the loop takes the job (woken from
+            // epoll_wait by its eventfd when it slept).
+            _ = await Task.detached { Int.random(in: 0..<10) }.value
+            if Self.currentLoop != loop { found.append("\(request.target): resumed on another thread") }
+            if !found.isEmpty { problems.withLock { $0 += found } }
+            try await response.respond(status: 200, message: "ok")
+        }
+        // Connections from threads of their own, several requests each: they spread over the
+        // loops.
+        let statuses = await withTaskGroup(of: [Int].self) { group in
+            for client in 0..<8 {
+                group.addTask {
+                    let requests = (0..<4).map { "GET /\(client)-\($0) HTTP/1.1\r\nHost: x\r\n\r\n" }.joined()
+                    let last = "GET /\(client)-last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                    return await RawHTTP.exchange(port: server.port, requests + last, timeout: .seconds(60)).statuses
+                }
+            }
+            return await group.reduce(into: []) { $0 += $1 }
+        }
+        await server.shutdown(grace: .seconds(1))
+        #expect(statuses.count == 40 && statuses.allSatisfy { $0 == 200 }, "\(statuses)")
+        #expect(problems.withLock { $0 }.isEmpty, "\(problems.withLock { $0 })")
+    }
+
+    @Test("jobs from other threads reach a sleeping loop and none is lost: 2,000 tasks that prefer the loops each hop off and back")
+    func loopsRunEveryJob() async throws {
+        let loops = SocketReactor.loops
+        let wrong = WrongThreads()
+        let finished = await withTaskGroup(of: Int.self) { group in
+            for index in 0..<2_000 {
+                let loop = loops[index % loops.count]
+                group.addTask(executorPreference: loop) {
+                    let mine = ObjectIdentifier(loop)
+                    if Self.currentLoop != mine { wrong.count.add(1, ordering: .relaxed) }
+                    await Task.yield()
+                    // Off to the cooperative pool and back: the resume comes from another thread.
+                    _ = await Task.detached { index &* 3 }.value
+                    if Self.currentLoop != mine { wrong.count.add(1, ordering: .relaxed) }
+                    if index % 100 == 0 { try? await Task.sleep(for: .milliseconds(1)) }
+                    return 1
+                }
+            }
+            return await group.reduce(0, +)
+        }
+        #expect(finished == 2_000)
+        #expect(wrong.count.load(ordering: .relaxed) == 0, "jobs that ran on another thread than their loop's")
+    }
+
+    private final class WrongThreads: Sendable {
+        let count = Atomic<Int>(0)
+    }
+
     @Test("an edge that came while nobody waited is kept: the next wait returns at once, and only that one")
     func edgeKept() async throws {
         let readiness = Readiness()

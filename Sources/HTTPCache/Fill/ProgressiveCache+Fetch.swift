@@ -46,7 +46,7 @@ extension ProgressiveCache {
         resource.fetches[id] = FillResource.Fetch(
             segments: segments, interest: interest, promotion: promotion, readsOn: first?.readsOn ?? false, gate: gate)
         resource.users += 1
-        resource.fetches[id]?.task = Task {
+        resource.fetches[id]?.task = onLoop {
             await ConnectionLimiter.$promotion.withValue(promotion) {
                 await RequestGate.$current.withValue(gate) { await self.runFetch(resource, id: id, first: first) }
             }

@@ -371,7 +371,7 @@ extension ProgressiveCache {
                 // up to the response head).
                 if let opened, let cut = resource.cutOff, cut.generation == opened { throw cut.error }
                 opened = resource.generation
-                let task = Task { try await self.open(resource, first: first, new: new) }
+                let task = onLoop { try await self.open(resource, first: first, new: new) }
                 resource.opening = task
                 try await task.value
             }
@@ -676,7 +676,7 @@ extension ProgressiveCache {
         let asked = firstContactRange(for: first)
         let promotion = ConnectionLimiter.newPromotion()
         let key = resource.key
-        let task = Task {
+        let task = onLoop {
             try await ConnectionLimiter.$promotion.withValue(promotion) {
                 try await self.fetchWithRetries(source, asked, validator: nil, key: key)
             }

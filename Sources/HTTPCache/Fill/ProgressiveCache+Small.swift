@@ -161,24 +161,24 @@ extension ProgressiveCache {
         guard resources[key] == nil, let head = info.stored else { return }
         let id = takeID()
         smallArriving[key] = ArrivingObject(id: id, info: info, body: body)
-        let store = self.store
-        // The record's metadata is made in the task, after the client has its answer.
-        smallArriving[key]?.task = Task {
-            let metadata = head.stored(
-                in: ResourceMetadata(
-                    key: key, contentType: info.contentType, etag: info.validator.etag, lastModified: info.validator.lastModified))
-            do {
-                let sequence = try await store.smallObjects.put(key: key, metadata: metadata, body: body)
-                // Once durable, the first hit needs only the body: it is told what the record's
-                // metadata says without decoding it (StoredHead(metadata) gives `head` back).
-                self.smallInfos.set((sequence, Self.smallInfo(length: body.count, metadata: metadata, head: head)), for: key)
-                self.count { $0.smallObjectsStored += 1 }
-            } catch {
-                self.count { $0.smallObjectFailures += 1 }
-                await store.noteHousekeepingFailure(.release, key: key, error)
-            }
-            await self.arrived(key: key, id: id)
+        smallArriving[key]?.task = onLoop { await self.writeSmall(key: key, id: id, info: info, head: head, body: body) }
+    }
+
+    /// The record's metadata is made here, after the client has its answer.
+    private func writeSmall(key: String, id: Int, info: ContentInfo, head: StoredHead, body: [UInt8]) async {
+        let metadata = head.stored(
+            in: ResourceMetadata(key: key, contentType: info.contentType, etag: info.validator.etag, lastModified: info.validator.lastModified))
+        do {
+            let sequence = try await store.smallObjects.put(key: key, metadata: metadata, body: body)
+            // Once durable, the first hit needs only the body: it is told what the record's
+            // metadata says without decoding it (StoredHead(metadata) gives `head` back).
+            smallInfos.set((sequence, Self.smallInfo(length: body.count, metadata: metadata, head: head)), for: key)
+            count { $0.smallObjectsStored += 1 }
+        } catch {
+            count { $0.smallObjectFailures += 1 }
+            await store.noteHousekeepingFailure(.release, key: key, error)
         }
+        await arrived(key: key, id: id)
     }
 
     private func arrived(key: String, id: Int) async {

@@ -17,7 +17,7 @@ extension ProgressiveCache {
         resource.stream = stream
         resource.fetches[id] = FillResource.Fetch(segments: 0..<0)
         resource.users += 1
-        resource.fetches[id]?.task = Task { await self.runStream(stream, of: resource, response: response, handle: handle) }
+        resource.fetches[id]?.task = onLoop { await self.runStream(stream, of: resource, response: response, handle: handle) }
     }
 
     /// Receives the body into the resource, commits as it goes, and at its end sets the length

@@ -80,7 +80,7 @@ extension ProgressiveCache {
     func startWriteBack(
         _ arrived: ArrivedBytes, of resource: FillResource, handle: ResourceHandle, generation: Int, commit: Bool, all: Bool? = nil
     ) {
-        arrived.writer = Task {
+        arrived.writer = onLoop {
             do {
                 try await self.writeBack(
                     arrived, of: resource, handle: handle, generation: generation, commit: commit, all: all ?? commit)
@@ -118,7 +118,7 @@ extension ProgressiveCache {
     /// nothing new written (each commit covers every write that returned before it began: a
     /// fast origin's megabytes share one fdatasync). A failure stops the fill.
     func startCommits(_ arrived: ArrivedBytes, of resource: FillResource, file: SparseFile) {
-        arrived.committer = Task {
+        arrived.committer = onLoop {
             while arrived.sinceCommit > 0, arrived.failure == nil {
                 do {
                     try await self.commitArrived(arrived, of: resource, file: file)

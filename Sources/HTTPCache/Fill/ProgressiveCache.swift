@@ -255,3 +255,21 @@ final class FillResource {
     /// A fetch reads a whole answer on to the end: no read-ahead may split it.
     var readsOn: Bool { fetches.values.contains { $0.readsOn } }
 }
+
+extension ProgressiveCache {
+    /// A task on the cache's actor that prefers the event loop of the calling thread (see
+    /// `LoopExecutor`): the fill a client's request starts (its fetches, the write-back, the
+    /// commits) runs on that request's thread, woken by its own loop, instead of beside it on
+    /// the cooperative pool, where it would compete with the loops for the same cores. Off the
+    /// loops (the library without the server) there is no preference, as with `Task {}`.
+    func onLoop(@_inheritActorContext _ operation: sending @escaping @isolated(any) () async -> Void) -> Task<Void, Never> {
+        Task(executorPreference: LoopExecutor.current) { await operation() }
+    }
+
+    /// ``onLoop(_:)`` for work that returns a value or throws.
+    func onLoop<Value: Sendable>(
+        @_inheritActorContext _ operation: sending @escaping @isolated(any) () async throws -> Value
+    ) -> Task<Value, Error> {
+        Task(executorPreference: LoopExecutor.current) { try await operation() }
+    }
+}

@@ -29,11 +29,15 @@ extension SmallObjectStore {
     private func startFlushing() {
         guard flushing == nil else { return }
         let delay = options.groupCommitDelay
-        flushing = Task {
-            if delay > .zero { try? await Task.sleep(for: delay) }
-            while !self.pending.isEmpty { await self.flush() }
-            self.flushing = nil
+        flushing = Task(executorPreference: LoopExecutor.current) {
+            await self.flushAll(after: delay)
         }
+    }
+
+    private func flushAll(after delay: Duration) async {
+        if delay > .zero { try? await Task.sleep(for: delay) }
+        while !pending.isEmpty { await flush() }
+        flushing = nil
     }
 
     /// Writes and syncs everything pending as one batch, then installs it.

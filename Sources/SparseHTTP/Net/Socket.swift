@@ -138,6 +138,9 @@ final class TCPConnection: Sendable {
     private let watch: SocketWatch
     private var readable: Readiness { watch.readable }
     private var writable: Readiness { watch.writable }
+    /// The event loop whose thread wakes this connection's waits: the executor a task serving
+    /// it prefers, so a wake-up runs the task on the thread that saw the event.
+    var loop: SocketReactor { watch.reactor }
 
     init(fd: Int32, peer: String) {
         self.peer = peer

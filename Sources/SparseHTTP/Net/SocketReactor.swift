@@ -7,30 +7,57 @@ import Synchronization
     import Glibc
 #endif
 
-/// The sockets' event loop: one epoll instance and one thread of its own that waits in
-/// `epoll_wait` and resumes the task waiting on a descriptor that became ready.
+/// The sockets' event loops: one per processor, each an epoll instance and a thread of its own
+/// that waits in `epoll_wait`, and also a task executor that runs the jobs of the tasks that
+/// prefer it.
 ///
-/// It replaces a pair of dispatch sources per connection. Those cost a wake-up of
-/// libdispatch's event thread, then of the sources' queue, then of the cooperative pool, and a
-/// resume and a suspend of a source (a re-arm of the descriptor) around every wait; a client
-/// asking for a small cached range waits once per request, so that was most of the request's
-/// thread switches. Here an event wakes this thread, which resumes the waiting task directly.
-/// Descriptors are registered once, edge-triggered for both directions (see ``Readiness`` for
-/// why no edge is lost).
-final class SocketReactor: Sendable {
-    static let shared = SocketReactor()
+/// A connection's task prefers the loop its socket is registered with (see
+/// ``HTTPServer``), so when its socket becomes ready the loop's thread resumes the task and
+/// runs it at once: no hand-over to the cooperative pool, whose thread would have to wake up
+/// for every request. Default actors the task calls run on the same thread (SE-0417), so a
+/// cached hit runs start to end on one thread. Work that blocks never runs here: file I/O goes
+/// to the engine's ``BlockingExecutor`` threads, whose completions come back as jobs.
+///
+/// It replaced a pair of dispatch sources per connection (a wake-up of libdispatch's event
+/// thread, then of the sources' queue, then of the cooperative pool), and then a single
+/// reactor thread that resumed tasks onto the cooperative pool. Descriptors are registered
+/// once, edge-triggered for both directions (see ``Readiness`` for why no edge is lost).
+final class SocketReactor: TaskExecutor, Sendable {
+    /// One loop per processor the process may use.
+    static let loops: [SocketReactor] = (0..<max(1, ProcessInfo.processInfo.activeProcessorCount)).map { SocketReactor(number: $0) }
+    private static let turn = Atomic<Int>(0)
+
+    /// The loop a new socket registers with: the calling thread's own loop (an origin
+    /// connection opened by a connection's task stays on its thread), else the next in turn.
+    static func forNewSocket() -> SocketReactor {
+        (LoopExecutor.current as? SocketReactor) ?? loops[turn.add(1, ordering: .relaxed).oldValue % loops.count]
+    }
 
     private let epoll: Int32
-    /// Registered watches by token. Tokens are never reused, so an event that raced a removal
-    /// finds nothing rather than another descriptor's watch.
+    /// The eventfd that wakes the loop from `epoll_wait` when a job comes from another thread.
+    private let wake: Int32
+    /// Registered watches by token (0 is the wake descriptor's). Tokens are never reused, so an
+    /// event that raced a removal finds nothing rather than another descriptor's watch.
     private let watches = Mutex<[UInt64: SocketWatch]>([:])
     private let nextToken = Atomic<UInt64>(1)
 
-    private init() {
+    private struct Jobs {
+        var queue: [UnownedJob] = []
+        /// The loop found no job and waits in (or is about to enter) `epoll_wait` without a
+        /// time limit: the next job must wake it.
+        var sleeping = false
+    }
+
+    private let jobs = Mutex(Jobs())
+
+    private init(number: Int) {
         epoll = sc_epoll_create()
         precondition(epoll >= 0, "epoll_create1 failed: errno \(errno)")
+        wake = sc_wake_create()
+        precondition(wake >= 0, "eventfd failed: errno \(errno)")
+        precondition(sc_epoll_watch(epoll, wake, 0) == 0, "epoll_ctl of the wake descriptor failed: errno \(errno)")
         let thread = Thread { [self] in run() }
-        thread.name = "sparsecache.sockets"
+        thread.name = "sparsecache.sockets.\(number)"
         thread.start()
     }
 
@@ -53,17 +80,41 @@ final class SocketReactor: Sendable {
         watches.withLock { $0[token] = nil }
     }
 
-    /// The loop of the reactor's thread: never on the cooperative pool.
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let wakeUp = jobs.withLock { jobs -> Bool in
+            jobs.queue.append(job)
+            defer { jobs.sleeping = false }
+            return jobs.sleeping
+        }
+        if wakeUp { sc_wake_signal(wake) }
+    }
+
+    /// The loop of the reactor's thread: never on the cooperative pool. Runs the jobs queued
+    /// so far, then takes the sockets' events (without waiting when more jobs came meanwhile),
+    /// and so on: a job that queues another cannot keep the sockets from being looked at.
     private func run() {
+        LoopExecutor.adopt(self)
+        let executor = asUnownedTaskExecutor()
         let capacity = 64
         var tokens = [UInt64](repeating: 0, count: capacity)
         var directions = [UInt32](repeating: 0, count: capacity)
+        var batch: [UnownedJob] = []
         while true {
-            let count = sc_epoll_wait(epoll, &tokens, &directions, Int32(capacity), -1)
+            jobs.withLock { jobs in
+                swap(&batch, &jobs.queue)
+                jobs.sleeping = batch.isEmpty
+            }
+            for job in batch { job.runSynchronously(on: executor) }
+            let waited = batch.isEmpty
+            batch.removeAll(keepingCapacity: true)
+            let count = sc_epoll_wait(epoll, &tokens, &directions, Int32(capacity), waited ? -1 : 0)
+            if waited { jobs.withLock { $0.sleeping = false } }
             guard count > 0 else { continue }
             let ready = watches.withLock { watches in
                 (0..<Int(count)).compactMap { index in watches[tokens[index]].map { ($0, directions[index]) } }
             }
+            if (0..<Int(count)).contains(where: { tokens[$0] == 0 }) { sc_wake_drain(wake) }
             for (watch, direction) in ready { watch.signal(direction) }
         }
     }

@@ -8,6 +8,9 @@ import Synchronization
 final class SocketWatch: Sendable {
     let readable = Readiness()
     let writable = Readiness()
+    /// The event loop the descriptor is registered with: the executor its connection's task
+    /// should prefer.
+    let reactor = SocketReactor.forNewSocket()
     private let fd: Int32
     /// The reactor's token; 0 when the registration was refused.
     private let token = Atomic<UInt64>(0)
@@ -19,7 +22,7 @@ final class SocketWatch: Sendable {
     init(fd: Int32, cancelled: @escaping @Sendable () -> Void) {
         self.fd = fd
         self.cancelled = cancelled
-        switch SocketReactor.shared.add(self, fd: fd) {
+        switch reactor.add(self, fd: fd) {
         case .success(let registered): token.store(registered, ordering: .releasing)
         case .failure(let error):
             readable.close(error)
@@ -39,7 +42,7 @@ final class SocketWatch: Sendable {
         writable.close(reason)
         guard closed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
         let registered = token.load(ordering: .acquiring)
-        if registered != 0 { SocketReactor.shared.remove(token: registered, fd: fd) }
+        if registered != 0 { reactor.remove(token: registered, fd: fd) }
         cancelled()
     }
 }

@@ -165,7 +165,7 @@ public final class HTTPServer: Sendable {
                 Task { await Self.refuse(connection) }
                 continue
             }
-            let task = Task { await self.serve(client) }
+            let task = Task(executorPreference: connection.loop) { await self.serve(client) }
             registry.withLock { registry in
                 // The task may have finished (and unregistered) already.
                 if registry.clients[client.id] != nil { registry.tasks[client.id] = task }
