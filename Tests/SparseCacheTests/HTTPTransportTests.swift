@@ -411,6 +411,31 @@ struct HTTPTransportTests {
         #expect(pool.count(key) == 1)
     }
 
+    @Test("an idle connection on the taking task's event loop is taken first, whichever was used last")
+    func takesTheLoopsOwn() async throws {
+        let loops = SocketReactor.loops
+        guard loops.count >= 2 else { return }  // one processor: every connection is on the one loop
+        let listener = try TCPListener(host: "127.0.0.1", port: 0)
+        defer { listener.close() }
+        // A connection opened by a task on each of two loops is registered with that loop.
+        var pairs: [(TCPConnection, TCPConnection)] = []
+        for loop in loops.prefix(2) {
+            pairs.append(try await Task(executorPreference: loop) { try await SocketTests.pair(listener) }.value)
+        }
+        defer { for (client, server) in pairs { client.close(); server.close() } }
+        #expect(pairs[0].0.loop === loops[0] && pairs[1].0.loop === loops[1])
+        let pool = OriginConnectionPool(perOrigin: 6, idleLimit: .seconds(30))
+        for round in 0..<4 {
+            // The other loop's connection was put back last, so it is the most recent.
+            let mine = round % 2
+            pool.put(pairs[mine].0, origin: "o")
+            pool.put(pairs[1 - mine].0, origin: "o")
+            let taken = await Task(executorPreference: loops[mine]) { pool.take("o") }.value
+            #expect(taken === pairs[mine].0, "round \(round): the connection of the taking task's loop")
+            _ = pool.take("o")
+        }
+    }
+
     @Test("a reader that stops reading holds the origin back (no buffering of the whole body); cancel frees the connection slot")
     func backPressure() async throws {
         let total = 256 << 20

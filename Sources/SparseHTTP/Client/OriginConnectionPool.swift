@@ -45,13 +45,21 @@ package final class OriginConnectionPool: Sendable {
         self.idleLimit = idleLimit
     }
 
-    /// The most recently used idle connection to `origin` that can still carry a request.
+    /// The most recently used idle connection to `origin` that can still carry a request; one
+    /// on the calling thread's event loop first, whose wake-ups then need no other thread.
     func take(_ origin: String) -> TCPConnection? {
         let now = ContinuousClock.now
+        let loop = LoopExecutor.current as? SocketReactor
         var stale: [TCPConnection] = []
         defer { for connection in stale { connection.close("idle too long, or closed by the origin") } }
         return state.withLock { state -> TCPConnection? in
             stale = pruned(&state.idle, now: now)
+            if let loop, var list = state.idle[origin], let mine = list.lastIndex(where: { $0.connection.loop === loop }) {
+                let candidate = list.remove(at: mine)
+                state.idle[origin] = list.isEmpty ? nil : list
+                if candidate.connection.isIdleUsable { return candidate.connection }
+                stale.append(candidate.connection)
+            }
             while let candidate = state.idle[origin]?.popLast() {
                 if candidate.connection.isIdleUsable { return candidate.connection }
                 stale.append(candidate.connection)
