@@ -213,6 +213,14 @@ int sc_epoll_watch(int epoll_fd, int fd, uint64_t token) {
     return epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event);
 }
 
+int sc_epoll_watch_input(int epoll_fd, int fd, uint64_t token) {
+    struct epoll_event event;
+    memset(&event, 0, sizeof event);
+    event.events = EPOLLIN | EPOLLET;
+    event.data.u64 = token;
+    return epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event);
+}
+
 int sc_epoll_unwatch(int epoll_fd, int fd) {
     struct epoll_event event;
     memset(&event, 0, sizeof event);
@@ -246,14 +254,4 @@ void sc_wake_signal(int fd) {
 void sc_wake_drain(int fd) {
     uint64_t count;
     while (read(fd, &count, sizeof count) < 0 && errno == EINTR) {}
-}
-
-static _Thread_local void *thread_context;
-
-void sc_thread_context_set(void *context) {
-    thread_context = context;
-}
-
-void *sc_thread_context(void) {
-    return thread_context;
 }

@@ -137,6 +137,9 @@ int sc_shutdown_write(int fd);
 int sc_epoll_create(void);
 /// Adds `fd` for input and output, edge-triggered. 0, or -1 with errno.
 int sc_epoll_watch(int epoll_fd, int fd, uint64_t token);
+/// Adds `fd` for input only, edge-triggered (an event loop's wake-up descriptor: an output
+/// edge after each read would wake the loop for nothing). 0, or -1 with errno.
+int sc_epoll_watch_input(int epoll_fd, int fd, uint64_t token);
 /// Removes `fd`. 0, or -1 with errno.
 int sc_epoll_unwatch(int epoll_fd, int fd);
 /// Readable when input, a hang-up or an error is reported; writable when output, a hang-up or
@@ -146,10 +149,6 @@ int sc_epoll_unwatch(int epoll_fd, int fd);
 /// Waits up to `timeout_ms` (-1: no limit) for events: fills `tokens` and `directions`
 /// (SC_EPOLL_* bits) and returns how many, or -1 with errno (EINTR included).
 int sc_epoll_wait(int epoll_fd, uint64_t *tokens, uint32_t *directions, int capacity, int timeout_ms);
-/// A pointer of the calling thread's own (C11 _Thread_local; NULL until set): the event loop a
-/// thread runs, so work started on it can stay on it.
-void sc_thread_context_set(void *context);
-void *sc_thread_context(void);
 /// An eventfd(2) that wakes an event loop from another thread: non-blocking, close-on-exec.
 /// Returns the descriptor, or -1 with errno.
 int sc_wake_create(void);

@@ -417,10 +417,13 @@ struct HTTPTransportTests {
         guard loops.count >= 2 else { return }  // one processor: every connection is on the one loop
         let listener = try TCPListener(host: "127.0.0.1", port: 0)
         defer { listener.close() }
-        // A connection opened by a task on each of two loops is registered with that loop.
+        // A connection opened by a task that serves a connection of each of two loops is
+        // registered with that loop.
         var pairs: [(TCPConnection, TCPConnection)] = []
         for loop in loops.prefix(2) {
-            pairs.append(try await Task(executorPreference: loop) { try await SocketTests.pair(listener) }.value)
+            pairs.append(
+                try await Task(executorPreference: loop) { try await LoopExecutor.$current.withValue(loop) { try await SocketTests.pair(listener) } }
+                    .value)
         }
         defer { for (client, server) in pairs { client.close(); server.close() } }
         #expect(pairs[0].0.loop === loops[0] && pairs[1].0.loop === loops[1])
@@ -430,7 +433,8 @@ struct HTTPTransportTests {
             let mine = round % 2
             pool.put(pairs[mine].0, origin: "o")
             pool.put(pairs[1 - mine].0, origin: "o")
-            let taken = await Task(executorPreference: loops[mine]) { pool.take("o") }.value
+            let loop = loops[mine]
+            let taken = await Task(executorPreference: loop) { LoopExecutor.$current.withValue(loop) { pool.take("o") } }.value
             #expect(taken === pairs[mine].0, "round \(round): the connection of the taking task's loop")
             _ = pool.take("o")
         }

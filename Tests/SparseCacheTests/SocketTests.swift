@@ -114,7 +114,7 @@ struct SocketTests {
 @Suite("Sockets: the reactor's edge-triggered waits", .timeLimit(.minutes(10)))
 struct SocketReactorTests {
     /// The identity of the event loop that owns the calling thread, nil off the loops.
-    private static var currentLoop: ObjectIdentifier? { LoopExecutor.current.map { ObjectIdentifier($0 as AnyObject) } }
+    private static var currentLoop: ObjectIdentifier? { SocketReactor.loops.first { $0.ownsCurrentThread }.map(ObjectIdentifier.init) }
 
     @Test("a server's handler runs on its connection's event loop; work it starts preferring the loop stays there, and it comes back there after a wait on another thread")
     func handlersRunOnTheirLoop() async throws {
@@ -125,6 +125,9 @@ struct SocketReactorTests {
             let loop = Self.currentLoop
             var found: [String] = []
             if loop == nil { found.append("\(request.target): the handler ran off the loops") }
+            if LoopExecutor.current.map({ ObjectIdentifier($0 as AnyObject) }) != loop {
+                found.append("\(request.target): the task does not name its thread's loop as the loop of its work")
+            }
             let background = await Task(executorPreference: LoopExecutor.current) { Self.currentLoop }.value
             if background != loop { found.append("\(request.target): work it started ran on another thread") }
             // Resumed by a task on the cooperative pool: the loop takes the job (woken from

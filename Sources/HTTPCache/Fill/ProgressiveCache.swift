@@ -257,18 +257,18 @@ final class FillResource {
 }
 
 extension ProgressiveCache {
-    /// A task on the cache's actor that prefers the event loop of the calling thread (see
-    /// `LoopExecutor`): the fill a client's request starts (its fetches, the write-back, the
+    /// A task on the cache's actor that prefers the event loop of the current task's connection
+    /// (see `LoopExecutor`): the fill a client's request starts (its fetches, the write-back, the
     /// commits) runs on that request's thread, woken by its own loop, instead of beside it on
     /// the cooperative pool, where it would compete with the loops for the same cores. Off the
     /// loops (the library without the server) there is no preference, as with `Task {}`.
-    func onLoop(@_inheritActorContext _ operation: sending @escaping @isolated(any) () async -> Void) -> Task<Void, Never> {
+    func onLoop(@_inheritActorContext(always) _ operation: sending @escaping @isolated(any) () async -> Void) -> Task<Void, Never> {
         Task(executorPreference: LoopExecutor.current) { await operation() }
     }
 
     /// ``onLoop(_:)`` for work that returns a value or throws.
     func onLoop<Value: Sendable>(
-        @_inheritActorContext _ operation: sending @escaping @isolated(any) () async throws -> Value
+        @_inheritActorContext(always) _ operation: sending @escaping @isolated(any) () async throws -> Value
     ) -> Task<Value, Error> {
         Task(executorPreference: LoopExecutor.current) { try await operation() }
     }

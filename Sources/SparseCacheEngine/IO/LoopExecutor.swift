@@ -1,24 +1,12 @@
-import CShim
-
-/// The task executor that owns the calling thread, when one does: the sockets' event loops
-/// (`SparseHTTP`'s `SocketReactor`) each run their jobs on a thread of their own. A task that
-/// work on such a thread starts in the background (a write-back, a group commit, a limiter's
-/// release) can prefer the same executor, so the work and its wake-ups stay on that thread
-/// instead of waking the cooperative pool's; off those threads there is no preference.
+/// The event loop the current task serves a connection for (`SparseHTTP`'s `SocketReactor`:
+/// each runs the jobs of the tasks that prefer it on a thread of its own). Work a request
+/// starts in the background (a fetch, a write-back, a group commit, a limiter's release)
+/// prefers the same executor, so it and its wake-ups stay on that loop instead of waking the
+/// cooperative pool's threads; nil (no preference) for everything else.
+///
+/// A task-local rather than the thread's loop: a default actor that tasks of two loops call
+/// runs the queued calls on the thread that holds it, so the thread says where the actor ran,
+/// not which connection the work is for. Unstructured tasks copy it, as every task-local.
 package enum LoopExecutor {
-    private final class Holder {
-        let executor: any TaskExecutor
-        init(_ executor: any TaskExecutor) { self.executor = executor }
-    }
-
-    /// Names `executor` as the calling thread's own, for the life of the thread.
-    package static func adopt(_ executor: any TaskExecutor) {
-        sc_thread_context_set(Unmanaged.passRetained(Holder(executor)).toOpaque())
-    }
-
-    /// The executor that owns the calling thread, nil when none does.
-    package static var current: (any TaskExecutor)? {
-        guard let context = sc_thread_context() else { return nil }
-        return Unmanaged<Holder>.fromOpaque(context).takeUnretainedValue().executor
-    }
+    @TaskLocal package static var current: (any TaskExecutor)?
 }

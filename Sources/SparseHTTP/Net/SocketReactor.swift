@@ -14,9 +14,10 @@ import Synchronization
 /// A connection's task prefers the loop its socket is registered with (see
 /// ``HTTPServer``), so when its socket becomes ready the loop's thread resumes the task and
 /// runs it at once: no hand-over to the cooperative pool, whose thread would have to wake up
-/// for every request. Default actors the task calls run on the same thread (SE-0417), so a
-/// cached hit runs start to end on one thread. Work that blocks never runs here: file I/O goes
-/// to the engine's ``BlockingExecutor`` threads, whose completions come back as jobs.
+/// for every request. Default actors the task calls run on the same thread (SE-0417) unless
+/// another loop's task holds the actor, whose thread then runs the call (the task comes back
+/// to its loop after it). Work that blocks never runs here: file I/O goes to the engine's
+/// ``BlockingExecutor`` threads, whose completions come back as jobs.
 ///
 /// It replaced a pair of dispatch sources per connection (a wake-up of libdispatch's event
 /// thread, then of the sources' queue, then of the cooperative pool), and then a single
@@ -33,6 +34,11 @@ final class SocketReactor: TaskExecutor, Sendable {
         (LoopExecutor.current as? SocketReactor) ?? loops[turn.add(1, ordering: .relaxed).oldValue % loops.count]
     }
 
+    /// Whether the calling thread is this loop's.
+    var ownsCurrentThread: Bool { thread.load(ordering: .relaxed) == Self.threadID() }
+
+    private static func threadID() -> UInt { UInt(bitPattern: Int(bitPattern: pthread_self())) }
+
     private let epoll: Int32
     /// The eventfd that wakes the loop from `epoll_wait` when a job comes from another thread.
     private let wake: Int32
@@ -40,6 +46,8 @@ final class SocketReactor: TaskExecutor, Sendable {
     /// event that raced a removal finds nothing rather than another descriptor's watch.
     private let watches = Mutex<[UInt64: SocketWatch]>([:])
     private let nextToken = Atomic<UInt64>(1)
+    /// The loop thread's `pthread_self()`, once it runs.
+    private let thread = Atomic<UInt>(0)
 
     private struct Jobs {
         var queue: [UnownedJob] = []
@@ -55,7 +63,7 @@ final class SocketReactor: TaskExecutor, Sendable {
         precondition(epoll >= 0, "epoll_create1 failed: errno \(errno)")
         wake = sc_wake_create()
         precondition(wake >= 0, "eventfd failed: errno \(errno)")
-        precondition(sc_epoll_watch(epoll, wake, 0) == 0, "epoll_ctl of the wake descriptor failed: errno \(errno)")
+        precondition(sc_epoll_watch_input(epoll, wake, 0) == 0, "epoll_ctl of the wake descriptor failed: errno \(errno)")
         let thread = Thread { [self] in run() }
         thread.name = "sparsecache.sockets.\(number)"
         thread.start()
@@ -94,7 +102,7 @@ final class SocketReactor: TaskExecutor, Sendable {
     /// so far, then takes the sockets' events (without waiting when more jobs came meanwhile),
     /// and so on: a job that queues another cannot keep the sockets from being looked at.
     private func run() {
-        LoopExecutor.adopt(self)
+        thread.store(Self.threadID(), ordering: .relaxed)
         let executor = asUnownedTaskExecutor()
         let capacity = 64
         var tokens = [UInt64](repeating: 0, count: capacity)
@@ -110,6 +118,12 @@ final class SocketReactor: TaskExecutor, Sendable {
             batch.removeAll(keepingCapacity: true)
             let count = sc_epoll_wait(epoll, &tokens, &directions, Int32(capacity), waited ? -1 : 0)
             if waited { jobs.withLock { $0.sleeping = false } }
+            if count < 0 {
+                // Only a signal may interrupt the wait; anything else would spin here for ever.
+                let number = errno
+                precondition(number == EINTR, "epoll_wait of an event loop failed: errno \(number)")
+                continue
+            }
             guard count > 0 else { continue }
             let ready = watches.withLock { watches in
                 (0..<Int(count)).compactMap { index in watches[tokens[index]].map { ($0, directions[index]) } }

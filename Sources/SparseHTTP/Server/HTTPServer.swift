@@ -165,7 +165,9 @@ public final class HTTPServer: Sendable {
                 Task { await Self.refuse(connection) }
                 continue
             }
-            let task = Task(executorPreference: connection.loop) { await self.serve(client) }
+            // On the socket's loop, and named as the loop of the work it starts.
+            let loop = connection.loop
+            let task = Task(executorPreference: loop) { await LoopExecutor.$current.withValue(loop) { await self.serve(client) } }
             registry.withLock { registry in
                 // The task may have finished (and unregistered) already.
                 if registry.clients[client.id] != nil { registry.tasks[client.id] = task }
