@@ -96,6 +96,9 @@ final class TCPListener: Sendable {
         watch = SocketWatch(fd: fd, cancelled: { @Sendable in descriptor.sourceCancelled() })
     }
 
+    /// The event loop whose thread sees new clients: the executor the accept loop prefers.
+    var loop: SocketReactor { watch.reactor }
+
     /// The next client. Throws `.closed` once the listener is closed.
     func accept() async throws -> TCPConnection {
         var peer = [CChar](repeating: 0, count: 128)

@@ -81,7 +81,8 @@ public final class HTTPServer: Sendable {
         options: Options = Options(), log: @escaping @Sendable (HTTPLogEntry) -> Void = { _ in }, handler: @escaping Handler
     ) throws -> HTTPServer {
         let server = try HTTPServer(options: options, log: log, handler: handler)
-        let loop = Task { await server.acceptLoop() }
+        // On the listener's loop: a new client wakes one thread, not that one and a pool thread.
+        let loop = Task(executorPreference: server.listener.loop) { await server.acceptLoop() }
         server.registry.withLock { $0.acceptLoop = loop }
         server.watchdog.start { server.expireClients() }
         return server
