@@ -261,15 +261,17 @@ extension ProgressiveCache {
     /// (see `LoopExecutor`): the fill a client's request starts (its fetches, the write-back, the
     /// commits) runs on that request's thread, woken by its own loop, instead of beside it on
     /// the cooperative pool, where it would compete with the loops for the same cores. Off the
-    /// loops (the library without the server) there is no preference, as with `Task {}`.
+    /// loops (the library without the server) it is a plain `Task {}` on the actor, as before.
     func onLoop(@_inheritActorContext(always) _ operation: sending @escaping @isolated(any) () async -> Void) -> Task<Void, Never> {
-        Task(executorPreference: LoopExecutor.current) { await operation() }
+        guard let loop = LoopExecutor.current else { return Task { await operation() } }
+        return Task(executorPreference: loop) { await operation() }
     }
 
     /// ``onLoop(_:)`` for work that returns a value or throws.
     func onLoop<Value: Sendable>(
         @_inheritActorContext(always) _ operation: sending @escaping @isolated(any) () async throws -> Value
     ) -> Task<Value, Error> {
-        Task(executorPreference: LoopExecutor.current) { try await operation() }
+        guard let loop = LoopExecutor.current else { return Task { try await operation() } }
+        return Task(executorPreference: loop) { try await operation() }
     }
 }
