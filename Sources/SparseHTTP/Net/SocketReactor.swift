@@ -28,8 +28,9 @@ final class SocketReactor: TaskExecutor, Sendable {
     static let loops: [SocketReactor] = (0..<max(1, ProcessInfo.processInfo.activeProcessorCount)).map { SocketReactor(number: $0) }
     private static let turn = Atomic<Int>(0)
 
-    /// The loop a new socket registers with: the calling thread's own loop (an origin
-    /// connection opened by a connection's task stays on its thread), else the next in turn.
+    /// The loop a new socket registers with: the loop of the current task's connection
+    /// (`LoopExecutor.current`: an origin connection a request opens stays on its loop), else
+    /// the next in turn.
     static func forNewSocket() -> SocketReactor {
         (LoopExecutor.current as? SocketReactor) ?? loops[turn.add(1, ordering: .relaxed).oldValue % loops.count]
     }
