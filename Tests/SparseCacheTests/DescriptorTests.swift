@@ -72,7 +72,14 @@ struct DescriptorTests {
             #expect(bytes.withLock { $0 } == source.bytes)
             await reader.close()
         }
-        let activity = await fixture.cache.activity
+        // A fill may still be ending (its own detach closes the oldest kept beyond the bound):
+        // look until it has, for at most ten seconds.
+        var activity = await fixture.cache.activity
+        let deadline = ContinuousClock.now + .seconds(10)
+        while activity.openResources != 4 || activity.readers != 0, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+            activity = await fixture.cache.activity
+        }
         #expect(activity.openResources == 4 && activity.readers == 0, "\(activity)")
         // A closed one opens again on demand, from the store.
         let again = try await fixture.cache.open(MemorySource(key: "memory://0", bytes: []))
