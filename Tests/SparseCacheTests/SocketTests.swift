@@ -178,6 +178,20 @@ struct SocketReactorTests {
         #expect(wrong.count.load(ordering: .relaxed) == 0, "jobs that ran on another thread than their loop's")
     }
 
+    @Test("a new client stays on the loop that accepted it unless another loop serves fewer clients; then the first serving the fewest")
+    func acceptedClientsLoop() {
+        #expect(SocketReactor.loopForClient(acceptedBy: 0, clients: [0, 0]) == 0)
+        #expect(SocketReactor.loopForClient(acceptedBy: 1, clients: [3, 3]) == 1)
+        #expect(SocketReactor.loopForClient(acceptedBy: 0, clients: [1, 0]) == 1)
+        #expect(SocketReactor.loopForClient(acceptedBy: 1, clients: [2, 5, 2, 4]) == 0)
+        #expect(SocketReactor.loopForClient(acceptedBy: 2, clients: [2, 5, 2, 4]) == 2)
+        #expect(SocketReactor.loopForClient(acceptedBy: 0, clients: [7]) == 0)
+        // A burst of clients on an idle server spreads evenly although one loop accepts all.
+        var clients = [0, 0]
+        for _ in 0..<32 { clients[SocketReactor.loopForClient(acceptedBy: 0, clients: clients)] += 1 }
+        #expect(clients == [16, 16])
+    }
+
     private final class WrongThreads: Sendable {
         let count = Atomic<Int>(0)
     }

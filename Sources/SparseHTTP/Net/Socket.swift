@@ -114,7 +114,7 @@ final class TCPListener: Sendable {
                 throw SparseCacheError(.closed, operation: "accept", path: "port \(port)", detail: "the listener is closed")
             }
             if accepted.fd >= 0 {
-                return TCPConnection(fd: accepted.fd, peer: String(decoding: peer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+                return TCPConnection(fd: accepted.fd, peer: String(decoding: peer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self), acceptedBy: loop)
             }
             switch accepted.errno {
             case EAGAIN, EWOULDBLOCK: try await readable.wait()
@@ -145,11 +145,23 @@ final class TCPConnection: Sendable {
     /// it prefers, so a wake-up runs the task on the thread that saw the event.
     var loop: SocketReactor { watch.reactor }
 
-    init(fd: Int32, peer: String) {
+    /// Registers `fd`: a client accepted by a listener on loop `acceptedBy` with the loop
+    /// ``SocketReactor/forAccepted(by:)`` picks, any other socket with
+    /// ``SocketReactor/forNewSocket()``'s.
+    init(fd: Int32, peer: String, acceptedBy accepting: SocketReactor? = nil) {
         self.peer = peer
         let descriptor = SocketDescriptor(fd: fd, sources: 1)
         self.descriptor = descriptor
-        watch = SocketWatch(fd: fd, cancelled: { @Sendable in descriptor.sourceCancelled() })
+        guard let accepting else {
+            watch = SocketWatch(fd: fd, cancelled: { @Sendable in descriptor.sourceCancelled() })
+            return
+        }
+        let loop = SocketReactor.forAccepted(by: accepting)
+        loop.clients.add(1, ordering: .relaxed)
+        watch = SocketWatch(fd: fd, on: loop) { @Sendable in
+            loop.clients.subtract(1, ordering: .relaxed)
+            descriptor.sourceCancelled()
+        }
     }
 
     /// Up to `maximum` bytes, as soon as any arrive; empty at the end of the stream.

@@ -10,16 +10,17 @@ final class SocketWatch: Sendable {
     let writable = Readiness()
     /// The event loop the descriptor is registered with: the executor its connection's task
     /// should prefer.
-    let reactor = SocketReactor.forNewSocket()
+    let reactor: SocketReactor
     private let fd: Int32
     /// The reactor's token; 0 when the registration was refused.
     private let token = Atomic<UInt64>(0)
     private let closed = Atomic<Bool>(false)
     private let cancelled: @Sendable () -> Void
 
-    /// Registers `fd`. A refused registration fails every wait with the reason (the connection
+    /// Registers `fd` with `reactor`. A refused registration fails every wait with the reason (the connection
     /// then closes as if reset).
-    init(fd: Int32, cancelled: @escaping @Sendable () -> Void) {
+    init(fd: Int32, on reactor: SocketReactor = .forNewSocket(), cancelled: @escaping @Sendable () -> Void) {
+        self.reactor = reactor
         self.fd = fd
         self.cancelled = cancelled
         switch reactor.add(self, fd: fd) {
