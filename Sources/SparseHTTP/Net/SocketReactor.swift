@@ -120,9 +120,14 @@ final class SocketReactor: TaskExecutor, Sendable {
         if wakeUp { sc_wake_signal(wake) }
     }
 
-    /// The loop of the reactor's thread: never on the cooperative pool. Runs the jobs queued
-    /// so far, then takes the sockets' events (without waiting when more jobs came meanwhile),
-    /// and so on: a job that queues another cannot keep the sockets from being looked at.
+    /// Jobs the loop runs at most between two looks at the sockets.
+    static let jobsPerLook = 256
+
+    /// The loop of the reactor's thread: never on the cooperative pool. Runs the jobs queued,
+    /// and those they queue, until none is left or ``jobsPerLook`` ran; then takes the sockets'
+    /// events (without waiting when jobs are left), and so on: a job that queues another
+    /// cannot keep the sockets from being looked at. (Looking after every batch cost a request
+    /// a dozen `epoll_wait` calls: each hop between a task and an actor is a batch of one.)
     private func run() {
         thread.store(Self.threadID(), ordering: .relaxed)
         let executor = asUnownedTaskExecutor()
@@ -131,15 +136,21 @@ final class SocketReactor: TaskExecutor, Sendable {
         var directions = [UInt32](repeating: 0, count: capacity)
         var batch: [UnownedJob] = []
         while true {
-            jobs.withLock { jobs in
-                swap(&batch, &jobs.queue)
-                jobs.sleeping = batch.isEmpty
-            }
-            for job in batch { job.runSynchronously(on: executor) }
-            let waited = batch.isEmpty
-            batch.removeAll(keepingCapacity: true)
-            let count = sc_epoll_wait(epoll, &tokens, &directions, Int32(capacity), waited ? -1 : 0)
-            if waited { jobs.withLock { $0.sleeping = false } }
+            var ran = 0
+            var idle = false
+            repeat {
+                jobs.withLock { jobs in
+                    swap(&batch, &jobs.queue)
+                    jobs.sleeping = batch.isEmpty
+                }
+                for job in batch { job.runSynchronously(on: executor) }
+                ran += batch.count
+                idle = batch.isEmpty
+                batch.removeAll(keepingCapacity: true)
+            } while !idle && ran < Self.jobsPerLook
+            // Idle: no job is queued, and `sleeping` tells the next one to wake the wait.
+            let count = sc_epoll_wait(epoll, &tokens, &directions, Int32(capacity), idle ? -1 : 0)
+            if idle { jobs.withLock { $0.sleeping = false } }
             if count < 0 {
                 // Only a signal may interrupt the wait; anything else would spin here for ever.
                 let number = errno
