@@ -29,31 +29,48 @@ public enum HTTPRequestParser {
     }
 
     public static func parse(_ bytes: some Collection<UInt8>, limits: Limits = Limits()) -> Result {
-        let buffer = Array(bytes.prefix(limits.head + 4))
-        guard let headEnd = find(crlfcrlf, in: buffer) else {
+        // In place when the bytes are contiguous (the server's buffer is an array): a request's
+        // head is looked at without copying it.
+        if let result = bytes.withContiguousStorageIfAvailable({ parse(UnsafeBufferPointer(rebasing: $0.prefix(limits.head + 4)), limits: limits) }) {
+            return result
+        }
+        return Array(bytes.prefix(limits.head + 4)).withUnsafeBufferPointer { parse($0, limits: limits) }
+    }
+
+    private typealias Bytes = Slice<UnsafeBufferPointer<UInt8>>
+
+    private static func parse(_ buffer: UnsafeBufferPointer<UInt8>, limits: Limits) -> Result {
+        guard let headEnd = headEnd(buffer) else {
             // The request line is too long once it ends past the limit, or has not ended by then.
-            if (find(crlf, in: buffer) ?? buffer.count) > limits.requestLine {
+            if (lineEnd(buffer[...], from: 0) ?? buffer.count) > limits.requestLine {
                 return .invalid(status: 414, reason: "request line longer than \(limits.requestLine) bytes")
             }
             if buffer.count > limits.head {
                 return .invalid(status: 431, reason: "request head longer than \(limits.head) bytes")
             }
             // A bare LF or CR already seen can never become valid.
-            if let problem = strayLineBreak(buffer) { return .invalid(status: 400, reason: problem) }
+            if let problem = strayLineBreak(buffer[...]) { return .invalid(status: 400, reason: problem) }
             return .incomplete
         }
         if headEnd > limits.head { return .invalid(status: 431, reason: "request head longer than \(limits.head) bytes") }
-        let head = Array(buffer[0..<headEnd])
+        let head = buffer[0..<headEnd]
         if let problem = strayLineBreak(head) { return .invalid(status: 400, reason: problem) }
-        var lines = split(head)
-        let requestLine = lines.removeFirst()
+        // Lines end with CRLF (no stray CR or LF is left): one line per LF after the first.
+        let requestLineEnd = lineEnd(head, from: 0) ?? headEnd
+        let requestLine = head[0..<requestLineEnd]
         if requestLine.count > limits.requestLine {
             return .invalid(status: 414, reason: "request line longer than \(limits.requestLine) bytes")
         }
-        guard lines.count <= limits.fields else { return .invalid(status: 431, reason: "more than \(limits.fields) header fields") }
-        let parts = requestLine.split(separator: 0x20, omittingEmptySubsequences: false)
-        guard parts.count == 3 else { return .invalid(status: 400, reason: "malformed request line") }
-        let method = parts[0], target = parts[1], version = parts[2]
+        guard head.count(where: { $0 == 10 }) <= limits.fields else {
+            return .invalid(status: 431, reason: "more than \(limits.fields) header fields")
+        }
+        // Exactly two spaces: method, target, version.
+        guard let firstSpace = requestLine.firstIndex(of: 0x20),
+            let secondSpace = requestLine[(firstSpace + 1)...].firstIndex(of: 0x20),
+            !requestLine[(secondSpace + 1)...].contains(0x20)
+        else { return .invalid(status: 400, reason: "malformed request line") }
+        let method = requestLine[..<firstSpace], target = requestLine[(firstSpace + 1)..<secondSpace]
+        let version = requestLine[(secondSpace + 1)...]
         guard !method.isEmpty, method.allSatisfy(HTTPSyntax.isTokenByte) else { return .invalid(status: 400, reason: "malformed method") }
         guard !target.isEmpty, target.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
             return .invalid(status: 400, reason: "malformed request target")
@@ -67,18 +84,23 @@ public enum HTTPRequestParser {
             return .invalid(status: 400, reason: "request target must be a path or an http:// URL")
         }
         let minor: Int
-        switch Array(version) {
-        case Array("HTTP/1.1".utf8): minor = 1
-        case Array("HTTP/1.0".utf8): minor = 0
-        default:
-            let text = String(decoding: version, as: UTF8.self)
+        if version.elementsEqual("HTTP/1.1".utf8) {
+            minor = 1
+        } else if version.elementsEqual("HTTP/1.0".utf8) {
+            minor = 0
+        } else {
+            let text = string(version)
             if text.hasPrefix("HTTP/"), text.count == 8 {
                 return .invalid(status: 505, reason: "HTTP version \(text.dropFirst(5)) not supported")
             }
             return .invalid(status: 400, reason: "malformed HTTP version")
         }
         var fields: [HTTPHeaderField] = []
-        for line in lines {
+        var lineStart = requestLineEnd + 2
+        while lineStart <= headEnd {
+            let end = lineEnd(head, from: lineStart) ?? headEnd
+            let line = head[lineStart..<end]
+            lineStart = end + 2
             guard let colon = line.firstIndex(of: UInt8(ascii: ":")), colon > line.startIndex else {
                 return .invalid(
                     status: 400, reason: line.first == 0x20 || line.first == 0x09 ? "folded header line" : "malformed header field")
@@ -87,13 +109,11 @@ public enum HTTPRequestParser {
             guard name.allSatisfy(HTTPSyntax.isTokenByte) else { return .invalid(status: 400, reason: "malformed header name") }
             let value = line[(colon + 1)...].trimmingHTTPWhitespace()
             guard value.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }) else {
-                return .invalid(status: 400, reason: "control character in header '\(String(decoding: name, as: UTF8.self))'")
+                return .invalid(status: 400, reason: "control character in header '\(string(name))'")
             }
-            fields.append(HTTPHeaderField(name: String(decoding: name, as: UTF8.self), value: String(decoding: value, as: UTF8.self)))
+            fields.append(HTTPHeaderField(name: string(name), value: string(value)))
         }
-        let request = HTTPRequestHead(
-            method: String(decoding: method, as: UTF8.self), target: String(decoding: target, as: UTF8.self), minorVersion: minor,
-            headers: HTTPHeaders(fields))
+        let request = HTTPRequestHead(method: string(method), target: string(target), minorVersion: minor, headers: HTTPHeaders(fields))
         if minor == 1, request.header("host") == nil { return .invalid(status: 400, reason: "HTTP/1.1 request without Host") }
         // RFC 9112, section 3.2: more than one Host is a 400.
         if request.headers.values("host").count > 1 { return .invalid(status: 400, reason: "more than one Host field") }
@@ -101,6 +121,10 @@ public enum HTTPRequestParser {
         case .success(let framing): return .request(request, consumed: headEnd + 4, body: framing)
         case .failure(let refusal): return .invalid(status: refusal.status, reason: refusal.reason)
         }
+    }
+
+    private static func string(_ bytes: Bytes) -> String {
+        String(decoding: UnsafeBufferPointer(rebasing: bytes), as: UTF8.self)
     }
 
     private struct Refusal: Error {
@@ -150,9 +174,6 @@ public enum HTTPRequestParser {
         return .success(length.map { $0 == 0 ? HTTPBodyFraming.none : .length($0) } ?? HTTPBodyFraming.none)
     }
 
-    private static let crlf: [UInt8] = [13, 10]
-    private static let crlfcrlf: [UInt8] = [13, 10, 13, 10]
-
     /// An absolute-form target (`http://host/path`), as clients send to a proxy they are
     /// configured to use: the scheme, case-insensitive, and a non-empty authority.
     package static func isAbsoluteHTTP(_ target: some Collection<UInt8>) -> Bool {
@@ -168,40 +189,33 @@ public enum HTTPRequestParser {
         return index != target.endIndex && target[index] != UInt8(ascii: "/")
     }
 
-    private static func find(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {
-        guard haystack.count >= needle.count else { return nil }
+    /// Where the first CRLF CRLF starts: the end of the head.
+    private static func headEnd(_ bytes: UnsafeBufferPointer<UInt8>) -> Int? {
         var index = 0
-        while index <= haystack.count - needle.count {
-            if haystack[index..<(index + needle.count)].elementsEqual(needle) { return index }
+        while index + 3 < bytes.count {
+            if bytes[index] == 13, bytes[index + 1] == 10, bytes[index + 2] == 13, bytes[index + 3] == 10 { return index }
+            index += 1
+        }
+        return nil
+    }
+
+    /// Where the first CRLF at or after `start` starts.
+    private static func lineEnd(_ bytes: Bytes, from start: Int) -> Int? {
+        var index = start
+        while index + 1 < bytes.endIndex {
+            if bytes[index] == 13, bytes[index + 1] == 10 { return index }
             index += 1
         }
         return nil
     }
 
     /// A CR not followed by LF, or an LF not preceded by CR.
-    private static func strayLineBreak(_ bytes: [UInt8]) -> String? {
-        for (index, byte) in bytes.enumerated() {
-            if byte == 13, index + 1 < bytes.count, bytes[index + 1] != 10 { return "bare CR" }
-            if byte == 10, index == 0 || bytes[index - 1] != 13 { return "bare LF" }
+    private static func strayLineBreak(_ bytes: Bytes) -> String? {
+        for index in bytes.indices {
+            let byte = bytes[index]
+            if byte == 13, index + 1 < bytes.endIndex, bytes[index + 1] != 10 { return "bare CR" }
+            if byte == 10, index == bytes.startIndex || bytes[index - 1] != 13 { return "bare LF" }
         }
         return nil
-    }
-
-    /// Lines of a head without its final CRLF.
-    private static func split(_ head: [UInt8]) -> [ArraySlice<UInt8>] {
-        var lines: [ArraySlice<UInt8>] = []
-        var start = 0
-        var index = 0
-        while index + 1 < head.count {
-            if head[index] == 13, head[index + 1] == 10 {
-                lines.append(head[start..<index])
-                index += 2
-                start = index
-            } else {
-                index += 1
-            }
-        }
-        lines.append(head[start..<head.count])
-        return lines
     }
 }
