@@ -205,20 +205,20 @@ int sc_signal_pipe(const int *signals, int count) {
 
 int sc_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
 
-int sc_epoll_watch(int epoll_fd, int fd, uint64_t token) {
+static int epoll_add(int epoll_fd, int fd, uint32_t events, uint64_t token) {
     struct epoll_event event;
     memset(&event, 0, sizeof event);
-    event.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    event.events = events;
     event.data.u64 = token;
     return epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event);
 }
 
+int sc_epoll_watch(int epoll_fd, int fd, uint64_t token) {
+    return epoll_add(epoll_fd, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, token);
+}
+
 int sc_epoll_watch_input(int epoll_fd, int fd, uint64_t token) {
-    struct epoll_event event;
-    memset(&event, 0, sizeof event);
-    event.events = EPOLLIN | EPOLLET;
-    event.data.u64 = token;
-    return epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event);
+    return epoll_add(epoll_fd, fd, EPOLLIN | EPOLLET, token);
 }
 
 int sc_epoll_unwatch(int epoll_fd, int fd) {

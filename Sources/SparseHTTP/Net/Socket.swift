@@ -152,14 +152,11 @@ final class TCPConnection: Sendable {
         self.peer = peer
         let descriptor = SocketDescriptor(fd: fd, sources: 1)
         self.descriptor = descriptor
-        guard let accepting else {
-            watch = SocketWatch(fd: fd, cancelled: { @Sendable in descriptor.sourceCancelled() })
-            return
-        }
-        let loop = SocketReactor.forAccepted(by: accepting)
-        loop.clients.add(1, ordering: .relaxed)
-        watch = SocketWatch(fd: fd, on: loop) { @Sendable in
-            loop.clients.subtract(1, ordering: .relaxed)
+        // Counted among its loop's clients while registered.
+        let clientOf = accepting.map(SocketReactor.forAccepted(by:))
+        clientOf?.clients.add(1, ordering: .relaxed)
+        watch = SocketWatch(fd: fd, on: clientOf ?? .forNewSocket()) { @Sendable in
+            clientOf?.clients.subtract(1, ordering: .relaxed)
             descriptor.sourceCancelled()
         }
     }

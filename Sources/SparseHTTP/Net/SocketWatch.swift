@@ -17,8 +17,8 @@ final class SocketWatch: Sendable {
     private let closed = Atomic<Bool>(false)
     private let cancelled: @Sendable () -> Void
 
-    /// Registers `fd` with `reactor`. A refused registration fails every wait with the reason (the connection
-    /// then closes as if reset).
+    /// Registers `fd` with `reactor`. A refused registration fails every wait with the reason
+    /// (the connection then closes as if reset).
     init(fd: Int32, on reactor: SocketReactor = .forNewSocket(), cancelled: @escaping @Sendable () -> Void) {
         self.reactor = reactor
         self.fd = fd
