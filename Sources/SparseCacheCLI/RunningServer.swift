@@ -39,7 +39,7 @@ enum RunningServer {
             method: "PURGE", target: key, headers: HTTPHeaders([("Host", hostField), ("Connection", "close")]))
         let exchange = try await HTTPExchange.start(
             host: server.host, port: server.port, request: request.encoded(), name: "\(hostField)", timeout: .seconds(30),
-            resolver: BlockingExecutor(label: "sparsecache.evict"), pool: nil)
+            resolver: { BlockingExecutor(label: "sparsecache.evict") }, pool: nil)
         var body: [UInt8] = []
         while let chunk = try await exchange.nextChunk(), body.count < 4096 { body += chunk }
         exchange.cancel()
@@ -60,7 +60,7 @@ enum RunningServer {
         let request = HTTPRequestHead(method: "GET", target: path, headers: HTTPHeaders([("Host", hostField), ("Connection", "close")]))
         let exchange = try await HTTPExchange.start(
             host: server.host, port: server.port, request: request.encoded(), name: hostField, timeout: .seconds(30),
-            resolver: BlockingExecutor(label: "sparsecache.admin"), pool: nil)
+            resolver: { BlockingExecutor(label: "sparsecache.admin") }, pool: nil)
         defer { exchange.cancel() }
         guard (200...299).contains(exchange.head.status) else {
             var text: [UInt8] = []
@@ -84,7 +84,7 @@ enum RunningServer {
         let request = HTTPRequestHead(method: method, target: path, headers: HTTPHeaders([("Host", hostField), ("Connection", "close")]))
         let exchange = try await HTTPExchange.start(
             host: server.host, port: server.port, request: request.encoded(), name: hostField, timeout: .seconds(30),
-            resolver: BlockingExecutor(label: "sparsecache.admin"), pool: nil)
+            resolver: { BlockingExecutor(label: "sparsecache.admin") }, pool: nil)
         var body: [UInt8] = []
         while let chunk = try await exchange.nextChunk() { body += chunk }
         guard (200...299).contains(exchange.head.status) else {

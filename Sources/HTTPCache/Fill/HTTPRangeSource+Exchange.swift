@@ -17,7 +17,7 @@ extension HTTPRangeSource {
             let clock = ExchangeTimes()
             let exchange = try await HTTPExchange.start(
                 host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host, port: current.port ?? 80, request: request,
-                name: key, timeout: timeout, resolver: resolver, pool: pool, policy: addressPolicy, interim: forwarding?.interim)
+                name: key, timeout: timeout, resolver: { self.resolver }, pool: pool, policy: addressPolicy, interim: forwarding?.interim)
             let head = exchange.head
             let times = clock.finished()
             var length: Int64?
@@ -75,10 +75,11 @@ extension HTTPRangeSource {
         for url: URL, range: Range<Int64>?, validator: ContentValidator?, key: String, forwarding: Forwarding? = nil,
         method: String = "GET", extra: [(String, String)] = []
     ) throws -> [UInt8] {
-        let components = URLComponents(url: url, resolvingAgainstBaseURL: true)
-        var target = components?.percentEncodedPath ?? "/"
+        // From the URL's own parse (a URLComponents would parse it again for every request).
+        let absolute = url.absoluteURL
+        var target = absolute.path(percentEncoded: true)
         if target.isEmpty { target = "/" }
-        if let query = components?.percentEncodedQuery { target += "?" + query }
+        if let query = absolute.query(percentEncoded: true) { target += "?" + query }
         guard let host = url.host, target.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: key, detail: "the URL cannot be sent as a request target")
         }

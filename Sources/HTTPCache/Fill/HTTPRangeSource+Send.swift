@@ -66,7 +66,7 @@ extension HTTPRangeSource {
         let exchange = try await HTTPExchange.start(
             host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host, port: url.port ?? 80, request: request,
             body: body.map { HTTPExchange.RequestBody(length: $0.length, next: $0.next) },
-            idempotent: Self.idempotentMethods.contains(method), name: key, timeout: timeout, resolver: resolver, pool: pool,
+            idempotent: Self.idempotentMethods.contains(method), name: key, timeout: timeout, resolver: { self.resolver }, pool: pool,
             policy: addressPolicy, interim: forwarding.interim)
         let stream = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
         return OriginAnswer(head: exchange.head, body: stream, cancel: { exchange.cancel() }, reason: "method \(method) is forwarded")

@@ -148,6 +148,8 @@ package actor HTTPExchange {
     ///
     /// - Parameters:
     ///   - name: the URL, for error messages.
+    ///   - resolver: where a new connection's name lookup blocks; asked for only when a new
+    ///     connection is made (most exchanges take a pooled one).
     ///   - policy: the addresses a new connection may go to (``OriginAddressPolicy``); pooled
     ///     connections made under a policy are kept apart from those made without one.
     ///   - interim: called with each interim response before the final one, other than `100`
@@ -157,7 +159,8 @@ package actor HTTPExchange {
     ///   or (403) an origin the policy refuses; whatever `body.next` throws, as it is.
     package static func start(
         host: String, port: Int, request: [UInt8], body: RequestBody? = nil, idempotent: Bool = true, name: String, timeout: Duration,
-        resolver: BlockingExecutor, pool: OriginConnectionPool?, policy: OriginAddressPolicy? = nil, interim: InterimSink? = nil
+        resolver: @escaping @Sendable () -> BlockingExecutor, pool: OriginConnectionPool?, policy: OriginAddressPolicy? = nil,
+        interim: InterimSink? = nil
     ) async throws -> HTTPExchange {
         let origin = TCPConnection.address(host: host, port: port) + (policy == nil ? "" : " (checked)")
         if body != nil || !idempotent {
@@ -185,7 +188,7 @@ package actor HTTPExchange {
                 }
             }
             let connection = try await withDeadline(deadline - .now, of: timeout, name: name, late: { $0.close() }) {
-                try await TCPConnection.connect(host: host, port: port, resolver: resolver, policy: policy)
+                try await TCPConnection.connect(host: host, port: port, resolver: resolver(), policy: policy)
             }
             do {
                 return try await Self.exchange(
@@ -205,14 +208,14 @@ package actor HTTPExchange {
 
     /// One attempt on a new connection: head, body, response head, each step within `timeout`.
     private static func startOnce(
-        host: String, port: Int, request: [UInt8], body: RequestBody?, name: String, timeout: Duration, resolver: BlockingExecutor,
-        pool: OriginConnectionPool?, policy: OriginAddressPolicy?, interim: InterimSink?
+        host: String, port: Int, request: [UInt8], body: RequestBody?, name: String, timeout: Duration,
+        resolver: @escaping @Sendable () -> BlockingExecutor, pool: OriginConnectionPool?, policy: OriginAddressPolicy?, interim: InterimSink?
     ) async throws -> HTTPExchange {
         let origin = TCPConnection.address(host: host, port: port) + (policy == nil ? "" : " (checked)")
         let connection: TCPConnection
         do {
             connection = try await withDeadline(timeout, name: name, late: { $0.close() }) {
-                try await TCPConnection.connect(host: host, port: port, resolver: resolver, policy: policy)
+                try await TCPConnection.connect(host: host, port: port, resolver: resolver(), policy: policy)
             }
         } catch {
             throw mapped(error, name: name)
