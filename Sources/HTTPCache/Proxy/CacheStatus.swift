@@ -36,28 +36,44 @@ struct CacheStatus: Sendable, Equatable {
         return stored ? "miss" : "revalidated"
     }
 
+    /// The field's value: the cache's name, then its parameters (RFC 9211, section 2). Built in
+    /// one string: every answer carries one.
     var value: String {
-        var parts = ["sparsecache"]
-        if hit { parts.append("hit") }
-        if let forward { parts.append("fwd=\(forward)") }
-        if let forwardStatus { parts.append("fwd-status=\(forwardStatus)") }
-        if let ttl { parts.append("ttl=\(ttl)") }
-        if stored { parts.append("stored") }
-        if collapsed { parts.append("collapsed") }
-        if let detail {
-            let text = detail.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
-            parts.append("detail=\"\(text)\"")
+        var text = "sparsecache"
+        text.reserveCapacity(64)
+        func add(_ parameter: String) {
+            text.append("; ")
+            text.append(parameter)
         }
-        return parts.joined(separator: "; ")
+        if hit { add("hit") }
+        if let forward { add("fwd=" + forward) }
+        if let forwardStatus { add("fwd-status=" + String(forwardStatus)) }
+        if let ttl { add("ttl=" + String(ttl)) }
+        if stored { add("stored") }
+        if collapsed { add("collapsed") }
+        if let detail {
+            let escaped = detail.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+            add("detail=\"" + escaped + "\"")
+        }
+        return text
     }
 }
 
 /// The fields a proxy adds to every answer it gives: its `Via` element after the origin's
 /// (RFC 9110, section 7.6.3) and the `Cache-Status`.
 func proxyFields(_ headers: HTTPHeaders, status: CacheStatus, via element: String) -> [(String, String)] {
-    var fields = headers.fields.filter { !$0.hasName("via") }.map { ($0.name, $0.value) }
-    let via = headers.values("via") + [element]
-    fields.append(("Via", via.joined(separator: ", ")))
+    // One pass over the stored fields (every answer from the cache makes these).
+    var fields: [(String, String)] = []
+    fields.reserveCapacity(headers.count + 2)
+    var via = ""
+    for field in headers {
+        if field.hasName("via") {
+            via += field.value + ", "
+        } else {
+            fields.append((field.name, field.value))
+        }
+    }
+    fields.append(("Via", via + element))
     fields.append(("Cache-Status", status.value))
     return fields
 }

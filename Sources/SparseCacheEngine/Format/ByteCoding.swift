@@ -19,9 +19,8 @@ package struct ByteWriter {
 
     /// A u32 byte count followed by the UTF-8 bytes.
     package mutating func append(string: String) {
-        let utf8 = Array(string.utf8)
-        append(UInt32(utf8.count))
-        bytes.append(contentsOf: utf8)
+        append(UInt32(string.utf8.count))
+        bytes.append(contentsOf: string.utf8)
     }
 
     mutating func pad(toMultipleOf alignment: Int) {

@@ -452,16 +452,20 @@ enum JournalRecord {
 /// ```
 package enum MetadataCoding {
     package static func encode(_ metadata: ResourceMetadata) -> [UInt8] {
-        var writer = ByteWriter()
         let fields = [metadata.key, metadata.contentType, metadata.etag, metadata.lastModified]
+        let user = metadata.user.sorted { $0.key < $1.key }
+        // Sized once (every small object a proxy stores is encoded on its event loop).
+        let size = fields.reduce(5) { $0 + ($1.map { 4 + $0.utf8.count } ?? 0) }
+            + user.reduce(0) { $0 + 8 + $1.key.utf8.count + $1.value.utf8.count }
+        var writer = ByteWriter(capacity: size)
         var flags: UInt8 = 0
         for (bit, field) in fields.enumerated() where field != nil { flags |= 1 << UInt8(bit) }
         writer.append(flags)
         for field in fields { if let field { writer.append(string: field) } }
-        writer.append(UInt32(metadata.user.count))
-        for key in metadata.user.keys.sorted() {
+        writer.append(UInt32(user.count))
+        for (key, value) in user {
             writer.append(string: key)
-            writer.append(string: metadata.user[key]!)
+            writer.append(string: value)
         }
         return writer.bytes
     }

@@ -3,7 +3,17 @@ extension HTTPHeaders {
     /// order. Values never hold line breaks (the parsers refuse them and
     /// ``HTTPSyntax/sanitizedFieldValue(_:)`` strips them from values made here).
     public var storageText: String {
-        fields.map { "\($0.name): \(HTTPSyntax.sanitizedFieldValue($0.value))" }.joined(separator: "\n")
+        // Into one buffer of the known size: every stored answer makes it (a small object's on
+        // the event loop that served it).
+        var text = ""
+        text.reserveCapacity(storageTextCount)
+        for (index, field) in fields.enumerated() {
+            if index > 0 { text.append("\n") }
+            text.append(field.name)
+            text.append(": ")
+            text.append(HTTPSyntax.sanitizedFieldValue(field.value))
+        }
+        return text
     }
 
     /// The length in bytes of ``storageText``, counted without building it.

@@ -29,7 +29,10 @@ public struct HTTPHeaders: Sendable, Equatable, RandomAccessCollection, Expressi
     /// Every value of the field `name`, in the order sent. A value that is a comma-separated
     /// list is returned as one string; ``listElements(_:)`` splits them.
     public func values(_ name: String) -> [String] {
-        fields.filter { $0.hasName(name) }.map(\.value)
+        // One pass, and no array at all for a field that is absent (the usual answer).
+        var values: [String] = []
+        for field in fields where field.hasName(name) { values.append(field.value) }
+        return values
     }
 
     /// The elements of every list value of the field `name` (RFC 9110, section 5.6.1).

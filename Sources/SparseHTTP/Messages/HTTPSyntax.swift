@@ -51,11 +51,16 @@ package enum HTTPSyntax {
 
     /// The non-empty elements of comma-separated list values, trimmed (RFC 9110, section 5.6.1).
     package static func listElements(_ values: [String]) -> [String] {
-        values.flatMap { value in
-            value.utf8.split(separator: UInt8(ascii: ",")).map { String(decoding: $0.trimmingHTTPWhitespace(), as: UTF8.self) }.filter {
-                !$0.isEmpty
+        // Straight into one array (Connection, Vary and Cache-Control are read for every
+        // proxied answer).
+        var elements: [String] = []
+        for value in values {
+            for element in value.utf8.split(separator: UInt8(ascii: ",")) {
+                let trimmed = element.trimmingHTTPWhitespace()
+                if !trimmed.isEmpty { elements.append(String(decoding: trimmed, as: UTF8.self)) }
             }
         }
+        return elements
     }
 
     package static let cr: UInt8 = 0x0D
