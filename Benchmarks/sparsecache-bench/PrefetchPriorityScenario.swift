@@ -68,7 +68,7 @@ enum PrefetchPriorityScenario {
                     }
                     // Every place taken by a transfer under way.
                     let deadline = ContinuousClock.now + .seconds(10)
-                    while await limiter.inUse < prefetches, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+                    while limiter.inUse < prefetches, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
                     try await Task.sleep(for: .milliseconds(200))
                 }
                 let times = try await curlTimes(curl, proxied + "/seek-\(repetition)-\(contender).bin", range: range)

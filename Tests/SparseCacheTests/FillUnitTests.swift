@@ -110,13 +110,13 @@ struct FillUnitTests {
                     _ = holders.peak.max(now, ordering: .relaxed)
                     try await Task.sleep(for: .milliseconds(5))
                     holders.current.subtract(1, ordering: .relaxed)
-                    await limiter.release()
+                    limiter.release()
                 }
             }
             try await group.waitForAll()
         }
         #expect(holders.peak.load(ordering: .relaxed) == 2)
-        #expect(await limiter.inUse == 0)
+        #expect(limiter.inUse == 0)
 
         try await limiter.acquire()
         try await limiter.acquire()
@@ -124,9 +124,9 @@ struct FillUnitTests {
         try await Task.sleep(for: .milliseconds(20))
         waiter.cancel()
         await #expect(throws: CancellationError.self) { try await waiter.value }
-        await limiter.release()
-        await limiter.release()
-        #expect(await limiter.inUse == 0, "the cancelled waiter took no place")
+        limiter.release()
+        limiter.release()
+        #expect(limiter.inUse == 0, "the cancelled waiter took no place")
     }
 }
 

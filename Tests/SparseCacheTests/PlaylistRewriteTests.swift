@@ -250,23 +250,23 @@ struct ConnectionPriorityTests {
         let queuedBackground = Task {
             let ticket = try await limiter.acquire(priority: .background, onYield: nil)
             record.order.withLock { $0.append("background") }
-            await limiter.release(ticket: ticket)
+            limiter.release(ticket: ticket)
         }
         // Let the background waiter queue first.
-        while await limiter.queued < 1 { try await Task.sleep(for: .milliseconds(5)) }
+        while limiter.queued < 1 { try await Task.sleep(for: .milliseconds(5)) }
         #expect(record.yielded.withLock { $0 } == 0, "a background waiter asks nobody to yield")
         let waited = Task {
             try await limiter.acquire()
             record.order.withLock { $0.append("waited") }
-            await limiter.release()
+            limiter.release()
         }
-        while await limiter.queued < 2 { try await Task.sleep(for: .milliseconds(5)) }
+        while limiter.queued < 2 { try await Task.sleep(for: .milliseconds(5)) }
         #expect(record.yielded.withLock { $0 } == 1, "the waited-on request asked the background holder to yield")
-        await limiter.release(ticket: background)
+        limiter.release(ticket: background)
         try await waited.value
         try await queuedBackground.value
         #expect(record.order.withLock { $0 } == ["waited", "background"])
-        #expect(await limiter.inUse == 0)
+        #expect(limiter.inUse == 0)
     }
 
     @Test("A background fetch a client comes to wait on is promoted: not asked to yield, and let in with the waited-on requests")
@@ -282,34 +282,34 @@ struct ConnectionPriorityTests {
         let waited = Task {
             try await limiter.acquire()
             record.order.withLock { $0.append("waited") }
-            await limiter.release()
+            limiter.release()
         }
-        while await limiter.queued < 1 { try await Task.sleep(for: .milliseconds(5)) }
+        while limiter.queued < 1 { try await Task.sleep(for: .milliseconds(5)) }
         #expect(record.yielded.withLock { $0 } == 0, "a promoted holder is not asked to yield")
         // A background waiter promoted while queued goes before a background one queued earlier.
         let plain = Task {
             let ticket = try await limiter.acquire(priority: .background, onYield: nil)
             record.order.withLock { $0.append("background") }
-            await limiter.release(ticket: ticket)
+            limiter.release(ticket: ticket)
         }
-        while await limiter.queued < 2 { try await Task.sleep(for: .milliseconds(5)) }
+        while limiter.queued < 2 { try await Task.sleep(for: .milliseconds(5)) }
         let queuedPromotion = ConnectionLimiter.Promotion()
         let promotedWaiter = Task {
             let ticket = try await ConnectionLimiter.$promotion.withValue(queuedPromotion) {
                 try await limiter.acquire(priority: .background, onYield: nil)
             }
             record.order.withLock { $0.append("promoted") }
-            await limiter.release(ticket: ticket)
+            limiter.release(ticket: ticket)
         }
-        while await limiter.queued < 3 { try await Task.sleep(for: .milliseconds(5)) }
+        while limiter.queued < 3 { try await Task.sleep(for: .milliseconds(5)) }
         queuedPromotion.promote()
-        await limiter.release(ticket: held)
+        limiter.release(ticket: held)
         try await waited.value
         try await promotedWaiter.value
         try await plain.value
         #expect(record.order.withLock { $0 } == ["waited", "promoted", "background"])
         #expect(ConnectionLimiter.$promotion.withValue(queuedPromotion) { ConnectionLimiter.effectivePriority } == .waited)
-        #expect(await limiter.inUse == 0)
+        #expect(limiter.inUse == 0)
     }
 
     final class Record: Sendable {

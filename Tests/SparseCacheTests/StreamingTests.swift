@@ -411,8 +411,8 @@ struct StreamingTests {
         }
         // Every place taken by a transfer under way (nginx logs a request only when it ends).
         let deadline = ContinuousClock.now + .seconds(30)
-        while await limiter.inUse < prefetches, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
-        #expect(await limiter.inUse == prefetches, "the prefetches hold every connection")
+        while limiter.inUse < prefetches, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(limiter.inUse == prefetches, "the prefetches hold every connection")
         // A seek into a resource the cache has never seen: first contact, then the range.
         // Queued behind the prefetches it would wait about a minute (curl gives up at 30 s).
         let middle = length / 2
@@ -421,8 +421,8 @@ struct StreamingTests {
         // The prefetch that yielded ended its request and asks again: back to every place taken.
         #expect(try await Self.eventually { origin.requests().contains { $0.path.hasPrefix("/slow/") } }, "a prefetch yielded its connection")
         let back = ContinuousClock.now + .seconds(30)
-        while await limiter.inUse < prefetches, ContinuousClock.now < back { try await Task.sleep(for: .milliseconds(20)) }
-        #expect(await limiter.inUse == prefetches, "the yielded prefetch resumed")
+        while limiter.inUse < prefetches, ContinuousClock.now < back { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(limiter.inUse == prefetches, "the yielded prefetch resumed")
         for task in running { task.cancel() }
         for task in running { await task.value }
         await proxy.stop()
@@ -464,7 +464,7 @@ struct StreamingTests {
         }
         await prefetch.value
         #expect(proxy.cache.statistics.yields == 0, "the promoted prefetch yielded: \(proxy.cache.statistics)")
-        #expect(await limiter.inUse == 0)
+        #expect(limiter.inUse == 0)
         await proxy.stop()
     }
 

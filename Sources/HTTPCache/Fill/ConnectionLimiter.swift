@@ -11,7 +11,11 @@ import SparseHTTP
 /// (``Priority/background``). And when a waited-on request finds every place taken while a
 /// background holder has one, that holder is asked to yield it (its `onYield` runs: a fetch
 /// stops its transfer, keeps what arrived, and queues again behind the waited-on requests).
-public actor ConnectionLimiter {
+///
+/// A lock, not an actor: every request to an origin takes a place and gives it back, and a
+/// place that is free is taken without a suspension; giving it back needs no task of its own.
+/// Continuations are resumed and `onYield` called after the lock is let go.
+public final class ConnectionLimiter: Sendable {
     /// How much a client waits on a request.
     public enum Priority: Int, Sendable, Comparable {
         /// Prefetch and read-ahead: nobody waits on it yet.
@@ -52,11 +56,23 @@ public actor ConnectionLimiter {
     static func newPromotion() -> Promotion? { effectivePriority == .background ? Promotion() : nil }
 
     public let limit: Int
-    private var holders = 0
-    private var waiters: [(id: UInt64, priority: Priority, promotion: Promotion?, continuation: CheckedContinuation<Void, Error>)] = []
-    /// Background holders that can be asked to give their place up, oldest first.
-    private var yielders: [(ticket: UInt64, promotion: Promotion?, yield: @Sendable () -> Void)] = []
-    private var nextID: UInt64 = 0
+
+    private struct Waiter {
+        let id: UInt64
+        let priority: Priority
+        let promotion: Promotion?
+        let continuation: CheckedContinuation<Void, Error>
+    }
+
+    private struct State {
+        var holders = 0
+        var waiters: [Waiter] = []
+        /// Background holders that can be asked to give their place up, oldest first.
+        var yielders: [(ticket: UInt64, promotion: Promotion?, yield: @Sendable () -> Void)] = []
+        var nextID: UInt64 = 0
+    }
+
+    private let state = Mutex(State())
 
     public init(limit: Int) {
         precondition(limit > 0, "a limiter needs room for one holder")
@@ -74,72 +90,84 @@ public actor ConnectionLimiter {
     /// request: `onYield` then runs once (from the limiter; it must not block), and the holder
     /// still releases its place as usual when it stops.
     public func acquire(priority: Priority, onYield: (@Sendable () -> Void)?) async throws -> UInt64 {
-        let ticket = nextID
-        nextID += 1
         let promotion = priority == .background ? Self.promotion : nil
-        if holders < limit {
-            holders += 1
-        } else {
-            if priority == .waited {
-                // Each waited-on waiter asks one background holder; the newest has the least
-                // to lose. One a client has come to wait on meanwhile keeps its place.
-                while let yielder = yielders.popLast() {
-                    if yielder.promotion?.isPromoted == true { continue }
-                    yielder.yield()
-                    break
-                }
+        let (ticket, placed, yield) = state.withLock { state -> (UInt64, Bool, (@Sendable () -> Void)?) in
+            let ticket = state.nextID
+            state.nextID += 1
+            if state.holders < limit {
+                state.holders += 1
+                return (ticket, true, nil)
             }
-            // The waiter is added in an actor method: the operation closure does not keep the
-            // actor's isolation (swiftlang/swift#85518).
+            // Each waited-on waiter asks one background holder; the newest has the least to
+            // lose. One a client has come to wait on meanwhile keeps its place.
+            guard priority == .waited else { return (ticket, false, nil) }
+            while let yielder = state.yielders.popLast() {
+                if yielder.promotion?.isPromoted == true { continue }
+                return (ticket, false, yielder.yield)
+            }
+            return (ticket, false, nil)
+        }
+        yield?()
+        if !placed {
             try await withTaskCancellationHandler {
-                try await self.wait(ticket, priority: priority, promotion: promotion)
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+                    let resume = state.withLock { state -> Result<Void, Error>? in
+                        // Checked under the lock that `cancelWaiter` takes: a cancellation is
+                        // either seen here or finds the waiter queued.
+                        if Task.isCancelled { return .failure(CancellationError()) }
+                        // A place came free since the look above (a holder asked to yield
+                        // released it meanwhile).
+                        if state.holders < limit {
+                            state.holders += 1
+                            return .success(())
+                        }
+                        state.waiters.append(Waiter(id: ticket, priority: priority, promotion: promotion, continuation: continuation))
+                        return nil
+                    }
+                    if let resume { continuation.resume(with: resume) }
+                }
             } onCancel: {
-                Task { await self.cancelWaiter(ticket) }
+                cancelWaiter(ticket)
             }
         }
-        if priority == .background, promotion?.isPromoted != true, let onYield { yielders.append((ticket, promotion, onYield)) }
+        if priority == .background, promotion?.isPromoted != true, let onYield {
+            state.withLock { $0.yielders.append((ticket, promotion, onYield)) }
+        }
         return ticket
-    }
-
-    private func wait(_ id: UInt64, priority: Priority, promotion: Promotion?) async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
-            if Task.isCancelled {
-                continuation.resume(throwing: CancellationError())
-            } else if holders < limit {
-                // A place came free between the look in `acquire` and this registration (a
-                // holder asked to yield released it meanwhile).
-                holders += 1
-                continuation.resume()
-            } else {
-                waiters.append((id, priority, promotion, continuation))
-            }
-        }
     }
 
     /// Gives the place to the first waiter of the highest priority, or frees it.
     public func release() {
-        if waiters.isEmpty {
-            holders -= 1
-        } else {
-            let index = waiters.firstIndex { $0.priority == .waited || $0.promotion?.isPromoted == true } ?? 0
-            waiters.remove(at: index).continuation.resume()
+        let next = state.withLock { state -> CheckedContinuation<Void, Error>? in
+            guard !state.waiters.isEmpty else {
+                state.holders -= 1
+                return nil
+            }
+            let index = state.waiters.firstIndex { $0.priority == .waited || $0.promotion?.isPromoted == true } ?? 0
+            return state.waiters.remove(at: index).continuation
         }
+        next?.resume()
     }
 
     /// Gives back the place of `ticket` (from ``acquire(priority:onYield:)``).
     public func release(ticket: UInt64) {
-        yielders.removeAll { $0.ticket == ticket }
+        state.withLock { state in state.yielders.removeAll { $0.ticket == ticket } }
         release()
     }
 
+    /// A waiter's task was cancelled: it leaves the queue with `CancellationError`. (One not
+    /// queued yet sees the cancellation as it registers; one given a place keeps it.)
     private func cancelWaiter(_ id: UInt64) {
-        guard let index = waiters.firstIndex(where: { $0.id == id }) else { return }
-        waiters.remove(at: index).continuation.resume(throwing: CancellationError())
+        let waiter = state.withLock { state -> Waiter? in
+            guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+            return state.waiters.remove(at: index)
+        }
+        waiter?.continuation.resume(throwing: CancellationError())
     }
 
     /// Waiters right now (for tests).
-    public var queued: Int { waiters.count }
+    public var queued: Int { state.withLock { $0.waiters.count } }
 
     /// Holders right now (for tests).
-    public var inUse: Int { holders }
+    public var inUse: Int { state.withLock { $0.holders } }
 }

@@ -188,7 +188,7 @@ public final class HTTPRangeSource: RangeSource {
         if let yielding { onYield = { yielding.fire() } }
         let ticket = try await limiter.acquire(priority: priority, onYield: onYield)
         let limiter = self.limiter
-        let release = FinishAction { Task(executorPreference: LoopExecutor.current) { await limiter.release(ticket: ticket) } }
+        let release = FinishAction { limiter.release(ticket: ticket) }
         // A fill's fetch nobody wants any more while it waited is not sent at all.
         let gate = RequestGate.current
         guard gate?.send() ?? true else {
