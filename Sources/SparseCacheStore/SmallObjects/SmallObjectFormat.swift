@@ -95,27 +95,34 @@ enum SmallObjectFormat {
         return .success((load(UInt32.self, bytes[...], at: 12), load(UInt32.self, bytes[...], at: 16)))
     }
 
-    /// One whole record: header, key, metadata, body, trailer.
-    static func encodeRecord(
-        kind: Kind, sequence: UInt64, key: [UInt8], metadata: [UInt8], body: [UInt8], salt: UInt32
-    ) -> [UInt8] {
-        var writer = ByteWriter(capacity: recordHeaderSize + key.count + metadata.count + body.count + trailerSize)
-        writer.append(recordMagic)
-        writer.append(kind.rawValue)
-        writer.append(bytes: [0, 0, 0])
-        writer.append(sequence)
-        writer.append(UInt32(key.count))
-        writer.append(UInt32(metadata.count))
-        writer.append(UInt32(body.count))
-        writer.append(crc32c(writer.bytes, seed: salt))
-        writer.append(bytes: key)
-        writer.append(bytes: metadata)
-        writer.append(bytes: body)
-        var payloadCRC = crc32c(key, seed: salt)
-        payloadCRC = crc32c(metadata, seed: payloadCRC)
-        payloadCRC = crc32c(body, seed: payloadCRC)
-        writer.append(payloadCRC)
-        return writer.bytes
+    /// The size of a whole record of these parts.
+    static func recordSize(keyCount: Int, metadataCount: Int, bodyCount: Int) -> Int {
+        recordHeaderSize + keyCount + metadataCount + bodyCount + trailerSize
+    }
+
+    /// Appends one whole record to `buffer`: header, key, metadata, body, trailer. (A batch is
+    /// encoded straight into the bytes its one pwrite sends.)
+    static func appendRecord(
+        to buffer: inout [UInt8], kind: Kind, sequence: UInt64, key: String, metadata: [UInt8], body: [UInt8], salt: UInt32
+    ) {
+        let keyCount = key.utf8.count
+        var header = ByteWriter(capacity: recordHeaderSize)
+        header.append(recordMagic)
+        header.append(kind.rawValue)
+        header.append(bytes: [0, 0, 0])
+        header.append(sequence)
+        header.append(UInt32(keyCount))
+        header.append(UInt32(metadata.count))
+        header.append(UInt32(body.count))
+        header.append(crc32c(header.bytes, seed: salt))
+        buffer.append(contentsOf: header.bytes)
+        let keyStart = buffer.count
+        buffer.append(contentsOf: key.utf8)
+        buffer.append(contentsOf: metadata)
+        buffer.append(contentsOf: body)
+        // Key, metadata and body lie side by side: one checksum over the three.
+        let payloadCRC = crc32c(buffer[keyStart...], seed: salt)
+        withUnsafeBytes(of: payloadCRC.littleEndian) { buffer.append(contentsOf: $0) }
     }
 
     /// The header at the start of `bytes` (at least ``recordHeaderSize`` of them), checked:

@@ -64,10 +64,14 @@ extension SmallObjectStore {
         if let count = unsettled[key], count > 1 { unsettled[key] = count - 1 } else { unsettled[key] = nil }
     }
 
-    /// Encodes the batch into the file appended to (a new one when it is sealed or full),
-    /// writes it with one pwrite and syncs it. Returns each record's location.
+    /// Places the batch in the file appended to (a new one when it is sealed or full), then
+    /// encodes it, writes it with one pwrite and syncs it, on the writer's thread. Returns each
+    /// record's location.
     private func write(_ batch: [PendingRecord]) async throws -> [Location] {
-        let size = batch.reduce(0) { $0 + SmallObjectFormat.recordHeaderSize + $1.key.utf8.count + $1.metadata.count + $1.body.count + 4 }
+        let sizes = batch.map {
+            SmallObjectFormat.recordSize(keyCount: $0.key.utf8.count, metadataCount: $0.metadata.count, bodyCount: $0.body.count)
+        }
+        let size = sizes.reduce(0, +)
         let header = Int64(SmallObjectFormat.headerSize)
         let current = fileSizes[active] ?? header
         let maximumFileSize = min(options.maximumFileSize, SmallObjectStore.maximumLogSize)
@@ -89,35 +93,40 @@ extension SmallObjectStore {
             throw SparseCacheError(.closed, operation: "append small object", path: directory, detail: "no log file to append to")
         }
         let start = fileSizes[active] ?? header
-        var buffer: [UInt8] = []
-        buffer.reserveCapacity(size)
         var locations: [Location] = []
         locations.reserveCapacity(batch.count)
-        for record in batch {
-            let offset = start + Int64(buffer.count)
-            let bytes = SmallObjectFormat.encodeRecord(
-                kind: record.kind, sequence: record.sequence, key: Array(record.key.utf8), metadata: record.metadata,
-                body: record.body, salt: log.salt)
-            buffer.append(contentsOf: bytes)
+        var offset = start
+        for (record, count) in zip(batch, sizes) {
             locations.append(
                 Location(
-                    file: log.id, offset: offset, count: bytes.count, bodyCount: record.body.count, sequence: record.sequence,
+                    file: log.id, offset: offset, count: count, bodyCount: record.body.count, sequence: record.sequence,
                     lastAccess: record.lastAccess))
+            offset += Int64(count)
         }
-        let data = buffer
         // Counted whether or not the batch succeeds: after a failed sync its records may still
         // be in the file (claimed by nobody now, found by the next open), so they take space
         // and a tombstone of their keys must outlive them.
-        fileSizes[log.id] = start + Int64(data.count)
-        diskCounter.withLock { $0 += Int64(data.count) }
+        fileSizes[log.id] = start + Int64(size)
+        diskCounter.withLock { $0 += Int64(size) }
         if let lowest = batch.map(\.sequence).min() { minimumSequence[log.id] = min(minimumSequence[log.id] ?? .max, lowest) }
-        guard start + Int64(data.count) <= Int64(UInt32.max) else {
+        guard start + Int64(size) <= Int64(UInt32.max) else {
             throw SparseCacheError(
                 .invalidArgument, operation: "append small objects", path: log.path,
-                detail: "a batch of \(data.count) bytes does not fit one log file")
+                detail: "a batch of \(size) bytes does not fit one log file")
         }
+        // The records' parts (arrays shared, not copied) for the writer's thread: encoding and
+        // checksumming them there keeps that work off the event loop that answered the clients.
+        let parts = batch.map { (kind: $0.kind, sequence: $0.sequence, key: $0.key, metadata: $0.metadata, body: $0.body) }
+        let salt = log.salt
         do {
             try await io.run {
+                var data: [UInt8] = []
+                data.reserveCapacity(size)
+                for part in parts {
+                    SmallObjectFormat.appendRecord(
+                        to: &data, kind: part.kind, sequence: part.sequence, key: part.key, metadata: part.metadata, body: part.body,
+                        salt: salt)
+                }
                 // One descriptor for the write and its sync: an eviction meanwhile cannot close
                 // it between them (the sync must see the write's errors).
                 let file = try log.file()
