@@ -61,7 +61,7 @@ public enum HTTPRequestParser {
         if requestLine.count > limits.requestLine {
             return .invalid(status: 414, reason: "request line longer than \(limits.requestLine) bytes")
         }
-        guard head.count(where: { $0 == 10 }) <= limits.fields else {
+        guard lineFeeds(head) <= limits.fields else {
             return .invalid(status: 431, reason: "more than \(limits.fields) header fields")
         }
         // Exactly two spaces: method, target, version.
@@ -201,9 +201,12 @@ public enum HTTPRequestParser {
 
     /// Where the first CRLF at or after `start` starts.
     private static func lineEnd(_ bytes: Bytes, from start: Int) -> Int? {
+        // On the buffer itself (a slice shares its indices): the byte loops here ran through
+        // the slice's own index type, as calls, once per byte of every request head.
+        let base = bytes.base
         var index = start
         while index + 1 < bytes.endIndex {
-            if bytes[index] == 13, bytes[index + 1] == 10 { return index }
+            if base[index] == 13, base[index + 1] == 10 { return index }
             index += 1
         }
         return nil
@@ -211,11 +214,23 @@ public enum HTTPRequestParser {
 
     /// A CR not followed by LF, or an LF not preceded by CR.
     private static func strayLineBreak(_ bytes: Bytes) -> String? {
-        for index in bytes.indices {
-            let byte = bytes[index]
-            if byte == 13, index + 1 < bytes.endIndex, bytes[index + 1] != 10 { return "bare CR" }
-            if byte == 10, index == bytes.startIndex || bytes[index - 1] != 13 { return "bare LF" }
+        let base = bytes.base
+        let start = bytes.startIndex, end = bytes.endIndex
+        var index = start
+        while index < end {
+            let byte = base[index]
+            if byte == 13, index + 1 < end, base[index + 1] != 10 { return "bare CR" }
+            if byte == 10, index == start || base[index - 1] != 13 { return "bare LF" }
+            index += 1
         }
         return nil
+    }
+
+    /// How many LF bytes `bytes` holds (its lines, once no stray line break is left).
+    private static func lineFeeds(_ bytes: Bytes) -> Int {
+        let base = bytes.base
+        var count = 0
+        for index in bytes.startIndex..<bytes.endIndex where base[index] == 10 { count += 1 }
+        return count
     }
 }
