@@ -269,6 +269,37 @@ struct ConnectionPriorityTests {
         #expect(limiter.inUse == 0)
     }
 
+    @Test("A holder asked to yield gives its place to the waited-on request that asked, even when it gives it up at once and asks again")
+    func yieldedPlaceGoesToTheAsker() async throws {
+        let limiter = ConnectionLimiter(limit: 1)
+        let record = Record()
+        let ticket = Mutex<UInt64?>(nil)
+        let again = Mutex<Task<Void, Error>?>(nil)
+        // The holder's transfer stops as soon as it is asked (its release runs inside onYield)
+        // and its fetch asks for a place again at once, in the background.
+        let held = try await limiter.acquire(
+            priority: .background,
+            onYield: {
+                record.order.withLock { $0.append("yield, \(limiter.queued) queued") }
+                if let held = ticket.withLock({ $0 }) { limiter.release(ticket: held) }
+                again.withLock {
+                    $0 = Task {
+                        let ticket = try await limiter.acquire(priority: .background, onYield: nil)
+                        record.order.withLock { $0.append("background") }
+                        limiter.release(ticket: ticket)
+                    }
+                }
+            })
+        ticket.withLock { $0 = held }
+        try await limiter.acquire()
+        record.order.withLock { $0.append("waited") }
+        #expect(limiter.inUse == 1)
+        limiter.release()
+        try await again.withLock { $0 }?.value
+        #expect(record.order.withLock { $0 } == ["yield, 1 queued", "waited", "background"])
+        #expect(limiter.inUse == 0)
+    }
+
     @Test("A background fetch a client comes to wait on is promoted: not asked to yield, and let in with the waited-on requests")
     func promoted() async throws {
         let limiter = ConnectionLimiter(limit: 1)

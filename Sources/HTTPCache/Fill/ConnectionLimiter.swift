@@ -61,6 +61,7 @@ public final class ConnectionLimiter: Sendable {
         let id: UInt64
         let priority: Priority
         let promotion: Promotion?
+        let onYield: (@Sendable () -> Void)?
         let continuation: CheckedContinuation<Void, Error>
     }
 
@@ -70,6 +71,12 @@ public final class ConnectionLimiter: Sendable {
         /// Background holders that can be asked to give their place up, oldest first.
         var yielders: [(ticket: UInt64, promotion: Promotion?, yield: @Sendable () -> Void)] = []
         var nextID: UInt64 = 0
+
+        /// `ticket` has just been given a place: a background holder that can yield is listed
+        /// in the same step, so a waited-on request that comes next finds it.
+        mutating func listYielder(_ ticket: UInt64, priority: Priority, promotion: Promotion?, onYield: (@Sendable () -> Void)?) {
+            if priority == .background, promotion?.isPromoted != true, let onYield { yielders.append((ticket, promotion, onYield)) }
+        }
     }
 
     private let state = Mutex(State())
@@ -91,47 +98,46 @@ public final class ConnectionLimiter: Sendable {
     /// still releases its place as usual when it stops.
     public func acquire(priority: Priority, onYield: (@Sendable () -> Void)?) async throws -> UInt64 {
         let promotion = priority == .background ? Self.promotion : nil
-        let (ticket, placed, yield) = state.withLock { state -> (UInt64, Bool, (@Sendable () -> Void)?) in
+        let (ticket, placed) = state.withLock { state -> (UInt64, Bool) in
             let ticket = state.nextID
             state.nextID += 1
-            if state.holders < limit {
-                state.holders += 1
-                return (ticket, true, nil)
-            }
-            // Each waited-on waiter asks one background holder; the newest has the least to
-            // lose. One a client has come to wait on meanwhile keeps its place.
-            guard priority == .waited else { return (ticket, false, nil) }
-            while let yielder = state.yielders.popLast() {
-                if yielder.promotion?.isPromoted == true { continue }
-                return (ticket, false, yielder.yield)
-            }
-            return (ticket, false, nil)
+            guard state.holders < limit else { return (ticket, false) }
+            state.holders += 1
+            state.listYielder(ticket, priority: priority, promotion: promotion, onYield: onYield)
+            return (ticket, true)
         }
-        yield?()
-        if !placed {
-            try await withTaskCancellationHandler {
-                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
-                    let resume = state.withLock { state -> Result<Void, Error>? in
-                        // Checked under the lock that `cancelWaiter` takes: a cancellation is
-                        // either seen here or finds the waiter queued.
-                        if Task.isCancelled { return .failure(CancellationError()) }
-                        // A place came free since the look above (a holder asked to yield
-                        // released it meanwhile).
-                        if state.holders < limit {
-                            state.holders += 1
-                            return .success(())
-                        }
-                        state.waiters.append(Waiter(id: ticket, priority: priority, promotion: promotion, continuation: continuation))
-                        return nil
+        if placed { return ticket }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+                let (resume, yield) = state.withLock { state -> (Result<Void, Error>?, (@Sendable () -> Void)?) in
+                    // Checked under the lock that `cancelWaiter` takes: a cancellation is
+                    // either seen here or finds the waiter queued.
+                    if Task.isCancelled { return (.failure(CancellationError()), nil) }
+                    // A place came free since the look above.
+                    if state.holders < limit {
+                        state.holders += 1
+                        state.listYielder(ticket, priority: priority, promotion: promotion, onYield: onYield)
+                        return (.success(()), nil)
                     }
-                    if let resume { continuation.resume(with: resume) }
+                    // Queued before any holder is asked to yield: the place given up comes to
+                    // the first waiter (this one, or another waited-on one), never to the
+                    // yielding fetch asking again.
+                    state.waiters.append(
+                        Waiter(id: ticket, priority: priority, promotion: promotion, onYield: onYield, continuation: continuation))
+                    // Each waited-on waiter asks one background holder; the newest has the least
+                    // to lose. One a client has come to wait on meanwhile keeps its place.
+                    guard priority == .waited else { return (nil, nil) }
+                    while let yielder = state.yielders.popLast() {
+                        if yielder.promotion?.isPromoted == true { continue }
+                        return (nil, yielder.yield)
+                    }
+                    return (nil, nil)
                 }
-            } onCancel: {
-                cancelWaiter(ticket)
+                if let resume { continuation.resume(with: resume) }
+                yield?()
             }
-        }
-        if priority == .background, promotion?.isPromoted != true, let onYield {
-            state.withLock { $0.yielders.append((ticket, promotion, onYield)) }
+        } onCancel: {
+            cancelWaiter(ticket)
         }
         return ticket
     }
@@ -144,7 +150,9 @@ public final class ConnectionLimiter: Sendable {
                 return nil
             }
             let index = state.waiters.firstIndex { $0.priority == .waited || $0.promotion?.isPromoted == true } ?? 0
-            return state.waiters.remove(at: index).continuation
+            let waiter = state.waiters.remove(at: index)
+            state.listYielder(waiter.id, priority: waiter.priority, promotion: waiter.promotion, onYield: waiter.onYield)
+            return waiter.continuation
         }
         next?.resume()
     }
