@@ -300,6 +300,43 @@ struct ConnectionPriorityTests {
         #expect(limiter.inUse == 0)
     }
 
+    @Test("A yielder entry that holds the last reference to a fetch is dropped outside the lock: the fetch's end gives its place back")
+    func yielderDroppedOutsideTheLock() async throws {
+        let limiter = ConnectionLimiter(limit: 1)
+        let promotion = ConnectionLimiter.Promotion()
+        try await ReleasesWhenGone.hold(limiter, promotion: promotion)
+        promotion.promote()
+        // The waited-on request takes the promoted entry off (it is not asked) and drops it:
+        // the fetch goes, and its place comes to the request (under the lock, a recursive
+        // lock: a trap).
+        try await limiter.acquire()
+        #expect(limiter.inUse == 1)
+        limiter.release()
+        #expect(limiter.inUse == 0)
+    }
+
+    final class ReleasesWhenGone: Sendable {
+        let limiter: ConnectionLimiter
+        let ticket = Mutex<UInt64?>(nil)
+        let yields = Mutex(0)
+
+        init(_ limiter: ConnectionLimiter) { self.limiter = limiter }
+
+        /// A place held by a fetch whose response was dropped: only its yield action (the
+        /// yielder entry) keeps it once this returns, and its end releases the place.
+        static func hold(_ limiter: ConnectionLimiter, promotion: ConnectionLimiter.Promotion) async throws {
+            let fetch = ReleasesWhenGone(limiter)
+            let ticket = try await ConnectionLimiter.$promotion.withValue(promotion) {
+                try await limiter.acquire(priority: .background, onYield: { [fetch] in fetch.yields.withLock { $0 += 1 } })
+            }
+            fetch.ticket.withLock { $0 = ticket }
+        }
+
+        deinit {
+            if let ticket = ticket.withLock({ $0 }) { limiter.release(ticket: ticket) }
+        }
+    }
+
     @Test("A background fetch a client comes to wait on is promoted: not asked to yield, and let in with the waited-on requests")
     func promoted() async throws {
         let limiter = ConnectionLimiter(limit: 1)

@@ -65,17 +65,35 @@ public final class ConnectionLimiter: Sendable {
         let continuation: CheckedContinuation<Void, Error>
     }
 
+    /// A background holder that can be asked to give its place up. An entry may hold the last
+    /// reference to its fetch (through `yield`), whose end gives a place back here: entries are
+    /// dropped only after the lock is let go.
+    private typealias Yielder = (ticket: UInt64, promotion: Promotion?, yield: @Sendable () -> Void)
+
     private struct State {
         var holders = 0
         var waiters: [Waiter] = []
         /// Background holders that can be asked to give their place up, oldest first.
-        var yielders: [(ticket: UInt64, promotion: Promotion?, yield: @Sendable () -> Void)] = []
+        var yielders: [Yielder] = []
         var nextID: UInt64 = 0
 
         /// `ticket` has just been given a place: a background holder that can yield is listed
         /// in the same step, so a waited-on request that comes next finds it.
         mutating func listYielder(_ ticket: UInt64, priority: Priority, promotion: Promotion?, onYield: (@Sendable () -> Void)?) {
             if priority == .background, promotion?.isPromoted != true, let onYield { yielders.append((ticket, promotion, onYield)) }
+        }
+
+        /// A place given back: to the first waiter of the highest priority (returned, for the
+        /// caller to resume once the lock is let go), else freed.
+        mutating func giveBack() -> CheckedContinuation<Void, Error>? {
+            guard !waiters.isEmpty else {
+                holders -= 1
+                return nil
+            }
+            let index = waiters.firstIndex { $0.priority == .waited || $0.promotion?.isPromoted == true } ?? 0
+            let waiter = waiters.remove(at: index)
+            listYielder(waiter.id, priority: waiter.priority, promotion: waiter.promotion, onYield: waiter.onYield)
+            return waiter.continuation
         }
     }
 
@@ -109,15 +127,16 @@ public final class ConnectionLimiter: Sendable {
         if placed { return ticket }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
-                let (resume, yield) = state.withLock { state -> (Result<Void, Error>?, (@Sendable () -> Void)?) in
+                // Entries taken off the list come out of the lock to be dropped (`Yielder`).
+                let (resume, yield, _) = state.withLock { state -> (Result<Void, Error>?, Yielder?, [Yielder]) in
                     // Checked under the lock that `cancelWaiter` takes: a cancellation is
                     // either seen here or finds the waiter queued.
-                    if Task.isCancelled { return (.failure(CancellationError()), nil) }
+                    if Task.isCancelled { return (.failure(CancellationError()), nil, []) }
                     // A place came free since the look above.
                     if state.holders < limit {
                         state.holders += 1
                         state.listYielder(ticket, priority: priority, promotion: promotion, onYield: onYield)
-                        return (.success(()), nil)
+                        return (.success(()), nil, [])
                     }
                     // Queued before any holder is asked to yield: the place given up comes to
                     // the first waiter (this one, or another waited-on one), never to the
@@ -125,16 +144,21 @@ public final class ConnectionLimiter: Sendable {
                     state.waiters.append(
                         Waiter(id: ticket, priority: priority, promotion: promotion, onYield: onYield, continuation: continuation))
                     // Each waited-on waiter asks one background holder; the newest has the least
-                    // to lose. One a client has come to wait on meanwhile keeps its place.
-                    guard priority == .waited else { return (nil, nil) }
+                    // to lose. One a client has come to wait on meanwhile keeps its place (and
+                    // is no longer listed).
+                    guard priority == .waited else { return (nil, nil, []) }
+                    var promoted: [Yielder] = []
                     while let yielder = state.yielders.popLast() {
-                        if yielder.promotion?.isPromoted == true { continue }
-                        return (nil, yielder.yield)
+                        if yielder.promotion?.isPromoted == true {
+                            promoted.append(yielder)
+                            continue
+                        }
+                        return (nil, yielder, promoted)
                     }
-                    return (nil, nil)
+                    return (nil, nil, promoted)
                 }
                 if let resume { continuation.resume(with: resume) }
-                yield?()
+                yield?.yield()
             }
         } onCancel: {
             cancelWaiter(ticket)
@@ -144,23 +168,23 @@ public final class ConnectionLimiter: Sendable {
 
     /// Gives the place to the first waiter of the highest priority, or frees it.
     public func release() {
-        let next = state.withLock { state -> CheckedContinuation<Void, Error>? in
-            guard !state.waiters.isEmpty else {
-                state.holders -= 1
-                return nil
-            }
-            let index = state.waiters.firstIndex { $0.priority == .waited || $0.promotion?.isPromoted == true } ?? 0
-            let waiter = state.waiters.remove(at: index)
-            state.listYielder(waiter.id, priority: waiter.priority, promotion: waiter.promotion, onYield: waiter.onYield)
-            return waiter.continuation
-        }
-        next?.resume()
+        state.withLock { $0.giveBack() }?.resume()
     }
 
-    /// Gives back the place of `ticket` (from ``acquire(priority:onYield:)``).
+    /// Gives back the place of `ticket` (from ``acquire(priority:onYield:)``): in one step with
+    /// taking it off the yielders, so no waiter asks another holder to yield meanwhile.
     public func release(ticket: UInt64) {
-        state.withLock { state in state.yielders.removeAll { $0.ticket == ticket } }
-        release()
+        // The entry taken off comes out of the lock to be dropped (`Yielder`).
+        let (next, _) = state.withLock { state -> (CheckedContinuation<Void, Error>?, [Yielder]) in
+            var dropped: [Yielder] = []
+            state.yielders.removeAll { yielder in
+                guard yielder.ticket == ticket else { return false }
+                dropped.append(yielder)
+                return true
+            }
+            return (state.giveBack(), dropped)
+        }
+        next?.resume()
     }
 
     /// A waiter's task was cancelled: it leaves the queue with `CancellationError`. (One not
