@@ -335,7 +335,8 @@ package actor HTTPExchange {
                             + (received.isEmpty ? "without answering" : "in the middle of the response head"))
                     throw received.isEmpty ? NoAnswer(error: closed) : closed
                 }
-                received += more
+                // The first read is taken as it is, not copied into an empty array.
+                if received.isEmpty { received = more } else { received += more }
             case .invalid(let reason):
                 throw SparseCacheError(.origin, operation: "fetch", path: name, detail: "malformed response: \(reason)")
             case .response(let head, let consumed):

@@ -39,7 +39,18 @@ enum HTTPResponseParser {
     /// are looked at, so a caller may pass everything it has received.
     static func parse(_ bytes: some Collection<UInt8>, limits: Limits = Limits()) -> Result {
         // Nothing past the limit can belong to an acceptable head.
-        let window = Array(bytes.prefix(limits.head))
+        parse(window: Array(bytes.prefix(limits.head))[...], limits: limits)
+    }
+
+    /// ``parse(_:limits:)`` of the bytes an origin client has received, looked at where they
+    /// are: no copy of the head, nor of the body bytes that came with it.
+    static func parse(_ bytes: [UInt8], limits: Limits = Limits()) -> Result {
+        parse(window: bytes[..<min(bytes.count, limits.head)], limits: limits)
+    }
+
+    /// The parse of `window`, the bytes from the start of the response (its indices start at
+    /// 0) up to the head's size limit.
+    private static func parse(window: ArraySlice<UInt8>, limits: Limits) -> Result {
         var start = 0
         var statusLine: ArraySlice<UInt8>?
         var fieldLines: [ArraySlice<UInt8>] = []
