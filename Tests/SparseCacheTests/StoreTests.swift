@@ -60,8 +60,8 @@ struct StoreTests {
         var regressions = 0
         for _ in 0..<200 {
             let before = try #require(await store.entry(for: "a")).lastAccess
-            // The refresh suspends three times (the resource's actor twice, the I/O queue once);
-            // the touch runs on the store while it does.
+            // The refresh suspends on the resource's actor (and on the I/O queue when this
+            // open changed the file); the touch runs on the store while it does.
             let refresh = Task { await store.refresh(key: "a", from: handle.file) }
             await Task.yield()
             await store.touch("a")
@@ -70,6 +70,35 @@ struct StoreTests {
         }
         #expect(regressions == 0, "the last access went back \(regressions) times in 200")
         try await handle.release()
+        try await store.close()
+    }
+
+    @Test("a close measures the blocks on disk after an open that changed the file, and keeps the measure after one that only read")
+    func closeMeasuresChangedFiles() async throws {
+        let directory = try TemporaryDirectory("store-measure")
+        defer { directory.remove() }
+        let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 1 << 30))
+        let length: Int64 = 64 << 10
+        let first = try await store.open(key: "k", length: length)
+        try await first.write(keyedBytes("k", 0..<(length / 2)), at: 0)
+        try await first.file.commit()
+        try await first.release()
+        let name = try #require(await store.entry(for: "k")).name
+        let onDisk = { try SparseStore.allocatedBytes(directory.path + "/resources/" + name) }
+        // The writes' running count knows the data's blocks, not the index's: only the
+        // measure at close gets the whole right.
+        let written = try #require(await store.entry(for: "k")).allocatedBytes
+        #expect(written == (try onDisk()), "measured at the close after the writes")
+        try await access(store, key: "k", length: length)
+        #expect(try #require(await store.entry(for: "k")).allocatedBytes == written, "a read-only open keeps the measure")
+        #expect(written == (try onDisk()))
+        let second = try await store.open(key: "k", length: length)
+        try await second.write(keyedBytes("k", (length / 2)..<length), at: length / 2)
+        try await second.file.commit()
+        try await second.release()
+        let grown = try #require(await store.entry(for: "k")).allocatedBytes
+        #expect(grown == (try onDisk()) && grown > written, "measured again after more writes")
+        await expectRunningTotalMatches(store, "running total")
         try await store.close()
     }
 

@@ -33,6 +33,16 @@ extension SparseFile {
     /// Present bytes in total.
     public var presentBytes: Int64 { committed.presentBytes }
 
+    /// The length and present bytes, and whether this open has left the files on disk as it
+    /// found them: nothing written, discarded or set since, and an open that created, reclaimed
+    /// and healed nothing. A caller that measured the files' blocks before this open knows them
+    /// still (a resource only read: the store's close then skips measuring them).
+    public var sizes: (length: Int64?, presentBytes: Int64, leftUnchanged: Bool) {
+        let unchanged = changeCounter == 0 && !recovery.created && recovery.reclaimedBytes == 0 && recovery.corrected.isEmpty
+            && !recovery.metDamage
+        return (currentLength, committed.presentBytes, unchanged)
+    }
+
     /// Present bytes as a fraction of the length (0 while the length is unknown; 1 when empty).
     public var fractionPresent: Double {
         guard let length = committed.length else { return 0 }

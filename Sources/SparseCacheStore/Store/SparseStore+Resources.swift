@@ -151,12 +151,15 @@ extension SparseStore {
     }
 
     /// Updates an entry's sizes from its file (present bytes) and the disk (allocated bytes).
+    /// The disk is not asked when this open of the file changed nothing on it: the entry's
+    /// allocated bytes were measured when the store opened or the file last closed, and only
+    /// an open's own writes, discards or recovery change them (the cache directory is this
+    /// store's alone).
     func refresh(key: String, from file: SparseFile) async {
         guard let name = entries[key]?.name else { return }
-        let length = await file.length
-        let presentBytes = await file.presentBytes
+        let (length, presentBytes, leftUnchanged) = await file.sizes
         let path = resourcesDirectory + "/" + name
-        let measured = try? await io.run({ try Self.allocatedBytes(path) })
+        let measured = leftUnchanged ? nil : try? await io.run({ try Self.allocatedBytes(path) })
         // Re-read after the awaits: a touch, a pin or a write may have changed the entry (or the
         // resource been removed and made anew) meanwhile. Writing back the copy read before them
         // undid pins, moved the resource back in LRU order and made the byte count drift.
