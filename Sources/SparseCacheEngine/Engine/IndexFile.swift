@@ -12,6 +12,8 @@ final class IndexFile: @unchecked Sendable {
     var path: String { pendingName ?? fd.path }
     /// The name a new index takes once synced (``publish()``); nil once it has it.
     private var pendingName: String?
+    /// Whether the index has its own name (``publish()`` has nothing to do).
+    var isNamed: Bool { pendingName == nil }
     private(set) var superblock: Superblock
     /// Where the next journal record goes.
     private(set) var journalEnd: Int64

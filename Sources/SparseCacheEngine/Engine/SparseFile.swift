@@ -383,7 +383,9 @@ public actor SparseFile {
     public func close() async throws {
         if let closeTask { return try await closeTask.value }
         if lifecycle == .closed { return }
-        let task = Task { try await self.closeNow() }
+        // On the caller's event loop when it has one (a proxy's request): no pool thread wakes
+        // up for the close.
+        let task = Task(executorPreference: LoopExecutor.current) { try await self.closeNow() }
         closeTask = task
         try await task.value
     }
@@ -415,7 +417,7 @@ public actor SparseFile {
         reader.close()
         let dataFile = self.dataFile
         let index = self.index
-        if mode == .readWrite, failure == nil, commitError == nil {
+        if mode == .readWrite, failure == nil, commitError == nil, !index.isNamed {
             // A new index no commit went through takes its name now (synced first): the next
             // open finds the resource, empty. A poisoned one is left under its temporary name
             // (removed with the resource, or by the store's next start).
