@@ -457,7 +457,9 @@ extension ProgressiveCache {
         resource.info = nil
         resource.outcomes.removeAll()
         let id = takeID()
-        releases[id] = Task {
+        // On the request's loop when there is one (a resource closed beyond the kept-open
+        // bound, at a request): the close's hops wake no pool thread.
+        releases[id] = onLoop {
             await self.release(handle)
             if movesToSmall { await self.moveToSmall(key: key, maximum: threshold) }
             self.releases[id] = nil
