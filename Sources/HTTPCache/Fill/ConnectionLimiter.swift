@@ -83,6 +83,34 @@ public final class ConnectionLimiter: Sendable {
             if priority == .background, promotion?.isPromoted != true, let onYield { yielders.append((ticket, promotion, onYield)) }
         }
 
+        /// `waiter` found every place taken (or one came free since it looked). Returns how to
+        /// resume it now (nil: it is queued), the background holder it asks to yield, and the
+        /// entries taken off the list on the way (for the caller to drop after the lock).
+        mutating func register(_ waiter: Waiter, limit: Int) -> (resume: Result<Void, Error>?, ask: Yielder?, dropped: [Yielder]) {
+            // Checked under the lock that `cancelWaiter` takes: a cancellation is either seen
+            // here or finds the waiter queued.
+            if Task.isCancelled { return (.failure(CancellationError()), nil, []) }
+            if holders < limit {
+                holders += 1
+                listYielder(waiter.id, priority: waiter.priority, promotion: waiter.promotion, onYield: waiter.onYield)
+                return (.success(()), nil, [])
+            }
+            // Queued before any holder is asked to yield: the place given up comes to the first
+            // waiter (this one, or another waited-on one), never to the yielding fetch asking
+            // again.
+            waiters.append(waiter)
+            // Each waited-on waiter asks one background holder; the newest has the least to
+            // lose. One a client has come to wait on meanwhile keeps its place (and is no longer
+            // listed).
+            guard waiter.priority == .waited else { return (nil, nil, []) }
+            var promoted: [Yielder] = []
+            while let yielder = yielders.popLast() {
+                guard yielder.promotion?.isPromoted == true else { return (nil, yielder, promoted) }
+                promoted.append(yielder)
+            }
+            return (nil, nil, promoted)
+        }
+
         /// A place given back: to the first waiter of the highest priority (returned, for the
         /// caller to resume once the lock is let go), else freed.
         mutating func giveBack() -> CheckedContinuation<Void, Error>? {
@@ -127,38 +155,11 @@ public final class ConnectionLimiter: Sendable {
         if placed { return ticket }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
-                // Entries taken off the list come out of the lock to be dropped (`Yielder`).
-                let (resume, yield, _) = state.withLock { state -> (Result<Void, Error>?, Yielder?, [Yielder]) in
-                    // Checked under the lock that `cancelWaiter` takes: a cancellation is
-                    // either seen here or finds the waiter queued.
-                    if Task.isCancelled { return (.failure(CancellationError()), nil, []) }
-                    // A place came free since the look above.
-                    if state.holders < limit {
-                        state.holders += 1
-                        state.listYielder(ticket, priority: priority, promotion: promotion, onYield: onYield)
-                        return (.success(()), nil, [])
-                    }
-                    // Queued before any holder is asked to yield: the place given up comes to
-                    // the first waiter (this one, or another waited-on one), never to the
-                    // yielding fetch asking again.
-                    state.waiters.append(
-                        Waiter(id: ticket, priority: priority, promotion: promotion, onYield: onYield, continuation: continuation))
-                    // Each waited-on waiter asks one background holder; the newest has the least
-                    // to lose. One a client has come to wait on meanwhile keeps its place (and
-                    // is no longer listed).
-                    guard priority == .waited else { return (nil, nil, []) }
-                    var promoted: [Yielder] = []
-                    while let yielder = state.yielders.popLast() {
-                        if yielder.promotion?.isPromoted == true {
-                            promoted.append(yielder)
-                            continue
-                        }
-                        return (nil, yielder, promoted)
-                    }
-                    return (nil, nil, promoted)
-                }
+                let waiter = Waiter(id: ticket, priority: priority, promotion: promotion, onYield: onYield, continuation: continuation)
+                // The entries taken off the list come out of the lock to be dropped (`Yielder`).
+                let (resume, ask, _) = state.withLock { $0.register(waiter, limit: limit) }
                 if let resume { continuation.resume(with: resume) }
-                yield?.yield()
+                ask?.yield()
             }
         } onCancel: {
             cancelWaiter(ticket)
