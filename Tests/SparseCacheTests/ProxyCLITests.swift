@@ -21,7 +21,15 @@ struct ProxyCLITests {
         var arguments = ["serve", "--cache-dir", cacheDir, "--listen", "127.0.0.1:\(port)"] + extra
         if let origin { arguments += ["--origin", origin.absoluteString] }
         let running = try await CLI.start(arguments)
-        try await Loopback.waitUntilListening(port: port, process: running.process)
+        do {
+            try await Loopback.waitUntilListening(port: port, process: running.process)
+        } catch {
+            // What the server wrote names the problem; the status alone did not (a start that
+            // failed once in a full run with 74, "cannot listen or I/O error").
+            running.kill()
+            let said = (try? await running.finish()).map { String(decoding: $0.stderr, as: UTF8.self) } ?? "(not read)"
+            throw CLIFailure("\(error); the server's standard error: \(said)")
+        }
         return (running, "http://127.0.0.1:\(port)")
     }
 
