@@ -530,8 +530,9 @@ extension ProgressiveCache {
             }
         }
         guard let handle = resource.handle else { return }
-        let metadata = await handle.file.metadata
-        guard let length = await handle.file.length else {
+        // One call to the file's actor for both (every reopen asks).
+        let (length, metadata) = await handle.file.lengthAndMetadata
+        guard let length else {
             let given = early
             early = nil
             try await firstContact(resource, source: source, handle: handle, first: first, early: given)

@@ -6,6 +6,9 @@ extension SparseFile {
     /// The metadata, including changes not yet committed.
     public var metadata: ResourceMetadata { pendingChange.metadata ?? committingChange?.metadata ?? committed.metadata }
 
+    /// ``length`` and ``metadata`` in one call.
+    public var lengthAndMetadata: (length: Int64?, metadata: ResourceMetadata) { (currentLength, metadata) }
+
     /// Replaces the metadata; it is committed atomically with the next commit.
     ///
     /// - Throws: `.invalidArgument` when it encodes to more than 64 KiB.
