@@ -132,22 +132,24 @@ struct RequestBodyTests {
     func concurrentInvalidation() async throws {
         let rig = try await ScriptedProxy()
         try rig.script("busy", [("Cache-Control", "max-age=600"), ("ETag", "\"b\"")], body: String(repeating: "b", count: 100_000))
-        let statuses = try await withThrowingTaskGroup(of: [Int].self) { group in
+        let answers = try await withThrowingTaskGroup(of: [CurlResult].self) { group in
             for client in 0..<12 {
                 group.addTask {
-                    var seen: [Int] = []
+                    var seen: [CurlResult] = []
                     for _ in 0..<5 {
                         let arguments = client % 3 == 0 ? [] : ["--data-binary", "post from \(client)"]
-                        seen.append(try await rig.get("busy", arguments).status)
+                        seen.append(try await rig.get("busy", arguments))
                     }
                     return seen
                 }
             }
-            var all: [Int] = []
+            var all: [CurlResult] = []
             for try await seen in group { all += seen }
             return all
         }
-        #expect(statuses.count == 60 && statuses.allSatisfy { $0 == 200 }, "\(statuses)")
+        // A failed one says why (curl's exit status and message).
+        let failed = answers.filter { $0.status != 200 }.map { "\($0.status): curl exit \($0.exitCode), \($0.stderr)" }
+        #expect(answers.count == 60 && failed.isEmpty, "\(failed)")
         await rig.stop()
     }
 
