@@ -23,6 +23,9 @@ extension SparseStore {
             _ = try await pending.value
             return
         }
+        // Within the budget, with no free-space floor to check, a pass has nothing to do: none
+        // is queued (a task and its wake-ups on every close of a cache that churns).
+        guard isOverBudget || options.minimumFreeSpace != nil else { return }
         let task = queuePass(target: budget, useWindow: true)
         pendingEnforcement = task
         _ = try await task.value

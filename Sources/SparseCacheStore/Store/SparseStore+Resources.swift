@@ -127,9 +127,6 @@ extension SparseStore {
     /// Called by the last handle's release: commits and closes the file and measures it.
     func release(key: String) async throws {
         guard try await closeIfLastLease(key: key) else { return }
-        // Within the budget and with no free-space floor to check there is nothing to evict:
-        // no pass is queued (a task and its wake-ups on every close of a cache that churns).
-        guard allocatedBytes > budget || options.minimumFreeSpace != nil || pendingEnforcement != nil else { return }
         // Outside the key's lock: the pass may pick this very key as its victim.
         try await enforceBudget()
     }
