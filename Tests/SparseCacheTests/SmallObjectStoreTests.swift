@@ -72,6 +72,36 @@ struct SmallObjectStoreTests {
         await store.close()
     }
 
+    @Test("group commit under a steady trickle: every batch waits for the delay, not only the first")
+    func groupCommitTrickle() async throws {
+        // A put every 200 µs or so (faster than a sync), none waiting for another: misses one
+        // after another. Each batch is written a delay after its first record, so a batch
+        // holds what arrived in that delay. (Before: only the first batch waited, and every
+        // record that arrived while a batch synced made the next batch at once, one each.)
+        let directory = try TemporaryDirectory("smallobj-trickle")
+        var options = SmallObjectOptions()
+        options.groupCommitDelay = .milliseconds(25)
+        let store = try await SmallObjectStore.open(directory: directory.path, options: options)
+        let puts = 300
+        let clock = ContinuousClock()
+        let started = clock.now
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<puts {
+                group.addTask { try await store.put(key: "t\(index)", metadata: Self.metadata("t\(index)"), body: Self.body("t\(index)")) }
+                try await Task.sleep(for: .microseconds(200))
+            }
+            try await group.waitForAll()
+        }
+        let elapsed = clock.now - started
+        let batches = await store.batches
+        // The bound follows from the time the puts took here, whatever the machine's speed:
+        // at most one batch per delay, plus the one that starts at the last put.
+        let bound = Int(elapsed / options.groupCommitDelay) + 2
+        #expect(batches <= bound, "\(puts) puts over \(elapsed) took \(batches) batches (at most \(bound) expected)")
+        #expect(await store.count == puts)
+        await store.close()
+    }
+
     @Test("a torn tail is cut on open and appends go on after it")
     func tornTail() async throws {
         let seed = testSeed(2101)

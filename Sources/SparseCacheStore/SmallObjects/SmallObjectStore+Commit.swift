@@ -1,7 +1,8 @@
 import SparseCacheEngine
 
-/// Group commit: records wait in `pending` for ``SmallObjectOptions/groupCommitDelay`` (and
-/// while the batch before them syncs), then one pwrite and one fdatasync make the whole batch
+/// Group commit: a batch is written ``SmallObjectOptions/groupCommitDelay`` after its first
+/// record was queued (or once the batch before it is synced, when that takes longer), so the
+/// records queued meanwhile share it; then one pwrite and one fdatasync make the whole batch
 /// durable, and only then does the index name its records and do their callers return.
 extension SmallObjectStore {
     /// Queues `record` and waits until its batch is durable (or failed).
@@ -10,7 +11,7 @@ extension SmallObjectStore {
         unsettled[record.key, default: 0] += 1
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
             record.continuation = continuation
-            pending.append(record)
+            queue(record)
             startFlushing()
         }
     }
@@ -20,23 +21,35 @@ extension SmallObjectStore {
         guard let last = records.last else { return }
         for record in records.dropLast() {
             unsettled[record.key, default: 0] += 1
-            pending.append(record)
+            queue(record)
         }
         // No suspension between the appends above and this one: they are in one batch.
         try await append(last)
+    }
+
+    private func queue(_ record: PendingRecord) {
+        if pending.isEmpty { pendingSince = .now }
+        pending.append(record)
     }
 
     private func startFlushing() {
         guard flushing == nil else { return }
         let delay = options.groupCommitDelay
         flushing = Task(executorPreference: LoopExecutor.current) {
-            await self.flushAll(after: delay)
+            await self.flushAll(delay: delay)
         }
     }
 
-    private func flushAll(after delay: Duration) async {
-        if delay > .zero { try? await Task.sleep(for: delay) }
-        while !pending.isEmpty { await flush() }
+    /// Writes batches until nothing is pending, each `delay` after its first record arrived.
+    /// Every batch waits, not only the first: under a steady trickle of puts (a client's
+    /// misses one after another) the records that arrive while a batch syncs would otherwise
+    /// make the next batch at once, one record and one fdatasync each.
+    private func flushAll(delay: Duration) async {
+        while let since = pendingSince {
+            let wait = since + delay - .now
+            if wait > .zero { try? await Task.sleep(for: wait) }
+            await flush()
+        }
         flushing = nil
     }
 
@@ -44,6 +57,7 @@ extension SmallObjectStore {
     func flush() async {
         let batch = pending
         pending.removeAll()
+        pendingSince = nil
         guard !batch.isEmpty else { return }
         do {
             let placed = try await write(batch)

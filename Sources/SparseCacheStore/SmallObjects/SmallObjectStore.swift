@@ -81,6 +81,9 @@ public actor SmallObjectStore {
     var sealActive = false
     var nextSequence: UInt64
     var pending: [PendingRecord] = []
+    /// When the first of `pending` was queued: its batch is written
+    /// ``SmallObjectOptions/groupCommitDelay`` after it.
+    var pendingSince: ContinuousClock.Instant?
     /// Keys with records queued or being written: a removal of one writes its tombstone even
     /// though the index does not name the key yet.
     var unsettled: [String: Int] = [:]
