@@ -14,34 +14,60 @@ extension CachingProxy {
     /// nothing more specific, the URL's extension (nginx and S3 often serve `.m3u8` as
     /// `application/octet-stream` or `text/plain`).
     static func playlistKind(contentType: String?, path: String) -> PlaylistKind? {
-        // On bytes, not Foundation's trimming and lowercasing: every cached answer asks (twice).
-        let type = mediaType(contentType ?? "")
-        if hlsTypes.contains(type) { return .hls }
-        if type == "application/dash+xml" { return .dash }
-        guard genericTypes.contains(type) else { return nil }
-        if hasSuffixIgnoringCase(path, ".m3u8") || hasSuffixIgnoringCase(path, ".m3u") { return .hls }
-        if hasSuffixIgnoringCase(path, ".mpd") { return .dash }
-        return nil
+        // On the bytes in place: every cached answer asks (twice), and a hit is a few tens of
+        // microseconds. No trimmed copy, no set lookup that hashes it, no generic string views.
+        var contentType = contentType ?? ""
+        var path = path
+        return contentType.withUTF8 { value in
+            let type = mediaTypeRange(value)
+            for candidate in hlsTypes where equalsIgnoringCase(value, type, candidate) { return .hls }
+            if equalsIgnoringCase(value, type, "application/dash+xml") { return .dash }
+            guard genericTypes.contains(where: { equalsIgnoringCase(value, type, $0) }) else { return nil }
+            return path.withUTF8 { name in
+                if hasSuffixIgnoringCase(name, ".m3u8") || hasSuffixIgnoringCase(name, ".m3u") { return .hls }
+                return hasSuffixIgnoringCase(name, ".mpd") ? .dash : nil
+            }
+        }
     }
 
-    private static let hlsTypes: Set<String> = ["application/vnd.apple.mpegurl", "application/x-mpegurl", "audio/mpegurl", "audio/x-mpegurl"]
+    private static let hlsTypes: [StaticString] = ["application/vnd.apple.mpegurl", "application/x-mpegurl", "audio/mpegurl", "audio/x-mpegurl"]
     /// Types a server gives a playlist it does not know as one: then the name decides.
-    private static let genericTypes: Set<String> = [
-        "", "application/octet-stream", "text/plain", "binary/octet-stream", "application/xml", "text/xml",
+    private static let genericTypes: [StaticString] = [
+        "application/octet-stream", "", "text/plain", "binary/octet-stream", "application/xml", "text/xml",
     ]
 
     /// The media type of a `Content-Type` value: before any `;`, without surrounding spaces
     /// and tabs, in ASCII lower case.
     static func mediaType(_ value: String) -> String {
-        var bytes = value.utf8.prefix { $0 != UInt8(ascii: ";") }.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
-        while let last = bytes.last, last == 0x20 || last == 0x09 { bytes.removeLast() }
-        let start = bytes.firstIndex { $0 != 0x20 && $0 != 0x09 } ?? bytes.endIndex
-        return String(decoding: bytes[start...], as: UTF8.self)
+        var value = value
+        return value.withUTF8 { bytes in String(decoding: bytes[mediaTypeRange(bytes)].map(lowercased), as: UTF8.self) }
     }
 
-    private static func hasSuffixIgnoringCase(_ text: String, _ suffix: String) -> Bool {
-        let tail = text.utf8.suffix(suffix.utf8.count)
-        return tail.count == suffix.utf8.count && zip(tail, suffix.utf8).allSatisfy { ($0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0) == $1 }
+    /// Where the media type lies in a `Content-Type` value (see ``mediaType(_:)``).
+    private static func mediaTypeRange(_ value: UnsafeBufferPointer<UInt8>) -> Range<Int> {
+        var end = value.firstIndex(of: UInt8(ascii: ";")) ?? value.count
+        var start = 0
+        while start < end, value[start] == 0x20 || value[start] == 0x09 { start += 1 }
+        while end > start, value[end - 1] == 0x20 || value[end - 1] == 0x09 { end -= 1 }
+        return start..<end
+    }
+
+    private static func lowercased(_ byte: UInt8) -> UInt8 { byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte }
+
+    /// Whether `bytes[range]`, in ASCII lower case, are `lowercase`.
+    private static func equalsIgnoringCase(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, _ lowercase: StaticString) -> Bool {
+        guard range.count == lowercase.utf8CodeUnitCount else { return false }
+        let other = lowercase.utf8Start
+        var offset = 0
+        while offset < range.count {
+            if lowercased(bytes[range.lowerBound + offset]) != other[offset] { return false }
+            offset += 1
+        }
+        return true
+    }
+
+    private static func hasSuffixIgnoringCase(_ text: UnsafeBufferPointer<UInt8>, _ suffix: StaticString) -> Bool {
+        text.count >= suffix.utf8CodeUnitCount && equalsIgnoringCase(text, (text.count - suffix.utf8CodeUnitCount)..<text.count, suffix)
     }
 
     /// The stored playlist of this exchange, read whole, or nil when the response is not one
