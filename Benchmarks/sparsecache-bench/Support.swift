@@ -110,6 +110,25 @@ enum Probe {
         return kilobytes * 1024
     }
 
+    /// User plus system CPU seconds this process has used (getrusage, microseconds).
+    static func cpuSeconds() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+    }
+
+    /// User plus system CPU seconds process `pid` has used (utime and stime of
+    /// /proc/PID/stat, in clock ticks: 10 ms on Linux); nil when it cannot be read.
+    static func cpuSeconds(of pid: Int32) -> Double? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let end = stat.lastIndex(of: ")")
+        else { return nil }
+        // After the command name: state, ppid, ... ; utime and stime are the 12th and 13th.
+        let fields = stat[stat.index(after: end)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
     /// Bytes this process has passed to write-family syscalls (`wchar` of /proc/self/io).
     static func bytesWritten() -> Int64 {
         guard let io = try? String(contentsOfFile: "/proc/self/io", encoding: .utf8),
