@@ -191,8 +191,8 @@ struct PlaylistRewriteTests {
         #expect(CachingProxy.playlistKind(contentType: nil, path: "/a.MPD") == .dash)
         #expect(CachingProxy.playlistKind(contentType: nil, path: "/mpd") == nil, "a name that is only the extension's letters")
         #expect(CachingProxy.playlistKind(contentType: "application/dash+xml2", path: "/x.mpd") == nil)
-        #expect(CachingProxy.mediaType("  text/xml\t;q=1") == "text/xml")
-        #expect(CachingProxy.mediaType("\t ") == "")
+        #expect(CachingProxy.playlistKind(contentType: "  text/xml\t;q=1", path: "/a.mpd") == .dash, "a generic type, trimmed")
+        #expect(CachingProxy.playlistKind(contentType: "\t ", path: "/a.m3u8") == .hls, "only spaces and tabs: no type")
     }
 
     @Test("Routes of request targets are remembered, but never one of a target naming a URL (a playlist may make its origin known later)")

@@ -36,14 +36,8 @@ extension CachingProxy {
         "application/octet-stream", "", "text/plain", "binary/octet-stream", "application/xml", "text/xml",
     ]
 
-    /// The media type of a `Content-Type` value: before any `;`, without surrounding spaces
-    /// and tabs, in ASCII lower case.
-    static func mediaType(_ value: String) -> String {
-        var value = value
-        return value.withUTF8 { bytes in String(decoding: bytes[mediaTypeRange(bytes)].map(lowercased), as: UTF8.self) }
-    }
-
-    /// Where the media type lies in a `Content-Type` value (see ``mediaType(_:)``).
+    /// Where the media type lies in a `Content-Type` value: before any `;`, without
+    /// surrounding spaces and tabs.
     private static func mediaTypeRange(_ value: UnsafeBufferPointer<UInt8>) -> Range<Int> {
         var end = value.firstIndex(of: UInt8(ascii: ";")) ?? value.count
         var start = 0
