@@ -307,6 +307,69 @@ struct HTTPTransportTests {
         #expect(connections[6] != connections[5], "a body left unread must not be reused: \(connections)")
     }
 
+    @Test(
+        "a body that came with its head: the exchange is over at once (its connection pooled before the body is taken), the body is handed out once; bytes past the body, or a body still to come, are read as before"
+    )
+    func arrivedBody() async throws {
+        let body = Array("0123456789".utf8)
+        let head = Array("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n".utf8)
+        // Every request on a connection is answered with one send: head and body together.
+        let whole = try CannedOrigin { _, connection in
+            try await connection.send(head + body)
+            while let next = try? await connection.receive(maximum: 4096), !next.isEmpty { try await connection.send(head + body) }
+        }
+        defer { whole.stop() }
+        let pool = OriginConnectionPool()
+        let port = whole.listener.port
+        let request = Array("GET /a HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
+        func start(_ port: Int) async throws -> HTTPExchange {
+            try await HTTPExchange.start(
+                host: "127.0.0.1", port: port, request: request, name: "/a", timeout: .seconds(10),
+                resolver: { BlockingExecutor(label: "test.resolve") }, pool: pool)
+        }
+        let first = try await start(port)
+        #expect(first.arrivedBody == body)
+        #expect(pool.count("127.0.0.1:\(port)") == 1, "the connection is not back in the pool before the body was taken")
+        #expect(try await first.nextChunk() == body)
+        #expect(try await first.nextChunk() == nil)
+        let second = try await start(port)
+        #expect(second.arrivedBody == body)
+        #expect(whole.received.count == 1, "the second request did not reuse the pooled connection")
+
+        // Bytes past the body answer no request of ours: handed out the slow way, not pooled.
+        let extra = try CannedOrigin { _, connection in
+            try await connection.send(head + body + Array("EXTRA".utf8))
+            _ = try? await connection.receive(maximum: 1)
+        }
+        defer { extra.stop() }
+        let past = try await start(extra.listener.port)
+        #expect(past.arrivedBody == nil)
+        #expect(try await past.nextChunk() == body)
+        #expect(try await past.nextChunk() == nil)
+        #expect(pool.count("127.0.0.1:\(extra.listener.port)") == 0, "a connection with bytes past the body was pooled")
+
+        // A body still to come: streamed as it arrives, and `arrived` stays nil for the cache.
+        let later = try CannedOrigin { _, connection in
+            try await connection.send(head)
+            try await Task.sleep(for: .milliseconds(50))
+            try await connection.send(body)
+            _ = try? await connection.receive(maximum: 1)
+        }
+        defer { later.stop() }
+        let source = try HTTPRangeSource(
+            url: URL(string: "http://127.0.0.1:\(later.listener.port)/a")!, timeout: .seconds(10), limiter: nil, transport: .automatic,
+            pool: OriginConnectionPool())
+        let response = try await source.fetch(nil, validator: nil)
+        #expect(response.arrived == nil)
+        #expect(try await Self.body(response) == body)
+        let arrived = try await HTTPRangeSource(
+            url: URL(string: "http://127.0.0.1:\(port)/a")!, timeout: .seconds(10), limiter: nil, transport: .automatic,
+            pool: OriginConnectionPool()
+        ).fetch(nil, validator: nil)
+        #expect(arrived.arrived == body)
+        #expect(try await Self.body(arrived) == body, "the stream does not give the body that arrived with the head")
+    }
+
     @Test("200 concurrent range fetches share at most 6 kept-alive connections, and every byte is right")
     func keepAliveUnderLoad() async throws {
         let files = try TemporaryDirectory("transport-origin")

@@ -21,7 +21,7 @@ extension HTTPRangeSource {
             let head = exchange.head
             let times = clock.finished()
             var length: Int64?
-            switch head.framing {
+            switch exchange.bodyFraming {
             case .length(let count): length = count
             case .none: length = 0  // a 204 (RFC 9110 section 15.3.5): no content, known to be none
             case .chunked, .untilClose: break
@@ -57,7 +57,9 @@ extension HTTPRangeSource {
                     forwarding: forwarding, stored: stored)
                 exchange.onFinish(release)
                 let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
-                return RangeResponse(info: info, offset: offset, body: body, cancel: { exchange.cancel() }, isPartial: head.status == 206)
+                return RangeResponse(
+                    info: info, offset: offset, body: body, cancel: { exchange.cancel() }, isPartial: head.status == 206,
+                    arrived: exchange.arrivedBody)
             } catch {
                 exchange.cancel()
                 throw error

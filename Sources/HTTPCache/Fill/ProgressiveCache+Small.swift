@@ -123,21 +123,42 @@ extension ProgressiveCache {
             handOver(response, asked: asked, promotion: promotion, key: source.key)
             return nil
         }
+        let body: [UInt8]
+        if let arrived = response.arrived, arrived.count == Int(length) {
+            // It came with the head (most small answers do): nothing is left to read.
+            count { $0.bytesReceived += Int64(arrived.count) }
+            body = arrived
+        } else {
+            guard let read = await readSmall(response, length: Int(length), asked: asked, promotion: promotion, key: source.key) else {
+                return nil
+            }
+            body = read
+        }
+        var info = response.info
+        info.length = Int64(body.count)
+        keepSmall(key: source.key, info: info, body: body)
+        return (info, body)
+    }
+
+    /// The whole body of a small answer, read to its end (which lets the connection be
+    /// reused); nil when it was cut short: the sparse first contact then keeps what came and
+    /// fetches the rest by range.
+    private func readSmall(
+        _ response: RangeResponse, length: Int, asked: Range<Int64>?, promotion: ConnectionLimiter.Promotion?, key: String
+    ) async -> [UInt8]? {
         var chunks: [[UInt8]] = []
         var received = 0
         var iterator = response.body.makeAsyncIterator()
         var whole = false
         do {
-            while received < Int(length) {
+            while received < length {
                 guard let chunk = try await iterator.next() else { break }
                 count { $0.bytesReceived += Int64(chunk.count) }
                 chunks.append(chunk)
                 received += chunk.count
             }
-            // The end of the body: reading it lets the connection be reused.
-            if received == Int(length) { whole = try await iterator.next() == nil }
+            if received == length { whole = try await iterator.next() == nil }
         } catch {
-            // Cut short: the sparse first contact keeps what came and fetches the rest by range.
             whole = false
         }
         guard whole else {
@@ -145,14 +166,10 @@ extension ProgressiveCache {
                 RangeResponse(
                     info: response.info, offset: 0, body: Self.replay(chunks, then: iterator), cancel: response.cancel,
                     isPartial: response.isPartial),
-                asked: asked, promotion: promotion, key: source.key)
+                asked: asked, promotion: promotion, key: key)
             return nil
         }
-        let body = chunks.count == 1 ? chunks[0] : Array(chunks.joined())
-        var info = response.info
-        info.length = Int64(body.count)
-        keepSmall(key: source.key, info: info, body: body)
-        return (info, body)
+        return chunks.count == 1 ? chunks[0] : Array(chunks.joined())
     }
 
     /// Writes the object in the background; it is found in memory until it is durable.

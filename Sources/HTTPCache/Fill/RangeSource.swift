@@ -119,16 +119,21 @@ public struct RangeResponse: Sendable {
     public var cancel: @Sendable () -> Void
     /// Whether the body is a part of the resource (HTTP `206`) rather than all of it.
     public var isPartial: Bool
+    /// The whole body, when it had arrived with the head and the transfer is over: a caller
+    /// that wants all of it may take it here instead of from ``body`` (which gives the same
+    /// bytes). Nil when the body is still to come, or the source does not say.
+    public var arrived: [UInt8]?
 
     public init(
         info: ContentInfo, offset: Int64, body: AsyncThrowingStream<[UInt8], Error>, cancel: @escaping @Sendable () -> Void,
-        isPartial: Bool = false
+        isPartial: Bool = false, arrived: [UInt8]? = nil
     ) {
         self.info = info
         self.offset = offset
         self.body = body
         self.cancel = cancel
         self.isPartial = isPartial
+        self.arrived = arrived
     }
 }
 

@@ -32,6 +32,13 @@ package actor HTTPExchange {
     static let gatherSize = 256 << 10
 
     package nonisolated let head: HTTPResponseHead
+    /// The whole body, when it came in the reads that brought the head (a small answer mostly
+    /// does): the exchange is over from the start, its connection back in the pool. A caller
+    /// may take the body from here, without a call into the exchange per chunk, instead of
+    /// from ``nextChunk()`` (which gives it once, then nil).
+    package nonisolated let arrivedBody: [UInt8]?
+    /// `head.framing`, worked out once.
+    package nonisolated let bodyFraming: HTTPBodyFraming
     private let connection: TCPConnection
     private let name: String
     private let pool: OriginConnectionPool?
@@ -54,6 +61,8 @@ package actor HTTPExchange {
     }
 
     private enum Framing {
+        /// ``arrivedBody``, not yet handed out by ``nextChunk()``.
+        case arrived
         case length(remaining: Int64)
         case chunked(ChunkedDecoder)
         case untilClose
@@ -71,12 +80,24 @@ package actor HTTPExchange {
         self.buffered = buffered
         self.pool = pool
         self.origin = origin
-        switch head.framing {
+        bodyFraming = head.framing
+        switch bodyFraming {
         case .none: framing = .done
         case .length(let length): framing = length == 0 ? .done : .length(remaining: length)
         case .chunked: framing = .chunked(ChunkedDecoder())
         case .untilClose: framing = .untilClose
         }
+        // Exactly the body's length after the head: the answer is complete. (More would be
+        // bytes no request of ours asked for: that connection is not reused, the slow path
+        // below ends it.)
+        if case .length(let length) = bodyFraming, length > 0, Int64(buffered.count) == length {
+            arrivedBody = buffered
+            self.buffered = []
+            framing = .arrived
+        } else {
+            arrivedBody = nil
+        }
+        if arrivedBody != nil { handBack() }
     }
 
     deinit {
@@ -111,9 +132,19 @@ package actor HTTPExchange {
     private func complete(leftover: Bool) {
         if lifecycle.withLock({ $0.ended }) { return }
         framing = .done
-        if let pool, head.keepAlive, !leftover, buffered.isEmpty {
+        if !leftover, buffered.isEmpty {
+            handBack()
+        } else {
+            end(closing: "the response ended")
+        }
+    }
+
+    /// The response ended exactly at its end: the connection goes back to the pool if the
+    /// origin keeps it (and nobody cancelled), then the exchange ends.
+    private nonisolated func handBack() {
+        if let pool, head.keepAlive {
             let pooled = lifecycle.withLock { state -> Bool in
-                guard !state.cancelled, !state.pooled else { return false }
+                guard !state.ended, !state.cancelled, !state.pooled else { return false }
                 state.pooled = true
                 return true
             }
@@ -400,6 +431,9 @@ package actor HTTPExchange {
                 case .done:
                     complete(leftover: false)
                     return nil
+                case .arrived:
+                    framing = .done
+                    return arrivedBody
                 case .length(let remaining):
                     let bytes = try await take(maximum: Int(min(remaining, Int64(Self.chunkSize))))
                     guard !bytes.isEmpty else {
