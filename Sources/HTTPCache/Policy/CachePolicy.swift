@@ -44,9 +44,15 @@ public struct CachePolicy: Sendable, Equatable {
     // Everything a stored response is asked on every hit is worked out here, once: a cached
     // small range is answered thousands of times a second, each time with the same dates.
     public init(request: HTTPRequestHead, response: HTTPResponseHead, requestTime: Int64, responseTime: Int64) {
-        self.request = request
         var stored = response
         stored.headers = response.headers.removingHopByHop()
+        self.init(request: request, endToEnd: stored, requestTime: requestTime, responseTime: responseTime)
+    }
+
+    /// ``init(request:response:requestTime:responseTime:)`` for a response whose hop-by-hop
+    /// fields are gone already (a ``StoredHead``'s).
+    init(request: HTTPRequestHead, endToEnd stored: HTTPResponseHead, requestTime: Int64, responseTime: Int64) {
+        self.request = request
         self.response = stored
         self.requestTime = requestTime
         self.responseTime = responseTime

@@ -31,22 +31,22 @@ public struct StoredHead: Sendable, Equatable {
 
     public init(status: Int = 200, headers: HTTPHeaders, requestTime: Int64, responseTime: Int64, varyRequest: HTTPHeaders = []) {
         self.status = status == 206 ? 200 : status
-        var kept = headers.removingHopByHop()
         // A 206's Content-Range describes that one part; any other status's is an end-to-end
         // field like the rest, stored and replayed (RFC 9111 section 3.1).
-        kept.remove("content-length")
-        if status == 206 { kept.remove("content-range") }
+        let partial = status == 206
+        let kept = HTTPHeaders(
+            headers.removingHopByHop().filter { field in
+                !field.hasName("content-length") && !(partial && field.hasName("content-range"))
+            })
         self.headers = kept
         self.requestTime = requestTime
         self.responseTime = responseTime
         self.varyRequest = varyRequest
-        var replayed = kept
-        for name in ["age", "accept-ranges"] { replayed.remove(name) }
-        self.replayed = replayed
+        replayed = HTTPHeaders(kept.filter { field in !field.hasName("age") && !field.hasName("accept-ranges") })
         // The request target plays no part in the rules; the stored fields do.
         policy = CachePolicy(
             request: HTTPRequestHead(method: "GET", target: "/", headers: varyRequest),
-            response: HTTPResponseHead(status: self.status, headers: kept), requestTime: requestTime, responseTime: responseTime)
+            endToEnd: HTTPResponseHead(status: self.status, headers: kept), requestTime: requestTime, responseTime: responseTime)
     }
 
     /// The validators, for `If-Range` on the fill's range requests.
