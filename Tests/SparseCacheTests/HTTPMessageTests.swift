@@ -18,6 +18,9 @@ struct HTTPMessageTests {
         #expect(headers["etag"] == nil && !headers.contains("etag") && headers.contains("Cache-control"))
         #expect(headers.values("cache-control") == ["max-age=60, public", " no-transform ,, "])
         #expect(headers.listElements("Cache-Control") == ["max-age=60", "public", "no-transform"])
+        // Empty elements, whitespace of both kinds, commas at either end, and values of nothing.
+        #expect(HTTPSyntax.listElements([",a, b\t,", " ,c,,\t d\t ,", "", " ", ",", "e", "\tf g ,h"]) == ["a", "b", "c", "d", "e", "f g", "h"])
+        #expect(HTTPSyntax.listElements(["caf\u{E9}, \u{1F600} "]) == ["caf\u{E9}", "\u{1F600}"])
         headers.append(name: "ETag", value: "\"v1\"")
         headers.remove("CACHE-CONTROL")
         #expect(headers.map(\.name) == ["Content-Type", "ETag"])

@@ -83,6 +83,23 @@ struct HTTPResponseParserTests {
         #expect(HTTPResponseParser.parse(Self.bytes("HTTP/1.1 404\r\n\r\n")).head?.reason == "")
     }
 
+    @Test("hop-by-hop fields go in any case (the listed names, every proxy- field, what Connection names); near misses stay")
+    func hopByHop() {
+        var fields: [HTTPHeaderField] = []
+        for name in HTTPHeaders.hopByHop.sorted() {
+            fields.append(HTTPHeaderField(name: name, value: "x"))
+            fields.append(HTTPHeaderField(name: name.uppercased(), value: "x"))
+        }
+        let gone = ["Proxy-Authenticate", "PROXY-Whatever", "proxy-", "X-Listed", "x-also"]
+        let kept = ["Tee", "Trailers", "Connections", "Upgrade-Insecure-Requests", "X-Proxy-Id", "Proxy", "TE2", "Keep-Alives", "Date"]
+        fields += (gone + kept).map { HTTPHeaderField(name: $0, value: "y") }
+        fields.append(HTTPHeaderField(name: "connection", value: "x-listed, X-Also"))
+        let remaining = HTTPHeaders(fields).removingHopByHop()
+        #expect(remaining.map(\.name) == kept)
+        for name in HTTPHeaders.hopByHop { #expect(HTTPHeaders().isHopByHop(name.uppercased()), "\(name)") }
+        #expect(!HTTPHeaders().isHopByHop("x-listed"))
+    }
+
     @Test("an interim 100 Continue and the final response in one buffer: parsed one after the other")
     func interimThenFinal() {
         let input = Self.bytes("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")

@@ -20,9 +20,9 @@ extension CachingProxy {
         var path = path
         return contentType.withUTF8 { value in
             let type = mediaTypeRange(value)
-            for candidate in hlsTypes where equalsIgnoringCase(value, type, candidate) { return .hls }
-            if equalsIgnoringCase(value, type, "application/dash+xml") { return .dash }
-            guard genericTypes.contains(where: { equalsIgnoringCase(value, type, $0) }) else { return nil }
+            for candidate in hlsTypes where HTTPSyntax.equalsIgnoringCase(value, type, candidate) { return .hls }
+            if HTTPSyntax.equalsIgnoringCase(value, type, "application/dash+xml") { return .dash }
+            guard genericTypes.contains(where: { HTTPSyntax.equalsIgnoringCase(value, type, $0) }) else { return nil }
             return path.withUTF8 { name in
                 if hasSuffixIgnoringCase(name, ".m3u8") || hasSuffixIgnoringCase(name, ".m3u") { return .hls }
                 return hasSuffixIgnoringCase(name, ".mpd") ? .dash : nil
@@ -46,22 +46,8 @@ extension CachingProxy {
         return start..<end
     }
 
-    private static func lowercased(_ byte: UInt8) -> UInt8 { byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte }
-
-    /// Whether `bytes[range]`, in ASCII lower case, are `lowercase`.
-    private static func equalsIgnoringCase(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, _ lowercase: StaticString) -> Bool {
-        guard range.count == lowercase.utf8CodeUnitCount else { return false }
-        let other = lowercase.utf8Start
-        var offset = 0
-        while offset < range.count {
-            if lowercased(bytes[range.lowerBound + offset]) != other[offset] { return false }
-            offset += 1
-        }
-        return true
-    }
-
     private static func hasSuffixIgnoringCase(_ text: UnsafeBufferPointer<UInt8>, _ suffix: StaticString) -> Bool {
-        text.count >= suffix.utf8CodeUnitCount && equalsIgnoringCase(text, (text.count - suffix.utf8CodeUnitCount)..<text.count, suffix)
+        text.count >= suffix.utf8CodeUnitCount && HTTPSyntax.equalsIgnoringCase(text, (text.count - suffix.utf8CodeUnitCount)..<text.count, suffix)
     }
 
     /// The stored playlist of this exchange, read whole, or nil when the response is not one

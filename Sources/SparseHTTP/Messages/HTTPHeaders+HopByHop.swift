@@ -26,22 +26,32 @@ extension HTTPHeaders {
     /// (A folded comparison, not a lowercased copy of each name looked up in a set: every
     /// forwarded and stored head asks this of every field.)
     private static func isHopByHop(_ field: HTTPHeaderField, listed: [String]) -> Bool {
-        hopByHop.contains { field.hasName($0) } || field.hasNamePrefix("proxy-") || listed.contains { field.hasName($0) }
+        isHopByHopName(field.name) || (!listed.isEmpty && listed.contains { field.hasName($0) })
+    }
+
+    /// Whether `name` is one of ``hopByHop`` or starts with `proxy-`, compared where its bytes
+    /// lie (every field of every request and response forwarded or stored is asked).
+    private static func isHopByHopName(_ name: String) -> Bool {
+        var name = name
+        return name.withUTF8 { bytes in
+            let all = 0..<bytes.count
+            switch bytes.count {
+            case 2: if HTTPSyntax.equalsIgnoringCase(bytes, all, "te") { return true }
+            case 7: if HTTPSyntax.equalsIgnoringCase(bytes, all, "trailer") || HTTPSyntax.equalsIgnoringCase(bytes, all, "upgrade") { return true }
+            case 10:
+                if HTTPSyntax.equalsIgnoringCase(bytes, all, "connection") || HTTPSyntax.equalsIgnoringCase(bytes, all, "keep-alive") {
+                    return true
+                }
+            case 17: if HTTPSyntax.equalsIgnoringCase(bytes, all, "transfer-encoding") { return true }
+            default: break
+            }
+            // `proxy-connection` and every other `proxy-` field.
+            return bytes.count >= 6 && HTTPSyntax.equalsIgnoringCase(bytes, 0..<6, "proxy-")
+        }
     }
 
     /// The field names `Connection` lists (none without a `Connection` field).
     private var listedOptions: [String] {
         contains("connection") ? listElements("connection") : []
-    }
-}
-
-extension HTTPHeaderField {
-    /// Whether the name starts with `prefix` (ASCII lowercase), compared without regard to case.
-    func hasNamePrefix(_ prefix: StaticString) -> Bool {
-        let name = self.name.utf8
-        guard name.count >= prefix.utf8CodeUnitCount else { return false }
-        return prefix.withUTF8Buffer { expected in
-            zip(name, expected).allSatisfy { ($0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0) == $1 }
-        }
     }
 }
