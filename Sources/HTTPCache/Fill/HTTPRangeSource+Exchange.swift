@@ -85,13 +85,18 @@ extension HTTPRangeSource {
         guard let host = url.host, target.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: key, detail: "the URL cannot be sent as a request target")
         }
-        var headers = HTTPHeaders([("Host", HTTPSyntax.hostField(host, port: url.port))])
         let forwarded = forwarding?.headers ?? []
-        for field in forwarded { headers.append(name: field.name, value: field.value) }
-        for (name, value) in [("User-Agent", "sparsecache"), ("Accept", "*/*"), ("Accept-Encoding", "identity")]
-        where !forwarded.contains(name) {
-            headers.append(name: name, value: value)
+        var fields: [HTTPHeaderField] = []
+        fields.reserveCapacity(forwarded.count + 8 + extra.count)
+        fields.append(HTTPHeaderField(name: "Host", value: HTTPSyntax.hostField(host, port: url.port)))
+        fields += forwarded
+        var headers = HTTPHeaders(fields)
+        func addUnlessForwarded(_ name: String, _ value: String) {
+            if !forwarded.contains(name) { headers.append(name: name, value: value) }
         }
+        addUnlessForwarded("User-Agent", "sparsecache")
+        addUnlessForwarded("Accept", "*/*")
+        addUnlessForwarded("Accept-Encoding", "identity")
         if let via = forwarding?.via { headers.append(name: "Via", value: via) }
         if let range {
             headers.append(name: "Range", value: "bytes=\(range.lowerBound)-\(range.upperBound - 1)")

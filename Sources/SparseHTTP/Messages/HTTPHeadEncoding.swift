@@ -51,27 +51,46 @@ extension HTTPResponseHead {
 }
 
 enum HTTPHeadEncoding {
-    /// Straight into bytes: every response goes through here, and building a String first
-    /// costs a copy and several reallocations per head.
     static func encode(startLine: String, headers: HTTPHeaders) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(startLine.utf8.count + headers.reduce(4) { $0 + $1.name.utf8.count + $1.value.utf8.count + 4 })
-        bytes += startLine.utf8
-        bytes += crlf
+        append(startLine, to: &bytes)
+        bytes.append(13)
+        bytes.append(10)
         for field in headers {
-            bytes += field.name.utf8
-            bytes += separator
-            if field.value.utf8.contains(where: HTTPSyntax.isControl) {
-                bytes += field.value.utf8.filter { !HTTPSyntax.isControl($0) }
-            } else {
-                bytes += field.value.utf8
-            }
-            bytes += crlf
+            append(field.name, to: &bytes)
+            bytes.append(UInt8(ascii: ":"))
+            bytes.append(UInt8(ascii: " "))
+            appendValue(field.value, to: &bytes)
+            bytes.append(13)
+            bytes.append(10)
         }
-        bytes += crlf
+        bytes.append(13)
+        bytes.append(10)
         return bytes
     }
 
-    private static let crlf: [UInt8] = [13, 10]
-    private static let separator: [UInt8] = [UInt8(ascii: ":"), UInt8(ascii: " ")]
+    /// A string's bytes copied as one block (every head of every answer is written here).
+    private static func append(_ text: String, to bytes: inout [UInt8]) {
+        var text = text
+        text.withUTF8 { bytes.append(contentsOf: $0) }
+    }
+
+    /// A field value without its control characters, if it has any: a value that came from an
+    /// origin or a stored index can never end the line and start another field.
+    private static func appendValue(_ value: String, to bytes: inout [UInt8]) {
+        var value = value
+        value.withUTF8 { utf8 in
+            var clean = true
+            for byte in utf8 where HTTPSyntax.isControl(byte) {
+                clean = false
+                break
+            }
+            if clean {
+                bytes.append(contentsOf: utf8)
+            } else {
+                for byte in utf8 where !HTTPSyntax.isControl(byte) { bytes.append(byte) }
+            }
+        }
+    }
 }
