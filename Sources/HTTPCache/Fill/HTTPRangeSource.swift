@@ -159,7 +159,7 @@ public final class HTTPRangeSource: RangeSource {
         /// hop-by-hop ones; the range, the host and the conditionals are the proxy's own).
         public init(client request: HTTPRequestHead, via: String? = nil) {
             // One pass over the fields (every request a proxy forwards or looks up makes one).
-            headers = HTTPHeaders(request.headers.removingHopByHop().filter { field in !Self.written.contains { field.hasName($0) } })
+            headers = request.headers.removingHopByHop().keeping { field in !Self.written.contains { field.hasName($0) } }
             passOn = false
             self.via = via
         }
@@ -272,7 +272,8 @@ public final class HTTPRangeSource: RangeSource {
         status: Int, headers: HTTPHeaders, times: (request: Int64, response: Int64), forwarding: Forwarding?
     ) -> StoredHead {
         let varyNames = headers.listElements("vary").map { $0.lowercased() }
-        let varyRequest = HTTPHeaders((forwarding?.headers ?? []).filter { field in varyNames.contains { field.hasName($0) } })
+        let varyRequest =
+            varyNames.isEmpty ? HTTPHeaders() : (forwarding?.headers ?? []).keeping { field in varyNames.contains { field.hasName($0) } }
         return StoredHead(
             status: status, headers: headers, requestTime: times.request, responseTime: times.response, varyRequest: varyRequest)
     }

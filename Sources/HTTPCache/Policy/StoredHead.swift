@@ -34,15 +34,14 @@ public struct StoredHead: Sendable, Equatable {
         // A 206's Content-Range describes that one part; any other status's is an end-to-end
         // field like the rest, stored and replayed (RFC 9111 section 3.1).
         let partial = status == 206
-        let kept = HTTPHeaders(
-            headers.removingHopByHop().filter { field in
-                !field.hasName("content-length") && !(partial && field.hasName("content-range"))
-            })
+        let kept = headers.removingHopByHop().keeping { field in
+            !field.hasName("content-length") && !(partial && field.hasName("content-range"))
+        }
         self.headers = kept
         self.requestTime = requestTime
         self.responseTime = responseTime
         self.varyRequest = varyRequest
-        replayed = HTTPHeaders(kept.filter { field in !field.hasName("age") && !field.hasName("accept-ranges") })
+        replayed = kept.keeping { field in !field.hasName("age") && !field.hasName("accept-ranges") }
         // The request target plays no part in the rules; the stored fields do.
         policy = CachePolicy(
             request: HTTPRequestHead(method: "GET", target: "/", headers: varyRequest),

@@ -126,7 +126,7 @@ extension CachingProxy {
             return true
         case .notModified:
             let kept = ["cache-control", "content-location", "date", "etag", "expires", "vary"]
-            let fields = HTTPHeaders(stored.filter { field in kept.contains { field.hasName($0) } })
+            let fields = stored.keeping { field in kept.contains { field.hasName($0) } }
             try await response.writeHead(
                 status: 304, headers: proxyFields(fields, status: exchange.status, via: via.element) + [("Age", String(age))], contentLength: 0)
             return true

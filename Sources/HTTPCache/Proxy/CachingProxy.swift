@@ -290,7 +290,7 @@ public final class CachingProxy: Sendable {
         case .notModified:
             // The fields a 304 carries (RFC 9110, section 15.4.5), and Last-Modified as nginx does.
             let kept = ["cache-control", "content-location", "date", "etag", "expires", "vary", "last-modified"]
-            let fields = HTTPHeaders(stored.filter { field in kept.contains { field.hasName($0) } })
+            let fields = stored.keeping { field in kept.contains { field.hasName($0) } }
             try await response.writeHead(
                 status: 304, headers: proxyFields(fields, status: exchange.status, via: via.element) + [("Age", String(age))],
                 contentLength: 0)

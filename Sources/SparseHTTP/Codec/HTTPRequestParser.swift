@@ -96,6 +96,7 @@ public enum HTTPRequestParser {
             return .invalid(status: 400, reason: "malformed HTTP version")
         }
         var fields: [HTTPHeaderField] = []
+        fields.reserveCapacity(12)
         var lineStart = requestLineEnd + 2
         while lineStart <= headEnd {
             let end = lineEnd(head, from: lineStart) ?? headEnd

@@ -18,7 +18,7 @@ extension HTTPHeaders {
     public func removingHopByHop() -> HTTPHeaders {
         let listed = listedOptions
         guard fields.contains(where: { Self.isHopByHop($0, listed: listed) }) else { return self }
-        return HTTPHeaders(fields.filter { !Self.isHopByHop($0, listed: listed) })
+        return keeping { !Self.isHopByHop($0, listed: listed) }
     }
 
     /// One rule for both: a fixed hop-by-hop name, `Proxy-*`, or a name in `listed`; names
