@@ -52,11 +52,13 @@ package final class OriginConnectionPool: Sendable {
         let loop = LoopExecutor.current as? SocketReactor
         var stale: [TCPConnection] = []
         defer { for connection in stale { connection.close("idle too long, or closed by the origin") } }
+        // The lists are changed in place and an emptied one is kept until the sweep: taking the
+        // one connection of an origin and putting it back then allocates nothing.
         return state.withLock { state -> TCPConnection? in
             stale = pruned(&state.idle, now: now)
-            if let loop, var list = state.idle[origin], let mine = list.lastIndex(where: { $0.connection.loop === loop }) {
-                let candidate = list.remove(at: mine)
-                state.idle[origin] = list.isEmpty ? nil : list
+            if let loop, let mine = state.idle[origin]?.lastIndex(where: { $0.connection.loop === loop }),
+                let candidate = state.idle[origin]?.remove(at: mine)
+            {
                 if candidate.connection.isIdleUsable { return candidate.connection }
                 stale.append(candidate.connection)
             }
@@ -74,13 +76,11 @@ package final class OriginConnectionPool: Sendable {
         var closing: [TCPConnection] = []
         let arm = state.withLock { state -> Bool in
             closing = pruned(&state.idle, now: now)
-            var list = state.idle[origin, default: []]
-            guard list.count < perOrigin else {
+            guard state.idle[origin]?.count ?? 0 < perOrigin else {
                 closing.append(connection)
                 return false
             }
-            list.append(Idle(connection: connection, since: now))
-            state.idle[origin] = list
+            state.idle[origin, default: []].append(Idle(connection: connection, since: now))
             defer { state.sweepArmed = true }
             return !state.sweepArmed
         }
@@ -94,7 +94,7 @@ package final class OriginConnectionPool: Sendable {
         let now = ContinuousClock.now
         var closing: [TCPConnection] = []
         let next = state.withLock { state -> Duration? in
-            closing = pruned(&state.idle, now: now)
+            closing = pruned(&state.idle, now: now, dropEmpty: true)
             let oldest = state.idle.values.lazy.flatMap { $0 }.map(\.since).min()
             state.sweepArmed = oldest != nil
             // A millisecond late rather than early: the dispatch clock and this one may differ.
@@ -118,14 +118,23 @@ package final class OriginConnectionPool: Sendable {
     /// Takes out every connection idle for ``idleLimit`` or longer, of every origin: a proxy
     /// that talks to many origins once each must not keep their connections (and descriptors)
     /// until it exits.
-    private func pruned(_ idle: inout [String: [Idle]], now: ContinuousClock.Instant) -> [TCPConnection] {
+    ///
+    /// A list is rebuilt only when it holds such a connection, and emptied lists go only when
+    /// `dropEmpty` (the sweep): taking and putting back, which prune on the way, allocate
+    /// nothing for an origin whose connections are all fresh.
+    private func pruned(_ idle: inout [String: [Idle]], now: ContinuousClock.Instant, dropEmpty: Bool = false) -> [TCPConnection] {
         var old: [TCPConnection] = []
         for (origin, list) in idle {
+            if list.isEmpty {
+                if dropEmpty { idle[origin] = nil }
+                continue
+            }
+            guard list.contains(where: { now - $0.since >= idleLimit }) else { continue }
             var kept: [Idle] = []
             for entry in list {
                 if now - entry.since < idleLimit { kept.append(entry) } else { old.append(entry.connection) }
             }
-            if kept.count < list.count { idle[origin] = kept.isEmpty ? nil : kept }
+            idle[origin] = kept.isEmpty && dropEmpty ? nil : kept
         }
         return old
     }

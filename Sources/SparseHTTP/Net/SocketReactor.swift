@@ -135,6 +135,9 @@ final class SocketReactor: TaskExecutor, Sendable {
         var tokens = [UInt64](repeating: 0, count: capacity)
         var directions = [UInt32](repeating: 0, count: capacity)
         var batch: [UnownedJob] = []
+        // Reused for every wake-up (a fresh array per `epoll_wait` was two allocations a request).
+        var ready: [(SocketWatch, UInt32)] = []
+        ready.reserveCapacity(capacity)
         while true {
             var ran = 0
             var idle = false
@@ -158,11 +161,14 @@ final class SocketReactor: TaskExecutor, Sendable {
                 continue
             }
             guard count > 0 else { continue }
-            let ready = watches.withLock { watches in
-                (0..<Int(count)).compactMap { index in watches[tokens[index]].map { ($0, directions[index]) } }
+            watches.withLock { watches in
+                for index in 0..<Int(count) {
+                    if let watch = watches[tokens[index]] { ready.append((watch, directions[index])) }
+                }
             }
             if (0..<Int(count)).contains(where: { tokens[$0] == 0 }) { sc_wake_drain(wake) }
             for (watch, direction) in ready { watch.signal(direction) }
+            ready.removeAll(keepingCapacity: true)
         }
     }
 }
