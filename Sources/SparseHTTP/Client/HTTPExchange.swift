@@ -142,7 +142,7 @@ package actor HTTPExchange {
     /// The response ended exactly at its end: the connection goes back to the pool if the
     /// origin keeps it (and nobody cancelled), then the exchange ends.
     private nonisolated func handBack() {
-        if let pool, head.keepAlive {
+        if let pool, head.keepAlive(framing: bodyFraming) {
             let pooled = lifecycle.withLock { state -> Bool in
                 guard !state.ended, !state.cancelled, !state.pooled else { return false }
                 state.pooled = true

@@ -9,24 +9,30 @@ extension HTTPHeaders {
     /// Whether a field `name` (any case) belongs to one connection: a fixed hop-by-hop field, a
     /// `Proxy-*` field, or one that `Connection` lists.
     public func isHopByHop(_ name: String) -> Bool {
-        Self.isHopByHop(HTTPHeaderField(name: name, value: ""), listed: listedOptions)
+        isHopByHop(HTTPHeaderField(name: name, value: ""), connection: contains("connection"))
     }
 
     /// The message's fields without the hop-by-hop ones: what a cache stores and a proxy sends on.
     /// Returns the fields as they are when none is hop-by-hop (the usual stored head), without
     /// lowercasing a copy of every name.
     public func removingHopByHop() -> HTTPHeaders {
-        let listed = listedOptions
-        guard fields.contains(where: { Self.isHopByHop($0, listed: listed) }) else { return self }
-        return keeping { !Self.isHopByHop($0, listed: listed) }
+        let connection = contains("connection")
+        guard fields.contains(where: { isHopByHop($0, connection: connection) }) else { return self }
+        return keeping { !isHopByHop($0, connection: connection) }
     }
 
-    /// One rule for both: a fixed hop-by-hop name, `Proxy-*`, or a name in `listed`; names
-    /// compared by ASCII case folding, as every header lookup is.
-    /// (A folded comparison, not a lowercased copy of each name looked up in a set: every
-    /// forwarded and stored head asks this of every field.)
-    private static func isHopByHop(_ field: HTTPHeaderField, listed: [String]) -> Bool {
-        isHopByHopName(field.name) || (!listed.isEmpty && listed.contains { field.hasName($0) })
+    /// One rule for both: a fixed hop-by-hop name, `Proxy-*`, or a name the `Connection` field
+    /// lists (looked for only when there is one); names compared by ASCII case folding, as
+    /// every header lookup is.
+    private func isHopByHop(_ field: HTTPHeaderField, connection: Bool) -> Bool {
+        if Self.isHopByHopName(field.name) { return true }
+        guard connection else { return false }
+        var name = field.name
+        return name.withUTF8 { name in
+            containsListElement(of: "connection") { element in
+                element.count == name.count && HTTPSyntax.equalsIgnoringCase(element, name)
+            }
+        }
     }
 
     /// Whether `name` is one of ``hopByHop`` or starts with `proxy-`, compared where its bytes
@@ -48,10 +54,5 @@ extension HTTPHeaders {
             // `proxy-connection` and every other `proxy-` field.
             return bytes.count >= 6 && HTTPSyntax.equalsIgnoringCase(bytes, 0..<6, "proxy-")
         }
-    }
-
-    /// The field names `Connection` lists (none without a `Connection` field).
-    private var listedOptions: [String] {
-        contains("connection") ? listElements("connection") : []
     }
 }

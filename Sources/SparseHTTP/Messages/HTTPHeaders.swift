@@ -55,6 +55,36 @@ public struct HTTPHeaders: Sendable, Equatable, RandomAccessCollection, Expressi
         fields.removeAll { $0.hasName(name) }
     }
 
+    /// Whether some list element (RFC 9110, section 5.6.1) of a field `name` satisfies
+    /// `predicate`, which sees each element's bytes where they lie, without its surrounding
+    /// whitespace (empty elements are skipped). No array, no string: `Connection` and
+    /// `Content-Length` are asked this for every response.
+    package func containsListElement(of name: String, where predicate: (UnsafeBufferPointer<UInt8>) -> Bool) -> Bool {
+        for field in fields where field.hasName(name) {
+            var value = field.value
+            let found = value.withUTF8 { bytes in
+                var start = 0
+                while start < bytes.count {
+                    var end = start
+                    while end < bytes.count, bytes[end] != UInt8(ascii: ",") { end += 1 }
+                    var first = start, last = end
+                    while first < last, bytes[first] == HTTPSyntax.space || bytes[first] == HTTPSyntax.tab { first += 1 }
+                    while last > first, bytes[last - 1] == HTTPSyntax.space || bytes[last - 1] == HTTPSyntax.tab { last -= 1 }
+                    if first < last, predicate(UnsafeBufferPointer(rebasing: bytes[first..<last])) { return true }
+                    start = end + 1
+                }
+                return false
+            }
+            if found { return true }
+        }
+        return false
+    }
+
+    /// Whether a field `name` lists `token` (written in lower case), in any case.
+    package func containsListElement(of name: String, _ token: StaticString) -> Bool {
+        containsListElement(of: name) { HTTPSyntax.equalsIgnoringCase($0, 0..<$0.count, token) }
+    }
+
     /// The fields `isIncluded` keeps, in order, in one allocation (`filter` grows its array
     /// one field at a time: four allocations for a typical response's fields).
     public func keeping(_ isIncluded: (HTTPHeaderField) throws -> Bool) rethrows -> HTTPHeaders {

@@ -34,12 +34,14 @@ public struct HTTPResponseHead: Sendable, Equatable {
     /// Always false when framing is ``HTTPBodyFraming/untilClose``, and for an HTTP/1.0 response
     /// carrying `Transfer-Encoding` (RFC 9112, section 6.1: its framing is suspect, so the
     /// connection is closed after it).
-    public var keepAlive: Bool {
+    public var keepAlive: Bool { keepAlive(framing: framing) }
+
+    /// ``keepAlive`` for a caller that has the ``framing`` already.
+    package func keepAlive(framing: HTTPBodyFraming) -> Bool {
         if framing == .untilClose { return false }
-        let tokens = HTTPSyntax.listElements(values("connection")).map { $0.lowercased() }
-        if tokens.contains("close") { return false }
+        if headers.containsListElement(of: "connection", "close") { return false }
         if minorVersion >= 1 { return true }
-        return tokens.contains("keep-alive") && values("transfer-encoding").isEmpty
+        return headers.containsListElement(of: "connection", "keep-alive") && !headers.contains("transfer-encoding")
     }
 
     /// How the body of this response (to a GET) is delimited. Total: ``HTTPResponseParser``
@@ -57,22 +59,22 @@ public struct HTTPResponseHead: Sendable, Equatable {
     /// that sends contradictory framing is not one to trust with the next response on the
     /// same connection.
     func checkedFraming() -> (framing: HTTPBodyFraming, problem: String?) {
-        let transferEncodings = values("transfer-encoding")
-        let contentLengths = values("content-length")
+        let chunked = headers.contains("transfer-encoding")
+        let lengthGiven = headers.contains("content-length")
         var problem: String?
         var length: Int64?
-        if !transferEncodings.isEmpty, !contentLengths.isEmpty {
+        if chunked, lengthGiven {
             problem = "both Transfer-Encoding and Content-Length"
-        } else if !contentLengths.isEmpty {
-            (length, problem) = Self.contentLength(contentLengths)
+        } else if lengthGiven {
+            (length, problem) = contentLength()
         }
         let framing: HTTPBodyFraming
         if (100...199).contains(status) || status == 204 || status == 304 {
             framing = .none
-        } else if !transferEncodings.isEmpty {
+        } else if chunked {
             // Only a final `chunked` delimits the body; any other last coding (gzip alone, an
             // unknown one) leaves the end to the connection's close.
-            let last = HTTPSyntax.listElements(transferEncodings).last?.lowercased()
+            let last = HTTPSyntax.listElements(values("transfer-encoding")).last?.lowercased()
             framing = last == "chunked" ? .chunked : .untilClose
         } else if let length {
             framing = .length(length)
@@ -85,20 +87,39 @@ public struct HTTPResponseHead: Sendable, Equatable {
     /// The length from every `Content-Length` value, or what is wrong with them. Repeated
     /// fields and comma lists are accepted only when every element is the same number (RFC 9110,
     /// section 8.6); each element is 1 to 18 decimal digits, so it always fits an Int64.
-    private static func contentLength(_ values: [String]) -> (length: Int64?, problem: String?) {
+    private func contentLength() -> (length: Int64?, problem: String?) {
+        enum Refusal { case invalid, conflicting }
         var length: Int64?
-        for value in values {
-            for element in value.utf8.split(separator: UInt8(ascii: ","), omittingEmptySubsequences: false) {
-                let digits = element.trimmingHTTPWhitespace()
-                guard (1...18).contains(digits.count), digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else {
-                    return (nil, "invalid Content-Length \(HTTPSyntax.quoted(Array(value.utf8)))")
+        for field in headers where field.hasName("content-length") {
+            var value = field.value
+            // Every element where it lies, empty ones included (each must be a number).
+            let refusal = value.withUTF8 { bytes -> Refusal? in
+                var start = 0
+                while true {
+                    var end = start
+                    while end < bytes.count, bytes[end] != UInt8(ascii: ",") { end += 1 }
+                    var first = start, last = end
+                    while first < last, bytes[first] == HTTPSyntax.space || bytes[first] == HTTPSyntax.tab { first += 1 }
+                    while last > first, bytes[last - 1] == HTTPSyntax.space || bytes[last - 1] == HTTPSyntax.tab { last -= 1 }
+                    guard (1...18).contains(last - first) else { return .invalid }
+                    var number: Int64 = 0
+                    for index in first..<last {
+                        let byte = bytes[index]
+                        guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return .invalid }
+                        number = number * 10 + Int64(byte - UInt8(ascii: "0"))
+                    }
+                    if let length, length != number { return .conflicting }
+                    length = number
+                    if end >= bytes.count { return nil }
+                    start = end + 1
                 }
-                let number = digits.reduce(Int64(0)) { $0 * 10 + Int64($1 - UInt8(ascii: "0")) }
-                if let length, length != number {
-                    let all = values.joined(separator: ", ")
-                    return (nil, "conflicting Content-Length values \(HTTPSyntax.quoted(Array(all.utf8)))")
-                }
-                length = number
+            }
+            switch refusal {
+            case .invalid?: return (nil, "invalid Content-Length \(HTTPSyntax.quoted(Array(field.value.utf8)))")
+            case .conflicting?:
+                let all = values("content-length").joined(separator: ", ")
+                return (nil, "conflicting Content-Length values \(HTTPSyntax.quoted(Array(all.utf8)))")
+            case nil: continue
             }
         }
         return (length, nil)
