@@ -33,7 +33,7 @@ package actor HTTPExchange {
 
     package nonisolated let head: HTTPResponseHead
     /// The whole body, when it came in the reads that brought the head (a small answer mostly
-    /// does): the exchange is over from the start, its connection back in the pool. A caller
+    /// does): the exchange is over once it is made, its connection back in the pool. A caller
     /// may take the body from here, without a call into the exchange per chunk, instead of
     /// from ``nextChunk()`` (which gives it once, then nil).
     package nonisolated let arrivedBody: [UInt8]?
@@ -97,7 +97,6 @@ package actor HTTPExchange {
         } else {
             arrivedBody = nil
         }
-        if arrivedBody != nil { handBack() }
     }
 
     deinit {
@@ -329,9 +328,13 @@ package actor HTTPExchange {
         interim: InterimSink?, timeout: Duration, deadline: ContinuousClock.Instant
     ) async throws -> HTTPExchange {
         do {
-            return try await OriginDeadlines.shared.within(connection, until: deadline, reason: headTimedOut) {
+            let answer = try await OriginDeadlines.shared.within(connection, until: deadline, reason: headTimedOut) {
                 try await exchange(on: connection, request: request, name: name, pool: pool, origin: origin, interim: interim, timeout: timeout)
             }
+            // A body that came with the head ends the exchange here, once the head's deadline
+            // is disarmed: no late close of that wait can reach the connection in the pool.
+            if answer.arrivedBody != nil { answer.handBack() }
+            return answer
         } catch let error as SparseCacheError where error.code == .closed && error.detail == headTimedOut {
             throw SparseCacheError(
                 .originUnavailable, operation: "fetch", path: name, detail: "timed out: no answer from the origin within \(timeout)")

@@ -9,50 +9,55 @@ extension HTTPHeaders {
     /// Whether a field `name` (any case) belongs to one connection: a fixed hop-by-hop field, a
     /// `Proxy-*` field, or one that `Connection` lists.
     public func isHopByHop(_ name: String) -> Bool {
-        isHopByHop(HTTPHeaderField(name: name, value: ""), connection: contains("connection"))
+        Self.isHopByHop(HTTPHeaderField(name: name, value: ""), listed: namesConnectionLists)
     }
 
     /// The message's fields without the hop-by-hop ones: what a cache stores and a proxy sends on.
     /// Returns the fields as they are when none is hop-by-hop (the usual stored head), without
     /// lowercasing a copy of every name.
     public func removingHopByHop() -> HTTPHeaders {
-        let connection = contains("connection")
-        guard fields.contains(where: { isHopByHop($0, connection: connection) }) else { return self }
-        return keeping { !isHopByHop($0, connection: connection) }
+        let listed = namesConnectionLists
+        guard fields.contains(where: { Self.isHopByHop($0, listed: listed) }) else { return self }
+        return keeping { !Self.isHopByHop($0, listed: listed) }
     }
 
-    /// One rule for both: a fixed hop-by-hop name, `Proxy-*`, or a name the `Connection` field
-    /// lists (looked for only when there is one); names compared by ASCII case folding, as
-    /// every header lookup is.
-    private func isHopByHop(_ field: HTTPHeaderField, connection: Bool) -> Bool {
-        if Self.isHopByHopName(field.name) { return true }
-        guard connection else { return false }
-        var name = field.name
-        return name.withUTF8 { name in
-            containsListElement(of: "connection") { element in
-                element.count == name.count && HTTPSyntax.equalsIgnoringCase(element, name)
+    /// One rule for both: a fixed hop-by-hop name, `Proxy-*`, or a name in `listed`; names
+    /// compared by ASCII case folding, as every header lookup is.
+    private static func isHopByHop(_ field: HTTPHeaderField, listed: [String]) -> Bool {
+        isHopByHopName(field.name) || (!listed.isEmpty && listed.contains { field.hasName($0) })
+    }
+
+    /// The field names `Connection` lists beyond the fixed hop-by-hop ones (and its `close`):
+    /// none for the usual `Connection: keep-alive`, so no array is made.
+    private var namesConnectionLists: [String] {
+        guard contains("connection") else { return [] }
+        var names: [String] = []
+        _ = containsListElement(of: "connection") { element in
+            if !HTTPSyntax.equalsIgnoringCase(element, 0..<element.count, "close"), !Self.isHopByHopName(element) {
+                names.append(String(decoding: element, as: UTF8.self))
             }
+            return false
         }
+        return names
     }
 
     /// Whether `name` is one of ``hopByHop`` or starts with `proxy-`, compared where its bytes
     /// lie (every field of every request and response forwarded or stored is asked).
     private static func isHopByHopName(_ name: String) -> Bool {
         var name = name
-        return name.withUTF8 { bytes in
-            let all = 0..<bytes.count
-            switch bytes.count {
-            case 2: if HTTPSyntax.equalsIgnoringCase(bytes, all, "te") { return true }
-            case 7: if HTTPSyntax.equalsIgnoringCase(bytes, all, "trailer") || HTTPSyntax.equalsIgnoringCase(bytes, all, "upgrade") { return true }
-            case 10:
-                if HTTPSyntax.equalsIgnoringCase(bytes, all, "connection") || HTTPSyntax.equalsIgnoringCase(bytes, all, "keep-alive") {
-                    return true
-                }
-            case 17: if HTTPSyntax.equalsIgnoringCase(bytes, all, "transfer-encoding") { return true }
-            default: break
-            }
-            // `proxy-connection` and every other `proxy-` field.
-            return bytes.count >= 6 && HTTPSyntax.equalsIgnoringCase(bytes, 0..<6, "proxy-")
+        return name.withUTF8 { isHopByHopName($0) }
+    }
+
+    private static func isHopByHopName(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        let all = 0..<bytes.count
+        switch bytes.count {
+        case 2: if HTTPSyntax.equalsIgnoringCase(bytes, all, "te") { return true }
+        case 7: if HTTPSyntax.equalsIgnoringCase(bytes, all, "trailer") || HTTPSyntax.equalsIgnoringCase(bytes, all, "upgrade") { return true }
+        case 10: if HTTPSyntax.equalsIgnoringCase(bytes, all, "connection") || HTTPSyntax.equalsIgnoringCase(bytes, all, "keep-alive") { return true }
+        case 17: if HTTPSyntax.equalsIgnoringCase(bytes, all, "transfer-encoding") { return true }
+        default: break
         }
+        // `proxy-connection` and every other `proxy-` field.
+        return bytes.count >= 6 && HTTPSyntax.equalsIgnoringCase(bytes, 0..<6, "proxy-")
     }
 }

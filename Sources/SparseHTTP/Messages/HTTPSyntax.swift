@@ -33,16 +33,6 @@ package enum HTTPSyntax {
         return true
     }
 
-    /// Whether two byte strings are equal with ASCII letters folded to lower case.
-    package static func equalsIgnoringCase(_ left: UnsafeBufferPointer<UInt8>, _ right: UnsafeBufferPointer<UInt8>) -> Bool {
-        guard left.count == right.count else { return false }
-        for index in 0..<left.count {
-            let one = left[index], other = right[index]
-            if (one >= 0x41 && one <= 0x5A ? one | 0x20 : one) != (other >= 0x41 && other <= 0x5A ? other | 0x20 : other) { return false }
-        }
-        return true
-    }
-
     /// Control characters other than HTAB, and DEL: never part of a field value, a reason
     /// phrase or a chunk extension.
     package static func isControl(_ byte: UInt8) -> Bool { (byte < 0x20 && byte != tab) || byte == 0x7F }
