@@ -87,9 +87,10 @@ package actor HTTPExchange {
         case .chunked: framing = .chunked(ChunkedDecoder())
         case .untilClose: framing = .untilClose
         }
-        // Exactly the body's length after the head: the answer is complete. (More would be
-        // bytes no request of ours asked for: that connection is not reused, the slow path
-        // below ends it.)
+        // Exactly the body's length after the head: the answer is complete (the caller hands
+        // the connection back once the head's deadline is disarmed). More bytes than that
+        // answer no request of ours: ``nextChunk()`` reads such a body and does not pool its
+        // connection.
         if case .length(let length) = bodyFraming, length > 0, Int64(buffered.count) == length {
             arrivedBody = buffered
             self.buffered = []
