@@ -27,6 +27,17 @@ extension ProgressiveCache {
         return try await open(source)
     }
 
+    /// ``openIfStored(_:)``, and when nothing is stored, the first contact of
+    /// ``open(_:first:)`` with `first` in the same call (unless `first` is nil): a miss enters
+    /// the cache's actor once instead of twice (each entry and exit is a job on the event loop).
+    /// `stored` says which of the two the reader comes from; an origin's answer not to store
+    /// is thrown as ``open(_:first:)`` throws it.
+    func openStoredOrFirst(_ source: any RangeSource, first: FirstRequest?) async throws -> (reader: CacheReader, stored: Bool)? {
+        if let reader = try await openIfStored(source) { return (reader, true) }
+        guard let first else { return nil }
+        return (try await open(source, first: first, lookedUp: true), false)
+    }
+
     /// Replaces the stored head of `key` (committed with the resource's next commit): a
     /// revalidation answered `304` freshened it (RFC 9111, section 4.3.4). Returns false when the store no
     /// longer has the resource, or it was replaced meanwhile (the head is then not the one of

@@ -154,7 +154,22 @@ public final class CachingProxy: Sendable {
     /// Looks up, decides, answers (RFC 9111, section 4).
     private func answer(_ exchange: Exchange, key: String) async throws {
         var source = exchange.source(key: key)
-        var reader = try await openIfStored(source, exchange)
+        // Looked up, and on a miss fetched, in one call into the cache (a request that may be
+        // answered from storage only is looked up alone).
+        let found: (reader: CacheReader, stored: Bool)?
+        do {
+            found = try await cache.openStoredOrFirst(source, first: exchange.onlyIfCached ? nil : Self.firstRequest(for: exchange.request))
+        } catch let answer as OriginAnswer {
+            exchange.status.forward = exchange.status.forward ?? "uri-miss"
+            try await passOn(answer, exchange)
+            return
+        }
+        if let found, !found.stored {
+            exchange.status.forward = exchange.status.forward ?? "uri-miss"
+            try await answerFetched(found.reader, exchange)
+            return
+        }
+        var reader = try await checkedStored(found?.reader, source)
         // Vary (section 4.1): the stored response names the request fields it varies on; a
         // request that differs in them is another variant, stored under a key of its own.
         if let found = reader, let head = found.info.stored, head.headers.contains("vary"),
@@ -191,7 +206,13 @@ public final class CachingProxy: Sendable {
 
     /// Opens what is stored; a stored response the proxy cannot read the head of is dropped.
     private func openIfStored(_ source: ProxiedSource, _ exchange: Exchange) async throws -> CacheReader? {
-        guard let reader = try await cache.openIfStored(source) else { return nil }
+        try await checkedStored(try await cache.openIfStored(source), source)
+    }
+
+    /// `reader` of a stored response, or nil when there is none or the proxy cannot read its
+    /// head (then it is dropped).
+    private func checkedStored(_ reader: CacheReader?, _ source: ProxiedSource) async throws -> CacheReader? {
+        guard let reader else { return nil }
         if reader.info.stored == nil {
             await reader.close()
             try await cache.invalidate(key: source.key)
@@ -212,6 +233,11 @@ public final class CachingProxy: Sendable {
             try await passOn(answer, exchange)
             return
         }
+        try await answerFetched(reader, exchange)
+    }
+
+    /// A miss's reader, from its first contact: the stored response is sent as it arrives.
+    private func answerFetched(_ reader: CacheReader, _ exchange: Exchange) async throws {
         exchange.status.stored = true
         exchange.status.forwardStatus = exchange.status.forwardStatus ?? reader.info.stored?.status ?? 200
         let head = reader.info.stored ?? StoredHead(headers: [], requestTime: exchange.now, responseTime: exchange.now)
