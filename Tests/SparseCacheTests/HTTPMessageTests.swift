@@ -30,6 +30,13 @@ struct HTTPMessageTests {
             ])
     }
 
+    @Test("token bytes are exactly RFC 9110's tchar, for every byte value (section 5.6.2)")
+    func tokenBytes() {
+        let tchar = Set(Array("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ".utf8))
+        let wrong = (0...255).map(UInt8.init).filter { HTTPSyntax.isTokenByte($0) != tchar.contains($0) }
+        #expect(wrong.isEmpty, "bytes classified wrongly: \(wrong)")
+    }
+
     @Test("a response head encoded is the head the response parser reads back; values cannot inject lines (RFC 9112 5)")
     func responseHeadRoundTrip() {
         let head = HTTPResponseHead(

@@ -108,7 +108,7 @@ enum HTTPResponseParser {
     /// line, which ``fieldLineProblem(_:complete:)`` then explains.
     private static func plainField(_ bytes: UnsafeBufferPointer<UInt8>, _ line: Range<Int>) -> HTTPHeaderField? {
         var colon = line.lowerBound
-        while colon < line.upperBound, isTokenByte(bytes[colon]) { colon += 1 }
+        while colon < line.upperBound, HTTPSyntax.isTokenByte(bytes[colon]) { colon += 1 }
         guard colon > line.lowerBound, colon < line.upperBound, bytes[colon] == UInt8(ascii: ":") else { return nil }
         var valueStart = colon + 1, valueEnd = line.upperBound
         for index in valueStart..<valueEnd where HTTPSyntax.isControl(bytes[index]) { return nil }
@@ -117,18 +117,6 @@ enum HTTPResponseParser {
         return HTTPHeaderField(
             name: String(decoding: UnsafeBufferPointer(rebasing: bytes[line.lowerBound..<colon]), as: UTF8.self),
             value: String(decoding: UnsafeBufferPointer(rebasing: bytes[valueStart..<valueEnd]), as: UTF8.self))
-    }
-
-    /// ``HTTPSyntax/isTokenByte(_:)`` as one switch (that one looks punctuation up in an array).
-    @inline(__always)
-    private static func isTokenByte(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-            UInt8(ascii: "!"), UInt8(ascii: "#")...UInt8(ascii: "'"), UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"),
-            UInt8(ascii: "."), UInt8(ascii: "^")...UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
-            true
-        default: false
-        }
     }
 
     /// The head from its status line and fields, unless its framing fields are unusable.
