@@ -66,6 +66,12 @@ enum SmallObjectScenario {
             guard let seconds = Probe.cpuSeconds(of: nginxID) else { throw BenchError("cannot read /proc/\(nginxID)/stat (nginx's CPU time)") }
             return seconds
         }
+        // One pass of curl over a list: its rate, and the serving process's CPU per request.
+        let measured: @Sendable (Int, String) async throws -> (rate: Sample, cpu: Sample) = { contender, list in
+            let cpu = try serverCPU(contender)
+            let seconds = try await fetchAll(curl, list: list, count: count, what: contenders[contender])
+            return (Sample(value: Double(count) / seconds), Sample(value: (try serverCPU(contender) - cpu) / Double(count) * 1e6))
+        }
         do {
             let repetitions = context.repetitions
             var hitLists: [[String]] = Array(repeating: [], count: contenders.count)
@@ -75,18 +81,16 @@ enum SmallObjectScenario {
                 try (0..<count).map { "url = \"\(bases[contender])/f\($0).bin?r=\(contender)-\(repetition)\"\noutput = \"/dev/null\"\n" }
                     .joined().write(toFile: list, atomically: true, encoding: .utf8)
                 hitLists[contender].append(list)
-                let cpu = try serverCPU(contender)
-                let seconds = try await fetchAll(curl, list: list, count: count, what: contenders[contender])
-                missCPU[contender].append(Sample(value: (try serverCPU(contender) - cpu) / Double(count) * 1e6))
-                return Sample(value: Double(count) / seconds)
+                let (rate, cpu) = try await measured(contender, list)
+                missCPU[contender].append(cpu)
+                return rate
             }
             result.measurements += compared(misses, workload: "\(count) x 4 KiB misses, one keep-alive client", unit: "req/s")
             var hitCPU: [[Sample]] = Array(repeating: [], count: contenders.count)
             let hits = try await interleaved(contenders: contenders.count, repetitions: repetitions) { contender, repetition in
-                let cpu = try serverCPU(contender)
-                let seconds = try await fetchAll(curl, list: hitLists[contender][repetition], count: count, what: contenders[contender])
-                hitCPU[contender].append(Sample(value: (try serverCPU(contender) - cpu) / Double(count) * 1e6))
-                return Sample(value: Double(count) / seconds)
+                let (rate, cpu) = try await measured(contender, hitLists[contender][repetition])
+                hitCPU[contender].append(cpu)
+                return rate
             }
             result.measurements += compared(hits, workload: "\(count) x 4 KiB hits, one keep-alive client", unit: "req/s")
             // Steadier than the rates on a shared machine; nginx's deferred writeback of its

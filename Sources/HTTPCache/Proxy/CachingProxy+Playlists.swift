@@ -39,11 +39,7 @@ extension CachingProxy {
     /// Where the media type lies in a `Content-Type` value: before any `;`, without
     /// surrounding spaces and tabs.
     private static func mediaTypeRange(_ value: UnsafeBufferPointer<UInt8>) -> Range<Int> {
-        var end = value.firstIndex(of: UInt8(ascii: ";")) ?? value.count
-        var start = 0
-        while start < end, value[start] == 0x20 || value[start] == 0x09 { start += 1 }
-        while end > start, value[end - 1] == 0x20 || value[end - 1] == 0x09 { end -= 1 }
-        return start..<end
+        HTTPSyntax.trimmed(value, 0..<(value.firstIndex(of: UInt8(ascii: ";")) ?? value.count))
     }
 
     private static func hasSuffixIgnoringCase(_ text: UnsafeBufferPointer<UInt8>, _ suffix: StaticString) -> Bool {

@@ -110,13 +110,11 @@ enum HTTPResponseParser {
         var colon = line.lowerBound
         while colon < line.upperBound, HTTPSyntax.isTokenByte(bytes[colon]) { colon += 1 }
         guard colon > line.lowerBound, colon < line.upperBound, bytes[colon] == UInt8(ascii: ":") else { return nil }
-        var valueStart = colon + 1, valueEnd = line.upperBound
-        for index in valueStart..<valueEnd where HTTPSyntax.isControl(bytes[index]) { return nil }
-        while valueStart < valueEnd, bytes[valueStart] == space || bytes[valueStart] == tab { valueStart += 1 }
-        while valueEnd > valueStart, bytes[valueEnd - 1] == space || bytes[valueEnd - 1] == tab { valueEnd -= 1 }
+        for index in (colon + 1)..<line.upperBound where HTTPSyntax.isControl(bytes[index]) { return nil }
+        let value = HTTPSyntax.trimmed(bytes, (colon + 1)..<line.upperBound)
         return HTTPHeaderField(
             name: String(decoding: UnsafeBufferPointer(rebasing: bytes[line.lowerBound..<colon]), as: UTF8.self),
-            value: String(decoding: UnsafeBufferPointer(rebasing: bytes[valueStart..<valueEnd]), as: UTF8.self))
+            value: String(decoding: UnsafeBufferPointer(rebasing: bytes[value]), as: UTF8.self))
     }
 
     /// The head from its status line and fields, unless its framing fields are unusable.

@@ -81,12 +81,7 @@ enum HTTPHeadEncoding {
     private static func appendValue(_ value: String, to bytes: inout [UInt8]) {
         var value = value
         value.withUTF8 { utf8 in
-            var clean = true
-            for byte in utf8 where HTTPSyntax.isControl(byte) {
-                clean = false
-                break
-            }
-            if clean {
+            if !utf8.contains(where: HTTPSyntax.isControl) {
                 bytes.append(contentsOf: utf8)
             } else {
                 for byte in utf8 where !HTTPSyntax.isControl(byte) { bytes.append(byte) }

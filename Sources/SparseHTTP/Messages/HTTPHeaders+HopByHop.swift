@@ -24,7 +24,7 @@ extension HTTPHeaders {
     /// One rule for both: a fixed hop-by-hop name, `Proxy-*`, or a name in `listed`; names
     /// compared by ASCII case folding, as every header lookup is.
     private static func isHopByHop(_ field: HTTPHeaderField, listed: [String]) -> Bool {
-        isHopByHopName(field.name) || (!listed.isEmpty && listed.contains { field.hasName($0) })
+        isHopByHopName(field.name) || listed.contains { field.hasName($0) }
     }
 
     /// The field names `Connection` lists beyond the fixed hop-by-hop ones (and its `close`):

@@ -63,17 +63,7 @@ public struct HTTPHeaders: Sendable, Equatable, RandomAccessCollection, Expressi
         for field in fields where field.hasName(name) {
             var value = field.value
             let found = value.withUTF8 { bytes in
-                var start = 0
-                while start < bytes.count {
-                    var end = start
-                    while end < bytes.count, bytes[end] != UInt8(ascii: ",") { end += 1 }
-                    var first = start, last = end
-                    while first < last, bytes[first] == HTTPSyntax.space || bytes[first] == HTTPSyntax.tab { first += 1 }
-                    while last > first, bytes[last - 1] == HTTPSyntax.space || bytes[last - 1] == HTTPSyntax.tab { last -= 1 }
-                    if first < last, predicate(UnsafeBufferPointer(rebasing: bytes[first..<last])) { return true }
-                    start = end + 1
-                }
-                return false
+                HTTPSyntax.forEachListElement(in: bytes) { predicate(UnsafeBufferPointer(rebasing: bytes[$0])) }
             }
             if found { return true }
         }

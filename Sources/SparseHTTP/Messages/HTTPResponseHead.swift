@@ -59,11 +59,11 @@ public struct HTTPResponseHead: Sendable, Equatable {
     /// that sends contradictory framing is not one to trust with the next response on the
     /// same connection.
     func checkedFraming() -> (framing: HTTPBodyFraming, problem: String?) {
-        let chunked = headers.contains("transfer-encoding")
+        let encoded = headers.contains("transfer-encoding")
         let lengthGiven = headers.contains("content-length")
         var problem: String?
         var length: Int64?
-        if chunked, lengthGiven {
+        if encoded, lengthGiven {
             problem = "both Transfer-Encoding and Content-Length"
         } else if lengthGiven {
             (length, problem) = contentLength()
@@ -71,7 +71,7 @@ public struct HTTPResponseHead: Sendable, Equatable {
         let framing: HTTPBodyFraming
         if (100...199).contains(status) || status == 204 || status == 304 {
             framing = .none
-        } else if chunked {
+        } else if encoded {
             // Only a final `chunked` delimits the body; any other last coding (gzip alone, an
             // unknown one) leaves the end to the connection's close.
             let last = HTTPSyntax.listElements(values("transfer-encoding")).last?.lowercased()
@@ -94,25 +94,29 @@ public struct HTTPResponseHead: Sendable, Equatable {
             var value = field.value
             // Every element where it lies, empty ones included (each must be a number).
             let refusal = value.withUTF8 { bytes -> Refusal? in
-                var start = 0
-                while true {
-                    var end = start
-                    while end < bytes.count, bytes[end] != UInt8(ascii: ",") { end += 1 }
-                    var first = start, last = end
-                    while first < last, bytes[first] == HTTPSyntax.space || bytes[first] == HTTPSyntax.tab { first += 1 }
-                    while last > first, bytes[last - 1] == HTTPSyntax.space || bytes[last - 1] == HTTPSyntax.tab { last -= 1 }
-                    guard (1...18).contains(last - first) else { return .invalid }
+                var refusal: Refusal?
+                _ = HTTPSyntax.forEachListElement(in: bytes, includingEmpty: true) { element in
+                    guard (1...18).contains(element.count) else {
+                        refusal = .invalid
+                        return true
+                    }
                     var number: Int64 = 0
-                    for index in first..<last {
+                    for index in element {
                         let byte = bytes[index]
-                        guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return .invalid }
+                        guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else {
+                            refusal = .invalid
+                            return true
+                        }
                         number = number * 10 + Int64(byte - UInt8(ascii: "0"))
                     }
-                    if let length, length != number { return .conflicting }
+                    if let length, length != number {
+                        refusal = .conflicting
+                        return true
+                    }
                     length = number
-                    if end >= bytes.count { return nil }
-                    start = end + 1
+                    return false
                 }
+                return refusal
             }
             switch refusal {
             case .invalid?: return (nil, "invalid Content-Length \(HTTPSyntax.quoted(Array(field.value.utf8)))")

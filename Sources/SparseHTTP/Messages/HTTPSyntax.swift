@@ -72,27 +72,46 @@ package enum HTTPSyntax {
 
     /// The non-empty elements of comma-separated list values, trimmed (RFC 9110, section 5.6.1).
     package static func listElements(_ values: [String]) -> [String] {
-        // Straight into one array (Connection, Vary and Cache-Control are read for every
-        // proxied answer).
-        // Over each value's bytes in place: the generic split and trim over a string's UTF-8
-        // view cost a microsecond for one `Connection: keep-alive`.
+        // Straight into one array, from each value's bytes in place (Connection, Vary and
+        // Cache-Control are read for every proxied answer; the generic split and trim over a
+        // string's UTF-8 view cost a microsecond for one `Connection: keep-alive`).
         var elements: [String] = []
         for value in values {
             var value = value
             value.withUTF8 { bytes in
-                var start = 0
-                while start < bytes.count {
-                    var end = start
-                    while end < bytes.count, bytes[end] != UInt8(ascii: ",") { end += 1 }
-                    var first = start, last = end
-                    while first < last, bytes[first] == space || bytes[first] == tab { first += 1 }
-                    while last > first, bytes[last - 1] == space || bytes[last - 1] == tab { last -= 1 }
-                    if first < last { elements.append(String(decoding: UnsafeBufferPointer(rebasing: bytes[first..<last]), as: UTF8.self)) }
-                    start = end + 1
+                _ = forEachListElement(in: bytes) { element in
+                    elements.append(String(decoding: UnsafeBufferPointer(rebasing: bytes[element]), as: UTF8.self))
+                    return false
                 }
             }
         }
         return elements
+    }
+
+    /// Calls `body` with where each element of a comma-separated list lies in `bytes`, without
+    /// its surrounding whitespace; empty elements are skipped unless `includingEmpty`. Stops
+    /// when `body` returns true, and returns whether it did.
+    package static func forEachListElement(
+        in bytes: UnsafeBufferPointer<UInt8>, includingEmpty: Bool = false, _ body: (Range<Int>) -> Bool
+    ) -> Bool {
+        var start = 0
+        while true {
+            var end = start
+            while end < bytes.count, bytes[end] != UInt8(ascii: ",") { end += 1 }
+            let element = trimmed(bytes, start..<end)
+            if includingEmpty || !element.isEmpty, body(element) { return true }
+            if end >= bytes.count { return false }
+            start = end + 1
+        }
+    }
+
+    /// `range` of `bytes` without its leading and trailing spaces and tabs (HTTP's optional
+    /// whitespace, RFC 9110 section 5.6.3).
+    package static func trimmed(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> Range<Int> {
+        var first = range.lowerBound, last = range.upperBound
+        while first < last, bytes[first] == space || bytes[first] == tab { first += 1 }
+        while last > first, bytes[last - 1] == space || bytes[last - 1] == tab { last -= 1 }
+        return first..<last
     }
 
     package static let cr: UInt8 = 0x0D
