@@ -72,6 +72,56 @@ struct SmallObjectStoreTests {
         await store.close()
     }
 
+    @Test("put of several objects: one batch; a refused object alone; a failed sync fails them all")
+    func putSeveral() async throws {
+        let directory = try faultScopedDirectory("smallobj-several")
+        defer { directory.remove() }
+        let store = try await SmallObjectStore.open(directory: directory.path)
+        var writes = (0..<6).map { SmallObjectWrite(key: "s\($0)", metadata: Self.metadata("s\($0)"), body: Self.body("s\($0)")) }
+        writes[2].body = [UInt8](repeating: 1, count: SmallObjectFormat.maximumBody + 1)
+        writes[4].key = ""
+        let before = await store.batches
+        let results = await store.put(writes)
+        let batches = await store.batches - before
+        #expect(batches == 1, "six objects in one call took \(batches) batches")
+        var sequences: [UInt64] = []
+        for (index, result) in results.enumerated() {
+            switch result {
+            case .success(let sequence):
+                #expect(index != 2 && index != 4)
+                sequences.append(sequence)
+                #expect(Self.same(try await store.object(for: writes[index].key), writes[index].body))
+            case .failure(let error):
+                #expect(index == 2 || index == 4, "\(error)")
+                #expect(error.code == .invalidArgument)
+            }
+        }
+        #expect(sequences == sequences.sorted() && Set(sequences).count == 4, "sequences in order: \(sequences)")
+        #expect(try await store.object(for: "s2") == nil)
+
+        // A failed sync: none of the batch is claimed, each gets the error.
+        let rule = try FaultInjection.add(FaultRule([.fdatasync], pathContains: directory.path, trigger: .nth(1), maxFires: 1, error: EIO))
+        let failed = await store.put((0..<3).map { SmallObjectWrite(key: "f\($0)", metadata: Self.metadata("f\($0)"), body: Self.body("f\($0)")) })
+        FaultInjection.remove(rule)
+        for result in failed {
+            guard case .failure(let error) = result else {
+                Issue.record("a write of a batch whose sync failed was claimed")
+                continue
+            }
+            #expect(error.code == .io, "\(error)")
+        }
+        for index in 0..<3 { #expect(try await store.object(for: "f\(index)") == nil) }
+        #expect(await store.count == 4)
+
+        await store.close()
+        let closed = await store.put([SmallObjectWrite(key: "late", metadata: ResourceMetadata(), body: [1])])
+        guard case .failure(let error) = closed.first else {
+            Issue.record("a put on a closed store succeeded")
+            return
+        }
+        #expect(error.code == .closed)
+    }
+
     @Test("group commit under a steady trickle: every batch waits for the delay, not only the first")
     func groupCommitTrickle() async throws {
         // A put every 200 µs or so (faster than a sync), none waiting for another: misses one

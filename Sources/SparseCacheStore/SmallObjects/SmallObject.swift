@@ -9,3 +9,16 @@ public struct SmallObject: Sendable, Equatable {
     /// The record's sequence number: a later store of the key has a higher one.
     public let sequence: UInt64
 }
+
+/// One object for ``SmallObjectStore/put(_:)``: stored under `key` with `metadata` and `body`.
+public struct SmallObjectWrite: Sendable {
+    public var key: String
+    public var metadata: ResourceMetadata
+    public var body: [UInt8]
+
+    public init(key: String, metadata: ResourceMetadata, body: [UInt8]) {
+        self.key = key
+        self.metadata = metadata
+        self.body = body
+    }
+}

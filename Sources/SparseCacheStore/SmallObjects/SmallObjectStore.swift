@@ -417,18 +417,60 @@ public actor SmallObjectStore {
     @discardableResult
     public func put(key: String, metadata: ResourceMetadata, body: [UInt8]) async throws -> UInt64 {
         try checkOpen("put")
+        let record = try objectRecord(SmallObjectWrite(key: key, metadata: metadata, body: body))
+        try await append(record)
+        return record.sequence
+    }
+
+    /// Stores several objects, each as ``put(key:metadata:body:)`` does, in one call: they go
+    /// in the same batch (with whatever else is pending), and the call returns once it is
+    /// durable. Costs one call into the actor, not one per object. Gives each object's
+    /// sequence number, or why it was not stored: its own `.invalidArgument` (the others are
+    /// stored), or the batch's `.io` or `.closed` (then none is).
+    public func put(_ writes: [SmallObjectWrite]) async -> [Result<UInt64, SparseCacheError>] {
+        var results: [Result<UInt64, SparseCacheError>] = []
+        results.reserveCapacity(writes.count)
+        var records: [PendingRecord] = []
+        records.reserveCapacity(writes.count)
+        do {
+            try checkOpen("put")
+        } catch {
+            return Array(repeating: .failure(error), count: writes.count)
+        }
+        for write in writes {
+            do {
+                let record = try objectRecord(write)
+                records.append(record)
+                results.append(.success(record.sequence))
+            } catch {
+                results.append(.failure(error))
+            }
+        }
+        do {
+            try await appendTogether(records)
+        } catch {
+            let failure = error as? SparseCacheError ?? SparseCacheError(.io, operation: "put small objects", path: directory, detail: "\(error)")
+            results = results.map { $0.flatMap { _ in .failure(failure) } }
+        }
+        return results
+    }
+
+    /// The record that stores `write`, with the next sequence number.
+    ///
+    /// - Throws: `.invalidArgument` for an empty or oversized key, a body over 1 MiB or
+    ///   metadata over 64 KiB.
+    private func objectRecord(_ write: SmallObjectWrite) throws(SparseCacheError) -> PendingRecord {
+        let key = write.key, body = write.body
         try SparseStore.validate(key: key)
-        let encoded = MetadataCoding.encode(metadata)
+        let encoded = MetadataCoding.encode(write.metadata)
         guard body.count <= SmallObjectFormat.maximumBody, encoded.count <= SmallObjectFormat.maximumMetadata else {
             throw SparseCacheError(
                 .invalidArgument, operation: "put small object", path: key,
                 detail: "body of \(body.count) bytes or metadata of \(encoded.count) bytes over the limits "
                     + "(\(SmallObjectFormat.maximumBody), \(SmallObjectFormat.maximumMetadata))")
         }
-        let sequence = takeSequence()
-        try await append(
-            PendingRecord(kind: .object, key: key, sequence: sequence, metadata: encoded, body: body, lastAccess: SparseStore.now()))
-        return sequence
+        return PendingRecord(
+            kind: .object, key: key, sequence: takeSequence(), metadata: encoded, body: body, lastAccess: SparseStore.now())
     }
 
     /// Replaces the metadata of `key`'s object by `change` of it, keeping its body (a new
@@ -466,7 +508,7 @@ public actor SmallObjectStore {
         liveBodyBytes -= Int64(location.bodyCount)
     }
 
-    func checkOpen(_ operation: String) throws {
+    func checkOpen(_ operation: String) throws(SparseCacheError) {
         if isClosed { throw SparseCacheError(.closed, operation: operation, path: directory, detail: "small-object store is closed") }
     }
 

@@ -45,7 +45,7 @@ extension SparseStore {
         }
     }
 
-    static func validate(key: String) throws {
+    static func validate(key: String) throws(SparseCacheError) {
         if key.isEmpty {
             throw SparseCacheError(.invalidArgument, operation: "open", detail: "empty key")
         }
