@@ -14,7 +14,15 @@ extension ProgressiveCache {
         var id: Int
         var info: ContentInfo
         var body: [UInt8]
-        var task: Task<Void, Never>?
+    }
+
+    /// An arriving object not yet handed to the log (``writeQueuedSmall()``).
+    struct QueuedSmall {
+        var key: String
+        var id: Int
+        var info: ContentInfo
+        var head: StoredHead
+        var body: [UInt8]
     }
 
     /// The small object stored for `source` (or arriving), as a reader from memory; nil when
@@ -178,43 +186,73 @@ extension ProgressiveCache {
         guard resources[key] == nil, let head = info.stored else { return }
         let id = takeID()
         smallArriving[key] = ArrivingObject(id: id, info: info, body: body)
-        smallArriving[key]?.task = onLoop { await self.writeSmall(key: key, id: id, info: info, head: head, body: body) }
+        smallQueue.append(QueuedSmall(key: key, id: id, info: info, head: head, body: body))
+        if smallWriter == nil { smallWriter = onLoop { await self.writeQueuedSmall() } }
     }
 
-    /// The record's metadata is made here, after the client has its answer.
-    private func writeSmall(key: String, id: Int, info: ContentInfo, head: StoredHead, body: [UInt8]) async {
-        let metadata = head.stored(
-            in: ResourceMetadata(key: key, contentType: info.contentType, etag: info.validator.etag, lastModified: info.validator.lastModified))
-        do {
-            let sequence = try await store.smallObjects.put(key: key, metadata: metadata, body: body)
-            // Once durable, the first hit needs only the body: it is told what the record's
-            // metadata says without decoding it (StoredHead(metadata) gives `head` back).
-            smallInfos.set((sequence, Self.smallInfo(length: body.count, metadata: metadata, head: head)), for: key)
-            count { $0.smallObjectsStored += 1 }
-        } catch {
-            count { $0.smallObjectFailures += 1 }
-            await store.noteHousekeepingFailure(.release, key: key, error)
+    /// Hands the queued objects to the log until none is left: all that queued meanwhile in
+    /// one call, which returns when their batch is durable. A client's misses one after
+    /// another queue while the batch before them syncs, so the calls into the store (and this
+    /// task) are per batch, not per object.
+    private func writeQueuedSmall() async {
+        while !smallQueue.isEmpty {
+            let queued = smallQueue
+            smallQueue.removeAll()
+            // The records' metadata is made here, after the clients have their answers.
+            let writes = queued.map { object in
+                SmallObjectWrite(
+                    key: object.key,
+                    metadata: object.head.stored(
+                        in: ResourceMetadata(
+                            key: object.key, contentType: object.info.contentType, etag: object.info.validator.etag,
+                            lastModified: object.info.validator.lastModified)),
+                    body: object.body)
+            }
+            let results = await store.smallObjects.put(writes)
+            var stored = 0
+            for (index, result) in results.enumerated() {
+                let object = queued[index]
+                switch result {
+                case .success(let sequence):
+                    // Once durable, the first hit needs only the body: it is told what the
+                    // record's metadata says without decoding it (StoredHead(metadata) gives
+                    // `head` back).
+                    let info = Self.smallInfo(length: object.body.count, metadata: writes[index].metadata, head: object.head)
+                    smallInfos.set((sequence, info), for: object.key)
+                    stored += 1
+                case .failure(let error):
+                    count { $0.smallObjectFailures += 1 }
+                    await store.noteHousekeepingFailure(.release, key: object.key, error)
+                }
+                if smallArriving[object.key]?.id == object.id { smallArriving[object.key] = nil }
+            }
+            count { $0.smallObjectsStored += stored }
+            let settled = smallSettled
+            smallSettled.removeAll()
+            for waiter in settled { waiter.resume() }
+            // Past the budget: the store evicts (the writes succeeded whatever the pass does).
+            if let last = queued.last, await store.isOverBudget {
+                do { try await store.enforceBudget() } catch { await store.noteHousekeepingFailure(.eviction, key: last.key, error) }
+            }
         }
-        await arrived(key: key, id: id)
-    }
-
-    private func arrived(key: String, id: Int) async {
-        if smallArriving[key]?.id == id { smallArriving[key] = nil }
-        // Past the budget: the store evicts (the write succeeded whatever the pass does).
-        if await store.isOverBudget {
-            do { try await store.enforceBudget() } catch { await store.noteHousekeepingFailure(.eviction, key: key, error) }
-        }
+        smallWriter = nil
     }
 
     /// Waits until every small object on its way to the log is durable (or failed).
     public func settleAllSmall() async {
-        while let task = smallArriving.values.compactMap(\.task).first { await task.value }
+        while !smallArriving.isEmpty { await nextSmallBatch() }
     }
 
     /// Waits until an object arriving for `key` is durable (or failed): a removal after it
     /// then removes it, never the other way round.
     func settleSmall(key: String) async {
-        while let task = smallArriving[key]?.task { await task.value }
+        while smallArriving[key] != nil { await nextSmallBatch() }
+    }
+
+    /// Returns when ``writeQueuedSmall()`` has settled its next batch. Every arriving object
+    /// is queued or in the batch being written, so one comes.
+    private func nextSmallBatch() async {
+        await withCheckedContinuation { smallSettled.append($0) }
     }
 
     /// Leaves a first-contact answer for the sparse first contact of `key`, or ends it when

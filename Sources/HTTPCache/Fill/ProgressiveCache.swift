@@ -38,6 +38,12 @@ public actor ProgressiveCache {
     var keptOpenSweeper: Task<Void, Never>?
     /// Small answers on their way to the small-object log (``ProgressiveCache/firstContactSmall(_:)``).
     var smallArriving: [String: ArrivingObject] = [:]
+    /// Arriving objects not yet handed to the log, in arrival order, and the task handing
+    /// them over (``writeQueuedSmall()``); nil when none is queued or being written.
+    var smallQueue: [QueuedSmall] = []
+    var smallWriter: Task<Void, Never>?
+    /// Waiting for the batch being written to settle (``settleSmall(key:)``).
+    var smallSettled: [CheckedContinuation<Void, Never>] = []
     /// The info (with its parsed ``StoredHead``) of small objects read recently, by key, with
     /// the record's sequence: a record never changes, so the same sequence is the same head,
     /// and a hit skips parsing the stored fields and dates again (about 7% of a small hit's CPU).
