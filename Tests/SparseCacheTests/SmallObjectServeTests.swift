@@ -19,8 +19,10 @@ struct SmallObjectServeTests {
         let proxy: CachingProxy
         let server: HTTPServer
 
-        init(directory: String, origin: URL, budget: Int64 = .max) async throws {
-            store = try await SparseStore.open(directory: directory, options: StoreOptions(budget: budget))
+        init(directory: String, origin: URL, budget: Int64 = .max, groupCommitDelay: Duration? = nil) async throws {
+            var options = StoreOptions(budget: budget)
+            if let groupCommitDelay { options.smallObjects.groupCommitDelay = groupCommitDelay }
+            store = try await SparseStore.open(directory: directory, options: options)
             cache = ProgressiveCache(store: store, options: .testing)
             let proxy = CachingProxy(cache: cache, origin: origin)
             self.proxy = proxy
@@ -125,6 +127,56 @@ struct SmallObjectServeTests {
         let hit = try await Curl.run(rig.base + "/known.bin", ["-H", "Accept-Language: de"])
         #expect(hit.body == miss.body && hit.headers["cache-status"]?.contains("hit") == true, "\(hit)")
         try await rig.stop()
+    }
+
+    @Test("objects waiting for their batch: answered from memory, a PURGE waits for the batch and wins, a shutdown writes them")
+    func arrivingObjects() async throws {
+        let files = try TemporaryDirectory("smallobj-arriving-origin")
+        var bodies: [[UInt8]] = []
+        for index in 0..<12 { bodies.append(try originFile(files.path, "a\(index).bin", count: 4096, seed: UInt64(300 + index))) }
+        let origin = try await OriginServer.nginx(root: files.path, locations: "expires 1h;")
+        defer { origin.stop() }
+        let directory = try TemporaryDirectory("smallobj-arriving")
+        let cacheDir = directory.file("cache")
+        // A long delay keeps the objects in memory, waiting for their batch, for the whole test.
+        var rig = try await Rig(directory: cacheDir, origin: origin.baseURL, groupCommitDelay: .seconds(3))
+        let key = { (index: Int) in origin.baseURL.absoluteString + "/a\(index).bin" }
+        let batchesBefore = await rig.store.smallObjects.batches
+        let base = rig.base, expected = bodies
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<12 {
+                group.addTask {
+                    let miss = try await Curl.run(base + "/a\(index).bin")
+                    #expect(miss.status == 200 && miss.body == expected[index], "a\(index): \(miss)")
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(await rig.store.smallObjects.count == 0, "written before the group commit's delay")
+        // A second reader gets the bytes from memory: no second origin request.
+        let again = try await Curl.run(rig.base + "/a3.bin")
+        #expect(again.body == bodies[3], "\(again)")
+        #expect(origin.requests().filter { $0.path == "/a3.bin" }.count == 1, "a3 was asked for again while it was being written")
+        // A PURGE of an object still waiting: it waits for the batch, then removes it.
+        let purge = try await Curl.run(rig.base + "/a5.bin", ["-X", "PURGE"])
+        #expect(purge.status == 200, "\(purge)")
+        #expect(await rig.store.smallObjects.contains(key(5)) == false, "the purged object was written after the purge")
+        await rig.cache.settleAllSmall()
+        for index in 0..<12 where index != 5 { #expect(await rig.store.smallObjects.contains(key(index)), "a\(index) was not written") }
+        // The first object's batch, the others' (they queued while it waited), the tombstone's.
+        let batches = await rig.store.smallObjects.batches - batchesBefore
+        #expect(batches <= 3, "12 misses and a purge within the delay took \(batches) batches")
+        // Misses after the purge, still waiting at shutdown: written before the store closes.
+        for index in [5, 11] { _ = try await Curl.run(rig.base + "/a\(index).bin", ["-H", "Cache-Control: no-cache"]) }
+        try await rig.stop()
+        rig = try await Rig(directory: cacheDir, origin: origin.baseURL)
+        for index in 0..<12 {
+            let hit = try await Curl.run(rig.base + "/a\(index).bin")
+            #expect(hit.body == bodies[index] && hit.headers["cache-status"]?.contains("hit") == true, "a\(index) after a restart: \(hit)")
+        }
+        try await rig.stop()
+        let verify = try await StoreVerifier.verify(directory: cacheDir)
+        #expect(verify.isClean, "\(verify)")
     }
 
     @Test("a large answer stays a sparse resource, and one just over the threshold too")
