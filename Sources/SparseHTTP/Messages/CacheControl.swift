@@ -51,9 +51,14 @@ public struct CacheControl: Sendable, Equatable {
     /// The value of the delta-seconds directive `name`, or nil when absent. Past 2^31 the
     /// value is 2^31 (section 1.2.2).
     public func seconds(_ name: String) -> Seconds? {
-        let values = directives.filter { $0.name == name }.map { Self.deltaSeconds($0.argument) }
-        guard let first = values.first else { return nil }
-        return values.allSatisfy { $0 == first } ? first : .invalid
+        // One pass, no arrays: every policy asks for several of these on every request.
+        var found: Seconds?
+        for directive in directives where directive.name == name {
+            let value = Self.deltaSeconds(directive.argument)
+            if let first = found, first != value { return .invalid }
+            found = value
+        }
+        return found
     }
 
     /// The field names qualifying `no-cache` or `private` (`no-cache="Set-Cookie"`): empty when
