@@ -255,3 +255,10 @@ void sc_wake_drain(int fd) {
     uint64_t count;
     while (read(fd, &count, sizeof count) < 0 && errno == EINTR) {}
 }
+
+int sc_thread_set_name(const char *name) {
+    char truncated[16];
+    strncpy(truncated, name, sizeof truncated - 1);
+    truncated[sizeof truncated - 1] = 0;
+    return pthread_setname_np(pthread_self(), truncated);
+}

@@ -156,6 +156,9 @@ int sc_wake_create(void);
 void sc_wake_signal(int fd);
 /// Reads the counter back to zero.
 void sc_wake_drain(int fd);
+/// Names the calling thread (what `top -H`, `perf` and /proc/PID/task/TID/comm show); Linux
+/// keeps the first 15 bytes. Returns 0, or an errno.
+int sc_thread_set_name(const char *name);
 
 /// One address of a host, as getaddrinfo(3) gives it.
 struct sc_address {

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Dispatch
+import Foundation
 import Synchronization
 import Testing
 
@@ -190,6 +191,21 @@ struct SocketReactorTests {
         var clients = [0, 0]
         for _ in 0..<32 { clients[SocketReactor.loopForClient(acceptedBy: 0, clients: clients)] += 1 }
         #expect(clients == [16, 16])
+    }
+
+    @Test("each loop's thread carries its name for top -H, perf and /proc (sc-loop-N)")
+    func loopThreadsNamed() throws {
+        let loops = SocketReactor.loops
+        // The loops start with the first use of `loops`; each names itself when its thread runs.
+        var names: [String] = []
+        for _ in 0..<200 {
+            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+            names = tasks.compactMap { try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8) }
+                .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+            if (0..<loops.count).allSatisfy({ names.contains("sc-loop-\($0)") }) { break }
+            Thread.sleep(forTimeInterval: 0.01)
+        }
+        for number in 0..<loops.count { #expect(names.contains("sc-loop-\(number)"), "thread names: \(names.sorted())") }
     }
 
     private final class WrongThreads: Sendable {

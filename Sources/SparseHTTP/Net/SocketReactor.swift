@@ -86,8 +86,15 @@ final class SocketReactor: TaskExecutor, Sendable {
         wake = sc_wake_create()
         precondition(wake >= 0, "eventfd failed: errno \(errno)")
         precondition(sc_epoll_watch_input(epoll, wake, 0) == 0, "epoll_ctl of the wake descriptor failed: errno \(errno)")
-        let thread = Thread { [self] in run() }
-        thread.name = "sparsecache.sockets.\(number)"
+        // Named from the thread itself: Foundation's `Thread.name` does not reach the system on
+        // Linux, which left the loops named after the dispatch thread that started them in
+        // `top -H`, `perf` and /proc/PID/task/*/comm.
+        let name = "sc-loop-\(number)"
+        let thread = Thread { [self] in
+            _ = sc_thread_set_name(name)
+            run()
+        }
+        thread.name = name
         thread.start()
     }
 
