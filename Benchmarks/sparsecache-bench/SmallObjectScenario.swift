@@ -28,6 +28,19 @@ enum SmallObjectScenario {
             return result
         }
         let count = context.options.mode == .full ? 20_000 : context.options.mode == .quick ? 2_000 : 200
+        // nginx proxy_cache's misses cost it 2-4 times the CPU when another run's files were
+        // just made and removed (the file system's cached state; dropping the page cache
+        // restores it, dropping dentries and inodes alone does not: the fourteenth part of issue
+        // 18's section in docs/BENCHMARKS.md). Dropped first, so every run starts from the same
+        // state. Not in a smoke run (the test suite runs beside it).
+        if context.options.mode != .smoke {
+            if try await BlockingExecutor.shared.run({ Raw.dropKernelCaches() }) {
+                result.notes.append("scenario 13: kernel caches dropped first (sync; echo 3 > /proc/sys/vm/drop_caches)")
+            } else {
+                result.notes.append(
+                    "scenario 13: could not drop the kernel's caches (needs root): nginx's miss CPU grows 2-4x right after other runs")
+            }
+        }
         let root = try context.scratch.directory("small-origin")
         let work = try context.scratch.directory("small-work")
         defer {

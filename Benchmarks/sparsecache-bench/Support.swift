@@ -91,6 +91,19 @@ enum Raw {
         if result != 0 { throw SyscallError(operation: "posix_fadvise", path: path, code: result) }
     }
 
+    /// Writes back every dirty page, then drops the kernel's clean caches: the page cache
+    /// (the file system's own cached metadata with it), dentries and inodes (`sync; echo 3 >
+    /// /proc/sys/vm/drop_caches`). Needs root: returns false without it. Blocking: call on an
+    /// executor.
+    static func dropKernelCaches() -> Bool {
+        sync()
+        let fd = Glibc.open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { _ = Glibc.close(fd) }
+        let three: [UInt8] = Array("3\n".utf8)
+        return three.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) } == three.count
+    }
+
     static func fileSize(_ path: String) -> Int64 {
         var status = sc_stat()
         return sc_stat_path(path, &status) == 0 ? status.size : -1
