@@ -97,11 +97,10 @@ enum Raw {
     /// executor.
     static func dropKernelCaches() -> Bool {
         sync()
-        let fd = Glibc.open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { return false }
-        defer { _ = Glibc.close(fd) }
-        let three: [UInt8] = Array("3\n".utf8)
-        return three.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) } == three.count
+        let path = "/proc/sys/vm/drop_caches"
+        guard let fd = try? open(path, flags: Int32(SC_O_WRONLY)) else { return false }
+        defer { _ = sc_close(fd) }
+        return (try? writeAll(fd, Array("3\n".utf8), at: 0, path: path)) != nil
     }
 
     static func fileSize(_ path: String) -> Int64 {

@@ -46,6 +46,16 @@ struct SmallObjectServeTests {
         }
     }
 
+    /// An nginx origin (`expires 1h`) of `count` 4 KiB files named `<prefix><index>.bin`, with
+    /// their bodies; the directory lives as long as the caller holds it.
+    static func smallFilesOrigin(_ label: String, prefix: String, count: Int, seed: UInt64) async throws -> (
+        files: TemporaryDirectory, bodies: [[UInt8]], origin: OriginServer
+    ) {
+        let files = try TemporaryDirectory(label)
+        let bodies = try (0..<count).map { try originFile(files.path, "\(prefix)\($0).bin", count: 4096, seed: seed + UInt64($0)) }
+        return (files, bodies, try await OriginServer.nginx(root: files.path, locations: "expires 1h;"))
+    }
+
     static func resourceFiles(_ cache: String) -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: cache + "/resources")) ?? []).sorted()
     }
@@ -131,11 +141,8 @@ struct SmallObjectServeTests {
 
     @Test("objects waiting for their batch: answered from memory, a PURGE waits for the batch and wins, a shutdown writes them")
     func arrivingObjects() async throws {
-        let files = try TemporaryDirectory("smallobj-arriving-origin")
-        var bodies: [[UInt8]] = []
-        for index in 0..<12 { bodies.append(try originFile(files.path, "a\(index).bin", count: 4096, seed: UInt64(300 + index))) }
-        let origin = try await OriginServer.nginx(root: files.path, locations: "expires 1h;")
-        defer { origin.stop() }
+        let (files, bodies, origin) = try await Self.smallFilesOrigin("smallobj-arriving-origin", prefix: "a", count: 12, seed: 300)
+        defer { withExtendedLifetime(files) { origin.stop() } }
         let directory = try TemporaryDirectory("smallobj-arriving")
         let cacheDir = directory.file("cache")
         // A long delay keeps the objects in memory, waiting for their batch, for the whole test.
@@ -205,11 +212,8 @@ struct SmallObjectServeTests {
 
     @Test("under a budget the least recently used small objects go, and the store stays within it")
     func budgetEvicts() async throws {
-        let files = try TemporaryDirectory("smallobj-serve-budget")
-        var bodies: [[UInt8]] = []
-        for index in 0..<40 { bodies.append(try originFile(files.path, "b\(index).bin", count: 4096, seed: UInt64(100 + index))) }
-        let origin = try await OriginServer.nginx(root: files.path, locations: "expires 1h;")
-        defer { origin.stop() }
+        let (files, bodies, origin) = try await Self.smallFilesOrigin("smallobj-serve-budget", prefix: "b", count: 40, seed: 100)
+        defer { withExtendedLifetime(files) { origin.stop() } }
         let directory = try TemporaryDirectory("smallobj-serve-b")
         let budget: Int64 = 96 * 1024
         let rig = try await Rig(directory: directory.file("cache"), origin: origin.baseURL, budget: budget)

@@ -16,13 +16,12 @@ extension ProgressiveCache {
         var body: [UInt8]
     }
 
-    /// An arriving object not yet handed to the log (``writeQueuedSmall()``).
+    /// An arriving object not yet handed to the log (``writeQueuedSmall()``), with the head its
+    /// record keeps (its info's stored head).
     struct QueuedSmall {
         var key: String
-        var id: Int
-        var info: ContentInfo
+        var object: ArrivingObject
         var head: StoredHead
-        var body: [UInt8]
     }
 
     /// The small object stored for `source` (or arriving), as a reader from memory; nil when
@@ -185,8 +184,9 @@ extension ProgressiveCache {
         // A resource made for the key meanwhile (another reader's first contact) is the one kept.
         guard resources[key] == nil, let head = info.stored else { return }
         let id = takeID()
-        smallArriving[key] = ArrivingObject(id: id, info: info, body: body)
-        smallQueue.append(QueuedSmall(key: key, id: id, info: info, head: head, body: body))
+        let object = ArrivingObject(id: id, info: info, body: body)
+        smallArriving[key] = object
+        smallQueue.append(QueuedSmall(key: key, object: object, head: head))
         if smallWriter == nil { smallWriter = onLoop { await self.writeQueuedSmall() } }
     }
 
@@ -199,32 +199,33 @@ extension ProgressiveCache {
             let queued = smallQueue
             smallQueue.removeAll()
             // The records' metadata is made here, after the clients have their answers.
-            let writes = queued.map { object in
-                SmallObjectWrite(
-                    key: object.key,
-                    metadata: object.head.stored(
+            let writes = queued.map { queued in
+                let info = queued.object.info
+                return SmallObjectWrite(
+                    key: queued.key,
+                    metadata: queued.head.stored(
                         in: ResourceMetadata(
-                            key: object.key, contentType: object.info.contentType, etag: object.info.validator.etag,
-                            lastModified: object.info.validator.lastModified)),
-                    body: object.body)
+                            key: queued.key, contentType: info.contentType, etag: info.validator.etag,
+                            lastModified: info.validator.lastModified)),
+                    body: queued.object.body)
             }
             let results = await store.smallObjects.put(writes)
             var stored = 0
             for (index, result) in results.enumerated() {
-                let object = queued[index]
+                let key = queued[index].key, object = queued[index].object
                 switch result {
                 case .success(let sequence):
                     // Once durable, the first hit needs only the body: it is told what the
                     // record's metadata says without decoding it (StoredHead(metadata) gives
                     // `head` back).
-                    let info = Self.smallInfo(length: object.body.count, metadata: writes[index].metadata, head: object.head)
-                    smallInfos.set((sequence, info), for: object.key)
+                    let info = Self.smallInfo(length: object.body.count, metadata: writes[index].metadata, head: queued[index].head)
+                    smallInfos.set((sequence, info), for: key)
                     stored += 1
                 case .failure(let error):
                     count { $0.smallObjectFailures += 1 }
-                    await store.noteHousekeepingFailure(.release, key: object.key, error)
+                    await store.noteHousekeepingFailure(.release, key: key, error)
                 }
-                if smallArriving[object.key]?.id == object.id { smallArriving[object.key] = nil }
+                if smallArriving[key]?.id == object.id { smallArriving[key] = nil }
             }
             count { $0.smallObjectsStored += stored }
             let settled = smallSettled

@@ -177,7 +177,7 @@ public final class CachingProxy: Sendable {
         {
             await found.close()
             source = exchange.source(key: Self.variantKey(key, of: head, for: exchange.request))
-            reader = try await openIfStored(source, exchange)
+            reader = try await checkedStored(try await cache.openIfStored(source), source)
             if let variant = reader, let stored = variant.info.stored, !stored.policy.varyMatches(exchange.request) {
                 // The variant's own Vary names other fields now: it is replaced.
                 await variant.close()
@@ -202,11 +202,6 @@ public final class CachingProxy: Sendable {
         }
         exchange.status.forward = exchange.status.forward ?? "uri-miss"
         try await fetchAndAnswer(source, exchange)
-    }
-
-    /// Opens what is stored; a stored response the proxy cannot read the head of is dropped.
-    private func openIfStored(_ source: ProxiedSource, _ exchange: Exchange) async throws -> CacheReader? {
-        try await checkedStored(try await cache.openIfStored(source), source)
     }
 
     /// `reader` of a stored response, or nil when there is none or the proxy cannot read its
