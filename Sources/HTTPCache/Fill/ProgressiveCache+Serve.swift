@@ -691,7 +691,7 @@ extension ProgressiveCache {
     /// entry. Its first contact may then ask the origin before the files exist.
     func isUnknown(_ key: String) async -> Bool {
         guard resources[key] == nil else { return false }
-        return await store.entry(for: key) == nil
+        return await !hasEntry(key)
     }
 
     /// Whether `first` asks for bytes past ``FillOptions/smallObjectThreshold``, which a small

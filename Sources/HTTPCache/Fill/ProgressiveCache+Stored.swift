@@ -19,12 +19,19 @@ extension ProgressiveCache {
         let inUse = resources[source.key].map { $0.handle != nil || $0.opening != nil } ?? false
         // The store's entry, not its length: the catalog learns a resource's length only when
         // the resource is released, and one closing after its last reader is still stored.
-        if !inUse, await store.entry(for: source.key) == nil {
+        if !inUse, await !hasEntry(source.key) {
             // Re-check after the await: a first contact may have begun meanwhile.
             if resources[source.key].map({ $0.handle != nil || $0.opening != nil }) == true { return try await open(source) }
             return try await openSmallIfStored(source)
         }
         return try await open(source)
+    }
+
+    /// Whether the store has an entry (a sparse resource) for `key`. A key it surely lacks is
+    /// answered here, without a hop into the store's actor: a miss is decided at once.
+    func hasEntry(_ key: String) async -> Bool {
+        guard store.mayHold(key) else { return false }
+        return await store.entry(for: key) != nil
     }
 
     /// ``openIfStored(_:)``, and when nothing is stored, the first contact of
@@ -53,7 +60,7 @@ extension ProgressiveCache {
         }
         // Not open here (a background revalidation that outlived its reader): open it for the
         // update, unless it is gone. A small object gets a new record with the same body.
-        guard await store.entry(for: key) != nil else {
+        guard await hasEntry(key) else {
             return try await store.smallObjects.updateMetadata(key: key) { head.stored(in: $0) }
         }
         let handle = try await store.open(key: key)

@@ -114,7 +114,7 @@ public actor ProgressiveCache {
         if let resource = resources[key], let handle = resource.handle {
             return await Self.progress(of: handle.file, key: key, from: offset)
         }
-        guard await store.entry(for: key) != nil else {
+        guard await hasEntry(key) else {
             return FillProgress(key: key, presentBytes: 0, length: nil, contiguousBytes: 0)
         }
         let handle = try await store.open(key: key)

@@ -29,6 +29,8 @@ public actor SparseStore {
     public nonisolated let smallObjects: SmallObjectStore
 
     var entries: StoreEntries
+    /// The keys of `entries`, for ``mayHold(_:)``.
+    private nonisolated let presence = KeyPresence()
     var keyByName: [String: String]
     var live: [String: LiveResource] = [:]
     var lockedKeys: Set<String> = []
@@ -105,7 +107,7 @@ public actor SparseStore {
         self.lockFile = lockFile
         self.io = io
         self.startup = startup
-        self.entries = StoreEntries(entries)
+        self.entries = StoreEntries(entries, presence: presence)
         self.keyByName = Dictionary(self.entries.values.map { ($0.name, $0.key) }, uniquingKeysWith: { first, _ in first })
     }
 
@@ -316,6 +318,11 @@ public actor SparseStore {
         housekeepingFailures.record(kind, line: line)
         options.log?(line)
     }
+
+    /// Whether the store may have an entry for `key` (as a sparse resource): false means it
+    /// surely has none, answered on the caller's thread without a hop into the store's actor
+    /// (a cache miss asks this first). True means ``entry(for:)`` decides.
+    public nonisolated func mayHold(_ key: String) -> Bool { presence.mayContain(key) }
 
     /// The entry for `key`, if the store has it.
     public func entry(for key: String) -> StoreEntry? {

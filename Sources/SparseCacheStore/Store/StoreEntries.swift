@@ -5,18 +5,27 @@ struct StoreEntries {
     private var table: [String: StoreEntry]
     /// The allocated bytes of every entry, summed.
     private(set) var allocatedBytes: Int64
+    /// The keys, for questions from outside the store's actor (kept as the table changes).
+    let presence: KeyPresence
 
-    /// The entries, one per key; of two for one key the one used last.
-    init(_ entries: [StoreEntry]) {
+    /// The entries, one per key; of two for one key the one used last. `presence` is told
+    /// every key from now on.
+    init(_ entries: [StoreEntry], presence: KeyPresence) {
+        self.presence = presence
         table = Dictionary(entries.map { ($0.key, $0) }, uniquingKeysWith: { $1.lastAccess > $0.lastAccess ? $1 : $0 })
         allocatedBytes = table.values.reduce(0) { $0 + $1.allocatedBytes }
+        presence.insert(contentsOf: table.keys)
     }
 
     subscript(key: String) -> StoreEntry? {
         get { table[key] }
         set {
-            allocatedBytes += (newValue?.allocatedBytes ?? 0) - (table[key]?.allocatedBytes ?? 0)
+            let old = table[key]
+            allocatedBytes += (newValue?.allocatedBytes ?? 0) - (old?.allocatedBytes ?? 0)
+            // Present before the table names the key, absent after it dropped it.
+            if old == nil, newValue != nil { presence.insert(key) }
             table[key] = newValue
+            if old != nil, newValue == nil { presence.remove(key) }
         }
     }
 

@@ -1,0 +1,88 @@
+// The stores' key presence (issue 21): a miss is decided without a hop into a store's actor,
+// so "absent" must never be said of a key the store holds.
+import Foundation
+import Testing
+
+@testable import SparseCacheEngine
+@testable import SparseCacheStore
+
+@Suite("Key presence")
+struct KeyPresenceTests {
+    @Test("keys sharing a hash are counted: removing one leaves the others present")
+    func collisions() {
+        // Every key of one length has one hash.
+        let presence = KeyPresence(hash: { $0.count })
+        #expect(!presence.mayContain("aa"))
+        presence.insert("aa")
+        presence.insert("bb")
+        presence.insert(contentsOf: ["cc", "ddd"])
+        #expect(presence.mayContain("aa") && presence.mayContain("zz") && presence.mayContain("ddd") && !presence.mayContain("e"))
+        #expect(presence.count == 4)
+        presence.remove("aa")
+        presence.remove("cc")
+        #expect(presence.mayContain("bb"), "one key of the shared hash is still held")
+        presence.remove("bb")
+        #expect(!presence.mayContain("bb") && presence.mayContain("ddd"))
+        presence.remove("ddd")
+        #expect(presence.count == 0 && !presence.mayContain("ddd"))
+    }
+
+    @Test("the sparse store: every key with an entry is present, across creation, removal, eviction and a reopen")
+    func sparseStore() async throws {
+        let directory = try TemporaryDirectory("presence-sparse")
+        defer { directory.remove() }
+        var store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 1 << 30))
+        let keys = (0..<12).map { "https://example.org/r\($0)" }
+        for key in keys { try await fill(store, key: key, length: 40_000) }
+        try await store.remove(key: keys[3])
+        try await store.remove(key: keys[7])
+        // An entry that exists before its first byte (a first contact's files) is present too.
+        let opened = try await store.open(key: "https://example.org/opened")
+        #expect(store.mayHold("https://example.org/opened"))
+        try await opened.release()
+        try await Self.expectPresenceMatches(store, keys + ["https://example.org/opened", "https://example.org/never"])
+        _ = try await store.evict(toSize: 3 * 40_000)
+        try await Self.expectPresenceMatches(store, keys)
+        try await store.close()
+        store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 1 << 30))
+        try await Self.expectPresenceMatches(store, keys + ["https://example.org/opened"])
+        try await store.close()
+    }
+
+    @Test("the small-object log: every key with an object is present, across replacement, removal, compaction and a reopen")
+    func smallObjects() async throws {
+        let directory = try TemporaryDirectory("presence-small")
+        var options = SmallObjectOptions()
+        options.maximumFileSize = 64 * 1024
+        var store = try await SmallObjectStore.open(directory: directory.path, options: options)
+        let keys = (0..<60).map { "k\($0)" }
+        #expect(!store.mayHold("k0"))
+        for key in keys { try await store.put(key: key, metadata: SmallObjectStoreTests.metadata(key), body: SmallObjectStoreTests.body(key)) }
+        // Replaced: present before, during and after.
+        try await store.put(key: "k5", metadata: SmallObjectStoreTests.metadata("k5", version: 1), body: [1, 2, 3])
+        for key in keys.enumerated().filter({ $0.offset % 3 != 0 }).map(\.element) { _ = try await store.remove(key: key) }
+        while let compacting = await store.compacting { await compacting.value }
+        try await Self.expectPresenceMatches(store, keys + ["never"])
+        await store.close()
+        store = try await SmallObjectStore.open(directory: directory.path, options: options)
+        try await Self.expectPresenceMatches(store, keys)
+        #expect(await store.count == 20)
+        await store.close()
+    }
+
+    static func expectPresenceMatches(_ store: SparseStore, _ keys: [String], sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        for key in keys {
+            let held = await store.entry(for: key) != nil
+            #expect(store.mayHold(key) == held, "\(key): entry \(held), presence \(store.mayHold(key))", sourceLocation: sourceLocation)
+        }
+    }
+
+    static func expectPresenceMatches(
+        _ store: SmallObjectStore, _ keys: [String], sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
+        for key in keys {
+            let held = await store.contains(key)
+            #expect(store.mayHold(key) == held, "\(key): object \(held), presence \(store.mayHold(key))", sourceLocation: sourceLocation)
+        }
+    }
+}
