@@ -11,7 +11,7 @@ struct KeyPresenceTests {
     @Test("keys sharing a hash are counted: removing one leaves the others present")
     func collisions() {
         // Every key of one length has one hash.
-        let presence = KeyPresence(hash: { $0.count })
+        let presence = KeyPresence(hash: { UInt32($0.count) })
         #expect(!presence.mayContain("aa"))
         presence.insert("aa")
         presence.insert("bb")
