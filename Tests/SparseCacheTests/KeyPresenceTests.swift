@@ -49,40 +49,10 @@ struct KeyPresenceTests {
         try await store.close()
     }
 
-    @Test("the small-object log: every key with an object is present, across replacement, removal, compaction and a reopen")
-    func smallObjects() async throws {
-        let directory = try TemporaryDirectory("presence-small")
-        var options = SmallObjectOptions()
-        options.maximumFileSize = 64 * 1024
-        var store = try await SmallObjectStore.open(directory: directory.path, options: options)
-        let keys = (0..<60).map { "k\($0)" }
-        #expect(!store.mayHold("k0"))
-        for key in keys { try await store.put(key: key, metadata: SmallObjectStoreTests.metadata(key), body: SmallObjectStoreTests.body(key)) }
-        // Replaced: present before, during and after.
-        try await store.put(key: "k5", metadata: SmallObjectStoreTests.metadata("k5", version: 1), body: [1, 2, 3])
-        for key in keys.enumerated().filter({ $0.offset % 3 != 0 }).map(\.element) { _ = try await store.remove(key: key) }
-        while let compacting = await store.compacting { await compacting.value }
-        try await Self.expectPresenceMatches(store, keys + ["never"])
-        await store.close()
-        store = try await SmallObjectStore.open(directory: directory.path, options: options)
-        try await Self.expectPresenceMatches(store, keys)
-        #expect(await store.count == 20)
-        await store.close()
-    }
-
     static func expectPresenceMatches(_ store: SparseStore, _ keys: [String], sourceLocation: SourceLocation = #_sourceLocation) async throws {
         for key in keys {
             let held = await store.entry(for: key) != nil
             #expect(store.mayHold(key) == held, "\(key): entry \(held), presence \(store.mayHold(key))", sourceLocation: sourceLocation)
-        }
-    }
-
-    static func expectPresenceMatches(
-        _ store: SmallObjectStore, _ keys: [String], sourceLocation: SourceLocation = #_sourceLocation
-    ) async throws {
-        for key in keys {
-            let held = await store.contains(key)
-            #expect(store.mayHold(key) == held, "\(key): object \(held), presence \(store.mayHold(key))", sourceLocation: sourceLocation)
         }
     }
 }

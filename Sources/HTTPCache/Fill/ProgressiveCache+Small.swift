@@ -35,10 +35,7 @@ extension ProgressiveCache {
         if let known = smallInfos[source.key], let body = try await store.smallObjects.body(for: source.key, sequence: known.sequence) {
             return CacheReader(cache: self, source: source, info: known.info, body: body, fromCache: true)
         }
-        // A key the log surely lacks (a miss) is not looked up in its actor.
-        guard store.smallObjects.mayHold(source.key), let object = try await store.smallObjects.object(for: source.key) else {
-            return nil
-        }
+        guard let object = try await store.smallObjects.object(for: source.key) else { return nil }
         let info = Self.smallInfo(length: object.body.count, metadata: object.metadata, head: StoredHead(object.metadata))
         smallInfos.set((object.sequence, info), for: source.key)
         return CacheReader(cache: self, source: source, info: info, body: object.body, fromCache: true)
@@ -56,7 +53,7 @@ extension ProgressiveCache {
     func isSmallObject(_ key: String) async -> Bool {
         guard resources[key] == nil else { return false }
         if smallArriving[key] != nil { return true }
-        guard await !hasEntry(key), store.smallObjects.mayHold(key) else { return false }
+        guard await !hasEntry(key) else { return false }
         return await store.smallObjects.contains(key)
     }
 

@@ -170,7 +170,10 @@ extension SmallObjectStore {
             var location = location
             // A copy keeps its original's recency.
             if record.copiedFrom != nil { location.lastAccess = index[record.key]?.lastAccess ?? location.lastAccess }
-            place(location, for: record.key)
+            drop(record.key)
+            index[record.key] = location
+            liveBytes[location.file, default: 0] += Int64(location.count)
+            liveBodyBytes += Int64(location.bodyCount)
         }
     }
 

@@ -60,8 +60,6 @@ public actor SmallObjectStore {
     static let maximumLogSize: Int64 = 1 << 30
 
     var index: [String: Location] = [:]
-    /// The keys of `index`, for ``mayHold(_:)``.
-    private nonisolated let presence = KeyPresence()
     var logs: [UInt32: SmallObjectLog] = [:]
     /// Bytes of each file (the end of its valid part for the one appended to).
     var fileSizes: [UInt32: Int64] = [:]
@@ -200,7 +198,6 @@ public actor SmallObjectStore {
     private func install(_ opened: Opened) {
         for log in opened.logs { logs[log.id] = log }
         fileSizes = opened.sizes
-        presence.insert(contentsOf: opened.replay.index.keys)
         index = opened.replay.index
         tombstones = opened.replay.tombstones
         minimumSequence = opened.replay.minimumSequence
@@ -358,11 +355,6 @@ public actor SmallObjectStore {
     /// Whether `key` has a durable object (no disk access).
     public func contains(_ key: String) -> Bool { index[key] != nil }
 
-    /// Whether `key` may have a durable object: false means it surely has none, answered on the
-    /// caller's thread without a hop into the store's actor (a cache miss asks this first).
-    /// True means ``contains(_:)`` or ``object(for:)`` decides.
-    public nonisolated func mayHold(_ key: String) -> Bool { presence.mayContain(key) }
-
     /// The body length of `key`'s object, if stored.
     public func bodyLength(of key: String) -> Int? { index[key].map { Int($0.bodyCount) } }
 
@@ -512,20 +504,6 @@ public actor SmallObjectStore {
     /// Forgets `key`'s live record (its bytes become dead in their file).
     func drop(_ key: String) {
         guard let location = index.removeValue(forKey: key) else { return }
-        presence.remove(key)
-        uncount(location)
-    }
-
-    /// Makes `location` the live record of `key`, in place of the one it had (the key stays
-    /// present throughout: no reader is told it is gone while it is replaced).
-    func place(_ location: Location, for key: String) {
-        if let old = index[key] { uncount(old) } else { presence.insert(key) }
-        index[key] = location
-        liveBytes[location.file, default: 0] += Int64(location.count)
-        liveBodyBytes += Int64(location.bodyCount)
-    }
-
-    private func uncount(_ location: Location) {
         liveBytes[location.file, default: 0] -= Int64(location.count)
         liveBodyBytes -= Int64(location.bodyCount)
     }
