@@ -6,6 +6,7 @@ struct StoreEntries {
     /// The allocated bytes of every entry, summed.
     private(set) var allocatedBytes: Int64
     /// The keys, for questions from outside the store's actor (kept as the table changes).
+    /// Shared by copies: the store changes its one table in place, never a copy of it.
     let presence: KeyPresence
 
     /// The entries, one per key; of two for one key the one used last. `presence` is told
