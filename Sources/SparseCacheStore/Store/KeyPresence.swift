@@ -20,6 +20,10 @@ package final class KeyPresence: Sendable {
         var present = Set<UInt32>()
         /// Hashes held by more than one key, with how many.
         var shared: [UInt32: Int] = [:]
+
+        mutating func add(_ hash: UInt32) {
+            if !present.insert(hash).inserted { shared[hash, default: 1] += 1 }
+        }
     }
 
     private let hashes = Mutex(Hashes())
@@ -39,9 +43,7 @@ package final class KeyPresence: Sendable {
     /// Notes that the store now holds `key`, which it did not hold before.
     package func insert(_ key: String) {
         let hash = hash(key)
-        hashes.withLock { hashes in
-            if !hashes.present.insert(hash).inserted { hashes.shared[hash, default: 1] += 1 }
-        }
+        hashes.withLock { $0.add(hash) }
     }
 
     /// Notes that the store no longer holds `key`, which it held.
@@ -61,7 +63,7 @@ package final class KeyPresence: Sendable {
         let values = keys.map(hash)
         hashes.withLock { hashes in
             hashes.present.reserveCapacity(hashes.present.count + values.count)
-            for hash in values where !hashes.present.insert(hash).inserted { hashes.shared[hash, default: 1] += 1 }
+            for hash in values { hashes.add(hash) }
         }
     }
 
