@@ -42,7 +42,7 @@ public actor ProgressiveCache {
     /// them over (``writeQueuedSmall()``); nil when none is queued or being written.
     var smallQueue: [QueuedSmall] = []
     var smallWriter: Task<Void, Never>?
-    /// Waiting for the batch being written to settle (``settleSmall(key:)``).
+    /// Waiting for the batch being written to settle (``settleSmall(key:)``, ``settleAllSmall()``).
     var smallSettled: [CheckedContinuation<Void, Never>] = []
     /// The info (with its parsed ``StoredHead``) of small objects read recently, by key, with
     /// the record's sequence: a record never changes, so the same sequence is the same head,
