@@ -383,6 +383,34 @@ struct HTTPResponseWriterTests {
         #expect(HTTPSyntax.sanitizedFieldValue("a\tb\u{7F}\u{0}c") == "a\tbc")
     }
 
+    @Test("a head held for its first body bytes is not sent until they come: a handler that fails before them answers with an error, never an empty reply")
+    func heldHeadReplaced() async throws {
+        struct ReadFailed: Error {}
+        var options = HTTPServer.Options()
+        options.port = 0
+        let server = try HTTPServer.start(options: options, log: { _ in }) { request, _, response in
+            try await response.writeHead(status: 200, headers: [("ETag", "\"held\"")], contentLength: 5, withFirstBody: true)
+            #expect(!response.headSent, "a held head has not gone out")
+            switch request.target {
+            case "/throws":
+                // The server answers for the failed handler.
+                throw ReadFailed()
+            case "/answers":
+                // The handler answers the failure itself, in place of the held head.
+                try await response.respond(status: 503, message: "the stored answer went away")
+            default:
+                try await response.writeBody(Array("hello".utf8))
+                #expect(response.headSent)
+            }
+        }
+        for (target, status) in [("/throws", 500), ("/answers", 503), ("/ok", 200)] {
+            let answer = await RawHTTP.exchange(port: server.port, "GET \(target) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout: .seconds(60))
+            #expect(answer.statuses == [status], "\(target): \(answer.text)")
+            #expect(answer.text.contains("\"held\"") == (status == 200), "\(target): the held head's fields go out only with it: \(answer.text)")
+        }
+        await server.shutdown(grace: .seconds(1))
+    }
+
     @Test("a body of unknown length: chunked to HTTP/1.1 (the connection stays), until close to HTTP/1.0; 304 and 204 carry no length (RFC 9112 6, 7.1; RFC 9110 8.6)")
     func unannouncedBodies() async throws {
         var options = HTTPServer.Options()

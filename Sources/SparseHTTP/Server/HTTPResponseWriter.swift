@@ -49,7 +49,10 @@ public final class HTTPResponseWriter: Sendable {
 
     /// The status sent (0 before the head).
     public var status: Int { state.withLock { $0.status } }
-    public var headSent: Bool { state.withLock { $0.headSent } }
+    /// Whether a head is on its way to the client. False while one is held for its first body
+    /// bytes and nothing has gone out: a handler that fails before the body can still answer
+    /// with an error, which replaces the held head (a client must never get an empty reply).
+    public var headSent: Bool { state.withLock { $0.headSent && $0.pendingHead == nil } }
     /// Body bytes written so far.
     public var bodyBytes: Int64 { state.withLock { $0.bodyBytes } }
     /// The connection closes after this response.
@@ -104,7 +107,9 @@ public final class HTTPResponseWriter: Sendable {
     /// With `withFirstBody`, the head waits for the first ``writeBody(_:)`` and goes out in the
     /// same send: one segment and one wake-up of the client for a small cached response instead
     /// of two. Only for bodies that follow at once (the server sends a head still held when the
-    /// handler returns): a client waiting on a slow origin should see the head at once.
+    /// handler returns): a client waiting on a slow origin should see the head at once. Until
+    /// it goes out, another `writeHead` replaces it: a handler whose body fails before its
+    /// first byte (a stored answer removed under its reader) answers with an error instead.
     public func writeHead(status: Int, headers: [(String, String)] = [], contentLength: Int64?, withFirstBody: Bool = false) async throws {
         let bodiless = (100...199).contains(status) || status == 204 || status == 304
         let hold = withFirstBody && (contentLength ?? 1) > 0 && request.method != "HEAD" && !bodiless
@@ -115,7 +120,9 @@ public final class HTTPResponseWriter: Sendable {
         while true {
             claimed = state.withLock { state -> [UInt8]?? in
                 if state.sendingInterims { return .none }
-                guard !state.headSent else { return .some(nil) }
+                // A held head that never went out is replaced (see ``headSent``).
+                guard !state.headSent || state.pendingHead != nil else { return .some(nil) }
+                state.pendingHead = nil
                 state.headSent = true
                 state.status = status
                 state.announced = bodiless ? 0 : contentLength
