@@ -147,8 +147,10 @@ struct RequestBodyTests {
             for try await seen in group { all += seen }
             return all
         }
-        // A failed one says why (curl's exit status and message).
-        let failed = answers.filter { $0.status != 200 }.map { "\($0.status): curl exit \($0.exitCode), \($0.stderr)" }
+        // A failed one says why (curl's exit status and message, the answer's text).
+        let failed = answers.filter { $0.status != 200 }.map {
+            "\($0.status): curl exit \($0.exitCode), \($0.stderr) \(String(decoding: $0.body.prefix(300), as: UTF8.self))"
+        }
         #expect(answers.count == 60 && failed.isEmpty, "\(failed)")
         await rig.stop()
     }

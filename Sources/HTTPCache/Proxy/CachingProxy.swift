@@ -189,12 +189,19 @@ public final class CachingProxy: Sendable {
         if let reader {
             do {
                 try await answerStored(reader, source: source, exchange)
+                await reader.close()
+                return
+            } catch let error as SparseCacheError where error.code == .originChanged && !exchange.response.headSent {
+                // The stored answer was invalidated or replaced under its reader (an unsafe
+                // request or a purge beside this one) before a byte of it went out: this request
+                // is a miss now (`fwd=miss`, RFC 9211 section 2.2).
+                await reader.close()
+                exchange.status = CacheStatus()
+                exchange.status.forward = "miss"
             } catch {
                 await reader.close()
                 throw error
             }
-            await reader.close()
-            return
         }
         if exchange.onlyIfCached {
             try await gatewayTimeout(exchange)
