@@ -22,12 +22,25 @@ atomic_int sc_faults_armed = 0;
 #define MAX_RULES 64
 #define MAX_PATH_MATCH 512
 
+// Counters by rule id, kept after the rule is removed. Ids are handed out once per process
+// (sweeps add tens of thousands), so they live in chunks allocated as ids are handed out and
+// never moved or freed: a delayed call and a reader find theirs without the table lock.
+#define COUNTER_CHUNK 1024
+#define MAX_COUNTER_CHUNKS 16384
+typedef struct rule_counters {
+    int64_t fired;              // under table_lock
+    int64_t matches;            // under table_lock
+    atomic_llong delaying;      // calls sleeping in the rule's delay right now
+} rule_counters;
+static _Atomic(rule_counters *) counter_chunks[MAX_COUNTER_CHUNKS];
+
 typedef struct rule_slot {
     int64_t id;  // 0: free
     sc_fault_rule rule;
     char path[MAX_PATH_MATCH];
     char snapshot_dir[MAX_PATH_MATCH];
-    int64_t matches;
+    int64_t matches;  // since the counters were last reset
+    rule_counters *counters;
     uint64_t random_state;
 } rule_slot;
 
@@ -38,12 +51,24 @@ static int64_t next_id = 1;
 static int counting = 0;
 static int64_t calls[SC_OP_COUNT];
 static int64_t operation_index = 0;
-// Fire counts by rule id, kept after removal (ids are small and dense).
-#define MAX_FIRE_IDS 4096
-static int64_t fire_counts[MAX_FIRE_IDS];
-static int64_t match_counts[MAX_FIRE_IDS];
-/// Calls sleeping in each rule's delay right now.
-static atomic_llong delaying[MAX_FIRE_IDS];
+
+/// The counters of rule `id`, or NULL for an id never handed out.
+static rule_counters *counters_of(int64_t id) {
+    if (id <= 0 || id >= (int64_t)COUNTER_CHUNK * MAX_COUNTER_CHUNKS) return NULL;
+    rule_counters *chunk = atomic_load_explicit(&counter_chunks[id / COUNTER_CHUNK], memory_order_acquire);
+    return chunk ? &chunk[id % COUNTER_CHUNK] : NULL;
+}
+
+/// Makes sure the counters of `id` exist (under table_lock). Returns 0, or an errno value.
+static int provide_counters_locked(int64_t id) {
+    if (id >= (int64_t)COUNTER_CHUNK * MAX_COUNTER_CHUNKS) return ENOSPC;
+    _Atomic(rule_counters *) *slot = &counter_chunks[id / COUNTER_CHUNK];
+    if (atomic_load_explicit(slot, memory_order_relaxed) != NULL) return 0;
+    rule_counters *chunk = calloc(COUNTER_CHUNK, sizeof *chunk);
+    if (chunk == NULL) return ENOMEM;
+    atomic_store_explicit(slot, chunk, memory_order_release);
+    return 0;
+}
 
 static void rearm_locked(void) {
     int armed = rule_count > 0 || counting || sc_pl_active();
@@ -76,23 +101,26 @@ int64_t sc_faults_add(const sc_fault_rule *rule, const char *path_substring, con
     }
     pthread_mutex_lock(&table_lock);
     int64_t id = -1;
+    int failure = ENOSPC;  // every slot taken
     for (int i = 0; i < MAX_RULES; i++) {
         if (rules[i].id != 0) continue;
+        failure = provide_counters_locked(next_id);
+        if (failure != 0) break;
         rule_slot *slot = &rules[i];
         memset(slot, 0, sizeof *slot);
         id = next_id++;
         slot->id = id;
+        slot->counters = counters_of(id);
         slot->rule = *rule;
         if (path_substring) strcpy(slot->path, path_substring);
         if (snapshot_dir) strcpy(slot->snapshot_dir, snapshot_dir);
         slot->random_state = rule->seed ^ 0x9E3779B97F4A7C15ull;
-        if (id < MAX_FIRE_IDS) fire_counts[id] = match_counts[id] = 0;
         rule_count++;
         break;
     }
     rearm_locked();
     pthread_mutex_unlock(&table_lock);
-    if (id < 0) errno = ENOSPC;
+    if (id < 0) errno = failure;
     return id;
 }
 
@@ -120,24 +148,26 @@ void sc_faults_clear(void) {
 }
 
 int64_t sc_faults_fired(int64_t id) {
-    if (id <= 0 || id >= MAX_FIRE_IDS) return 0;
+    rule_counters *counters = counters_of(id);
+    if (counters == NULL) return 0;
     pthread_mutex_lock(&table_lock);
-    int64_t count = fire_counts[id];
+    int64_t count = counters->fired;
     pthread_mutex_unlock(&table_lock);
     return count;
 }
 
 int64_t sc_faults_matches(int64_t id) {
-    if (id <= 0 || id >= MAX_FIRE_IDS) return 0;
+    rule_counters *counters = counters_of(id);
+    if (counters == NULL) return 0;
     pthread_mutex_lock(&table_lock);
-    int64_t count = match_counts[id];
+    int64_t count = counters->matches;
     pthread_mutex_unlock(&table_lock);
     return count;
 }
 
 int64_t sc_faults_delaying(int64_t id) {
-    if (id <= 0 || id >= MAX_FIRE_IDS) return 0;
-    return atomic_load(&delaying[id]);
+    rule_counters *counters = counters_of(id);
+    return counters ? atomic_load(&counters->delaying) : 0;
 }
 
 int64_t sc_faults_calls(int op) {
@@ -182,7 +212,7 @@ typedef struct decision {
     int64_t short_bytes;
     int64_t torn_bytes;
     int64_t delay_us;
-    int64_t delay_rule;         // the first rule that asked for a delay (counted while it sleeps)
+    rule_counters *delay_rule;  // the first rule that asked for a delay (counted while it sleeps)
     int snapshot_variants;
     uint64_t snapshot_seed;
     char snapshot_dir[MAX_PATH_MATCH];
@@ -226,10 +256,9 @@ static void decide(int op, const char *path, int fd, decision *d) {
             if (strstr(path, slot->path) == NULL) continue;
         }
         slot->matches++;
-        if (slot->id < MAX_FIRE_IDS) match_counts[slot->id] = slot->matches;
+        slot->counters->matches = slot->matches;
         const sc_fault_rule *rule = &slot->rule;
-        int64_t fired_so_far = slot->id < MAX_FIRE_IDS ? fire_counts[slot->id] : 0;
-        if (rule->max_fires > 0 && fired_so_far >= rule->max_fires) continue;
+        if (rule->max_fires > 0 && slot->counters->fired >= rule->max_fires) continue;
         int fire = 0;
         switch (rule->trigger) {
         case SC_TRIGGER_NTH: fire = slot->matches == rule->n; break;
@@ -237,7 +266,7 @@ static void decide(int op, const char *path, int fd, decision *d) {
         default: fire = (double)(next_random(&slot->random_state) >> 11) * 0x1.0p-53 < rule->probability; break;
         }
         if (!fire) continue;
-        if (slot->id < MAX_FIRE_IDS) fire_counts[slot->id]++;
+        slot->counters->fired++;
         if (d->error == 0) d->error = rule->error;
         if (rule->crash && !d->crash) {
             d->crash = 1;
@@ -246,7 +275,7 @@ static void decide(int op, const char *path, int fd, decision *d) {
         if (d->short_bytes < 0) d->short_bytes = rule->short_bytes;
         if (d->torn_bytes < 0) d->torn_bytes = rule->torn_bytes;
         d->delay_us += rule->delay_us;
-        if (rule->delay_us > 0 && d->delay_rule == 0) d->delay_rule = slot->id;
+        if (rule->delay_us > 0 && d->delay_rule == NULL) d->delay_rule = slot->counters;
         if (rule->snapshot_variants > 0 && d->snapshot_variants == 0) {
             d->snapshot_variants = rule->snapshot_variants;
             d->snapshot_seed = rule->seed;
@@ -265,11 +294,10 @@ static void crash_now(const decision *d) {
 /// Effects that come before the call: latency, snapshots, and a plain crash.
 static void before_call(const decision *d) {
     if (d->delay_us > 0) {
-        int counted = d->delay_rule > 0 && d->delay_rule < MAX_FIRE_IDS;
-        if (counted) atomic_fetch_add(&delaying[d->delay_rule], 1);
+        if (d->delay_rule) atomic_fetch_add(&d->delay_rule->delaying, 1);
         struct timespec ts = {.tv_sec = d->delay_us / 1000000, .tv_nsec = (d->delay_us % 1000000) * 1000};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-        if (counted) atomic_fetch_sub(&delaying[d->delay_rule], 1);
+        if (d->delay_rule) atomic_fetch_sub(&d->delay_rule->delaying, 1);
     }
     if (d->snapshot_variants > 0 && sc_pl_active()) {
         sc_pl_lock();

@@ -240,7 +240,8 @@ typedef struct sc_fault_rule {
 sc_fault_rule sc_fault_rule_default(void);
 /// Adds a rule; `path_substring` (may be NULL) restricts it to files whose path contains it
 /// (descriptor calls resolve the path through /proc/self/fd); `snapshot_dir` is where
-/// snapshot variants go. Returns the rule id (> 0), or -1 with errno EINVAL.
+/// snapshot variants go. Returns the rule id (> 0), or -1 with errno EINVAL (a bad rule),
+/// ENOSPC (every rule slot taken, or the process used up its ids) or ENOMEM.
 int64_t sc_faults_add(const sc_fault_rule *rule, const char *path_substring, const char *snapshot_dir);
 /// Parses SPARSECACHE_FAULTS syntax and adds its rules. Returns how many were added and
 /// writes their ids (up to max_ids); on a syntax error adds nothing, writes a message to

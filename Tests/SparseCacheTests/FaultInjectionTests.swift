@@ -52,6 +52,37 @@ struct FaultInjectionTests {
         #expect(FaultInjection.fired(elsewhere) == 0)
     }
 
+    @Test("a rule added after thousands of others still counts its fires, matches and delays, and keeps its maxFires")
+    func countersPastManyRules() async throws {
+        // Seen in CI: the crash sweeps add thousands of rules in one test process; a rule
+        // added after the 4095th had no counters, so `delaying` stayed 0 and `maxFires` was
+        // ignored.
+        let directory = try faultScopedDirectory("many-rules")
+        defer { directory.remove() }
+        let path = directory.file("f")
+        try RawFile.replace(path, with: [1, 2, 3])
+        for _ in 0..<5000 {
+            FaultInjection.remove(try FaultInjection.add(.fail([.pread], errno: EIO, pathContains: "/no/such/place/")))
+        }
+        let once = try FaultInjection.add(FaultRule([.pread], pathContains: directory.path, trigger: .after(1), maxFires: 1, error: EIO))
+        let outcomes = (1...4).map { _ in (try? RawFile.read(path, offset: 0, count: 1)) != nil }
+        FaultInjection.remove(once)
+        #expect(outcomes == [true, false, true, true], "fires on the second call only")
+        #expect(FaultInjection.fired(once) == 1)
+        #expect(FaultInjection.matches(once) == 4)
+
+        let held = try FaultInjection.add(FaultRule([.pread], pathContains: directory.path, maxFires: 1, delay: .seconds(1)))
+        defer { FaultInjection.remove(held) }
+        let reader = Thread { _ = try? RawFile.read(path, offset: 0, count: 1) }
+        reader.start()
+        let deadline = ContinuousClock.now + .seconds(30)
+        while FaultInjection.delaying(held) == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
+        #expect(FaultInjection.delaying(held) == 1)
+        while FaultInjection.delaying(held) == 1, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(FaultInjection.delaying(held) == 0)
+        #expect(FaultInjection.fired(held) == 1)
+    }
+
     @Test("effects: errno, short write, torn write with and without failure, delay")
     func effects() throws {
         let directory = try faultScopedDirectory("effects")

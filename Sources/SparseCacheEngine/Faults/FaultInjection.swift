@@ -26,13 +26,15 @@ public enum FaultInjection {
     /// Adds a rule; it applies from the next call on.
     ///
     /// - Throws: `.invalidArgument` for an empty operation set, a negative count, or a
-    ///   probability outside 0...1.
+    ///   probability outside 0...1, and when no rule can be added (64 are set already).
     @discardableResult
     public static func add(_ rule: FaultRule) throws -> RuleID {
         var raw = rule.raw
         let id = sc_faults_add(&raw, rule.pathContains, nil)
         guard id > 0 else {
-            throw SparseCacheError(.invalidArgument, operation: "add fault rule", detail: "invalid rule \(rule)")
+            let reason = errno
+            let detail = reason == EINVAL ? "invalid rule \(rule)" : "no room for rule \(rule): \(String(cString: strerror(reason)))"
+            throw SparseCacheError(.invalidArgument, operation: "add fault rule", detail: detail)
         }
         return RuleID(rawValue: id)
     }
