@@ -3,6 +3,7 @@
 // Every rule is scoped to the test's own directory, so suites running beside it are untouched.
 import CShim
 import Foundation
+import Synchronization
 import Testing
 
 @testable import HTTPCache
@@ -71,15 +72,33 @@ struct FaultInjectionTests {
         #expect(FaultInjection.fired(once) == 1)
         #expect(FaultInjection.matches(once) == 4)
 
-        let held = try FaultInjection.add(FaultRule([.pread], pathContains: directory.path, maxFires: 1, delay: .seconds(1)))
+        let held = try FaultInjection.add(FaultRule([.pread], pathContains: directory.path, maxFires: 1, delay: .seconds(2)))
         defer { FaultInjection.remove(held) }
-        let reader = Thread { _ = try? RawFile.read(path, offset: 0, count: 1) }
+        // Read and watched on threads of their own: a task's sleep on a loaded pool can outlast
+        // the delay. The watcher records what it saw while the read slept, and after.
+        let seen = Mutex<(during: Int, after: Int)?>(nil)
+        let readDone = Atomic<Bool>(false)
+        let reader = Thread {
+            _ = try? RawFile.read(path, offset: 0, count: 1)
+            readDone.store(true, ordering: .releasing)
+        }
+        let watcher = Thread {
+            var during = 0
+            for _ in 0..<10_000 where during == 0 {
+                during = FaultInjection.delaying(held)
+                usleep(1_000)
+            }
+            while !readDone.load(ordering: .acquiring) { usleep(1_000) }
+            let after = FaultInjection.delaying(held)
+            seen.withLock { $0 = (during, after) }
+        }
         reader.start()
-        let deadline = ContinuousClock.now + .seconds(30)
-        while FaultInjection.delaying(held) == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
-        #expect(FaultInjection.delaying(held) == 1)
-        while FaultInjection.delaying(held) == 1, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
-        #expect(FaultInjection.delaying(held) == 0)
+        watcher.start()
+        let deadline = ContinuousClock.now + .seconds(60)
+        while seen.withLock({ $0 }) == nil, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        let observed = try #require(seen.withLock { $0 }, "the read never finished")
+        #expect(observed.during == 1, "the sleeping read was not counted")
+        #expect(observed.after == 0)
         #expect(FaultInjection.fired(held) == 1)
     }
 
