@@ -1,10 +1,11 @@
 // The proxy's own rules as pure values: client conditionals (RFC 9110 13), Cache-Status
-// (RFC 9211), stored heads in an index's metadata, cache and variant keys, forwarded fields.
+// (RFC 9211), stored heads in an index's metadata, cache and variant keys, routes, forwarded fields.
 import Foundation
 import Testing
 
 @testable import HTTPCache
 @testable import SparseCacheEngine
+@testable import SparseCacheStore
 @testable import SparseHTTP
 
 @Suite("proxy rules: conditionals (RFC 9110 13), Cache-Status (RFC 9211), stored heads, keys, forwarding")
@@ -171,6 +172,59 @@ struct ProxyRulesTests {
             "k", of: head, for: Self.request([("Accept-Encoding", "gzip,br"), ("Accept-Language", "de")]))
         #expect(gzip == spaced && gzip != other && gzip != language && gzip.hasPrefix("k#vary="))
         #expect(!gzip.contains("gzip"), "values are hashed, not written into the key")
+    }
+
+    @Test("A plain target on the configured origin is routed without parsing a URL, to what the parse gives: key, path, URL, request target, Host; any other target takes the parse")
+    func plainRoutesMatchTheParse() async throws {
+        let origins = ["http://origin.test:8000", "http://origin.test/", "http://[::1]:8080/media/", "https://origin.test/a/b", "http://o.test/pre%20fix"]
+        let plain = [
+            "/", "/f1.bin", "/f1.bin?r=abc&x=1", "/a/b/", "//x//", "/a;p=1/b", "/%41%2fb", "/seg.m3u8?token=a%2Bb==",
+            "/~user/it's(1)*+,!$:@", "/x?a=/b?c", "/a%20b/c.M3U8",
+        ]
+        for originText in origins {
+            let origin = try #require(URL(string: originText))
+            var base = originText
+            while base.hasSuffix("/") { base.removeLast() }
+            let source = try HTTPRangeSource(url: origin)
+            for target in plain {
+                #expect(HTTPRangeSource.isPlainTarget(target), "\(target)")
+                let fast = ProxyRoutes.Route(plain: target, base: base, on: source)
+                let parsed = ProxyRoutes.Route(url: try #require(URL(string: base + target)))
+                #expect(fast.key == parsed.key, "\(originText) \(target)")
+                #expect(fast.path == parsed.path, "\(originText) \(target)")
+                #expect(fast.url == parsed.url, "\(originText) \(target)")
+                let made = try #require(fast.sourceOnOrigin())
+                let expected = try #require(HTTPRangeSource.Endpoint(parsed.url))
+                #expect(made.key == parsed.url.absoluteString)
+                #expect(made.endpoint.target == expected.target, "\(originText) \(target)")
+                #expect(made.endpoint.hostField == expected.hostField && made.endpoint.host == expected.host)
+                #expect(made.endpoint.port == expected.port && made.isDirect == source.isDirect)
+                #expect(made.limiter === source.limiter && made.shared === source.shared)
+            }
+        }
+        // What a URL would encode, cut or reject is not plain.
+        for target in ["/a|b", "/a%zz", "/a%2", "/a#f", "/ü", "/a b", "/a{b}", "/q?x=\"y\"", "/[v6]", "x", "", "http://o.test/a", "*"] {
+            #expect(!HTTPRangeSource.isPlainTarget(target), "\(target)")
+        }
+
+        // The proxy takes the plain route on its origin only, and the parse for the rest.
+        try await withTemporaryDirectory("plain-routes") { directory in
+            let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 1 << 20))
+            let cache = ProgressiveCache(store: store, options: .testing)
+            let proxy = CachingProxy(cache: cache, origin: URL(string: "http://origin.test:8000/vod/"))
+            let route = try proxy.route(for: "/a.ts?x=1").get()
+            #expect(route.onOrigin != nil && route.key == "http://origin.test:8000/vod/a.ts?x=1" && route.path == "/vod/a.ts")
+            for target in ["/a|b", "/s.ts?url=http%3A%2F%2Forigin.test%3A8000%2Fs.ts", "http://origin.test:8000/a.ts"] {
+                #expect(try proxy.route(for: target).get().onOrigin == nil, "\(target)")
+            }
+            #expect(try proxy.route(for: "/a|b").get().key == "http://origin.test:8000/vod/a%7Cb")
+            for origin in ["http://u:p@origin.test/", "http://origin.test/?q=1"] {
+                let other = CachingProxy(cache: cache, origin: URL(string: origin))
+                #expect(try other.route(for: "/a.ts").get().onOrigin == nil, "\(origin)")
+            }
+            #expect(try CachingProxy(cache: cache).route(for: "/a.ts?url=http%3A%2F%2Fo.test%2Fa.ts").get().onOrigin == nil)
+            try await store.close()
+        }
     }
 
     @Test("forwarded fields: end-to-end ones, without the range, the host and the conditionals the proxy writes")

@@ -10,13 +10,14 @@ extension HTTPRangeSource {
     func fetchDirect(
         _ range: Range<Int64>?, validator: ContentValidator?, forwarding: Forwarding?, release: FinishAction
     ) async throws -> RangeResponse {
-        var current = url
+        // A redirect's location is parsed as a URL; the source's own endpoint was parsed once.
+        var current: URL?
+        var endpoint = self.endpoint
         for _ in 0...Self.maximumRedirects {
-            guard let host = current.host else { break }
-            let request = try Self.request(for: current, range: range, validator: validator, key: key, forwarding: forwarding)
+            let request = try Self.request(to: endpoint, range: range, validator: validator, key: key, forwarding: forwarding)
             let clock = ExchangeTimes()
             let exchange = try await HTTPExchange.start(
-                host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host, port: current.port ?? 80, request: request,
+                host: endpoint.host, port: endpoint.port, request: request,
                 name: key, timeout: timeout, resolver: { self.resolver }, pool: pool, policy: addressPolicy, interim: forwarding?.interim)
             let head = exchange.head
             let times = clock.finished()
@@ -39,8 +40,8 @@ extension HTTPRangeSource {
             // A proxy hands redirects on (stored or not); only a source of its own follows them.
             if forwarding == nil, [301, 302, 303, 307, 308].contains(head.status), let location = head.header("location") {
                 exchange.cancel()
-                guard let next = URL(string: location, relativeTo: current)?.absoluteURL, let scheme = next.scheme?.lowercased(),
-                    scheme == "http" || scheme == "https"
+                guard let next = URL(string: location, relativeTo: current ?? url)?.absoluteURL, let scheme = next.scheme?.lowercased(),
+                    scheme == "http" || scheme == "https", let nextEndpoint = Endpoint(next)
                 else {
                     throw SparseCacheError(
                         .origin, operation: "fetch", path: key, detail: "HTTP \(head.status) to an unusable location '\(location)'")
@@ -49,6 +50,7 @@ extension HTTPRangeSource {
                     return try await fetchThroughSession(next, range, validator: validator, forwarding: forwarding, release: release)
                 }
                 current = next
+                endpoint = nextEndpoint
                 continue
             }
             do {
@@ -68,27 +70,22 @@ extension HTTPRangeSource {
         throw SparseCacheError(.origin, operation: "fetch", path: key, detail: "more than \(Self.maximumRedirects) redirects")
     }
 
-    /// The request head of a GET of `url`: the same headers URLSession is given, plus `Host`,
-    /// and a proxy client's fields when forwarding (with its `Accept-Encoding`: the cache
-    /// stores the bytes as the origin encodes them, RFC 9110, section 14.1).
+    /// The request head of a GET of `endpoint`'s target: the same headers URLSession is given,
+    /// plus `Host`, and a proxy client's fields when forwarding (with its `Accept-Encoding`: the
+    /// cache stores the bytes as the origin encodes them, RFC 9110, section 14.1).
     /// HTTP/1.1 keeps the connection open unless the origin says otherwise.
-    /// `method` and `extra` (fields after all others) serve ``send(_:forwarding:body:)``.
+    /// `method` and `extra` (fields after all others) serve ``send(_:forwarding:body:maximumBody:)``.
     static func request(
-        for url: URL, range: Range<Int64>?, validator: ContentValidator?, key: String, forwarding: Forwarding? = nil,
+        to endpoint: Endpoint, range: Range<Int64>?, validator: ContentValidator?, key: String, forwarding: Forwarding? = nil,
         method: String = "GET", extra: [(String, String)] = []
     ) throws -> [UInt8] {
-        // From the URL's own parse (a URLComponents would parse it again for every request).
-        let absolute = url.absoluteURL
-        var target = absolute.path(percentEncoded: true)
-        if target.isEmpty { target = "/" }
-        if let query = absolute.query(percentEncoded: true) { target += "?" + query }
-        guard let host = url.host, target.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+        guard let target = endpoint.target else {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: key, detail: "the URL cannot be sent as a request target")
         }
         let forwarded = forwarding?.headers ?? []
         var fields: [HTTPHeaderField] = []
         fields.reserveCapacity(forwarded.count + 8 + extra.count)
-        fields.append(HTTPHeaderField(name: "Host", value: HTTPSyntax.hostField(host, port: url.port)))
+        fields.append(HTTPHeaderField(name: "Host", value: endpoint.hostField))
         fields += forwarded
         var headers = HTTPHeaders(fields)
         func addUnlessForwarded(_ name: String, _ value: String) {
@@ -102,10 +99,7 @@ extension HTTPRangeSource {
             headers.append(name: "Range", value: "bytes=\(range.lowerBound)-\(range.upperBound - 1)")
             if let validator, let ifRange = ifRange(validator) { headers.append(name: "If-Range", value: ifRange) }
         }
-        if let user = url.user {
-            let credentials = (user.removingPercentEncoding ?? user) + ":" + ((url.password?.removingPercentEncoding ?? url.password) ?? "")
-            headers.append(name: "Authorization", value: "Basic \(Data(credentials.utf8).base64EncodedString())")
-        }
+        if let authorization = endpoint.authorization { headers.append(name: "Authorization", value: authorization) }
         for (name, value) in extra { headers.append(name: name, value: value) }
         return HTTPRequestHead(method: method, target: target, headers: headers).encoded()
     }

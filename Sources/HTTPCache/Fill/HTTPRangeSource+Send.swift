@@ -45,16 +45,13 @@ extension HTTPRangeSource {
     /// same key in flight, which may be waiting for that very slot.
     public func send(_ method: String, forwarding: Forwarding, body: RequestBody?, maximumBody: Int64) async throws -> OriginAnswer {
         ProxyMetrics.originRequests.add()
-        if transport == .automatic, url.scheme?.lowercased() == "http" {
+        if isDirect {
             return try await sendDirect(method, forwarding: forwarding, body: body)
         }
         return try await sendThroughSession(method, forwarding: forwarding, body: body, maximumBody: maximumBody)
     }
 
     private func sendDirect(_ method: String, forwarding: Forwarding, body: RequestBody?) async throws -> OriginAnswer {
-        guard let host = url.host else {
-            throw SparseCacheError(.invalidArgument, operation: "fetch", path: key, detail: "the URL has no host")
-        }
         var framing: [(String, String)] = []
         if let body {
             framing.append(body.length.map { ("Content-Length", String($0)) } ?? ("Transfer-Encoding", "chunked"))
@@ -62,9 +59,9 @@ extension HTTPRangeSource {
             // RFC 9110, section 8.6: a POST or PUT without content says so.
             framing.append(("Content-Length", "0"))
         }
-        let request = try Self.request(for: url, range: nil, validator: nil, key: key, forwarding: forwarding, method: method, extra: framing)
+        let request = try Self.request(to: endpoint, range: nil, validator: nil, key: key, forwarding: forwarding, method: method, extra: framing)
         let exchange = try await HTTPExchange.start(
-            host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host, port: url.port ?? 80, request: request,
+            host: endpoint.host, port: endpoint.port, request: request,
             body: body.map { HTTPExchange.RequestBody(length: $0.length, next: $0.next) },
             idempotent: Self.idempotentMethods.contains(method), name: key, timeout: timeout, resolver: { self.resolver }, pool: pool,
             policy: addressPolicy, interim: forwarding.interim)

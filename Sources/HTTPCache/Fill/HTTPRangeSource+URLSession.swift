@@ -11,7 +11,7 @@ import SparseHTTP
 extension HTTPRangeSource {
     /// The URLSession, made on first use (an `http://` source never needs one).
     func urlSession() -> (URLSession, SessionDelegate) {
-        session.withLock { session in
+        shared.session.withLock { session in
             if let session { return session }
             let configuration = URLSessionConfiguration.ephemeral
             configuration.timeoutIntervalForRequest = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18

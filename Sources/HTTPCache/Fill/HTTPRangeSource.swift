@@ -21,8 +21,19 @@ import Synchronization
 ///   `https://` (and a redirect to it) goes through URLSession, which streams the body as it
 ///   arrives (its data delegate; `bytes(for:)` does not exist on Linux) and cannot be paused.
 public final class HTTPRangeSource: RangeSource {
-    public let url: URL
-    public var key: String { url.absoluteString }
+    public var url: URL {
+        // A source made on another for a plain target has a key that parses (isPlainTarget).
+        parsedURL ?? URL(string: key)!
+    }
+    public let key: String
+    /// The URL as given; nil for a source made on another (``init(target:on:key:)``), whose
+    /// URL is made only when something asks for it.
+    private let parsedURL: URL?
+    /// Where `http://` requests go (``Endpoint``).
+    let endpoint: Endpoint
+    /// Whether requests go over the project's own client (`http://`, transport `.automatic`)
+    /// rather than URLSession.
+    let isDirect: Bool
 
     /// HTTP caches combine parts only under a strong validator (RFC 9111 section 3.4).
     public var partsNeedStrongValidator: Bool { true }
@@ -30,22 +41,32 @@ public final class HTTPRangeSource: RangeSource {
     public let timeout: Duration
     public let transport: Transport
     let limiter: ConnectionLimiter
-    /// Where this source's name lookups block: a queue of its own, so a name whose DNS hangs
-    /// holds up no other source. Made on the first lookup: a proxy makes a source for every URL
-    /// it serves, and most never connect (hits, pooled connections).
+    /// Where this source's name lookups block: a queue of its own (shared with the sources made
+    /// on it), so a name whose DNS hangs holds up no other origin. Made on the first lookup: a
+    /// proxy makes a source for every URL it serves, and most never connect (hits, pooled
+    /// connections).
     var resolver: BlockingExecutor {
-        resolverQueue.withLock { queue in
+        shared.resolverQueue.withLock { queue in
             if let queue { return queue }
             let made = BlockingExecutor(label: "sparsecache.resolve")
             queue = made
             return made
         }
     }
-    private let resolverQueue = Mutex<BlockingExecutor?>(nil)
     /// Idle connections to reuse; every source shares one unless given its own.
     let pool: OriginConnectionPool
-    /// Made on first use (``urlSession()``).
-    let session = Mutex<(URLSession, SessionDelegate)?>(nil)
+    /// What a source made on another shares with it: its resolver and its URLSession.
+    let shared: Shared
+
+    final class Shared: Sendable {
+        let resolverQueue = Mutex<BlockingExecutor?>(nil)
+        /// Made on first use (``urlSession()``).
+        let session = Mutex<(URLSession, SessionDelegate)?>(nil)
+
+        deinit {
+            session.withLock { $0?.0.finishTasksAndInvalidate() }
+        }
+    }
     /// The origins a proxy in URL mode may reach (no server-side request forgery); nil: any.
     package let addressPolicy: OriginAddressPolicy?
 
@@ -75,17 +96,39 @@ public final class HTTPRangeSource: RangeSource {
     ) throws {
         self.pool = pool
         self.addressPolicy = addressPolicy
-        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil else {
+        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", let endpoint = Endpoint(url) else {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: url.absoluteString, detail: "not an http(s) URL")
         }
-        self.url = url
+        parsedURL = url
+        key = url.absoluteString
+        self.endpoint = endpoint
+        isDirect = transport == .automatic && scheme == "http"
         self.timeout = timeout
         self.transport = transport
         self.limiter = limiter ?? Self.limiter(for: url)
+        shared = Shared()
     }
 
-    deinit {
-        session.withLock { $0?.0.finishTasksAndInvalidate() }
+    /// The source of `target` on `origin`'s host, under its path: what
+    /// `HTTPRangeSource(url: URL(string: key))` would be, sharing `origin`'s limiter, pool,
+    /// resolver and URLSession, made without parsing a URL (a proxy makes one for every miss
+    /// on its configured origin).
+    ///
+    /// - Parameters:
+    ///   - target: a target of ``isPlainTarget(_:)``;
+    ///   - origin: a source whose URL has no query, fragment or credentials;
+    ///   - key: `origin`'s URL, without its trailing slashes, followed by `target`.
+    init(target: String, on origin: HTTPRangeSource, key: String) {
+        parsedURL = nil
+        self.key = key
+        endpoint = origin.endpoint.appending(target)
+        isDirect = origin.isDirect
+        timeout = origin.timeout
+        transport = origin.transport
+        limiter = origin.limiter
+        pool = origin.pool
+        addressPolicy = origin.addressPolicy
+        shared = origin.shared
     }
 
     /// Connections per origin (scheme, host and port) for sources made without a limiter.
@@ -198,7 +241,7 @@ public final class HTTPRangeSource: RangeSource {
         ProxyMetrics.originRequests.add()
         do {
             var response: RangeResponse
-            if transport == .automatic, url.scheme?.lowercased() == "http" {
+            if isDirect {
                 response = try await fetchDirect(range, validator: validator, forwarding: forwarding, release: release)
             } else {
                 response = try await fetchThroughSession(url, range, validator: validator, forwarding: forwarding, release: release)

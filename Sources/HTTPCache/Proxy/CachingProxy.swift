@@ -32,6 +32,11 @@ public final class CachingProxy: Sendable {
     private let sources = Mutex(BoundedTable<HTTPRangeSource>(capacity: 4096))
     /// Origin URLs and cache keys of recent targets (``ProxyRoutes``).
     private let routes = ProxyRoutes()
+    /// The origin's URL without its trailing slashes, which a target is appended to.
+    private let originBase: String?
+    /// The configured origin's source, which the sources of its plain targets are made on
+    /// (``route(for:)``); nil in URL mode and for an origin with a query or credentials.
+    private let originSource: HTTPRangeSource?
     /// Revalidations in flight, by cache key: concurrent clients of one stale response share one.
     let revalidations = RevalidationTable()
     /// In URL mode, the origins clients may have fetched (``OriginAddressPolicy``); nil in
@@ -60,6 +65,14 @@ public final class CachingProxy: Sendable {
     ) {
         self.cache = cache
         self.origin = origin
+        var base = origin?.absoluteString
+        while base?.hasSuffix("/") == true { base?.removeLast() }
+        originBase = base
+        if let origin, origin.query == nil, origin.fragment == nil, origin.user == nil, origin.password == nil {
+            originSource = try? HTTPRangeSource(url: origin, timeout: .seconds(30), limiter: nil, transport: .automatic, pool: .shared)
+        } else {
+            originSource = nil
+        }
         self.maximumResourceLength = maximumResourceLength
         addressPolicy = origin == nil ? OriginAddressPolicy(allowing: allowedOrigins.compactMap(OriginAddressPolicy.Pattern.init)) : nil
         self.streaming = StreamingState(options: streaming)
@@ -87,20 +100,20 @@ public final class CachingProxy: Sendable {
             try await response.respond(status: 400, message: problem.message)
             return
         }
-        let url = found.url, key = found.key
+        let key = found.key
         if request.method == "PURGE" {
             try await purge(key, request, response)
             return
         }
         guard request.method == "GET" || request.method == "HEAD" else {
-            try await forward(request, body, response, url: url)
+            try await forward(request, body, response, url: found.url)
             return
         }
         let base: HTTPRangeSource
         do {
-            base = try source(for: url)
+            base = try found.sourceOnOrigin() ?? source(for: found.url)
         } catch {
-            let (status, message) = status(for: error, url: url)
+            let (status, message) = status(for: error, url: found.url)
             try await response.respond(status: status, message: message)
             return
         }
@@ -116,7 +129,7 @@ public final class CachingProxy: Sendable {
             try await answer(exchange, key: key)
         } catch let error where !response.headSent {
             exchange.status.failed = true
-            let (status, message) = status(for: error, url: url)
+            let (status, message) = status(for: error, url: found.url)
             try await response.respond(status: status, message: message, headers: [("Cache-Status", exchange.status.value)])
         }
     }
@@ -526,8 +539,15 @@ public final class CachingProxy: Sendable {
     }
 
     /// The origin URL of a request target with its cache key, remembered for the next request.
+    ///
+    /// A plain target on the configured origin (the common case of reverse-proxy mode) needs
+    /// no URL parse and no table: its key is the origin's URL followed by the target, and its
+    /// source is made on the origin's (``HTTPRangeSource/init(target:on:key:)``).
     func route(for target: String) -> Result<ProxyRoutes.Route, TargetProblem> {
-        routes.route(for: target) { originURL(for: target) }
+        if let originSource, let originBase, HTTPRangeSource.isPlainTarget(target), !ProxyRoutes.mayChange(target) {
+            return .success(ProxyRoutes.Route(plain: target, base: originBase, on: originSource))
+        }
+        return routes.route(for: target) { originURL(for: target) }
     }
 
     /// The origin URL a request target names.
@@ -546,9 +566,7 @@ public final class CachingProxy: Sendable {
         }
         if let origin {
             if let referenced = referencedURL(target) { return .success(referenced) }
-            var base = origin.absoluteString
-            while base.hasSuffix("/") { base.removeLast() }
-            guard target.hasPrefix("/"), let url = URL(string: base + target) else {
+            guard target.hasPrefix("/"), let url = URL(string: (originBase ?? origin.absoluteString) + target) else {
                 return .failure(TargetProblem(message: "cannot map '\(target)' onto the origin: a path must start with /"))
             }
             return .success(url)

@@ -11,11 +11,47 @@ import Synchronization
 final class ProxyRoutes: Sendable {
     /// Where one target goes.
     struct Route: Sendable {
-        var url: URL
-        /// ``CachingProxy/cacheKey(_:)`` of `url`.
+        /// ``CachingProxy/cacheKey(_:)`` of the origin URL.
         var key: String
-        /// `url.path`.
+        /// The origin URL's path, percent-decoded (`URL.path`).
         var path: String
+        /// For a plain target on the configured origin (``CachingProxy/route(for:)``): the
+        /// origin's source and the target, to make this route's source on (no URL parsed).
+        var onOrigin: (source: HTTPRangeSource, target: String)?
+        private var parsed: URL?
+
+        /// The origin URL; for a route on the origin, made when asked for (its key parses:
+        /// see ``HTTPRangeSource/isPlainTarget(_:)``).
+        var url: URL { parsed ?? URL(string: key)! }
+
+        init(url: URL) {
+            parsed = url
+            key = CachingProxy.cacheKey(url)
+            path = url.path
+        }
+
+        /// The route of `target` (``HTTPRangeSource/isPlainTarget(_:)``) on `origin`, whose URL
+        /// is `base` with a path at most (no trailing slash, query, fragment or credentials):
+        /// what parsing `base + target` would give, without parsing it.
+        init(plain target: String, base: String, on origin: HTTPRangeSource) {
+            key = base + target
+            onOrigin = (origin, target)
+            let endpoint = origin.endpoint.appending(target)
+            var path = endpoint.target ?? "/"
+            if let query = path.utf8.firstIndex(of: UInt8(ascii: "?")) { path = String(path[..<query]) }
+            if path.utf8.contains(UInt8(ascii: "%")) {
+                // Percent-decoding is the URL's business (what it makes of invalid UTF-8).
+                path = URL(string: key)!.path
+            } else {
+                while path.utf8.count > 1, path.hasSuffix("/") { path.removeLast() }
+            }
+            self.path = path
+        }
+
+        /// This route's source: made on the origin's for a route on it (nil otherwise).
+        func sourceOnOrigin() -> HTTPRangeSource? {
+            onOrigin.map { HTTPRangeSource(target: $0.target, on: $0.source, key: key) }
+        }
     }
 
     static let capacity = 4096
@@ -28,7 +64,7 @@ final class ProxyRoutes: Sendable {
         switch make() {
         case .failure(let problem): return .failure(problem)
         case .success(let url):
-            let route = Route(url: url, key: CachingProxy.cacheKey(url), path: url.path)
+            let route = Route(url: url)
             if !Self.mayChange(target) {
                 routes.withLock { $0.set(route, for: target) }
             }
