@@ -81,6 +81,10 @@ struct MachineInfo: Codable, Sendable {
     var scratchFileSystem: String
     var scratchDevice: String
     var build: String
+    /// "static" when the Swift runtime is linked into the binary (`--static-swift-stdlib`, as
+    /// docs/DEPLOY.md builds `sparsecache` for production), "shared" when it is loaded as a
+    /// library.
+    var swiftRuntime: String
     var crc32cHardware: Bool
 
     static func current(scratch: String) -> MachineInfo {
@@ -100,7 +104,13 @@ struct MachineInfo: Codable, Sendable {
             cpus: ProcessInfo.processInfo.activeProcessorCount, cpuModel: cpuModel,
             memoryBytes: ProcessInfo.processInfo.physicalMemory, kernel: "Linux \(release)",
             scratchDirectory: scratch, scratchFileSystem: fileSystem, scratchDevice: device, build: build,
-            crc32cHardware: Probe.crc32cHardwareAvailable)
+            swiftRuntime: swiftRuntimeLinking(), crc32cHardware: Probe.crc32cHardwareAvailable)
+    }
+
+    /// Whether this process maps the Swift runtime from a shared library.
+    private static func swiftRuntimeLinking() -> String {
+        let maps = (try? String(contentsOfFile: "/proc/self/maps", encoding: .utf8)) ?? ""
+        return maps.contains("libswiftCore.so") ? "shared" : "static"
     }
 }
 

@@ -131,6 +131,8 @@ enum SmallObjectScenario {
             // was measured: these store as many again).
             let turns = try await alternating(curl, bases: Array(bases.prefix(2)), work: work, count: count, repetitions: repetitions)
             result.measurements += comparedInTurn(turns.misses, workload: "latency of a 4 KiB miss, the two asked in turn (median)")
+            result.measurements += comparedInTurn(
+                turns.missRates, workload: "4 KiB misses per second, the two asked in turn", unit: "req/s", higherIsBetter: true)
             result.measurements += comparedInTurn(turns.hits, workload: "latency of a 4 KiB hit, the two asked in turn (median)")
         } catch {
             for proxy in proxies { await proxy.stop() }
@@ -149,11 +151,13 @@ enum SmallObjectScenario {
     /// answer's last byte, without the client's own work between requests. Work a server does
     /// after its answers (sparsecache's small-object writes, about 3% of a miss) may fall in
     /// the other's requests: the rates above are the measure of the whole; this one, of the
-    /// request path.
+    /// request path. The misses per second in turn are the requests over the sum of their
+    /// times: the rate of one keep-alive client without its own work between requests, with
+    /// both servers seeing the same moments of the host.
     private static func alternating(
         _ curl: String, bases: [String], work: String, count: Int, repetitions: Int
-    ) async throws -> (misses: [[Sample]], hits: [[Sample]]) {
-        var misses: [[Sample]] = [[], []], hits: [[Sample]] = [[], []]
+    ) async throws -> (misses: [[Sample]], missRates: [[Sample]], hits: [[Sample]]) {
+        var misses: [[Sample]] = [[], []], missRates: [[Sample]] = [[], []], hits: [[Sample]] = [[], []]
         let ports = bases.map { $0.split(separator: ":").last.map(String.init) ?? "" }
         for repetition in 0..<repetitions {
             let order = repetition % 2 == 0 ? [0, 1] : [1, 0]
@@ -176,20 +180,27 @@ enum SmallObjectScenario {
                 }
                 for contender in 0..<2 {
                     let sample = Sample(value: Statistics.median(times[contender]))
-                    if pass == 0 { misses[contender].append(sample) } else { hits[contender].append(sample) }
+                    if pass == 0 {
+                        misses[contender].append(sample)
+                        missRates[contender].append(Sample(value: Double(count) / (times[contender].reduce(0, +) / 1e6)))
+                    } else {
+                        hits[contender].append(sample)
+                    }
                 }
             }
         }
-        return (misses, hits)
+        return (misses, missRates, hits)
     }
 
     /// Rows of nginx and the small-object proxy (the sparse-file contender is not asked in
     /// turn: at a fifth of their rate it would only slow the pairs down).
-    private static func comparedInTurn(_ samples: [[Sample]], workload: String) -> [Measurement] {
+    private static func comparedInTurn(
+        _ samples: [[Sample]], workload: String, unit: String = "µs", higherIsBetter: Bool = false
+    ) -> [Measurement] {
         var rows = (0..<2).map { index in
             Measurement(
-                scenario: number, scenarioName: name, workload: workload, contender: contenders[index], unit: "µs", higherIsBetter: false,
-                samples: samples[index])
+                scenario: number, scenarioName: name, workload: workload, contender: contenders[index], unit: unit,
+                higherIsBetter: higherIsBetter, samples: samples[index])
         }
         rows[1].compare(to: rows[0])
         return rows
