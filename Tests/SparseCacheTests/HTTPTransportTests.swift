@@ -192,6 +192,31 @@ struct HTTPTransportTests {
         #expect(try await Self.body(try await named.fetch(100..<200, validator: nil)) == Array(bytes[100..<200]))
     }
 
+    @Test("through URLSession (https) no cookie is kept: an answer's Set-Cookie never goes out with a later request, of the same URL or another on the origin; a client's own Cookie is forwarded")
+    func sessionKeepsNoCookies() async throws {
+        let rig = try await ScriptedProxy()
+        try rig.script("login", [("Set-Cookie", "session=alice; Path=/"), ("Cache-Control", "no-store")], body: "hello\n")
+        try rig.script("other", [("Cache-Control", "max-age=60")], body: "other\n")
+        let origin = try HTTPRangeSource(url: rig.origin.baseURL, transport: .urlSession)
+        let login = HTTPRangeSource(target: "/login", on: origin, key: rig.origin.url("login").absoluteString)
+        let other = HTTPRangeSource(target: "/other", on: origin, key: rig.origin.url("other").absoluteString)
+        for source in [login, login, other] {
+            do {
+                let response = try await source.fetch(nil, validator: nil, forwarding: HTTPRangeSource.Forwarding(headers: []))
+                for try await _ in response.body {}
+            } catch let answer as OriginAnswer {
+                for try await _ in answer.body {}
+            }
+        }
+        let mine = try await other.fetch(nil, validator: nil, forwarding: HTTPRangeSource.Forwarding(headers: HTTPHeaders([("Cookie", "mine=1")])))
+        for try await _ in mine.body {}
+        let sent = rig.origin.requestLog().map { request in (request.path, request.headers.filter { $0.first?.lowercased() == "cookie" }.map { $0.last ?? "" }) }
+        #expect(sent.count == 4, "\(sent)")
+        #expect(sent.prefix(3).allSatisfy { $0.1.isEmpty }, "a cookie went out that no client sent: \(sent)")
+        #expect(sent.last?.1 == ["mine=1"], "\(sent)")
+        await rig.stop()
+    }
+
     @Test("chunked bodies, interim 1xx responses and bodies that run until the close are framed right")
     func framing() async throws {
         let cases: [(String, [UInt8])] = [

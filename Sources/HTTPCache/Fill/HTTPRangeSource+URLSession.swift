@@ -18,6 +18,12 @@ extension HTTPRangeSource {
             configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
             configuration.urlCache = nil
             configuration.httpMaximumConnectionsPerHost = 64
+            // A shared cache keeps no cookies of its own: an ephemeral session still has a jar,
+            // and would send one client's Set-Cookie with every later request of every client
+            // (a client's own Cookie field is forwarded as it came).
+            configuration.httpShouldSetCookies = false
+            configuration.httpCookieAcceptPolicy = .never
+            configuration.httpCookieStorage = nil
             let delegate = SessionDelegate()
             let queue = OperationQueue()
             queue.maxConcurrentOperationCount = 1
