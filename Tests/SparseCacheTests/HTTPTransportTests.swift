@@ -198,8 +198,8 @@ struct HTTPTransportTests {
         try rig.script("login", [("Set-Cookie", "session=alice; Path=/"), ("Cache-Control", "no-store")], body: "hello\n")
         try rig.script("other", [("Cache-Control", "max-age=60")], body: "other\n")
         let origin = try HTTPRangeSource(url: rig.origin.baseURL, transport: .urlSession)
-        let login = HTTPRangeSource(target: "/login", on: origin, key: rig.origin.url("login").absoluteString)
-        let other = HTTPRangeSource(target: "/other", on: origin, key: rig.origin.url("other").absoluteString)
+        let login = HTTPRangeSource(endpoint: origin.endpoint.appending("/login"), on: origin, key: rig.origin.url("login").absoluteString)
+        let other = HTTPRangeSource(endpoint: origin.endpoint.appending("/other"), on: origin, key: rig.origin.url("other").absoluteString)
         for source in [login, login, other] {
             do {
                 let response = try await source.fetch(nil, validator: nil, forwarding: HTTPRangeSource.Forwarding(headers: []))

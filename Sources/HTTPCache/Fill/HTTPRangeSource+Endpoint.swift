@@ -5,7 +5,7 @@ extension HTTPRangeSource {
     /// Where the source's `http://` requests go and what they name, taken from its URL once
     /// (Foundation's URL accessors each parse or copy: a dozen of them on every request cost a
     /// few microseconds of a proxy's miss), or without any URL for a proxy's request target on
-    /// its configured origin (``init(target:on:key:)``).
+    /// its configured origin (``HTTPRangeSource/init(endpoint:on:key:)``).
     struct Endpoint: Sendable {
         /// The host to connect to (an IPv6 literal without its brackets) and the port.
         var host: String

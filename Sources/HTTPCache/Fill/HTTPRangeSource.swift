@@ -26,7 +26,7 @@ public final class HTTPRangeSource: RangeSource {
         parsedURL ?? URL(string: key)!
     }
     public let key: String
-    /// The URL as given; nil for a source made on another (``init(target:on:key:)``), whose
+    /// The URL as given; nil for a source made on another (``init(endpoint:on:key:)``), whose
     /// URL is made only when something asks for it.
     private let parsedURL: URL?
     /// Where `http://` requests go (``Endpoint``).
@@ -109,19 +109,19 @@ public final class HTTPRangeSource: RangeSource {
         shared = Shared()
     }
 
-    /// The source of `target` on `origin`'s host, under its path: what
+    /// The source of a target on `origin`'s host, under its path: what
     /// `HTTPRangeSource(url: URL(string: key))` would be, sharing `origin`'s limiter, pool,
     /// resolver and URLSession, made without parsing a URL (a proxy makes one for every miss
     /// on its configured origin).
     ///
     /// - Parameters:
-    ///   - target: a target of ``isPlainTarget(_:)``;
+    ///   - endpoint: `origin.endpoint.appending(target)` for a target of ``isPlainTarget(_:)``;
     ///   - origin: a source whose URL has no query, fragment or credentials;
-    ///   - key: `origin`'s URL, without its trailing slashes, followed by `target`.
-    init(target: String, on origin: HTTPRangeSource, key: String) {
+    ///   - key: `origin`'s URL, without its trailing slashes, followed by the target.
+    init(endpoint: Endpoint, on origin: HTTPRangeSource, key: String) {
         parsedURL = nil
         self.key = key
-        endpoint = origin.endpoint.appending(target)
+        self.endpoint = endpoint
         isDirect = origin.isDirect
         timeout = origin.timeout
         transport = origin.transport

@@ -32,7 +32,8 @@ public final class CachingProxy: Sendable {
     private let sources = Mutex(BoundedTable<HTTPRangeSource>(capacity: 4096))
     /// Origin URLs and cache keys of recent targets (``ProxyRoutes``).
     private let routes = ProxyRoutes()
-    /// The origin's URL without its trailing slashes, which a target is appended to.
+    /// The origin's URL without its trailing slashes, which a target is appended to (nil
+    /// exactly when `origin` is).
     private let originBase: String?
     /// The configured origin's source, which the sources of its plain targets are made on
     /// (``route(for:)``); nil in URL mode and for an origin with a query or credentials.
@@ -542,7 +543,7 @@ public final class CachingProxy: Sendable {
     ///
     /// A plain target on the configured origin (the common case of reverse-proxy mode) needs
     /// no URL parse and no table: its key is the origin's URL followed by the target, and its
-    /// source is made on the origin's (``HTTPRangeSource/init(target:on:key:)``).
+    /// source is made on the origin's (``HTTPRangeSource/init(endpoint:on:key:)``).
     func route(for target: String) -> Result<ProxyRoutes.Route, TargetProblem> {
         if let originSource, let originBase, HTTPRangeSource.isPlainTarget(target), !ProxyRoutes.mayChange(target) {
             return .success(ProxyRoutes.Route(plain: target, base: originBase, on: originSource))
@@ -564,9 +565,9 @@ public final class CachingProxy: Sendable {
             let afterAuthority = target.dropFirst("http://".count).drop { $0 != "/" && $0 != "?" }
             target = afterAuthority.hasPrefix("/") ? String(afterAuthority) : "/" + afterAuthority
         }
-        if let origin {
+        if let originBase {
             if let referenced = referencedURL(target) { return .success(referenced) }
-            guard target.hasPrefix("/"), let url = URL(string: (originBase ?? origin.absoluteString) + target) else {
+            guard target.hasPrefix("/"), let url = URL(string: originBase + target) else {
                 return .failure(TargetProblem(message: "cannot map '\(target)' onto the origin: a path must start with /"))
             }
             return .success(url)

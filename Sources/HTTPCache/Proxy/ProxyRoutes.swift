@@ -16,8 +16,9 @@ final class ProxyRoutes: Sendable {
         /// The origin URL's path, percent-decoded (`URL.path`).
         var path: String
         /// For a plain target on the configured origin (``CachingProxy/route(for:)``): the
-        /// origin's source and the target, to make this route's source on (no URL parsed).
-        var onOrigin: (source: HTTPRangeSource, target: String)?
+        /// origin's source and the target's endpoint, to make this route's source on (no URL
+        /// parsed).
+        var onOrigin: (source: HTTPRangeSource, endpoint: HTTPRangeSource.Endpoint)?
         private var parsed: URL?
 
         /// The origin URL; for a route on the origin, made when asked for (its key parses:
@@ -35,8 +36,8 @@ final class ProxyRoutes: Sendable {
         /// what parsing `base + target` would give, without parsing it.
         init(plain target: String, base: String, on origin: HTTPRangeSource) {
             key = base + target
-            onOrigin = (origin, target)
             let endpoint = origin.endpoint.appending(target)
+            onOrigin = (origin, endpoint)
             var path = endpoint.target ?? "/"
             if let query = path.utf8.firstIndex(of: UInt8(ascii: "?")) { path = String(path[..<query]) }
             if path.utf8.contains(UInt8(ascii: "%")) {
@@ -50,7 +51,7 @@ final class ProxyRoutes: Sendable {
 
         /// This route's source: made on the origin's for a route on it (nil otherwise).
         func sourceOnOrigin() -> HTTPRangeSource? {
-            onOrigin.map { HTTPRangeSource(target: $0.target, on: $0.source, key: key) }
+            onOrigin.map { HTTPRangeSource(endpoint: $0.endpoint, on: $0.source, key: key) }
         }
     }
 
