@@ -35,6 +35,8 @@ struct CachePolicyTests {
         let cases: [(String, CacheControl.Seconds?)] = [
             ("max-age=0", .seconds(0)), ("max-age=007", .seconds(7)), ("max-age=-1", .invalid), ("max-age=1.5", .invalid),
             ("max-age=", .invalid), ("max-age", .invalid), ("max-age=99999999999999999999", .seconds(1 << 31)),
+            ("max-age=2147483647", .seconds((1 << 31) - 1)), ("max-age=2147483648", .seconds(1 << 31)), ("max-age=2147483649", .seconds(1 << 31)),
+            ("max-age=000000000000000000003", .seconds(3)), ("max-age=3a", .invalid),
             ("max-age=10, max-age=10", .seconds(10)), ("max-age=10, max-age=20", .invalid),
             ("max-age=10, max-age=20, max-age=10", .invalid), ("max-age=x, max-age=x", .invalid), ("public", nil),
             ("max-age=5 garbage, public", nil),

@@ -146,6 +146,21 @@ struct ProxyRulesTests {
         #expect(old.map { !$0.policy.isFresh(now: 1_795_428_000) } == true, "a head from before heads were stored is stale")
     }
 
+    @Test("a head is too large to store past 32 KiB of stored text, the request fields its Vary names counted; control bytes the text drops are not")
+    func storedHeadSizeLimit() {
+        func head(_ value: String, vary: String = "") -> StoredHead {
+            StoredHead(
+                headers: HTTPHeaders([("X-Big", value)]), requestTime: 0, responseTime: 0,
+                varyRequest: vary.isEmpty ? HTTPHeaders() : HTTPHeaders([("Cookie", vary)]))
+        }
+        let fits = StoredHead.maximumSize - "X-Big: ".utf8.count
+        #expect(!head(String(repeating: "a", count: fits)).isTooLarge)
+        #expect(head(String(repeating: "a", count: fits + 1)).isTooLarge)
+        // Its length alone passes the limit, its stored text does not: the control bytes go.
+        #expect(!head(String(repeating: "a", count: fits) + String(repeating: "\u{1}", count: 100)).isTooLarge)
+        #expect(head(String(repeating: "a", count: fits - 100), vary: String(repeating: "c", count: 200)).isTooLarge)
+    }
+
     @Test("a stored head read back from its policy keeps its status, also after a 304 freshened it")
     func storedHeadKeepsStatus() throws {
         let moved = StoredHead(

@@ -291,7 +291,7 @@ public final class HTTPRangeSource: RangeSource {
             }
         }
         let stored = stored()
-        if stored.size > StoredHead.maximumSize { return "header fields too large to store" }
+        if stored.isTooLarge { return "header fields too large to store" }
         // The request's target plays no part in the rules (as for the stored head's own policy):
         // no URL path is worked out for it.
         let policy = stored.policy.answering(HTTPRequestHead(method: "GET", target: "/", headers: forwarding.headers))

@@ -8,7 +8,11 @@ import SparseHTTP
 ///
 /// A `206` from the origin is stored as the `200` representation it is part of; other statuses
 /// (a 404 page, a 301) are stored with their status and served whole.
-public struct StoredHead: Sendable, Equatable {
+///
+/// Immutable, and a class: a head goes with every answer and object on its way through the
+/// cache (in its ``ContentInfo``), and copying one is then a single reference count, not one
+/// for each of its fields and those of its policy.
+public final class StoredHead: Sendable, Equatable {
     /// The status of the stored response: 200 for a representation filled by ranges.
     public let status: Int
     /// The response's fields without hop-by-hop ones and without the fields that describe one
@@ -34,9 +38,7 @@ public struct StoredHead: Sendable, Equatable {
         // A 206's Content-Range describes that one part; any other status's is an end-to-end
         // field like the rest, stored and replayed (RFC 9111 section 3.1).
         let partial = status == 206
-        let kept = headers.removingHopByHop().keeping { field in
-            !field.hasName("content-length") && !(partial && field.hasName("content-range"))
-        }
+        let kept = headers.removingHopByHop { field in field.hasName("content-length") || (partial && field.hasName("content-range")) }
         self.headers = kept
         self.requestTime = requestTime
         self.responseTime = responseTime
@@ -46,6 +48,14 @@ public struct StoredHead: Sendable, Equatable {
         policy = CachePolicy(
             request: HTTPRequestHead(method: "GET", target: "/", headers: varyRequest),
             endToEnd: HTTPResponseHead(status: self.status, headers: kept), requestTime: requestTime, responseTime: responseTime)
+    }
+
+    /// Equal when made of the same response and request fields at the same times (the policy
+    /// and the replayed fields follow from those).
+    public static func == (left: StoredHead, right: StoredHead) -> Bool {
+        left === right
+            || (left.status == right.status && left.headers == right.headers && left.requestTime == right.requestTime
+                && left.responseTime == right.responseTime && left.varyRequest == right.varyRequest)
     }
 
     /// The validators, for `If-Range` on the fill's range requests.
@@ -63,7 +73,7 @@ public struct StoredHead: Sendable, Equatable {
     /// The head kept in `metadata`, or nil when it holds none or a damaged one. A resource
     /// stored before heads were kept gets one from its content type and validators, with
     /// times of 0: it is stale, and revalidated before it is used.
-    public init?(_ metadata: ResourceMetadata) {
+    public convenience init?(_ metadata: ResourceMetadata) {
         guard let text = metadata.user[Self.headersKey] else {
             var headers = HTTPHeaders()
             if let type = metadata.contentType { headers.append(name: "Content-Type", value: type) }
@@ -102,5 +112,10 @@ public struct StoredHead: Sendable, Equatable {
     /// (the index metadata has a hard limit, ``ResourceMetadata/maximumEncodedSize``).
     public static let maximumSize = 32 * 1024
 
-    var size: Int { headers.storageTextCount + varyRequest.storageTextCount }
+    /// Whether the head is larger than ``maximumSize`` once stored: its bytes are counted only
+    /// when their lengths alone could pass it.
+    var isTooLarge: Bool {
+        headers.storageTextBound + varyRequest.storageTextBound > Self.maximumSize
+            && headers.storageTextCount + varyRequest.storageTextCount > Self.maximumSize
+    }
 }

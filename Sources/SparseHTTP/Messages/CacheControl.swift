@@ -70,11 +70,14 @@ public struct CacheControl: Sendable, Equatable {
 
     /// A delta-seconds value (`max-age`'s argument, an `Age` field): 1*DIGIT, capped at 2^31.
     public static func deltaSeconds(_ argument: String?) -> Seconds {
-        guard let argument, !argument.isEmpty, argument.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else {
-            return .invalid
+        // On the bytes, capped as it goes (every stored answer's `max-age` comes through here).
+        guard let argument, !argument.isEmpty else { return .invalid }
+        var seconds: Int64 = 0
+        for byte in argument.utf8 {
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return .invalid }
+            seconds = min(seconds * 10 + Int64(byte - UInt8(ascii: "0")), Self.maximumSeconds)
         }
-        let digits = argument.drop { $0 == "0" }
-        return .seconds(digits.count > 10 ? Self.maximumSeconds : min(Int64(digits) ?? 0, Self.maximumSeconds))
+        return .seconds(seconds)
     }
 
     /// 2^31, the value of any larger delta-seconds (RFC 9111, section 1.2.2).

@@ -16,9 +16,15 @@ extension HTTPHeaders {
     /// Returns the fields as they are when none is hop-by-hop (the usual stored head), without
     /// lowercasing a copy of every name.
     public func removingHopByHop() -> HTTPHeaders {
+        removingHopByHop { _ in false }
+    }
+
+    /// ``removingHopByHop()`` without the fields `isDropped` picks too, in the same pass (a
+    /// cache storing a response drops its framing fields with the hop-by-hop ones).
+    public func removingHopByHop(and isDropped: (HTTPHeaderField) -> Bool) -> HTTPHeaders {
         let listed = namesConnectionLists
-        guard fields.contains(where: { Self.isHopByHop($0, listed: listed) }) else { return self }
-        return keeping { !Self.isHopByHop($0, listed: listed) }
+        guard fields.contains(where: { Self.isHopByHop($0, listed: listed) || isDropped($0) }) else { return self }
+        return keeping { !Self.isHopByHop($0, listed: listed) && !isDropped($0) }
     }
 
     /// One rule for both: a fixed hop-by-hop name, `Proxy-*`, or a name in `listed`; names
