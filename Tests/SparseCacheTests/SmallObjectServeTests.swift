@@ -210,6 +210,95 @@ struct SmallObjectServeTests {
         try await rig.stop()
     }
 
+    @Test(
+        "a miss the proxy asks the origin for itself is shared: clients that come while its body arrives get it from the one request, kept small or sparse; an answer not to store goes to each client from a request of its own"
+    )
+    func claimedMissIsShared() async throws {
+        let files = try TemporaryDirectory("smallobj-serve-shared")
+        let origin = try await OriginServer.scripted(root: files.path)
+        defer { origin.stop() }
+        // Bodies that trickle in after their heads: the first client's request is still
+        // arriving when the others ask.
+        let cases: [(name: String, size: Int, seed: Int, cacheControl: String, small: Bool?)] = [
+            ("trickle", 8000, 31, "max-age=3600", true), ("large", 300_000, 32, "max-age=3600", false), ("private", 3000, 33, "no-store", nil),
+        ]
+        for item in cases {
+            var script = OriginScript(headers: [("Cache-Control", item.cacheControl), ("ETag", "\"\(item.name)-1\"")])
+            script.bodySize = item.size
+            script.bodySeed = item.seed
+            script.chunkSize = item.size / 8
+            script.chunkDelayMs = 40
+            try script.write(root: files.path, name: item.name)
+        }
+        let directory = try TemporaryDirectory("smallobj-serve-s")
+        let rig = try await Rig(directory: directory.file("cache"), origin: origin.baseURL)
+        for item in cases {
+            let body = OriginScript.pattern(count: item.size, seed: item.seed)
+            let answers = try await withThrowingTaskGroup(of: CurlResult.self) { group in
+                for client in 0..<4 {
+                    group.addTask {
+                        try await Task.sleep(for: .milliseconds(client * 40))
+                        return try await Curl.run(rig.base + "/" + item.name)
+                    }
+                }
+                return try await group.reduce(into: [CurlResult]()) { $0.append($1) }
+            }
+            for answer in answers {
+                #expect(answer.status == 200 && answer.body == body, "\(item.name): \(answer)")
+            }
+            let asked = origin.requestLog().filter { $0.path == "/" + item.name }
+            let key = origin.baseURL.absoluteString + "/" + item.name
+            switch item.small {
+            case true?:
+                #expect(asked.count == 1, "\(item.name): one origin request for the four clients: \(asked)")
+                try await rig.waitStored(key)
+                #expect(await rig.store.smallObjects.contains(key), "\(item.name) is a small object")
+            case false?:
+                #expect(asked.count == 1, "\(item.name): one origin request for the four clients: \(asked)")
+                #expect(await rig.store.entry(for: key) != nil, "\(item.name) is a sparse resource")
+            case nil:
+                #expect(asked.count == 4, "\(item.name): a request per client: \(asked)")
+                for answer in answers {
+                    #expect(answer.headers["cache-status"]?.contains("; stored") == false, "\(item.name): \(answer.headers)")
+                }
+                await rig.cache.closeIdle()
+                #expect(await rig.store.smallObjects.contains(key) == false, "nothing of it is stored")
+                #expect(await rig.store.entry(for: key) == nil, "nothing of it is stored")
+            }
+        }
+        try await rig.stop()
+    }
+
+    @Test("a small answer cut off after its head is completed by range; an origin that cannot be reached leaves no claim behind")
+    func claimedMissFailures() async throws {
+        let files = try TemporaryDirectory("smallobj-serve-cut")
+        let body = try originFile(files.path, "cut.bin", count: 40_000, seed: 41)
+        try "cut=1000 times=1".write(toFile: files.path + "/cut.bin.faults", atomically: true, encoding: .utf8)
+        // Modified a day ago: fresh for hours by the heuristic (the origin sends no lifetime).
+        try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSinceNow: -86_400)], ofItemAtPath: files.path + "/cut.bin")
+        let origin = try await OriginServer.faulty(root: files.path)
+        defer { origin.stop() }
+        let directory = try TemporaryDirectory("smallobj-serve-f")
+        let rig = try await Rig(directory: directory.file("cache"), origin: origin.baseURL)
+        let miss = try await Curl.run(rig.base + "/cut.bin")
+        #expect(miss.status == 200 && miss.body == body, "\(miss)")
+        let ranges = origin.requests().filter { $0.path == "/cut.bin" }.map(\.range)
+        #expect(ranges.count == 2 && ranges[0].isEmpty && ranges[1].hasPrefix("bytes="), "the whole, cut, then the rest by range: \(ranges)")
+        let hit = try await Curl.run(rig.base + "/cut.bin")
+        #expect(hit.body == body && hit.headers["cache-status"]?.contains("hit") == true, "\(hit.headers)")
+        try await rig.stop()
+
+        // Nothing listens there: each miss fails (after the cache's retries), and none waits
+        // for a first contact the one before left claimed.
+        let closed = URL(string: "http://127.0.0.1:\(try Loopback.freePort())")!
+        let unreachable = try await Rig(directory: directory.file("cache-2"), origin: closed)
+        for _ in 0..<2 {
+            let failed = try await Curl.run(unreachable.base + "/cut.bin", timeout: 30)
+            #expect(failed.status == 502, "\(failed)")
+        }
+        try await unreachable.stop()
+    }
+
     @Test("under a budget the least recently used small objects go, and the store stays within it")
     func budgetEvicts() async throws {
         let (files, bodies, origin) = try await Self.smallFilesOrigin("smallobj-serve-budget", prefix: "b", count: 40, seed: 100)

@@ -74,16 +74,14 @@ extension ProgressiveCache {
                 return try await firstContactSmall(source, first: first)
             }
         } else {
-            let contact = SmallContact()
-            smallContacts[key] = contact
+            let claim = register(key)
             let result: Result<(ContentInfo, [UInt8])?, Error>
             do {
                 result = .success(try await smallContact(source, first: first))
             } catch {
                 result = .failure(error)
             }
-            if smallContacts[key] === contact { smallContacts[key] = nil }
-            for waiter in contact.waiters { waiter.resume(with: result) }
+            end(claim, result)
             outcome = try result.get()
         }
         guard let (info, body) = outcome else { return nil }
@@ -96,10 +94,65 @@ extension ProgressiveCache {
         var waiters: [CheckedContinuation<(ContentInfo, [UInt8])?, Error>] = []
     }
 
+    /// A small-object first contact made by the caller of ``claimContact(key:)`` (the proxy's
+    /// miss, `CachingProxy.answerClaimed`) rather than by the cache: readers of the key that
+    /// come meanwhile wait for it as for the cache's own. Ended by ``keepClaimed(_:with:)``
+    /// or ``dropClaimed(_:failure:)``, once.
+    struct ClaimedContact: @unchecked Sendable {
+        // @unchecked: `contact` is only an identity outside the cache's actor; only the actor
+        // touches it.
+        let key: String
+        fileprivate let contact: SmallContact
+    }
+
+    /// Claims the first contact of `key` for its caller, when it would be a small-object first
+    /// contact of the whole resource (as ``open(_:first:lookedUp:)`` decides for `.whole`) and
+    /// the caller has just looked the key up and found nothing (``openIfStored(_:)``), with no
+    /// await since; nil otherwise.
+    func claimContact(key: String) -> ClaimedContact? {
+        guard options.smallObjectThreshold > 0, smallContacts[key] == nil, resources[key] == nil, movingToSmall[key] == nil else {
+            return nil
+        }
+        return register(key)
+    }
+
+    /// Ends a claimed first contact with the answer its caller received, as the cache's own
+    /// ends (``smallContact(_:first:)``): a whole body within the threshold is kept (read to
+    /// its end first when it did not come with the head) and returned with its info, for a
+    /// reader from memory; any other answer is left for the sparse first contact of the key,
+    /// which ``open(_:first:)`` then takes over (nil is returned). Readers that waited get the
+    /// same.
+    func keepClaimed(_ claim: ClaimedContact, with response: RangeResponse) async -> (info: ContentInfo, body: [UInt8])? {
+        count { $0.requests += 1 }
+        let outcome = await takeSmall(response, asked: nil, promotion: nil, key: claim.key)
+        end(claim, .success(outcome))
+        return outcome
+    }
+
+    /// Ends a claimed first contact without an answer to keep: readers that waited get
+    /// `failure` (the request's error, or an origin's answer to pass on), or, without one, ask
+    /// for themselves.
+    func dropClaimed(_ claim: ClaimedContact, failure: Error?) {
+        count { $0.requests += 1 }
+        end(claim, failure.map { .failure($0) } ?? .success(nil))
+    }
+
+    /// Registers a small-object first contact of `key`, which nothing else holds.
+    private func register(_ key: String) -> ClaimedContact {
+        let contact = SmallContact()
+        smallContacts[key] = contact
+        return ClaimedContact(key: key, contact: contact)
+    }
+
+    /// Ends `claim` with `result`, handed to every reader that waited for it.
+    private func end(_ claim: ClaimedContact, _ result: Result<(ContentInfo, [UInt8])?, Error>) {
+        if smallContacts[claim.key] === claim.contact { smallContacts[claim.key] = nil }
+        for waiter in claim.contact.waiters { waiter.resume(with: result) }
+    }
+
     /// The request behind ``firstContactSmall(_:)``: the object's info and body, or nil when
     /// the answer was handed to the sparse first contact.
     private func smallContact(_ source: any RangeSource, first: FirstRequest) async throws -> (ContentInfo, [UInt8])? {
-        let threshold = options.smallObjectThreshold
         let probe = 0..<Int64(store.options.segmentSize)
         // The same request as the sparse first contact's (which takes the answer over when it
         // is not a small object), with the same fallbacks.
@@ -124,10 +177,22 @@ extension ProgressiveCache {
                 try await fetchWithRetries(source, nil, validator: nil, key: source.key)
             }
         }
+        return await takeSmall(response, asked: asked, promotion: promotion, key: source.key)
+    }
+
+    /// A first contact's answer as a small object: its info and whole body, kept (the reader
+    /// gets it from memory, the record is written in the background); nil when it is not one,
+    /// or its body was cut short: the answer (with what came of its body) is then left for the
+    /// sparse first contact.
+    private func takeSmall(_ response: RangeResponse, asked: Range<Int64>?, promotion: ConnectionLimiter.Promotion?, key: String) async
+        -> (ContentInfo, [UInt8])?
+    {
         // An answer without a length stays with the sparse path (StreamFill): it is handed to
         // its readers as it arrives and joined in flight, which buffering it here would undo.
-        guard response.info.stored != nil, response.offset == 0, let length = response.info.length, length <= threshold else {
-            handOver(response, asked: asked, promotion: promotion, key: source.key)
+        guard response.info.stored != nil, response.offset == 0, let length = response.info.length,
+            length <= options.smallObjectThreshold
+        else {
+            handOver(response, asked: asked, promotion: promotion, key: key)
             return nil
         }
         let body: [UInt8]
@@ -136,14 +201,14 @@ extension ProgressiveCache {
             count { $0.bytesReceived += Int64(arrived.count) }
             body = arrived
         } else {
-            guard let read = await readSmall(response, length: Int(length), asked: asked, promotion: promotion, key: source.key) else {
+            guard let read = await readSmall(response, length: Int(length), asked: asked, promotion: promotion, key: key) else {
                 return nil
             }
             body = read
         }
         var info = response.info
         info.length = Int64(body.count)
-        keepSmall(key: source.key, info: info, body: body)
+        keepSmall(key: key, info: info, body: body)
         return (info, body)
     }
 

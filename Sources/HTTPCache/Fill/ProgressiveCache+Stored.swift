@@ -34,15 +34,30 @@ extension ProgressiveCache {
         return await store.entry(for: key) != nil
     }
 
+    /// What ``openStoredOrFirst(_:first:claiming:)`` found.
+    enum Lookup {
+        /// A stored response (or one arriving): ``openIfStored(_:)``'s reader.
+        case stored(CacheReader)
+        /// Nothing was stored: the reader of the first contact made for it.
+        case fetched(CacheReader)
+        /// Nothing was stored, and the first contact is the caller's to make
+        /// (``claimContact(key:)``).
+        case claimed(ClaimedContact)
+    }
+
     /// ``openIfStored(_:)``, and when nothing is stored, the first contact of
     /// ``open(_:first:)`` with `first` in the same call (unless `first` is nil): a miss enters
     /// the cache's actor once instead of twice (each entry and exit is a job on the event loop).
-    /// `stored` says which of the two the reader comes from; an origin's answer not to store
-    /// is thrown as ``open(_:first:)`` throws it.
-    func openStoredOrFirst(_ source: any RangeSource, first: FirstRequest?) async throws -> (reader: CacheReader, stored: Bool)? {
-        if let reader = try await openIfStored(source) { return (reader, true) }
+    /// An origin's answer not to store is thrown as ``open(_:first:)`` throws it.
+    ///
+    /// - Parameter claiming: a first contact of the whole resource that would be a small
+    ///   object's is claimed for the caller instead of made (``claimContact(key:)``).
+    func openStoredOrFirst(_ source: any RangeSource, first: FirstRequest?, claiming: Bool = false) async throws -> Lookup? {
+        if let reader = try await openIfStored(source) { return .stored(reader) }
         guard let first else { return nil }
-        return (try await open(source, first: first, lookedUp: true), false)
+        // No await since the lookup found nothing.
+        if claiming, first == .whole, let claim = claimContact(key: source.key) { return .claimed(claim) }
+        return .fetched(try await open(source, first: first, lookedUp: true))
     }
 
     /// Replaces the stored head of `key` (committed with the resource's next commit): a

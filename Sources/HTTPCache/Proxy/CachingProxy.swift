@@ -169,21 +169,33 @@ public final class CachingProxy: Sendable {
     private func answer(_ exchange: Exchange, key: String) async throws {
         var source = exchange.source(key: key)
         // Looked up, and on a miss fetched, in one call into the cache (a request that may be
-        // answered from storage only is looked up alone).
-        let found: (reader: CacheReader, stored: Bool)?
+        // answered from storage only is looked up alone). A miss of a small whole answer from
+        // an `http://` origin is the proxy's to fetch (CachingProxy+FirstContact).
+        let found: ProgressiveCache.Lookup?
         do {
-            found = try await cache.openStoredOrFirst(source, first: exchange.onlyIfCached ? nil : Self.firstRequest(for: exchange.request))
+            found = try await cache.openStoredOrFirst(
+                source, first: exchange.onlyIfCached ? nil : Self.firstRequest(for: exchange.request), claiming: exchange.base.isDirect)
         } catch let answer as OriginAnswer {
             exchange.status.forward = exchange.status.forward ?? "uri-miss"
             try await passOn(answer, exchange)
             return
         }
-        if let found, !found.stored {
+        let stored: CacheReader?
+        switch found {
+        case .fetched(let reader):
             exchange.status.forward = exchange.status.forward ?? "uri-miss"
-            try await answerFetched(found.reader, exchange)
+            try await answerFetched(reader, exchange)
             return
+        case .claimed(let claim):
+            exchange.status.forward = exchange.status.forward ?? "uri-miss"
+            try await answerClaimed(claim, source: source, exchange)
+            return
+        case .stored(let reader):
+            stored = reader
+        case nil:
+            stored = nil
         }
-        var reader = try await checkedStored(found?.reader, source)
+        var reader = try await checkedStored(stored, source)
         // Vary (section 4.1): the stored response names the request fields it varies on; a
         // request that differs in them is another variant, stored under a key of its own.
         if let found = reader, let head = found.info.stored, head.headers.contains("vary"),
@@ -253,7 +265,7 @@ public final class CachingProxy: Sendable {
     }
 
     /// A miss's reader, from its first contact: the stored response is sent as it arrives.
-    private func answerFetched(_ reader: CacheReader, _ exchange: Exchange) async throws {
+    func answerFetched(_ reader: CacheReader, _ exchange: Exchange) async throws {
         exchange.status.stored = true
         exchange.status.forwardStatus = exchange.status.forwardStatus ?? reader.info.stored?.status ?? 200
         let head = reader.info.stored ?? StoredHead(headers: [], requestTime: exchange.now, responseTime: exchange.now)
@@ -340,11 +352,7 @@ public final class CachingProxy: Sendable {
         case .proceed:
             break
         }
-        var headers = proxyFields(stored, status: exchange.status, via: via.element) + [("Age", String(age))]
-        if representation, reader.isLengthKnown { headers.append(("Accept-Ranges", "bytes")) }
-        if representation, !stored.contains("content-type") {
-            headers.append(("Content-Type", "application/octet-stream"))
-        }
+        var headers = storedFields(stored, status: head.status, age: age, lengthKnown: reader.isLengthKnown, exchange)
         guard reader.isLengthKnown else {
             try await sendArriving(reader, status: head.status, headers: headers, exchange)
             return
@@ -391,6 +399,17 @@ public final class CachingProxy: Sendable {
             response.countCacheBytes(hit: Int64(bytes.count) - fetched, miss: fetched)
             try await response.writeBody(bytes)
         }
+    }
+
+    /// The fields of an answer from storage: the stored ones (`replayed`) with `Age`, `Via` and
+    /// `Cache-Status`, and for a representation (a stored 200) `Accept-Ranges` once its length
+    /// is known and `Content-Type` when it has none.
+    func storedFields(_ stored: HTTPHeaders, status: Int, age: Int64, lengthKnown: Bool, _ exchange: Exchange) -> [(String, String)] {
+        let representation = status == 200
+        var headers = proxyFields(stored, status: exchange.status, via: via.element) + [("Age", String(age))]
+        if representation, lengthKnown { headers.append(("Accept-Ranges", "bytes")) }
+        if representation, !stored.contains("content-type") { headers.append(("Content-Type", "application/octet-stream")) }
+        return headers
     }
 
     /// A stored part of a response without a strong validator that lacks bytes of `range` no
