@@ -269,6 +269,39 @@ struct SmallObjectServeTests {
         try await rig.stop()
     }
 
+    @Test(
+        "a small miss is answered with the fields its hit gets (Age, Date and Cache-Status aside); a conditional miss is answered 304, and a playlist rewritten, from what it stored"
+    )
+    func claimedMissAnswers() async throws {
+        let files = try TemporaryDirectory("smallobj-serve-answers")
+        let body = try originFile(files.path, "plain.bin", count: 4096, seed: 51)
+        _ = try originFile(files.path, "cond.bin", count: 4096, seed: 52)
+        try "#EXTM3U\n#EXT-X-TARGETDURATION:4\n#EXTINF:4,\nseg0.ts\n#EXT-X-ENDLIST\n".write(
+            toFile: files.path + "/list.m3u8", atomically: true, encoding: .utf8)
+        let origin = try await OriginServer.nginx(root: files.path, locations: "expires 1h;")
+        defer { origin.stop() }
+        let directory = try TemporaryDirectory("smallobj-serve-a")
+        let rig = try await Rig(directory: directory.file("cache"), origin: origin.baseURL)
+        let miss = try await Curl.run(rig.base + "/plain.bin")
+        let hit = try await Curl.run(rig.base + "/plain.bin")
+        #expect(miss.body == body && hit.body == body, "\(miss) \(hit)")
+        #expect(miss.headers["cache-status"] == "sparsecache; fwd=uri-miss; fwd-status=200; stored", "\(miss.headers)")
+        let perAnswer: Set<String> = ["age", "cache-status", "date"]
+        #expect(
+            miss.headers.filter { !perAnswer.contains($0.key) } == hit.headers.filter { !perAnswer.contains($0.key) },
+            "miss \(miss.headers)\nhit \(hit.headers)")
+
+        let etag = try #require(try await Curl.run(origin.baseURL.absoluteString + "/cond.bin").headers["etag"])
+        let notModified = try await Curl.run(rig.base + "/cond.bin", ["-H", "If-None-Match: \(etag)"])
+        #expect(notModified.status == 304 && notModified.body.isEmpty, "\(notModified)")
+        #expect(notModified.headers["cache-status"]?.contains("fwd=uri-miss") == true, "\(notModified.headers)")
+
+        let playlist = try await Curl.run(rig.base + "/list.m3u8")
+        #expect(playlist.status == 200, "\(playlist)")
+        #expect(playlist.headers["etag"]?.hasPrefix("W/") == true, "a rewritten playlist's tag is weak: \(playlist.headers)")
+        try await rig.stop()
+    }
+
     @Test("a small answer cut off after its head is completed by range; an origin that cannot be reached leaves no claim behind")
     func claimedMissFailures() async throws {
         let files = try TemporaryDirectory("smallobj-serve-cut")

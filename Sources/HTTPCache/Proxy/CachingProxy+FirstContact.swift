@@ -66,11 +66,11 @@ extension CachingProxy {
     }
 
     /// Sends the small object a miss kept, as ``send(_:head:age:_:)`` would from a reader, when
-    /// the request is the plain case: a GET of the whole, no playlist, no prefetcher to tell,
-    /// and no condition that stops it. Returns false, having sent nothing, for anything else.
+    /// the request is the plain case: a GET of the whole, no playlist, and no condition that
+    /// stops it. Returns false, having sent nothing, for anything else.
     private func sendKept(_ kept: (info: ContentInfo, body: [UInt8]), _ exchange: Exchange) async throws -> Bool {
         let request = exchange.request
-        guard let head = kept.info.stored, request.method == "GET", request.header("range") == nil, streaming.prefetcher.isEmpty,
+        guard let head = kept.info.stored, request.method == "GET", request.header("range") == nil,
             head.status != 200 || Self.playlistKind(contentType: head.headers["content-type"], path: exchange.target) == nil
         else { return false }
         let stored = head.replayed
@@ -79,6 +79,7 @@ extension CachingProxy {
         {
             return false
         }
+        tellPrefetcher(exchange)
         exchange.status.stored = true
         exchange.status.forwardStatus = exchange.status.forwardStatus ?? head.status
         exchange.status.fromStorage = true

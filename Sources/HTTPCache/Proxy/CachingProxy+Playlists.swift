@@ -94,10 +94,16 @@ extension CachingProxy {
     /// `sub_filter` does: the `ETag` goes out weak, `Last-Modified` and digests are dropped,
     /// the length is the new one, and ranges are not served (the whole playlist, 200; RFC 9110
     /// lets a server ignore Range). Conditionals are evaluated against the weak tag.
-    func sendPlaylist(_ reader: CacheReader, head: StoredHead, age: Int64, _ exchange: Exchange) async throws -> Bool {
+    /// Tells the segment prefetcher which URL a client asked for (a player's position in a
+    /// media playlist it knows), when it knows any.
+    func tellPrefetcher(_ exchange: Exchange) {
         if !streaming.prefetcher.isEmpty, case .success(let url) = route(for: exchange.request.target).map(\.url) {
             streaming.prefetcher.requested(url, proxy: self, exchange: exchange)
         }
+    }
+
+    func sendPlaylist(_ reader: CacheReader, head: StoredHead, age: Int64, _ exchange: Exchange) async throws -> Bool {
+        tellPrefetcher(exchange)
         guard let playlist = try await storedPlaylist(reader, head: head, exchange) else { return false }
         exchange.status.fromStorage = true
         let references = ProxyReferences(origin: origin)
