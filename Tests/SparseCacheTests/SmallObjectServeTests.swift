@@ -302,6 +302,31 @@ struct SmallObjectServeTests {
         try await rig.stop()
     }
 
+    @Test("a revalidation answered 304 while the object is still on its way to the log freshens it once it is there: no second fetch")
+    func revalidatedWhileArriving() async throws {
+        let files = try TemporaryDirectory("smallobj-serve-reval")
+        let origin = try await OriginServer.scripted(root: files.path)
+        defer { origin.stop() }
+        var script = OriginScript(headers: [("Cache-Control", "no-cache"), ("ETag", "\"r1\"")], body: "revalidated every time")
+        script.conditional = true
+        try script.write(root: files.path, name: "page")
+        let directory = try TemporaryDirectory("smallobj-serve-r")
+        // The batch waits two seconds for company: the object stays on its way meanwhile.
+        let rig = try await Rig(directory: directory.file("cache"), origin: origin.baseURL, groupCommitDelay: .seconds(2))
+        let key = origin.baseURL.absoluteString + "/page"
+        let body = Array("revalidated every time".utf8)
+        let miss = try await Curl.run(rig.base + "/page")
+        #expect(miss.status == 200 && miss.body == body, "\(miss)")
+        #expect(await rig.store.smallObjects.contains(key) == false, "the object is still on its way to the log")
+        let again = try await Curl.run(rig.base + "/page")
+        #expect(again.status == 200 && again.body == body, "\(again)")
+        #expect(again.headers["cache-status"]?.contains("fwd-status=304") == true, "\(again.headers)")
+        let asked = origin.requestLog().filter { $0.path == "/page" }
+        #expect(asked.count == 2 && asked.last?.status == 304, "one revalidation, no second fetch: \(asked)")
+        #expect(await rig.store.smallObjects.contains(key), "the freshened object is in the log")
+        try await rig.stop()
+    }
+
     @Test("a small answer cut off after its head is completed by range; an origin that cannot be reached leaves no claim behind")
     func claimedMissFailures() async throws {
         let files = try TemporaryDirectory("smallobj-serve-cut")

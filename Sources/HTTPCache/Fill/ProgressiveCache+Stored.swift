@@ -74,8 +74,11 @@ extension ProgressiveCache {
             return true
         }
         // Not open here (a background revalidation that outlived its reader): open it for the
-        // update, unless it is gone. A small object gets a new record with the same body.
+        // update, unless it is gone. A small object gets a new record with the same body, once
+        // it is in the log: one still on its way there (a revalidation can come back before its
+        // batch is durable) would be missing, and the freshened answer taken for a changed one.
         guard await hasEntry(key) else {
+            await settleSmall(key: key)
             return try await store.smallObjects.updateMetadata(key: key) { head.stored(in: $0) }
         }
         let handle = try await store.open(key: key)
