@@ -327,6 +327,33 @@ struct SmallObjectServeTests {
         try await rig.stop()
     }
 
+    @Test("a claimed first contact dropped without an answer sends the readers that waited to ask for themselves: the key still becomes a small object")
+    func droppedClaimSendsWaitersOn() async throws {
+        let directory = try TemporaryDirectory("smallobj-claim-drop")
+        let store = try await SparseStore.open(directory: directory.file("cache"), options: .testing(budget: 10 << 20))
+        let cache = ProgressiveCache(store: store, options: .testing)
+        let source = StoredSmallSource(key: "http://origin.test/page", bytes: Array(repeating: 7, count: 3000))
+        let claim = try #require(await cache.claimContact(key: source.key))
+        // A reader that finds the claim at its small-object first contact (inside `open`, after
+        // its own lookup's awaits) waits for it there.
+        let waiter = Task { try await cache.firstContactSmall(source, first: .whole) }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while await cache.waitingForContact(source.key) == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(await cache.waitingForContact(source.key) == 1, "the reader waits for the claimed contact")
+        // The claimer's request failed before any answer: nothing was handed over.
+        await cache.dropClaimed(claim, failure: nil)
+        // Nil would tell it the answer went to the sparse first contact: it would make a sparse
+        // resource for a small answer.
+        let reader = try await waiter.value
+        #expect(reader?.isSmallObject == true && reader?.length == 3000, "the waiter made its own first contact and kept a small object")
+        await reader?.close()
+        await cache.settleAllSmall()
+        #expect(await store.smallObjects.contains(source.key))
+        #expect(await store.entry(for: source.key) == nil, "no sparse resource was made for it")
+        await cache.shutdown()
+        try await store.close()
+    }
+
     @Test("a small answer cut off after its head is completed by range; an origin that cannot be reached leaves no claim behind")
     func claimedMissFailures() async throws {
         let files = try TemporaryDirectory("smallobj-serve-cut")
@@ -431,4 +458,26 @@ struct SmallObjectServeTests {
         let verify = try await StoreVerifier.verify(directory: cacheDir)
         #expect(verify.isClean, "\(verify)")
     }
+}
+
+/// A small whole answer with a stored head (what a proxy's source gives), answered at once.
+struct StoredSmallSource: RangeSource {
+    let key: String
+    let bytes: [UInt8]
+
+    func fetch(_ range: Range<Int64>?, validator: ContentValidator?) async throws -> RangeResponse {
+        let head = StoredHead(headers: HTTPHeaders([("Cache-Control", "max-age=60")]), requestTime: 0, responseTime: 0)
+        let bytes = self.bytes
+        let stream = AsyncThrowingStream<[UInt8], Error> { continuation in
+            continuation.yield(bytes)
+            continuation.finish()
+        }
+        return RangeResponse(
+            info: ContentInfo(length: Int64(bytes.count), stored: head), offset: 0, body: stream, cancel: {}, arrived: bytes)
+    }
+}
+
+extension ProgressiveCache {
+    /// How many readers wait for the small-object first contact of `key` in flight.
+    func waitingForContact(_ key: String) -> Int { smallContacts[key]?.waiters.count ?? 0 }
 }

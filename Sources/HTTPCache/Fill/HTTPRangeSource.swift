@@ -267,6 +267,8 @@ public final class HTTPRangeSource: RangeSource {
     /// ``response(to:range:forwarding:release:stored:)``; either way it ties `release` (the
     /// limiter's place) to the exchange. Throws as `fetch` throws before an answer.
     func askWhole(forwarding: Forwarding) async throws -> (answer: ArrivedAnswer, release: FinishAction) {
+        // A client that went away asks nothing (as the cache's own first contact checks).
+        try Task.checkCancellation()
         try await checkAddressPolicy()
         let ticket = try await limiter.acquire(priority: .waited, onYield: nil)
         let limiter = self.limiter

@@ -131,10 +131,12 @@ extension ProgressiveCache {
 
     /// Ends a claimed first contact without an answer to keep: readers that waited get
     /// `failure` (the request's error, or an origin's answer to pass on), or, without one, ask
-    /// for themselves.
+    /// for themselves, as when the reader that asked went away (a `CancellationError` of a
+    /// task that is not cancelled). Not nil: that tells a waiter the answer went to the sparse
+    /// first contact, which here it did not.
     func dropClaimed(_ claim: ClaimedContact, failure: Error?) {
         count { $0.requests += 1 }
-        end(claim, failure.map { .failure($0) } ?? .success(nil))
+        end(claim, .failure(failure ?? CancellationError()))
     }
 
     /// Registers a small-object first contact of `key`, which nothing else holds.
