@@ -127,7 +127,16 @@ struct ProxyCLITests {
         let cacheDir = scratch.file("cache")
         let (server, base) = try await Self.serve(cacheDir: cacheDir, origin: origin.baseURL)
         let download = Task { try await Curl.run(base + "/slow.bin") }
+        // Stopped once some of it is committed (about 0.8 s on an idle machine; under a loaded
+        // full run a fixed wait could stop it before its first commit, and then nothing is kept).
         try await Task.sleep(for: .milliseconds(800))
+        let key = origin.baseURL.absoluteString + "/slow.bin"
+        let deadline = ContinuousClock.now + .seconds(4)
+        while ContinuousClock.now < deadline,
+            try await SparseStore.inspect(directory: cacheDir).entries.first(where: { $0.key == key }).map({ $0.presentBytes > 0 }) != true
+        {
+            try await Task.sleep(for: .milliseconds(50))
+        }
         let stopping = ContinuousClock.now
         server.kill()
         let result = try await server.finish()
@@ -139,6 +148,8 @@ struct ProxyCLITests {
 
         let listed = try await CLI.run(["ls", "--cache-dir", cacheDir])
         #expect(listed.status == 0 && !listed.out.contains("0 B         2.9 MiB"), "something was committed: \(listed)")
+        let kept = try await SparseStore.inspect(directory: cacheDir).entries.first { $0.key == key }
+        #expect((kept?.presentBytes ?? 0) > 0, "something was committed: \(String(describing: kept))")
         let firstRun = await origin.bytesSent("slow.bin")
 
         try "".write(toFile: files.path + "/slow.bin.faults", atomically: true, encoding: .utf8)
