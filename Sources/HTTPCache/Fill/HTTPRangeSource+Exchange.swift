@@ -14,11 +14,32 @@ extension HTTPRangeSource {
         var current: URL?
         var endpoint = self.endpoint
         for _ in 0...Self.maximumRedirects {
-            let answer = try await ask(endpoint, range: range, validator: validator, forwarding: forwarding)
-            let head = answer.exchange.head
+            let request = try Self.request(to: endpoint, range: range, validator: validator, key: key, forwarding: forwarding)
+            let clock = ExchangeTimes()
+            let exchange = try await HTTPExchange.start(
+                host: endpoint.host, port: endpoint.port, request: request,
+                name: key, timeout: timeout, resolver: { self.resolver }, pool: pool, policy: addressPolicy, interim: forwarding?.interim)
+            let head = exchange.head
+            let times = clock.finished()
+            var length: Int64?
+            switch exchange.bodyFraming {
+            case .length(let count): length = count
+            case .none: length = 0  // a 204 (RFC 9110 section 15.3.5): no content, known to be none
+            case .chunked, .untilClose: break
+            }
+            // The head kept of the answer: made once for both questions below, and only if asked.
+            lazy var stored = Self.storedHead(status: head.status, headers: head.headers, times: times, forwarding: forwarding)
+            if let reason = Self.uncached(
+                status: head.status, headers: head.headers, contentLength: length, forwarding: forwarding,
+                stored: { stored })
+            {
+                exchange.onFinish(release)
+                let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
+                throw OriginAnswer(head: head, body: body, cancel: { exchange.cancel() }, reason: reason)
+            }
             // A proxy hands redirects on (stored or not); only a source of its own follows them.
             if forwarding == nil, [301, 302, 303, 307, 308].contains(head.status), let location = head.header("location") {
-                answer.exchange.cancel()
+                exchange.cancel()
                 guard let next = URL(string: location, relativeTo: current ?? url)?.absoluteURL, let scheme = next.scheme?.lowercased(),
                     scheme == "http" || scheme == "https", let nextEndpoint = Endpoint(next)
                 else {
@@ -32,72 +53,21 @@ extension HTTPRangeSource {
                 endpoint = nextEndpoint
                 continue
             }
-            return try response(to: answer, range: range, forwarding: forwarding, release: release)
+            do {
+                let (info, offset) = try Self.interpret(
+                    status: head.status, headers: head.headers, contentLength: length, requested: range, key: key, times: times,
+                    forwarding: forwarding, stored: stored)
+                exchange.onFinish(release)
+                let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
+                return RangeResponse(
+                    info: info, offset: offset, body: body, cancel: { exchange.cancel() }, isPartial: head.status == 206,
+                    arrived: exchange.arrivedBody)
+            } catch {
+                exchange.cancel()
+                throw error
+            }
         }
         throw SparseCacheError(.origin, operation: "fetch", path: key, detail: "more than \(Self.maximumRedirects) redirects")
-    }
-
-    /// An answer's head as it arrived on its exchange, its body still there (or arrived with
-    /// it, ``HTTPExchange/arrivedBody``), nothing of it interpreted yet.
-    struct ArrivedAnswer: Sendable {
-        let exchange: HTTPExchange
-        /// When the request was sent and its answer's head came (``ExchangeTimes``).
-        let times: (request: Int64, response: Int64)
-        /// The body's length when the answer gives one: 0 for a 204 (RFC 9110 section
-        /// 15.3.5), nil for a chunked or close-delimited body.
-        let length: Int64?
-    }
-
-    /// Sends the request for `range` of `endpoint`'s target and waits for its answer's head.
-    func ask(_ endpoint: Endpoint, range: Range<Int64>?, validator: ContentValidator?, forwarding: Forwarding?) async throws
-        -> ArrivedAnswer
-    {
-        let request = try Self.request(to: endpoint, range: range, validator: validator, key: key, forwarding: forwarding)
-        let clock = ExchangeTimes()
-        let exchange = try await HTTPExchange.start(
-            host: endpoint.host, port: endpoint.port, request: request,
-            name: key, timeout: timeout, resolver: { self.resolver }, pool: pool, policy: addressPolicy, interim: forwarding?.interim)
-        let times = clock.finished()
-        switch exchange.bodyFraming {
-        case .length(let count): return ArrivedAnswer(exchange: exchange, times: times, length: count)
-        case .none: return ArrivedAnswer(exchange: exchange, times: times, length: 0)
-        case .chunked, .untilClose: return ArrivedAnswer(exchange: exchange, times: times, length: nil)
-        }
-    }
-
-    /// What `answer` is to the cache: a ``RangeResponse`` whose body is read from its exchange,
-    /// or, for a forwarded request, an ``OriginAnswer`` thrown for the proxy to hand on as it
-    /// is (``uncached(status:headers:contentLength:forwarding:stored:)``). `release` runs once
-    /// the exchange is over.
-    ///
-    /// - Parameter stored: the head the cache would keep of it, when the caller made it already.
-    func response(
-        to answer: ArrivedAnswer, range: Range<Int64>?, forwarding: Forwarding?, release: FinishAction, stored made: StoredHead? = nil
-    ) throws -> RangeResponse {
-        let exchange = answer.exchange
-        let head = exchange.head
-        // The head kept of the answer: made once for both questions below, and only if asked.
-        lazy var stored = made ?? Self.storedHead(status: head.status, headers: head.headers, times: answer.times, forwarding: forwarding)
-        if let reason = Self.uncached(
-            status: head.status, headers: head.headers, contentLength: answer.length, forwarding: forwarding, stored: { stored })
-        {
-            exchange.onFinish(release)
-            let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
-            throw OriginAnswer(head: head, body: body, cancel: { exchange.cancel() }, reason: reason)
-        }
-        do {
-            let (info, offset) = try Self.interpret(
-                status: head.status, headers: head.headers, contentLength: answer.length, requested: range, key: key, times: answer.times,
-                forwarding: forwarding, stored: stored)
-            exchange.onFinish(release)
-            let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
-            return RangeResponse(
-                info: info, offset: offset, body: body, cancel: { exchange.cancel() }, isPartial: head.status == 206,
-                arrived: exchange.arrivedBody)
-        } catch {
-            exchange.cancel()
-            throw error
-        }
     }
 
     /// The request head of a GET of `endpoint`'s target: the same headers URLSession is given,

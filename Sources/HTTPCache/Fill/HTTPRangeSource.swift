@@ -259,30 +259,6 @@ public final class HTTPRangeSource: RangeSource {
         }
     }
 
-    /// The start of ``fetch(_:validator:forwarding:)`` of the whole resource, for a proxy's
-    /// miss that a client waits on, over ``HTTPExchange`` (an `http://` source, ``isDirect``):
-    /// the request sent under the origin's ``limiter`` and its answer's head read, nothing of it
-    /// interpreted yet. The caller takes a small answer whole from
-    /// ``HTTPExchange/arrivedBody``, or makes it a response with
-    /// ``response(to:range:forwarding:release:stored:)``; either way it ties `release` (the
-    /// limiter's place) to the exchange. Throws as `fetch` throws before an answer.
-    func askWhole(forwarding: Forwarding) async throws -> (answer: ArrivedAnswer, release: FinishAction) {
-        // A client that went away asks nothing (as the cache's own first contact checks).
-        try Task.checkCancellation()
-        try await checkAddressPolicy()
-        let ticket = try await limiter.acquire(priority: .waited, onYield: nil)
-        let limiter = self.limiter
-        let release = FinishAction { limiter.release(ticket: ticket) }
-        ProxyMetrics.originRequests.add()
-        do {
-            return (try await ask(endpoint, range: nil, validator: nil, forwarding: forwarding), release)
-        } catch {
-            release.run()
-            ProxyMetrics.originFailures.add()
-            throw error
-        }
-    }
-
     /// URLSession resolves names by itself: its origins are checked here, before the request
     /// (a rebinding window remains, docs/SECURITY.md). `http://` ones are checked at connect.
     func checkAddressPolicy() async throws {

@@ -3,8 +3,8 @@ import SparseHTTP
 
 /// A miss whose first contact the proxy makes itself: the request for the whole resource on
 /// this request's task, its answer handed to the cache once, instead of the cache making the
-/// request through its fill machinery (a first contact on the cache's actor, the source's
-/// retries and its promotion, another layer of source) and handing a reader back.
+/// request through its fill machinery (a first contact on the cache's actor, with its retries
+/// and promotion) and handing a reader back.
 ///
 /// For the common miss: a GET of the whole resource that would be a small-object first
 /// contact, from an `http://` origin (the cache claims it for the proxy:
@@ -38,27 +38,18 @@ extension CachingProxy {
     private func firstContact(_ claim: ProgressiveCache.ClaimedContact, source: ProxiedSource) async throws -> (
         info: ContentInfo, body: [UInt8]
     )? {
-        let origin = source.base
-        let asked: HTTPRangeSource.ArrivedAnswer
-        let release: FinishAction
+        let response: RangeResponse
         do {
-            (asked, release) = try await origin.askWhole(forwarding: source.forwarding)
+            // A client that went away asks nothing (as the cache's own first contact checks).
+            try Task.checkCancellation()
+            // The request the cache's own first contact makes.
+            response = try await source.fetch(nil, validator: nil)
         } catch let error as SparseCacheError where error.code == .originUnavailable && !error.isTimeout {
             // A failure the cache's first contact retries (after a pause, a few times): it is
             // left to it, and the readers that waited ask for themselves.
             await cache.dropClaimed(claim, failure: nil)
             return nil
         } catch {
-            await cache.dropClaimed(claim, failure: error)
-            throw error
-        }
-        let response: RangeResponse
-        do {
-            response = try origin.response(to: asked, range: nil, forwarding: source.forwarding, release: release)
-        } catch {
-            // As `HTTPRangeSource.fetch` ends a request that gave no response.
-            release.run()
-            if !(error is OriginAnswer) { ProxyMetrics.originFailures.add() }
             await cache.dropClaimed(claim, failure: error)
             throw error
         }
