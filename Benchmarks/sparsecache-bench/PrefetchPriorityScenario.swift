@@ -50,7 +50,9 @@ enum PrefetchPriorityScenario {
         let proxy = CachingProxy(cache: cache, origin: origin)
         var serverOptions = HTTPServer.Options()
         serverOptions.port = 0
-        let server = try HTTPServer.start(options: serverOptions) { request, body, response in try await proxy.handle(request, body, response) }
+        let server = try HTTPServer.start(options: serverOptions, quick: { proxy.answerQuickly($0, &$1) }) { request, body, response in
+            try await proxy.handle(request, body, response)
+        }
         let proxied = "http://127.0.0.1:\(server.port)"
         let limiter = HTTPRangeSource.limiter(for: origin)
         let middle = length / 2

@@ -41,7 +41,7 @@ enum ProxyScenario {
         let proxy = CachingProxy(cache: cache, origin: URL(string: origin)!)
         var serverOptions = HTTPServer.Options()
         serverOptions.port = 0
-        let server = try HTTPServer.start(options: serverOptions) { request, body, response in
+        let server = try HTTPServer.start(options: serverOptions, quick: { proxy.answerQuickly($0, &$1) }) { request, body, response in
             try await proxy.handle(request, body, response)
         }
         let proxied = "http://127.0.0.1:\(server.port)"

@@ -48,7 +48,9 @@ enum SliceCacheScenario {
         let proxy = CachingProxy(cache: cache, origin: URL(string: origin.baseURL)!)
         var serverOptions = HTTPServer.Options()
         serverOptions.port = 0
-        let server = try HTTPServer.start(options: serverOptions) { request, body, response in try await proxy.handle(request, body, response) }
+        let server = try HTTPServer.start(options: serverOptions, quick: { proxy.answerQuickly($0, &$1) }) { request, body, response in
+            try await proxy.handle(request, body, response)
+        }
         let bases = [slice.base, "http://127.0.0.1:\(server.port)"]
 
         /// A name for `label` the origin has and no cache has seen.

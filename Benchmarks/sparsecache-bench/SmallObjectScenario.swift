@@ -269,7 +269,9 @@ private struct InProcessProxy {
         let proxy = CachingProxy(cache: cache, origin: origin)
         var serverOptions = HTTPServer.Options()
         serverOptions.port = 0
-        server = try HTTPServer.start(options: serverOptions) { request, body, response in try await proxy.handle(request, body, response) }
+        server = try HTTPServer.start(options: serverOptions, quick: { proxy.answerQuickly($0, &$1) }) { request, body, response in
+            try await proxy.handle(request, body, response)
+        }
     }
 
     var base: String { "http://127.0.0.1:\(server.port)" }

@@ -196,7 +196,8 @@ enum ServeCommand: Command {
         }
         let server: HTTPServer
         do {
-            server = try HTTPServer.start(options: options, log: log) { request, body, response in
+            let quick: QuickHandler = { request, reply in hostCheck.refusal(for: request) == nil && proxy.answerQuickly(request, &reply) }
+            server = try HTTPServer.start(options: options, log: log, quick: quick) { request, body, response in
                 if let refusal = hostCheck.refusal(for: request) {
                     try await response.respond(status: 421, message: refusal)
                     return

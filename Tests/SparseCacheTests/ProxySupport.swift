@@ -26,15 +26,19 @@ final class ProxyFixture: Sendable {
     ///   test origins listen on 127.0.0.1, which the proxy refuses by default, issue 17).
     init(
         origin: URL?, options: HTTPServer.Options = ProxyFixture.defaultOptions, budget: Int64 = .max,
-        allowedOrigins: [String] = ["127.0.0.1"], streaming: StreamingOptions = StreamingOptions(), fill: FillOptions = .testing
+        allowedOrigins: [String] = ["127.0.0.1"], streaming: StreamingOptions = StreamingOptions(), fill: FillOptions = .testing,
+        answersOnLoop: Bool = true
     ) async throws {
         directory = try TemporaryDirectory("proxy")
         store = try await SparseStore.open(directory: directory.file("cache"), options: StoreOptions(budget: budget))
         cache = ProgressiveCache(store: store, options: fill)
-        let proxy = CachingProxy(cache: cache, origin: origin, allowedOrigins: allowedOrigins, streaming: streaming)
+        let proxy = CachingProxy(
+            cache: cache, origin: origin, allowedOrigins: allowedOrigins, streaming: streaming, answersOnLoop: answersOnLoop)
         self.proxy = proxy
         let log = self.log
-        server = try HTTPServer.start(options: options, log: { log.append($0) }) { request, body, response in
+        // As `serve` wires it: hits the event loop can answer are answered there.
+        server = try HTTPServer.start(options: options, log: { log.append($0) }, quick: { proxy.answerQuickly($0, &$1) }) {
+            request, body, response in
             try await proxy.handle(request, body, response)
         }
     }

@@ -128,6 +128,12 @@ public final class CacheReader: Sendable {
         self.backing = .memory(body, fromCache: fromCache)
     }
 
+    /// The resource this reader holds and the version it was opened at; nil for a small object.
+    var resourceHeld: (handle: ResourceHandle, generation: Int)? {
+        if case .resource(let handle, let generation) = backing { return (handle, generation) }
+        return nil
+    }
+
     /// Whether this reader's bytes are a small object's, held whole (no sparse resource).
     public var isSmallObject: Bool {
         if case .memory = backing { return true }

@@ -117,6 +117,8 @@ public struct FillStatistics: Sendable, Equatable {
     public var bytesReceived: Int64 = 0
     /// Bytes handed to readers from the cache without waiting for a fetch.
     public var bytesFromCache: Int64 = 0
+    /// Hits answered on the event loop (``CachingProxy/answerQuickly(_:_:)``).
+    public var quickAnswers = 0
     /// Bytes handed to readers from memory as they arrived, before they were present
     /// (cut-through).
     public var bytesCutThrough: Int64 = 0

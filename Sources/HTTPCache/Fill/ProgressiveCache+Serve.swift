@@ -444,6 +444,7 @@ extension ProgressiveCache {
     /// Lets go of a resource nobody used for ``FillOptions/keepOpen`` (or at once with
     /// `force`, on shutdown).
     func closeIfIdle(key: String, force: Bool = false) {
+        if !force, let resource = resources[key], isUnused(resource), keptForQuickHits(resource) { return }
         guard let resource = resources[key], isUnused(resource), let handle = resource.handle,
             force || ContinuousClock.now - resource.idleSince >= options.keepOpen
         else { return }

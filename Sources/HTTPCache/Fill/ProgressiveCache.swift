@@ -54,6 +54,8 @@ public actor ProgressiveCache {
     /// moves it: a lookup waits for it, then finds the object (instead of opening the resource
     /// as the move deletes it, and asking the origin again).
     var movingToSmall: [String: Int] = [:]
+    /// Stored answers the event loops answer hits from (``CachingProxy/answerQuickly(_:_:)``).
+    nonisolated let quickHits = QuickHits()
     /// Totals over every resource, counted from the actor and from readers' own tasks.
     private nonisolated let counters = Mutex(FillStatistics())
 
@@ -152,7 +154,7 @@ public actor ProgressiveCache {
 
     func entry(for key: String) -> FillResource {
         if let existing = resources[key] { return existing }
-        let made = FillResource(key: key)
+        let made = FillResource(key: key, quickHits: quickHits)
         resources[key] = made
         return made
     }
@@ -177,10 +179,17 @@ public actor ProgressiveCache {
 /// its actor.
 final class FillResource {
     let key: String
+    /// The cache's quick hits: an entry for this key stands for ``handle`` and ``info`` as they
+    /// are, so any change to either removes it.
+    let quickHits: QuickHits
     var source: (any RangeSource)?
     /// Held while anyone reads or fetches: the store never evicts a pinned resource.
-    var handle: ResourceHandle?
-    var info: ContentInfo?
+    var handle: ResourceHandle? {
+        didSet { quickHits.remove(key) }
+    }
+    var info: ContentInfo? {
+        didSet { quickHits.remove(key) }
+    }
     /// Bumped when the resource changed on the origin and its cached bytes were dropped.
     var generation = 0
     var users = 0
@@ -254,8 +263,9 @@ final class FillResource {
         var gate = RequestGate()
     }
 
-    init(key: String) {
+    init(key: String, quickHits: QuickHits) {
         self.key = key
+        self.quickHits = quickHits
     }
 
     /// A fetch reads a whole answer on to the end: no read-ahead may split it.

@@ -38,6 +38,8 @@ public struct MetricsExposition: Sendable {
             "sparsecache_fetch_yielded_unread_bytes_total", "counter",
             "Bytes those transfers had asked for and not read when they yielded (the origin may have sent them anyway).")
         out.sample("sparsecache_fetch_yielded_unread_bytes_total", [:], fill.yieldedUnread)
+        out.family("sparsecache_quick_hits_total", "counter", "Hits answered on the event loop, from the page cache, without a task.")
+        out.sample("sparsecache_quick_hits_total", [:], fill.quickAnswers)
         out.family("sparsecache_fill_received_bytes_total", "counter", "Body bytes received by fills from origins.")
         out.sample("sparsecache_fill_received_bytes_total", [:], fill.bytesReceived)
         out.family("sparsecache_fetches_in_flight", "gauge", "Range fetches running now.")

@@ -49,6 +49,9 @@ public final class CachingProxy: Sendable {
     public let via = ProxyVia()
     /// Playlists and segment prefetch (CachingProxy+Playlists, docs/STREAMING.md).
     let streaming: StreamingState
+    /// Fresh hits whose bytes are in the page cache are answered on the event loop
+    /// (``answerQuickly(_:_:)``).
+    public let answersOnLoop: Bool
 
     /// The default ``maximumResourceLength``: 256 GiB (the largest disk images and model files),
     /// whose index costs at most 512 KiB of memory with 64 KiB segments.
@@ -60,11 +63,15 @@ public final class CachingProxy: Sendable {
     ///     always may. Ignored in reverse-proxy mode.
     ///   - maximumResourceLength: longer resources are passed on unstored; nil for no limit.
     ///   - streaming: HLS and DASH playlist rewriting and segment prefetch.
+    ///   - answersOnLoop: answer fresh hits whose bytes are in the page cache on the event
+    ///     loop (``answerQuickly(_:_:)``), given to ``HTTPServer`` as its quick handler.
     public init(
         cache: ProgressiveCache, origin: URL? = nil, allowedOrigins: [String] = [],
-        maximumResourceLength: Int64? = CachingProxy.defaultMaximumResourceLength, streaming: StreamingOptions = StreamingOptions()
+        maximumResourceLength: Int64? = CachingProxy.defaultMaximumResourceLength, streaming: StreamingOptions = StreamingOptions(),
+        answersOnLoop: Bool = true
     ) {
         self.cache = cache
+        self.answersOnLoop = answersOnLoop
         self.origin = origin
         var base = origin?.absoluteString
         while base?.hasSuffix("/") == true { base?.removeLast() }
@@ -297,6 +304,8 @@ public final class CachingProxy: Sendable {
             exchange.status.hit = true
             exchange.status.ttl = policy.freshnessLifetime - age
             try await send(reader, head: head, age: age, exchange)
+            // The next hits of it may be answered on the event loop.
+            if answersOnLoop, !reader.isSmallObject, !cache.quickHits.contains(source.key) { await cache.rememberQuickHit(reader) }
         case .staleWhileRevalidate(let age):
             exchange.status.hit = true
             exchange.status.ttl = policy.freshnessLifetime - age
@@ -405,8 +414,13 @@ public final class CachingProxy: Sendable {
     /// `Cache-Status`, and for a representation (a stored 200) `Accept-Ranges` once its length
     /// is known and `Content-Type` when it has none.
     func storedFields(_ stored: HTTPHeaders, status: Int, age: Int64, lengthKnown: Bool, _ exchange: Exchange) -> [(String, String)] {
+        storedFields(stored, status: status, age: age, lengthKnown: lengthKnown, cacheStatus: exchange.status)
+    }
+
+    /// ``storedFields(_:status:age:lengthKnown:_:)`` with the answer's `Cache-Status`.
+    func storedFields(_ stored: HTTPHeaders, status: Int, age: Int64, lengthKnown: Bool, cacheStatus: CacheStatus) -> [(String, String)] {
         let representation = status == 200
-        var headers = proxyFields(stored, status: exchange.status, via: via.element) + [("Age", String(age))]
+        var headers = proxyFields(stored, status: cacheStatus, via: via.element) + [("Age", String(age))]
         if representation, lengthKnown { headers.append(("Accept-Ranges", "bytes")) }
         if representation, !stored.contains("content-type") { headers.append(("Content-Type", "application/octet-stream")) }
         return headers

@@ -100,6 +100,8 @@ public actor SparseFile {
 
     /// Set by a failed sync: every later call throws it.
     var failure: SparseCacheError?
+    /// The view handed out while the resource is complete (``completeView()``).
+    var publishedView: CompleteView?
     var lifecycle = Lifecycle.open
     var closeTask: Task<Void, Error>?
     var activeOperations = 0
@@ -392,6 +394,7 @@ public actor SparseFile {
 
     private func closeNow() async throws {
         lifecycle = .closing
+        withdrawCompleteView()
         readCounters.closing.store(true, ordering: .sequentiallyConsistent)
         autoCommitTask?.cancel()
         autoCommitTask = nil
@@ -482,6 +485,7 @@ public actor SparseFile {
             + "data written since the last successful sync is not claimed; reopen the resource"
         poisoned.operation = error.operation
         failure = poisoned
+        withdrawCompleteView()
         unsynced.removeAll()
         committing.removeAll()
         partials.removeAll()

@@ -47,6 +47,12 @@ public final class ResourceHandle: Sendable {
         return bytes
     }
 
+    /// Marks `range` recently used, for bytes read without the handle (a ``CompleteView`` of
+    /// the file).
+    package func noteRead(_ range: Range<Int64>) async {
+        await store.noteRead(key: key, range: range)
+    }
+
     /// Unpins the resource. The last release commits and closes it, after which it may be
     /// evicted. Calling it again does nothing.
     public func release() async throws {

@@ -56,6 +56,9 @@ final class SocketReactor: TaskExecutor, Sendable {
     /// Accepted clients whose sockets are registered here (see ``forAccepted(by:)``).
     let clients = Atomic<Int>(0)
 
+    /// The body buffer of the quick replies this loop's thread makes (``QuickReply``).
+    let scratch = LoopScratch()
+
     /// Whether the calling thread is this loop's.
     var ownsCurrentThread: Bool { thread.load(ordering: .relaxed) == Self.threadID() }
 

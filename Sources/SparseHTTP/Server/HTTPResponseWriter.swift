@@ -129,16 +129,9 @@ public final class HTTPResponseWriter: Sendable {
                 state.chunked = chunked && request.method != "HEAD"
                 // An HTTP/1.0 client learns where a body of unknown length ends from the close.
                 if contentLength == nil, !bodiless, !chunked { state.closes = true }
-                var fields = HTTPHeaders(headers)
-                if !fields.contains("date") { fields.append(name: "Date", value: HTTPDate.now()) }
-                if !fields.contains("server") { fields.append(name: "Server", value: "sparsecache") }
-                if let contentLength, !bodiless {
-                    fields.append(name: "Content-Length", value: String(contentLength))
-                } else if chunked {
-                    fields.append(name: "Transfer-Encoding", value: "chunked")
-                }
-                fields.append(name: "Connection", value: state.closes ? "close" : "keep-alive")
-                let bytes = HTTPResponseHead(status: status, headers: fields).encoded()
+                let bytes = Self.encodedHead(
+                    status: status, headers: headers, contentLength: bodiless ? nil : contentLength, chunked: chunked,
+                    closes: state.closes)
                 if hold { state.pendingHead = bytes }
                 return .some(bytes)
             }
@@ -150,6 +143,22 @@ public final class HTTPResponseWriter: Sendable {
                 .invalidArgument, operation: "respond", path: request.target, detail: "the response head was already sent")
         }
         if !hold { try await send(head) }
+    }
+
+    /// A final response head as sent: `headers`, then `Date` and `Server` when they have none,
+    /// the framing (`Content-Length`, or `Transfer-Encoding: chunked` when `chunked`), and
+    /// `Connection`.
+    static func encodedHead(status: Int, headers: [(String, String)], contentLength: Int64?, chunked: Bool, closes: Bool) -> [UInt8] {
+        var fields = HTTPHeaders(headers)
+        if !fields.contains("date") { fields.append(name: "Date", value: HTTPDate.now()) }
+        if !fields.contains("server") { fields.append(name: "Server", value: "sparsecache") }
+        if let contentLength {
+            fields.append(name: "Content-Length", value: String(contentLength))
+        } else if chunked {
+            fields.append(name: "Transfer-Encoding", value: "chunked")
+        }
+        fields.append(name: "Connection", value: closes ? "close" : "keep-alive")
+        return HTTPResponseHead(status: status, headers: fields).encoded()
     }
 
     /// Sends part of the body (nothing for a HEAD request, whose handler need not call this).

@@ -60,6 +60,7 @@ public final class HTTPServer: Sendable {
     public let options: Options
     private let listener: TCPListener
     private let handler: Handler
+    private let quick: QuickHandler?
     private let log: @Sendable (HTTPLogEntry) -> Void
     private let registry: Mutex<Registry>
     private let requestCount = Atomic<Int>(0)
@@ -77,10 +78,14 @@ public final class HTTPServer: Sendable {
     }
 
     /// Starts listening and serving. `log` gets one entry per request.
+    ///
+    /// - Parameter quick: tried first for every request without a body, on the connection's
+    ///   event loop thread, before `handler`: what it answers costs no task and no await.
     public static func start(
-        options: Options = Options(), log: @escaping @Sendable (HTTPLogEntry) -> Void = { _ in }, handler: @escaping Handler
+        options: Options = Options(), log: @escaping @Sendable (HTTPLogEntry) -> Void = { _ in }, quick: QuickHandler? = nil,
+        handler: @escaping Handler
     ) throws -> HTTPServer {
-        let server = try HTTPServer(options: options, log: log, handler: handler)
+        let server = try HTTPServer(options: options, log: log, quick: quick, handler: handler)
         // On the listener's loop: a new client wakes one thread, not that one and a pool thread.
         let loop = Task(executorPreference: server.listener.loop) { await server.acceptLoop() }
         server.registry.withLock { $0.acceptLoop = loop }
@@ -88,11 +93,14 @@ public final class HTTPServer: Sendable {
         return server
     }
 
-    private init(options: Options, log: @escaping @Sendable (HTTPLogEntry) -> Void, handler: @escaping Handler) throws {
+    private init(
+        options: Options, log: @escaping @Sendable (HTTPLogEntry) -> Void, quick: QuickHandler?, handler: @escaping Handler
+    ) throws {
         listener = try TCPListener(host: options.host, port: options.port)
         port = listener.port
         self.options = options
         self.log = log
+        self.quick = quick
         self.handler = handler
         registry = Mutex(Registry(slots: ConnectionSlots(limit: options.maximumConnections, perAddress: options.maximumConnectionsPerAddress)))
         let shortest = min(options.headTimeout, options.idleTimeout, options.sendTimeout)
@@ -259,6 +267,13 @@ public final class HTTPServer: Sendable {
             case .request(let request, let consumed, let framing):
                 buffer.removeFirst(consumed)
                 let closing = registry.withLock { $0.shuttingDown }
+                if let quick, framing == .none, !request.headers.contains("expect") {
+                    var reply = QuickReply(request: request, connection: client.connection, closes: closing)
+                    if quick(request, &reply) {
+                        guard await finish(reply, client: client, started: started, time: wallClock) else { return }
+                        continue
+                    }
+                }
                 let refusal = bodyRefusal(request, framing)
                 let writer = makeWriter(request, client: client, closes: closing || refusal != nil)
                 if let (status, reason) = refusal {
@@ -301,6 +316,36 @@ public final class HTTPServer: Sendable {
                 buffer = rest
             }
         }
+    }
+
+    /// Sends what a quick reply's client did not take at once, and logs the request; false when
+    /// the connection closes after it.
+    private func finish(_ reply: borrowing QuickReply, client: Client, started: ContinuousClock.Instant, time: Double) async -> Bool {
+        var complete = reply.sent && !reply.failed
+        if complete, !reply.rest.isEmpty {
+            client.setDeadline(options.sendTimeout, reason: "send timeout")
+            do {
+                try await client.connection.send(reply.rest) { client.setDeadline(self.options.sendTimeout, reason: "send timeout") }
+            } catch {
+                complete = false
+            }
+            client.clearDeadline()
+        }
+        let id = requestCount.add(1, ordering: .relaxed).newValue
+        let request = reply.request
+        log(
+            HTTPLogEntry(
+                peer: client.connection.peer, method: request.method, target: request.target, range: request.header("range"),
+                status: reply.status, bytes: complete ? reply.bodyBytes : 0, cacheHitBytes: complete ? reply.cacheHitBytes : 0,
+                cacheMissBytes: 0, duration: ContinuousClock.now - started, complete: complete, note: complete ? nil : "stopped: send failed",
+                cacheOutcome: reply.cacheOutcome, id: id, time: time))
+        // A response cut short ends the connection at once.
+        guard complete else { return false }
+        if reply.closes || registry.withLock({ $0.shuttingDown }) {
+            await lingeringClose(client)
+            return false
+        }
+        return true
     }
 
     /// Marks `client` as waiting for a request (its slot may go to a newcomer) or busy with one.

@@ -1,0 +1,79 @@
+import Foundation
+import SparseCacheEngine
+import SparseHTTP
+
+extension CachingProxy {
+    /// The largest body answered on the event loop; a longer one is streamed by the handler.
+    static let quickBodyLimit = 2 << 20
+
+    /// The ``HTTPServer`` quick handler: answers a GET or HEAD on the event loop's thread when
+    /// its answer is a fresh stored 200 whose resource is complete and whose bytes are in the
+    /// page cache. The bytes are read from the page cache into the loop's buffer and checked
+    /// against their segments' CRC32C before a byte goes out (docs/DURABILITY.md); head and
+    /// body leave in one `sendmsg`. No task, no await, no actor.
+    ///
+    /// Anything else returns false before sending, and the request takes ``handle(_:_:_:)``: a
+    /// miss, a stale or revalidated answer, a conditional that fails, a playlist, several
+    /// ranges, a page not in memory, a segment that fails its check (the handler's read
+    /// drops it), a body over ``quickBodyLimit``. The answer is the one the handler would give,
+    /// field for field (`Cache-Status: sparsecache; hit; ttl=N`).
+    public func answerQuickly(_ request: HTTPRequestHead, _ reply: inout QuickReply) -> Bool {
+        guard answersOnLoop, origin != nil, request.method == "GET" || request.method == "HEAD", !via.isLoop(request.headers),
+            case .success(let route) = route(for: request.target), let hit = cache.quickHits[route.key]
+        else { return false }
+        let view = hit.view, head = hit.head
+        guard view.isCurrent else {
+            cache.quickHits.remove(route.key, ifStill: hit)
+            return false
+        }
+        // What the handler checks before it sends from storage (CachingProxy.answer, send).
+        guard head.status == 200, !head.headers.contains("vary") || head.policy.varyMatches(request),
+            streaming.prefetcher.isEmpty, Self.playlistKind(contentType: head.headers["content-type"], path: route.path) == nil,
+            case .fresh(let age) = head.policy.use(for: request, now: Int64(time(nil)))
+        else { return false }
+        let stored = head.replayed
+        let etag = stored["etag"], lastModified = stored["last-modified"]
+        guard Precondition.evaluate(request, etag: etag, lastModified: lastModified, date: stored["date"]) == .proceed else { return false }
+        var rangeHeader = request.header("range")
+        if let ifRange = request.header("if-range"),
+            !Precondition.ifRangeMatches(ifRange, etag: etag, lastModified: lastModified, date: stored["date"])
+        {
+            rangeHeader = nil
+        }
+        var status = CacheStatus()
+        status.hit = true
+        status.fromStorage = true
+        status.ttl = head.policy.freshnessLifetime - age
+        let length = view.length
+        var headers = storedFields(stored, status: 200, age: age, lengthKnown: true, cacheStatus: status)
+        let range: Range<Int64>, code: Int
+        switch RangeRequest.parse(rangeHeader, length: length) {
+        case .whole, .multiple:
+            range = 0..<length
+            code = 200
+        case .single(let single):
+            range = single
+            code = 206
+            headers.removeAll { HTTPHeaderField(name: $0.0, value: "").hasName("content-range") }
+            headers.append(("Content-Range", "bytes \(single.lowerBound)-\(single.upperBound - 1)/\(length)"))
+        case .unsatisfiable:
+            return false
+        }
+        guard range.count <= Self.quickBodyLimit else { return false }
+        if range.isEmpty || request.method == "HEAD" {
+            reply.send(status: code, headers: headers, body: UnsafeRawBufferPointer(start: nil, count: 0), contentLength: Int64(range.count))
+        } else {
+            let buffer = reply.scratch(Int(view.span(of: range).count))
+            guard case .read(let at) = view.read(range, into: buffer) else { return false }
+            reply.send(status: code, headers: headers, body: UnsafeRawBufferPointer(rebasing: buffer[at..<(at + Int(range.count))]))
+        }
+        let bytes = request.method == "HEAD" ? 0 : Int64(range.count)
+        reply.noteCache(outcome: status.outcome, hitBytes: bytes)
+        cache.count {
+            $0.bytesFromCache += bytes
+            $0.quickAnswers += 1
+        }
+        hit.lastUse.store(QuickHits.now(), ordering: .relaxed)
+        return true
+    }
+}

@@ -1,0 +1,120 @@
+import CShim
+import Synchronization
+
+/// A complete resource (its length known, every segment present) read synchronously from the
+/// page cache, every read checked against its segments' CRC32C: what an event loop answers a
+/// cached hit with, with no task, no await and no actor in between.
+///
+/// A ``SparseFile`` hands one out (``SparseFile/completeView()``) once it is complete and
+/// withdraws it (``isCurrent`` turns false) before anything the view names can change: a
+/// segment dropped as damaged or discarded (eviction inside a resource punches holes that
+/// way), a failed sync, the close. Present segments never change otherwise, so until then the
+/// view's checksums are the committed ones.
+///
+/// The view reads through a descriptor of its own, closed when the last holder lets go: a read
+/// that races a withdrawal or a removal of the files reads the bytes the view names (an
+/// unlinked file keeps them) or bytes that fail the check (a punched hole), never the bytes of
+/// another file that took the descriptor's number.
+public final class CompleteView: Sendable {
+    /// The resource's data file, for messages.
+    public let path: String
+    /// The resource length in bytes.
+    public let length: Int64
+    /// The segment size is `1 << segmentShift` bytes.
+    public let segmentShift: Int
+    private let descriptor: FileDescriptor
+    private let checksums: SegmentChecksums
+    private let current = Atomic<Bool>(true)
+
+    /// What ``read(_:into:)`` did.
+    public enum ReadOutcome: Sendable, Equatable {
+        /// The bytes of the range start at this offset of the buffer (the read covers whole
+        /// segments, so the range starts inside the first one).
+        case read(at: Int)
+        /// Some page of the segments is not in the page cache: reading would wait for the disk.
+        case notResident
+        /// A segment's bytes do not match their CRC32C (or the file is shorter than the view):
+        /// nothing may be served; the resource's own read path finds and drops the segment.
+        case damaged
+        /// The view was withdrawn, or the range is not inside the resource.
+        case unavailable
+    }
+
+    init(path: String, length: Int64, segmentShift: Int, descriptor: FileDescriptor, checksums: SegmentChecksums) {
+        self.path = path
+        self.length = length
+        self.segmentShift = segmentShift
+        self.descriptor = descriptor
+        self.checksums = checksums
+    }
+
+    deinit { descriptor.close() }
+
+    /// False once the resource withdrew the view: its checksums may no longer be the committed
+    /// ones. A holder drops it then and asks the resource again.
+    public var isCurrent: Bool { current.load(ordering: .acquiring) }
+
+    func withdraw() { current.store(false, ordering: .releasing) }
+
+    /// The bytes a read of `range` covers: its segments, whole (the last one ends with the
+    /// resource). A buffer for ``read(_:into:)`` holds at least this many.
+    public func span(of range: Range<Int64>) -> Range<Int64> {
+        let start = (range.lowerBound >> Int64(segmentShift)) << Int64(segmentShift)
+        let lastSegment = (range.upperBound - 1) >> Int64(segmentShift)
+        return start..<min((lastSegment + 1) << Int64(segmentShift), length)
+    }
+
+    /// Copies the segments `range` lies in from the page cache into `buffer` and checks each
+    /// against its CRC32C. Never waits for the disk: pages not cached make it
+    /// ``ReadOutcome/notResident`` without a read (cachestat(2) first, then preadv2 with
+    /// RWF_NOWAIT, so no readahead is started on this thread either).
+    ///
+    /// Safe from any thread, any number at once. `buffer` must hold ``span(of:)`` bytes.
+    public func read(_ range: Range<Int64>, into buffer: UnsafeMutableRawBufferPointer) -> ReadOutcome {
+        guard isCurrent, !range.isEmpty, range.lowerBound >= 0, range.upperBound <= length else { return .unavailable }
+        let span = span(of: range)
+        let count = Int(span.count)
+        precondition(buffer.count >= count, "the buffer holds \(buffer.count) bytes, the read needs \(count)")
+        guard descriptor.isCached(offset: span.lowerBound, length: count) else { return .notResident }
+        let target = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<count])
+        guard let copied = try? descriptor.readCached(fromAbsoluteOffset: span.lowerBound, into: target) else { return .damaged }
+        // Short: evicted from the page cache since the look (or a file shorter than the view,
+        // which the resource's own read reports as damage).
+        guard copied == count else { return .notResident }
+        let size = 1 << segmentShift
+        var segment = Int(span.lowerBound >> Int64(segmentShift))
+        var lower = 0
+        while lower < count {
+            let upper = min(lower + size, count)
+            let bytes = UnsafeRawBufferPointer(rebasing: buffer[lower..<upper])
+            if crc32c(bytes) != checksums[segment] { return .damaged }
+            segment += 1
+            lower = upper
+        }
+        return .read(at: Int(range.lowerBound - span.lowerBound))
+    }
+}
+
+extension SparseFile {
+    /// A ``CompleteView`` of this resource while it is complete and open, the same one until
+    /// it is withdrawn; nil when a byte is missing (or the length unknown), the resource is
+    /// closing, or a sync failed.
+    public func completeView() -> CompleteView? {
+        if let view = publishedView, view.isCurrent { return view }
+        guard lifecycle == .open, failure == nil, let length = committed.length, presentBytes == length else { return nil }
+        let duplicate = sc_dup(dataFile.rawValue)
+        guard duplicate >= 0 else { return nil }
+        let view = CompleteView(
+            path: path, length: length, segmentShift: segmentShift, descriptor: FileDescriptor(rawValue: duplicate, path: path),
+            checksums: committed.checksums)
+        publishedView = view
+        return view
+    }
+
+    /// Withdraws the published ``CompleteView``: called before any present segment stops
+    /// being present and before the resource stops being usable.
+    func withdrawCompleteView() {
+        publishedView?.withdraw()
+        publishedView = nil
+    }
+}

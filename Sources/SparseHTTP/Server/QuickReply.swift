@@ -1,0 +1,129 @@
+import CShim
+import SparseCacheEngine
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Answers a request on the event loop's thread, synchronously, before the server hands it
+/// to its handler: no task, no await. Returns true when it answered through `reply`; false
+/// leaves the request to the handler, so it must decide before it sends anything.
+///
+/// For answers that need no I/O that could wait (a cached hit whose bytes are in the page
+/// cache, say); see ``HTTPServer/start(options:log:quick:handler:)``.
+public typealias QuickHandler = @Sendable (_ request: HTTPRequestHead, _ reply: inout QuickReply) -> Bool
+
+/// The response of a ``QuickHandler``: one head and a body of known length, sent at once
+/// without waiting. What the client's window does not take now is kept and sent by the server
+/// after the handler returns, as for any response.
+public struct QuickReply: ~Copyable {
+    let request: HTTPRequestHead
+    let connection: TCPConnection
+    let loop: SocketReactor
+    /// The connection closes after this response.
+    public private(set) var closes: Bool
+    private(set) var status = 0
+    private(set) var bodyBytes: Int64 = 0
+    private(set) var sent = false
+    /// What the client's window did not take; the server sends it next.
+    private(set) var rest: [UInt8] = []
+    private(set) var cacheHitBytes: Int64 = 0
+    private(set) var cacheOutcome: String?
+    /// Set when sending failed: the connection is unusable.
+    private(set) var failed = false
+    /// The body buffer of a reply made off its loop's thread.
+    private var owned: UnsafeMutableRawBufferPointer?
+
+    init(request: HTTPRequestHead, connection: TCPConnection, closes: Bool) {
+        self.request = request
+        self.connection = connection
+        self.loop = connection.loop
+        self.closes = closes || !request.keepAlive
+    }
+
+    /// A buffer of at least `count` bytes for the body, valid until the reply ends: on the
+    /// loop's thread the loop's own (reused by every request it answers), else one of the
+    /// reply's.
+    public mutating func scratch(_ count: Int) -> UnsafeMutableRawBufferPointer {
+        if loop.ownsCurrentThread { return loop.scratch.buffer(count) }
+        owned?.deallocate()
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 16)
+        owned = buffer
+        return buffer
+    }
+
+    deinit { owned?.deallocate() }
+
+    /// What a cache made of the request and the body bytes it had stored, for the log.
+    public mutating func noteCache(outcome: String, hitBytes: Int64) {
+        cacheOutcome = outcome
+        cacheHitBytes = hitBytes
+    }
+
+    /// Sends the head (with `Date`, `Server`, `Content-Length` and `Connection` added as
+    /// ``HTTPResponseWriter/writeHead(status:headers:contentLength:withFirstBody:)`` adds them)
+    /// and `body` (nothing of it for a HEAD request) in one `sendmsg`, without waiting. Call it
+    /// once.
+    ///
+    /// - Parameter contentLength: the length a HEAD request's answer announces (its body is
+    ///   not read); nil for `body`'s.
+    public mutating func send(status: Int, headers: [(String, String)], body: UnsafeRawBufferPointer, contentLength: Int64? = nil) {
+        precondition(!sent, "a quick reply sends one response")
+        sent = true
+        self.status = status
+        bodyBytes = request.method == "HEAD" ? 0 : Int64(body.count)
+        let head = HTTPResponseWriter.encodedHead(
+            status: status, headers: headers, contentLength: contentLength ?? Int64(body.count), chunked: false, closes: closes)
+        let payload = request.method == "HEAD" ? UnsafeRawBufferPointer(start: nil, count: 0) : body
+        let total = head.count + payload.count
+        var done = 0
+        while done < total {
+            let offset = done
+            let result = connection.descriptor.use { fd -> (count: Int, errno: Int32) in
+                let count = head.withUnsafeBytes { head in
+                    offset < head.count
+                        ? sc_send2(fd, head.baseAddress! + offset, head.count - offset, payload.baseAddress, payload.count)
+                        : sc_send(fd, payload.baseAddress! + (offset - head.count), total - offset)
+                }
+                return (count, count > 0 ? 0 : errno)
+            }
+            guard let result else {
+                failed = true
+                return
+            }
+            if result.count > 0 {
+                done += result.count
+                continue
+            }
+            if result.errno == EINTR { continue }
+            if result.errno == EAGAIN || result.errno == EWOULDBLOCK { break }
+            failed = true
+            return
+        }
+        if done < total {
+            // The client's window is full: the rest goes out as any response's does, waiting.
+            rest.reserveCapacity(total - done)
+            if done < head.count { rest += head[done...] }
+            let from = max(0, done - head.count)
+            if from < payload.count { rest += UnsafeRawBufferPointer(rebasing: payload[from...]) }
+        }
+    }
+}
+
+/// A growing buffer one event loop reuses for the bodies its quick replies read: used only on
+/// the loop's own thread, one request at a time.
+final class LoopScratch: @unchecked Sendable {
+    // @unchecked: touched only by the thread of the loop that owns it (QuickReply checks).
+    private var buffer = UnsafeMutableRawBufferPointer(start: nil, count: 0)
+
+    /// At least `count` bytes, valid until the next call.
+    func buffer(_ count: Int) -> UnsafeMutableRawBufferPointer {
+        if buffer.count < count {
+            buffer.deallocate()
+            buffer = .allocate(byteCount: max(count, 64 * 1024), alignment: 4096)
+        }
+        return UnsafeMutableRawBufferPointer(rebasing: buffer[0..<count])
+    }
+
+    deinit { buffer.deallocate() }
+}

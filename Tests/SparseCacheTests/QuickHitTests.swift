@@ -1,0 +1,210 @@
+// Hits answered on the event loop (CachingProxy.answerQuickly over a CompleteView): the same
+// answers the handler gives, never a byte that fails its CRC32C, never an answer the cache
+// has dropped or freshened.
+import Foundation
+import SeededRandom
+import Testing
+
+@testable import HTTPCache
+@testable import SparseCacheEngine
+@testable import SparseHTTP
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("complete views", .timeLimit(.minutes(2)))
+struct CompleteViewTests {
+    static let segment = 16384
+    static let length = Int64(8 * segment) - 100
+
+    @Test("a complete resource reads from the page cache and checks every segment; an incomplete one has no view")
+    func readsAndChecks() async throws {
+        try await withTemporaryDirectory("complete-view") { directory in
+            let path = directory.file("r.bin")
+            let file = try await SparseFile.open(path, options: .testing(segmentSize: Self.segment, length: Self.length))
+            let bytes = sourceBytes(0..<Self.length, salt: 9)
+            try await file.write(Array(bytes[0..<(3 * Self.segment)]), at: 0)
+            try await file.commit()
+            #expect(await file.completeView() == nil, "three segments of eight are present: no view")
+            try await file.write(Array(bytes[(3 * Self.segment)...]), at: Int64(3 * Self.segment))
+            try await file.commit()
+            let view = try #require(await file.completeView())
+            #expect(await file.completeView() === view, "the same view until it is withdrawn")
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(Self.length), alignment: 16)
+            defer { buffer.deallocate() }
+            for range: Range<Int64> in [0..<1, 100..<5000, 16383..<16385, 40000..<Self.length, 0..<Self.length, (Self.length - 1)..<Self.length] {
+                #expect(view.span(of: range).lowerBound % Int64(Self.segment) == 0)
+                guard case .read(let at) = view.read(range, into: buffer) else {
+                    Issue.record("\(range): \(view.read(range, into: buffer))")
+                    continue
+                }
+                let got = Array(UnsafeRawBufferPointer(rebasing: buffer[at..<(at + Int(range.count))]))
+                #expect(got == Array(bytes[Int(range.lowerBound)..<Int(range.upperBound)]), "\(range)")
+            }
+            #expect(view.read(0..<(Self.length + 1), into: buffer) == .unavailable, "past the end")
+
+            // A flipped byte in segment 2 (through the page cache, as damage on disk reads).
+            try RawFile.write(path, offset: Int64(2 * Self.segment + 7), [bytes[2 * Self.segment + 7] ^ 0x40])
+            #expect(view.read(Int64(2 * Self.segment)..<Int64(2 * Self.segment + 10), into: buffer) == .damaged)
+            #expect(view.read(Int64(5 * Self.segment)..<Int64(5 * Self.segment + 10), into: buffer) != .damaged, "other segments still read")
+
+            // Pages not in the page cache are never read here.
+            try ReadPathTests.dropPageCache(path)
+            #expect(view.read(Int64(6 * Self.segment)..<Int64(6 * Self.segment + 10), into: buffer) == .notResident)
+
+            // The resource's own read finds the damage and drops the segment: the view goes first.
+            await #expect(throws: SparseCacheError.self) { try await file.read(offset: Int64(2 * Self.segment), length: 10) }
+            #expect(!view.isCurrent, "a dropped segment withdraws the view")
+            #expect(view.read(0..<10, into: buffer) == .unavailable)
+            #expect(await file.completeView() == nil, "incomplete again")
+            try await file.close()
+        }
+    }
+
+    @Test("discard and close withdraw the view; its own descriptor keeps reading the bytes it names until released")
+    func withdrawals() async throws {
+        try await withTemporaryDirectory("complete-view") { directory in
+            let path = directory.file("r.bin")
+            let bytes = sourceBytes(0..<Self.length, salt: 11)
+            let file = try await SparseFile.open(path, options: .testing(segmentSize: Self.segment, length: Self.length))
+            try await file.write(bytes, at: 0)
+            try await file.commit()
+            let first = try #require(await file.completeView())
+            try await file.discard(segments: [7])
+            #expect(!first.isCurrent, "discard withdraws it")
+            try await file.write(Array(bytes[(7 * Self.segment)...]), at: Int64(7 * Self.segment))
+            try await file.commit()
+            let second = try #require(await file.completeView())
+            #expect(second !== first)
+            try await file.close()
+            #expect(!second.isCurrent, "close withdraws it")
+        }
+    }
+}
+
+@Suite("quick hits", .serialized, .timeLimit(.minutes(6)))
+struct QuickHitTests {
+    static let length = 1_000_003
+
+    /// Scripts `/clip.bin` (fresh for ten minutes) and requests it until the event loop
+    /// answers it (a miss stores it, the next hit makes it quick once it is complete).
+    static func warmed(_ rig: ScriptedProxy, name: String = "clip.bin", maxAge: Int = 600) async throws -> [UInt8] {
+        try rig.script(name, [("Cache-Control", "max-age=\(maxAge)"), ("ETag", "\"v1\""), ("Content-Type", "video/mp4")]) {
+            $0.bodySize = length
+            $0.bodySeed = 5
+            $0.lastModifiedOffset = -86400
+        }
+        let body = OriginScript.pattern(count: length, seed: 5)
+        let before = rig.proxy.cache.statistics.quickAnswers
+        for _ in 0..<50 {
+            let answer = try await rig.get(name)
+            #expect(answer.status == 200 && sameBytes(answer.body, body[...]), "\(answer)")
+            if rig.proxy.cache.statistics.quickAnswers > before { return body }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        Issue.record("no request of \(name) was answered on the event loop: \(rig.proxy.cache.statistics)")
+        return body
+    }
+
+    /// The fields that may differ between two answers of one stored response: when it was
+    /// fetched (Date, Age) and the freshness left.
+    static func comparable(_ headers: [String: String]) -> [String: String] {
+        var kept = headers.filter { $0.key != "date" && $0.key != "age" }
+        kept["cache-status"] = kept["cache-status"].map { $0.replacing(/; ttl=-?\d+/, with: "") }
+        // Each proxy has a name of its own.
+        kept["via"] = kept["via"].map { $0.replacing(/sparsecache-[0-9a-f]+/, with: "sparsecache") }
+        return kept
+    }
+
+    @Test("a fresh hit is answered on the event loop with the handler's status, fields and bytes, for every Range form and conditional")
+    func sameAnswers() async throws {
+        let rig = try await ScriptedProxy()
+        let slow = try await ProxyFixture(origin: rig.origin.baseURL, answersOnLoop: false)
+        let body = try await Self.warmed(rig)
+        for _ in 0..<3 { _ = try await Curl.run(slow.baseURL + "/clip.bin") }
+        // (arguments, answered on the loop)
+        let cases: [([String], Bool)] = [
+            ([], true), (["-r", "100-199"], true), (["-r", "0-0"], true), (["-r", "-5"], true), (["-r", "999990-"], true),
+            (["-r", "65530-200000"], true), (["-r", "0-9,100-199"], true), (["-I"], true), (["-I", "-r", "10-20"], true),
+            (["-r", "500-600", "-H", "If-Range: \"v1\""], true), (["-r", "500-600", "-H", "If-Range: \"v0\""], true),
+            (["-H", "If-None-Match: \"v1\""], false), (["-H", "If-Match: \"v0\""], false), (["-r", "2000000-"], false),
+            (["-H", "Range: bytes=abc"], false), (["-H", "Cache-Control: max-age=0"], false),
+        ]
+        for (arguments, quick) in cases {
+            let before = rig.proxy.cache.statistics.quickAnswers
+            let answer = try await rig.get("clip.bin", arguments)
+            let handled = try await Curl.run(slow.baseURL + "/clip.bin", arguments)
+            let answeredOnLoop = rig.proxy.cache.statistics.quickAnswers > before
+            #expect(answeredOnLoop == quick, "\(arguments): answered on the loop \(answeredOnLoop), expected \(quick)")
+            #expect(answer.status == handled.status, "\(arguments): \(answer.status), the handler \(handled.status)")
+            #expect(
+                Self.comparable(answer.headers) == Self.comparable(handled.headers),
+                "\(arguments): \(answer.headers.sorted { $0.key < $1.key }) against the handler's \(handled.headers.sorted { $0.key < $1.key })")
+            // (curl -I writes the head where the body would go: compared above.)
+            if !arguments.contains("-I") {
+                #expect(answer.body == handled.body, "\(arguments): \(answer.body.count) bytes, the handler's \(handled.body.count)")
+            }
+            if answer.status == 206, !arguments.contains("-I"), let range = answer.headers["content-range"]?.wholeMatch(of: /bytes (\d+)-(\d+)\/\d+/) {
+                let lower = Int(range.1)!, upper = Int(range.2)!
+                #expect(sameBytes(answer.body, body[lower...upper]), "\(arguments): the bytes of \(lower)-\(upper)")
+            }
+        }
+        // Each proxy fetched it once and revalidated it once (max-age=0).
+        #expect(rig.count("clip.bin") == 4, "\(rig.requests("clip.bin"))")
+        let logged = rig.proxy.log.all.filter { $0.cacheOutcome == "hit" && $0.cacheHitBytes > 0 }
+        #expect(!logged.isEmpty, "quick answers are logged as hits with their bytes")
+        await slow.stop()
+        await rig.stop()
+    }
+
+    @Test("a purge, a stale answer and a replaced version are never answered on the loop")
+    func droppedAnswers() async throws {
+        let rig = try await ScriptedProxy()
+        _ = try await Self.warmed(rig)
+        // PURGE takes it out of the cache: the next GET goes to the origin.
+        let purged = try await rig.get("clip.bin", ["-X", "PURGE"])
+        #expect(purged.status == 200 || purged.status == 204, "\(purged)")
+        let before = rig.proxy.cache.statistics.quickAnswers
+        let afterPurge = try await rig.get("clip.bin", ["-r", "0-99"])
+        #expect(rig.proxy.cache.statistics.quickAnswers == before, "a purged answer was served from the loop")
+        #expect(afterPurge.headers["cache-status"]?.contains("fwd=uri-miss") == true, "\(afterPurge.headers)")
+        #expect(rig.count("clip.bin") == 2, "\(rig.requests("clip.bin"))")
+
+        // A short lifetime: once stale, the loop leaves it to the handler, which revalidates.
+        _ = try await Self.warmed(rig, name: "short.bin", maxAge: 1)
+        try await Task.sleep(for: .milliseconds(2100))
+        let quickBefore = rig.proxy.cache.statistics.quickAnswers
+        let stale = try await rig.get("short.bin", ["-r", "0-99"])
+        #expect(rig.proxy.cache.statistics.quickAnswers == quickBefore, "a stale answer was served from the loop")
+        #expect(stale.headers["cache-status"]?.contains("fwd=stale") == true, "\(stale.headers)")
+        #expect(rig.requests("short.bin").last?.status == 304, "revalidated: \(rig.requests("short.bin"))")
+
+        // A new version on the origin: after the purge of the old one, the new bytes.
+        _ = try await Self.warmed(rig, name: "next.bin")
+        try rig.script("next.bin", [("Cache-Control", "max-age=600"), ("ETag", "\"v2\"")]) {
+            $0.bodySize = Self.length
+            $0.bodySeed = 6
+        }
+        _ = try await rig.get("next.bin", ["-X", "PURGE"])
+        let fresh = try await rig.get("next.bin")
+        #expect(fresh.headers["etag"] == "\"v2\"" && sameBytes(fresh.body, OriginScript.pattern(count: Self.length, seed: 6)[...]), "\(fresh)")
+        await rig.stop()
+    }
+
+    @Test("a byte damaged on disk is never sent from the loop: the handler drops the segment and fetches it again")
+    func damagedBytes() async throws {
+        let rig = try await ScriptedProxy()
+        let body = try await Self.warmed(rig)
+        let key = try #require(rig.proxy.cache.quickHits.keys.first)
+        let path = try #require(rig.proxy.cache.quickHits[key]?.view.path)
+        let offset = 70_000
+        try RawFile.write(path, offset: Int64(offset), [body[offset] ^ 0x01])
+        let before = rig.proxy.cache.statistics.quickAnswers
+        let answer = try await rig.get("clip.bin", ["-r", "65536-131071"])
+        #expect(rig.proxy.cache.statistics.quickAnswers == before, "damaged bytes were answered on the loop")
+        #expect(answer.status == 206 && sameBytes(answer.body, body[65536...131071]), "\(answer)")
+        #expect(rig.count("clip.bin") == 2, "the damaged segment was fetched again: \(rig.requests("clip.bin"))")
+        await rig.stop()
+    }
+}
