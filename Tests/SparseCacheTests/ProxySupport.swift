@@ -26,14 +26,11 @@ final class ProxyFixture: Sendable {
     ///   test origins listen on 127.0.0.1, which the proxy refuses by default, issue 17).
     init(
         origin: URL?, options: HTTPServer.Options = ProxyFixture.defaultOptions, budget: Int64 = .max,
-        allowedOrigins: [String] = ["127.0.0.1"], streaming: StreamingOptions = StreamingOptions(), fill: FillOptions = .testing,
-        answersOnLoop: Bool = true
-    ) async throws {
+        allowedOrigins: [String] = ["127.0.0.1"], streaming: StreamingOptions = StreamingOptions(), fill: FillOptions = .testing) async throws {
         directory = try TemporaryDirectory("proxy")
         store = try await SparseStore.open(directory: directory.file("cache"), options: StoreOptions(budget: budget))
         cache = ProgressiveCache(store: store, options: fill)
-        let proxy = CachingProxy(
-            cache: cache, origin: origin, allowedOrigins: allowedOrigins, streaming: streaming, answersOnLoop: answersOnLoop)
+        let proxy = CachingProxy(cache: cache, origin: origin, allowedOrigins: allowedOrigins, streaming: streaming)
         self.proxy = proxy
         let log = self.log
         // As `serve` wires it: hits the event loop can answer are answered there.

@@ -1,4 +1,4 @@
-// Hits answered on the event loop (CachingProxy.answerQuickly over a CompleteView): the same
+// Hits answered on the event loop (CachingProxy.answerQuickly over a CommittedView): the same
 // answers the handler gives, never a byte that fails its CRC32C, never an answer the cache
 // has dropped or freshened.
 import Foundation
@@ -13,24 +13,37 @@ import Testing
 import Glibc
 #endif
 
-@Suite("complete views", .timeLimit(.minutes(2)))
-struct CompleteViewTests {
+@Suite("committed views", .timeLimit(.minutes(2)))
+struct CommittedViewTests {
     static let segment = 16384
     static let length = Int64(8 * segment) - 100
 
-    @Test("a complete resource reads from the page cache and checks every segment; an incomplete one has no view")
+    @Test("a view reads committed segments from the page cache and checks each; segments committed later need a newer view")
     func readsAndChecks() async throws {
-        try await withTemporaryDirectory("complete-view") { directory in
+        try await withTemporaryDirectory("committed-view") { directory in
             let path = directory.file("r.bin")
             let file = try await SparseFile.open(path, options: .testing(segmentSize: Self.segment, length: Self.length))
+            #expect(await file.committedView() == nil, "nothing is present: no view")
             let bytes = sourceBytes(0..<Self.length, salt: 9)
             try await file.write(Array(bytes[0..<(3 * Self.segment)]), at: 0)
+            try await file.write(Array(bytes[(4 * Self.segment)..<(5 * Self.segment)]), at: Int64(4 * Self.segment))
+            #expect(await file.committedView() == nil, "written, not committed: no view")
             try await file.commit()
-            #expect(await file.completeView() == nil, "three segments of eight are present: no view")
-            try await file.write(Array(bytes[(3 * Self.segment)...]), at: Int64(3 * Self.segment))
+            let committed = try #require(await file.committedView())
+            #expect(!committed.isComplete && committed.presentBytes == Int64(4 * Self.segment))
+            let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 4 * Self.segment, alignment: 16)
+            defer { scratch.deallocate() }
+            #expect(committed.read(100..<40000, into: scratch) == .read(at: 100))
+            #expect(committed.read(Int64(4 * Self.segment)..<Int64(4 * Self.segment + 9), into: scratch) == .read(at: 0))
+            #expect(committed.read(40000..<60000, into: scratch) == .unavailable, "segment 3 is missing")
+            try await file.write(Array(bytes[(3 * Self.segment)..<(4 * Self.segment)]), at: Int64(3 * Self.segment))
+            try await file.write(Array(bytes[(5 * Self.segment)...]), at: Int64(5 * Self.segment))
             try await file.commit()
-            let view = try #require(await file.completeView())
-            #expect(await file.completeView() === view, "the same view until it is withdrawn")
+            let view = try #require(await file.committedView())
+            #expect(view.isComplete && committed.isCurrent, "added segments do not withdraw the older view")
+            #expect(committed.read(40000..<60000, into: scratch) == .unavailable, "an older view knows nothing newer")
+            #expect(view.read(40000..<60000, into: scratch) == .read(at: 40000 - 2 * Self.segment))
+            #expect(await file.committedView() === view, "the same view while nothing changes")
             let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(Self.length), alignment: 16)
             defer { buffer.deallocate() }
             for range: Range<Int64> in [0..<1, 100..<5000, 16383..<16385, 40000..<Self.length, 0..<Self.length, (Self.length - 1)..<Self.length] {
@@ -57,25 +70,25 @@ struct CompleteViewTests {
             await #expect(throws: SparseCacheError.self) { try await file.read(offset: Int64(2 * Self.segment), length: 10) }
             #expect(!view.isCurrent, "a dropped segment withdraws the view")
             #expect(view.read(0..<10, into: buffer) == .unavailable)
-            #expect(await file.completeView() == nil, "incomplete again")
+            #expect(await file.committedView()?.isComplete == false, "incomplete again")
             try await file.close()
         }
     }
 
     @Test("discard and close withdraw the view; its own descriptor keeps reading the bytes it names until released")
     func withdrawals() async throws {
-        try await withTemporaryDirectory("complete-view") { directory in
+        try await withTemporaryDirectory("committed-view") { directory in
             let path = directory.file("r.bin")
             let bytes = sourceBytes(0..<Self.length, salt: 11)
             let file = try await SparseFile.open(path, options: .testing(segmentSize: Self.segment, length: Self.length))
             try await file.write(bytes, at: 0)
             try await file.commit()
-            let first = try #require(await file.completeView())
+            let first = try #require(await file.committedView())
             try await file.discard(segments: [7])
             #expect(!first.isCurrent, "discard withdraws it")
             try await file.write(Array(bytes[(7 * Self.segment)...]), at: Int64(7 * Self.segment))
             try await file.commit()
-            let second = try #require(await file.completeView())
+            let second = try #require(await file.committedView())
             #expect(second !== first)
             try await file.close()
             #expect(!second.isCurrent, "close withdraws it")
@@ -120,7 +133,9 @@ struct QuickHitTests {
     @Test("a fresh hit is answered on the event loop with the handler's status, fields and bytes, for every Range form and conditional")
     func sameAnswers() async throws {
         let rig = try await ScriptedProxy()
-        let slow = try await ProxyFixture(origin: rig.origin.baseURL, answersOnLoop: false)
+        var handlerOnly = FillOptions.testing
+        handlerOnly.quickHits = false
+        let slow = try await ProxyFixture(origin: rig.origin.baseURL, fill: handlerOnly)
         let body = try await Self.warmed(rig)
         for _ in 0..<3 { _ = try await Curl.run(slow.baseURL + "/clip.bin") }
         // (arguments, answered on the loop)
@@ -155,6 +170,34 @@ struct QuickHitTests {
         let logged = rig.proxy.log.all.filter { $0.cacheOutcome == "hit" && $0.cacheHitBytes > 0 }
         #expect(!logged.isEmpty, "quick answers are logged as hits with their bytes")
         await slow.stop()
+        await rig.stop()
+    }
+
+    @Test("what a partly cached resource has committed is answered on the loop; the rest goes to the handler and the origin")
+    func partlyCached() async throws {
+        let rig = try await ScriptedProxy()
+        try rig.script("part.bin", [("Cache-Control", "max-age=600"), ("ETag", "\"p1\"")]) {
+            $0.bodySize = Self.length
+            $0.bodySeed = 8
+        }
+        let body = OriginScript.pattern(count: Self.length, seed: 8)
+        let miss = try await rig.get("part.bin", ["-r", "100000-299999"])
+        #expect(miss.status == 206 && sameBytes(miss.body, body[100000..<300000]), "\(miss)")
+        // Its commit follows the answer: the same range is answered on the loop once it is in.
+        var quick = false
+        for _ in 0..<50 where !quick {
+            let before = rig.proxy.cache.statistics.quickAnswers
+            let again = try await rig.get("part.bin", ["-r", "150000-249999"])
+            #expect(again.status == 206 && sameBytes(again.body, body[150000..<250000]), "\(again)")
+            quick = rig.proxy.cache.statistics.quickAnswers > before
+            if !quick { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(quick, "the committed part was never answered on the loop")
+        let before = rig.proxy.cache.statistics.quickAnswers
+        let beyond = try await rig.get("part.bin", ["-r", "600000-600099"])
+        #expect(beyond.status == 206 && sameBytes(beyond.body, body[600000..<600100]), "\(beyond)")
+        #expect(rig.proxy.cache.statistics.quickAnswers == before, "bytes never fetched were answered on the loop")
+        #expect(rig.count("part.bin") == 2, "\(rig.requests("part.bin"))")
         await rig.stop()
     }
 

@@ -10,11 +10,11 @@ final class ScriptedProxy: Sendable {
     let origin: OriginServer
     let proxy: ProxyFixture
 
-    init(options: HTTPServer.Options = ProxyFixture.defaultOptions, fill: FillOptions = .testing, answersOnLoop: Bool = true) async throws {
+    init(options: HTTPServer.Options = ProxyFixture.defaultOptions, fill: FillOptions = .testing) async throws {
         files = try TemporaryDirectory("scripted-origin")
         origin = try await OriginServer.scripted(root: files.path)
         do {
-            proxy = try await ProxyFixture(origin: origin.baseURL, options: options, fill: fill, answersOnLoop: answersOnLoop)
+            proxy = try await ProxyFixture(origin: origin.baseURL, options: options, fill: fill)
         } catch {
             origin.stop()
             throw error

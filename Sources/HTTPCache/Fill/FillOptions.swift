@@ -59,6 +59,9 @@ public struct FillOptions: Sendable {
     /// How long a resource stays open after its last reader left, for the next one (a
     /// player's next range request) to skip reopening it. The store does not evict it meanwhile.
     public var keepOpen: Duration = .seconds(2)
+    /// Keep what each open resource with a stored HTTP head has committed ready for hits
+    /// answered on the event loop (``CachingProxy/answerQuickly(_:_:)``).
+    public var quickHits = true
     /// The most resources kept open that way (each holds two descriptors); beyond it the one
     /// idle the longest closes at once. `sparsecache serve` sets it from its descriptor limit.
     public var maximumKeptOpen = 256

@@ -2,23 +2,34 @@ import SparseCacheEngine
 import SparseCacheStore
 
 extension ProgressiveCache {
-    /// Lets the event loops answer hits of the resource `reader` holds without this actor
-    /// (``quickHits``): when it is complete, holds a stored head, and is still the version the
-    /// reader opened. The entry goes as soon as that stops being so (``FillResource/handle``).
+    /// ``refreshQuickHit(_:)`` for the resource `reader` holds, when it still holds the
+    /// version the reader opened.
     func rememberQuickHit(_ reader: CacheReader) async {
-        let key = reader.source.key
-        guard let (handle, generation) = reader.resourceHeld, let head = reader.info.stored, let resource = resources[key],
-            resource.handle === handle, resource.generation == generation, resource.info?.stored === head,
-            !quickHits.contains(key)
+        guard options.quickHits, let (handle, generation) = reader.resourceHeld, let resource = resources[reader.source.key],
+            resource.handle === handle, resource.generation == generation
         else { return }
-        guard let view = await handle.file.completeView() else { return }
+        await refreshQuickHit(resource)
+    }
+
+    /// Lets the event loops answer hits of what `resource` has committed without this actor
+    /// (``quickHits``): its stored head and a view of its committed segments, taken now. The
+    /// entry goes as soon as the head or the handle changes (``FillResource/handle``); a view
+    /// the engine withdrew is dropped at its next use.
+    func refreshQuickHit(_ resource: FillResource) async {
+        guard let handle = resource.handle, let info = resource.info, let head = info.stored, info.length != nil else { return }
+        let generation = resource.generation
+        guard let view = await handle.file.committedView() else { return }
         // Re-check after the await: a replacement, an invalidation or a freshened head may
         // have come meanwhile (each removed whatever entry there was, and this one would
         // outlive them).
-        guard resources[key] === resource, resource.handle === handle, resource.generation == generation,
+        guard resources[resource.key] === resource, resource.handle === handle, resource.generation == generation,
             resource.info?.stored === head
         else { return }
-        quickHits.insert(QuickHits.Hit(head: head, view: view), for: key)
+        let known = quickHits[resource.key]
+        guard known?.view !== view else { return }
+        let hit = QuickHits.Hit(head: head, view: view)
+        if let known { hit.lastUse.store(known.lastUse.load(ordering: .relaxed), ordering: .relaxed) }
+        quickHits.insert(hit, for: resource.key)
     }
 
     /// Whether quick answers used `resource` since it went idle, recently enough to keep it

@@ -787,6 +787,7 @@ extension ProgressiveCache {
     /// Wakes every waiting reader and tells the progress listeners.
     func changed(_ resource: FillResource) async {
         wakeWaiters(resource)
+        if options.quickHits, resource.info?.stored != nil { await refreshQuickHit(resource) }
         guard !resource.listeners.isEmpty, let handle = resource.handle else { return }
         for (_, listener) in resource.listeners {
             listener.continuation.yield(await Self.progress(of: handle.file, key: resource.key, from: listener.offset))

@@ -2,7 +2,7 @@ import SparseCacheEngine
 import Synchronization
 
 /// Stored answers an event loop may answer a hit from without the cache's actor: the stored
-/// head and a ``CompleteView`` of the bytes, by key (``CachingProxy/answerQuickly(_:_:)``).
+/// head and a ``CommittedView`` of the bytes, by key (``CachingProxy/answerQuickly(_:_:)``).
 ///
 /// An entry stands for the resource as the cache holds it open: the cache puts it in (on its
 /// actor, for the version a reader just served) and takes it out in the same step as anything
@@ -13,12 +13,12 @@ final class QuickHits: Sendable {
     /// One stored answer.
     final class Hit: Sendable {
         let head: StoredHead
-        let view: CompleteView
+        let view: CommittedView
         /// When a quick answer last used it, in nanoseconds of ``ContinuousClock`` since
         /// ``QuickHits/epoch`` (0: never): the cache keeps the resource open while it is used.
         let lastUse = Atomic<Int64>(0)
 
-        init(head: StoredHead, view: CompleteView) {
+        init(head: StoredHead, view: CommittedView) {
             self.head = head
             self.view = view
         }

@@ -7,18 +7,17 @@ extension CachingProxy {
     static let quickBodyLimit = 2 << 20
 
     /// The ``HTTPServer`` quick handler: answers a GET or HEAD on the event loop's thread when
-    /// its answer is a fresh stored 200 whose resource is complete and whose bytes are in the
-    /// page cache. The bytes are read from the page cache into the loop's buffer and checked
+    /// its answer is a fresh stored 200 whose bytes are committed and in the page cache. The bytes are read from the page cache into the loop's buffer and checked
     /// against their segments' CRC32C before a byte goes out (docs/DURABILITY.md); head and
     /// body leave in one `sendmsg`. No task, no await, no actor.
     ///
     /// Anything else returns false before sending, and the request takes ``handle(_:_:_:)``: a
     /// miss, a stale or revalidated answer, a conditional that fails, a playlist, several
-    /// ranges, a page not in memory, a segment that fails its check (the handler's read
+    /// ranges, a byte not committed (yet), a page not in memory, a segment that fails its check (the handler's read
     /// drops it), a body over ``quickBodyLimit``. The answer is the one the handler would give,
     /// field for field (`Cache-Status: sparsecache; hit; ttl=N`).
     public func answerQuickly(_ request: HTTPRequestHead, _ reply: inout QuickReply) -> Bool {
-        guard answersOnLoop, origin != nil, request.method == "GET" || request.method == "HEAD", !via.isLoop(request.headers),
+        guard cache.options.quickHits, origin != nil, request.method == "GET" || request.method == "HEAD", !via.isLoop(request.headers),
             case .success(let route) = route(for: request.target), let hit = cache.quickHits[route.key]
         else { return false }
         let view = hit.view, head = hit.head

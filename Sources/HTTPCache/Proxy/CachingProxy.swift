@@ -49,9 +49,6 @@ public final class CachingProxy: Sendable {
     public let via = ProxyVia()
     /// Playlists and segment prefetch (CachingProxy+Playlists, docs/STREAMING.md).
     let streaming: StreamingState
-    /// Fresh hits whose bytes are in the page cache are answered on the event loop
-    /// (``answerQuickly(_:_:)``).
-    public let answersOnLoop: Bool
 
     /// The default ``maximumResourceLength``: 256 GiB (the largest disk images and model files),
     /// whose index costs at most 512 KiB of memory with 64 KiB segments.
@@ -63,15 +60,10 @@ public final class CachingProxy: Sendable {
     ///     always may. Ignored in reverse-proxy mode.
     ///   - maximumResourceLength: longer resources are passed on unstored; nil for no limit.
     ///   - streaming: HLS and DASH playlist rewriting and segment prefetch.
-    ///   - answersOnLoop: answer fresh hits whose bytes are in the page cache on the event
-    ///     loop (``answerQuickly(_:_:)``), given to ``HTTPServer`` as its quick handler.
     public init(
         cache: ProgressiveCache, origin: URL? = nil, allowedOrigins: [String] = [],
-        maximumResourceLength: Int64? = CachingProxy.defaultMaximumResourceLength, streaming: StreamingOptions = StreamingOptions(),
-        answersOnLoop: Bool = true
-    ) {
+        maximumResourceLength: Int64? = CachingProxy.defaultMaximumResourceLength, streaming: StreamingOptions = StreamingOptions()) {
         self.cache = cache
-        self.answersOnLoop = answersOnLoop
         self.origin = origin
         var base = origin?.absoluteString
         while base?.hasSuffix("/") == true { base?.removeLast() }
@@ -305,7 +297,9 @@ public final class CachingProxy: Sendable {
             exchange.status.ttl = policy.freshnessLifetime - age
             try await send(reader, head: head, age: age, exchange)
             // The next hits of it may be answered on the event loop.
-            if answersOnLoop, !reader.isSmallObject, !cache.quickHits.contains(source.key) { await cache.rememberQuickHit(reader) }
+            if cache.options.quickHits, !reader.isSmallObject, cache.quickHits[source.key]?.view.isComplete != true {
+                await cache.rememberQuickHit(reader)
+            }
         case .staleWhileRevalidate(let age):
             exchange.status.hit = true
             exchange.status.ttl = policy.freshnessLifetime - age

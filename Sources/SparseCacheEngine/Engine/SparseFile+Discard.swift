@@ -24,7 +24,7 @@ extension SparseFile {
         // Re-check after the await: segments being written again are left alone.
         let targets = Set(segments).subtracting(busy).sorted()
         if targets.isEmpty { return }
-        withdrawCompleteView()
+        withdrawCommittedView()
         for segment in targets {
             committed.present.remove(segment)
             unsynced[segment] = nil

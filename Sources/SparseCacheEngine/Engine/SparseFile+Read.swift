@@ -168,7 +168,7 @@ extension SparseFile {
     /// Stops serving segments found damaged; in a writable resource the drop is committed with
     /// the next commit so the segments can be fetched again.
     func unserve(_ segments: [Int]) {
-        withdrawCompleteView()
+        withdrawCommittedView()
         for segment in segments { committed.present.remove(segment) }
         if mode == .readWrite {
             pendingChange.dropped = Array(Set(pendingChange.dropped + segments)).sorted()

@@ -100,8 +100,8 @@ public actor SparseFile {
 
     /// Set by a failed sync: every later call throws it.
     var failure: SparseCacheError?
-    /// The view handed out while the resource is complete (``completeView()``).
-    var publishedView: CompleteView?
+    /// The view handed out while the resource is complete (``committedView()``).
+    var publishedView: CommittedView?
     var lifecycle = Lifecycle.open
     var closeTask: Task<Void, Error>?
     var activeOperations = 0
@@ -394,7 +394,7 @@ public actor SparseFile {
 
     private func closeNow() async throws {
         lifecycle = .closing
-        withdrawCompleteView()
+        withdrawCommittedView()
         readCounters.closing.store(true, ordering: .sequentiallyConsistent)
         autoCommitTask?.cancel()
         autoCommitTask = nil
@@ -485,7 +485,7 @@ public actor SparseFile {
             + "data written since the last successful sync is not claimed; reopen the resource"
         poisoned.operation = error.operation
         failure = poisoned
-        withdrawCompleteView()
+        withdrawCommittedView()
         unsynced.removeAll()
         committing.removeAll()
         partials.removeAll()

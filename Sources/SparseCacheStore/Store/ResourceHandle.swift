@@ -47,7 +47,7 @@ public final class ResourceHandle: Sendable {
         return bytes
     }
 
-    /// Marks `range` recently used, for bytes read without the handle (a ``CompleteView`` of
+    /// Marks `range` recently used, for bytes read without the handle (a ``CommittedView`` of
     /// the file).
     package func noteRead(_ range: Range<Int64>) async {
         await store.noteRead(key: key, range: range)

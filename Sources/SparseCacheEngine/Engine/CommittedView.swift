@@ -1,28 +1,33 @@
 import CShim
 import Synchronization
 
-/// A complete resource (its length known, every segment present) read synchronously from the
-/// page cache, every read checked against its segments' CRC32C: what an event loop answers a
-/// cached hit with, with no task, no await and no actor in between.
+/// A resource's committed segments at one moment, read synchronously from the page cache,
+/// every read checked against its segments' CRC32C: what an event loop answers a cached hit
+/// with, with no task, no await and no actor in between.
 ///
-/// A ``SparseFile`` hands one out (``SparseFile/completeView()``) once it is complete and
+/// A ``SparseFile`` of known length hands one out (``SparseFile/committedView()``) and
 /// withdraws it (``isCurrent`` turns false) before anything the view names can change: a
 /// segment dropped as damaged or discarded (eviction inside a resource punches holes that
-/// way), a failed sync, the close. Present segments never change otherwise, so until then the
-/// view's checksums are the committed ones.
+/// way), a failed sync, the close. Otherwise a present segment stays present and never
+/// changes, so until then every segment the view names is committed with the checksum the
+/// view holds. Segments committed after the view was taken are not in it: the resource hands
+/// out a newer view for them.
 ///
 /// The view reads through a descriptor of its own, closed when the last holder lets go: a read
 /// that races a withdrawal or a removal of the files reads the bytes the view names (an
 /// unlinked file keeps them) or bytes that fail the check (a punched hole), never the bytes of
 /// another file that took the descriptor's number.
-public final class CompleteView: Sendable {
+public final class CommittedView: Sendable {
     /// The resource's data file, for messages.
     public let path: String
     /// The resource length in bytes.
     public let length: Int64
+    /// The bytes present when the view was taken.
+    public let presentBytes: Int64
     /// The segment size is `1 << segmentShift` bytes.
     public let segmentShift: Int
     private let descriptor: FileDescriptor
+    private let present: SegmentBitmap
     private let checksums: SegmentChecksums
     private let current = Atomic<Bool>(true)
 
@@ -36,16 +41,19 @@ public final class CompleteView: Sendable {
         /// A segment's bytes do not match their CRC32C (or the file is shorter than the view):
         /// nothing may be served; the resource's own read path finds and drops the segment.
         case damaged
-        /// The view was withdrawn, or the range is not inside the resource.
+        /// The view was withdrawn, a segment of the range was not present when it was taken,
+        /// or the range is not inside the resource.
         case unavailable
     }
 
-    init(path: String, length: Int64, segmentShift: Int, descriptor: FileDescriptor, checksums: SegmentChecksums) {
+    init(path: String, state: IndexState, length: Int64, descriptor: FileDescriptor) {
         self.path = path
         self.length = length
-        self.segmentShift = segmentShift
+        presentBytes = state.presentBytes
+        segmentShift = state.segmentShift
         self.descriptor = descriptor
-        self.checksums = checksums
+        present = state.present
+        checksums = state.checksums
     }
 
     deinit { descriptor.close() }
@@ -64,6 +72,9 @@ public final class CompleteView: Sendable {
         return start..<min((lastSegment + 1) << Int64(segmentShift), length)
     }
 
+    /// Whether every byte of the resource was present when the view was taken.
+    public var isComplete: Bool { presentBytes == length }
+
     /// Copies the segments `range` lies in from the page cache into `buffer` and checks each
     /// against its CRC32C. Never waits for the disk: pages not cached make it
     /// ``ReadOutcome/notResident`` without a read (cachestat(2) first, then preadv2 with
@@ -74,6 +85,9 @@ public final class CompleteView: Sendable {
         guard isCurrent, !range.isEmpty, range.lowerBound >= 0, range.upperBound <= length else { return .unavailable }
         let span = span(of: range)
         let count = Int(span.count)
+        let first = Int(span.lowerBound >> Int64(segmentShift))
+        let last = Int((span.upperBound - 1) >> Int64(segmentShift))
+        guard present.firstClear(in: first..<(last + 1)) == nil else { return .unavailable }
         precondition(buffer.count >= count, "the buffer holds \(buffer.count) bytes, the read needs \(count)")
         guard descriptor.isCached(offset: span.lowerBound, length: count) else { return .notResident }
         let target = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<count])
@@ -82,7 +96,7 @@ public final class CompleteView: Sendable {
         // which the resource's own read reports as damage).
         guard copied == count else { return .notResident }
         let size = 1 << segmentShift
-        var segment = Int(span.lowerBound >> Int64(segmentShift))
+        var segment = first
         var lower = 0
         while lower < count {
             let upper = min(lower + size, count)
@@ -96,24 +110,23 @@ public final class CompleteView: Sendable {
 }
 
 extension SparseFile {
-    /// A ``CompleteView`` of this resource while it is complete and open, the same one until
-    /// it is withdrawn; nil when a byte is missing (or the length unknown), the resource is
-    /// closing, or a sync failed.
-    public func completeView() -> CompleteView? {
-        if let view = publishedView, view.isCurrent { return view }
-        guard lifecycle == .open, failure == nil, let length = committed.length, presentBytes == length else { return nil }
+    /// A ``CommittedView`` of what is committed now: the same one while nothing was committed
+    /// since and it is not withdrawn. Nil while the length is unknown or nothing is present,
+    /// once the resource is closing, and after a failed sync.
+    public func committedView() -> CommittedView? {
+        if let view = publishedView, view.isCurrent, view.presentBytes == committed.presentBytes { return view }
+        guard lifecycle == .open, failure == nil, let length = committed.length, committed.presentBytes > 0 else { return nil }
         let duplicate = sc_dup(dataFile.rawValue)
         guard duplicate >= 0 else { return nil }
-        let view = CompleteView(
-            path: path, length: length, segmentShift: segmentShift, descriptor: FileDescriptor(rawValue: duplicate, path: path),
-            checksums: committed.checksums)
+        let view = CommittedView(path: path, state: committed, length: length, descriptor: FileDescriptor(rawValue: duplicate, path: path))
         publishedView = view
         return view
     }
 
-    /// Withdraws the published ``CompleteView``: called before any present segment stops
-    /// being present and before the resource stops being usable.
-    func withdrawCompleteView() {
+    /// Withdraws the published ``CommittedView``: called before any present segment stops
+    /// being present and before the resource stops being usable. (A view is not withdrawn when
+    /// segments are added: it stays right, only smaller than the next one.)
+    func withdrawCommittedView() {
         publishedView?.withdraw()
         publishedView = nil
     }
