@@ -120,6 +120,19 @@ struct QuickHitTests {
         return body
     }
 
+    /// Asks for `arguments` until the event loop answers it (a commit, or the handler's
+    /// refresh of the key's view, may come just after an answer).
+    static func untilQuick(_ rig: ScriptedProxy, _ arguments: [String], name: String = "clip.bin", body: [UInt8]) async throws {
+        for _ in 0..<50 {
+            let before = rig.proxy.cache.statistics.quickAnswers
+            let answer = try await rig.get(name, arguments)
+            #expect(answer.exitCode == 0, "\(answer)")
+            if rig.proxy.cache.statistics.quickAnswers > before { return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        Issue.record("\(arguments) was never answered on the event loop")
+    }
+
     /// The fields that may differ between two answers of one stored response: when it was
     /// fetched (Date, Age) and the freshness left.
     static func comparable(_ headers: [String: String]) -> [String: String] {
@@ -248,6 +261,24 @@ struct QuickHitTests {
         #expect(rig.proxy.cache.statistics.quickAnswers == before, "damaged bytes were answered on the loop")
         #expect(answer.status == 206 && sameBytes(answer.body, body[65536...131071]), "\(answer)")
         #expect(rig.count("clip.bin") == 2, "the damaged segment was fetched again: \(rig.requests("clip.bin"))")
+
+        // Damage past a range's first segment shows after the head went out: the answer is cut
+        // (never a damaged byte), and the next request takes the handler.
+        try await Self.untilQuick(rig, ["-r", "0-300000"], body: body)
+        try RawFile.write(path, offset: 200_000, [body[200_000] ^ 0x01])
+        let cut = try await rig.get("clip.bin", ["-r", "0-300000"])
+        #expect(cut.exitCode != 0 && cut.body.count < 300_001, "a damaged answer was sent whole: \(cut)")
+        #expect(sameBytes(cut.body, body[0..<cut.body.count]), "the bytes sent before the cut are the stored ones")
+        let after = try await rig.get("clip.bin", ["-r", "0-300000"])
+        #expect(after.status == 206 && sameBytes(after.body, body[0...300_000]), "\(after)")
+
+        // Pages not in the page cache are the handler's to read (on its I/O threads).
+        try await Self.untilQuick(rig, ["-r", "0-300000"], body: body)
+        try ReadPathTests.dropPageCache(try #require(rig.proxy.cache.quickHits[key]?.view.path))
+        let quickBefore = rig.proxy.cache.statistics.quickAnswers
+        let cold = try await rig.get("clip.bin", ["-r", "0-300000"])
+        #expect(cold.status == 206 && sameBytes(cold.body, body[0...300_000]), "\(cold)")
+        #expect(rig.proxy.cache.statistics.quickAnswers == quickBefore, "pages not in memory were answered on the loop")
         await rig.stop()
     }
 }

@@ -60,11 +60,30 @@ extension CachingProxy {
         }
         guard range.count <= Self.quickBodyLimit else { return false }
         if range.isEmpty || request.method == "HEAD" {
-            reply.send(status: code, headers: headers, body: UnsafeRawBufferPointer(start: nil, count: 0), contentLength: Int64(range.count))
+            reply.send(status: code, headers: headers, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(start: nil, count: 0))
         } else {
+            // The head goes out with the range's first segment, checked; the rest follows,
+            // checked, so the first byte does not wait for the whole range to be read. Every
+            // page is looked for first: a range partly in memory is the handler's.
+            let firstEnd = min(range.upperBound, view.span(of: range.lowerBound..<(range.lowerBound + 1)).upperBound)
+            guard firstEnd == range.upperBound || view.isResident(range) else { return false }
             let buffer = reply.scratch(Int(view.span(of: range).count))
-            guard case .read(let at) = view.read(range, into: buffer) else { return false }
-            reply.send(status: code, headers: headers, body: UnsafeRawBufferPointer(rebasing: buffer[at..<(at + Int(range.count))]))
+            guard case .read(let at) = view.read(range.lowerBound..<firstEnd, into: buffer) else { return false }
+            let first = Int(firstEnd - range.lowerBound)
+            reply.send(
+                status: code, headers: headers, contentLength: Int64(range.count),
+                body: UnsafeRawBufferPointer(rebasing: buffer[at..<(at + first)]))
+            if firstEnd < range.upperBound {
+                // Found in memory a moment ago, the rest fails only if the page cache dropped a
+                // page since or a segment is damaged: the answer is cut (its head is out), and
+                // the key's next request takes the handler, which drops a damaged segment.
+                guard case .read(let restAt) = view.read(firstEnd..<range.upperBound, into: buffer) else {
+                    cache.quickHits.remove(route.key, ifStill: hit)
+                    reply.abandon()
+                    return true
+                }
+                reply.sendBody(UnsafeRawBufferPointer(rebasing: buffer[restAt..<(restAt + Int(range.upperBound - firstEnd))]))
+            }
         }
         let bytes = request.method == "HEAD" ? 0 : Int64(range.count)
         reply.noteCache(outcome: status.outcome, hitBytes: bytes)

@@ -75,6 +75,16 @@ public final class CommittedView: Sendable {
     /// Whether every byte of the resource was present when the view was taken.
     public var isComplete: Bool { presentBytes == length }
 
+    /// Whether a read of `range` would find its segments in the view and their pages in the
+    /// page cache now (cachestat(2): no copy, no I/O).
+    public func isResident(_ range: Range<Int64>) -> Bool {
+        guard isCurrent, !range.isEmpty, range.lowerBound >= 0, range.upperBound <= length else { return false }
+        let span = span(of: range)
+        let first = Int(span.lowerBound >> Int64(segmentShift))
+        let last = Int((span.upperBound - 1) >> Int64(segmentShift))
+        return present.firstClear(in: first..<(last + 1)) == nil && descriptor.isCached(offset: span.lowerBound, length: Int(span.count))
+    }
+
     /// Copies the segments `range` lies in from the page cache into `buffer` and checks each
     /// against its CRC32C. Never waits for the disk: pages not cached make it
     /// ``ReadOutcome/notResident`` without a read (cachestat(2) first, then preadv2 with

@@ -321,7 +321,7 @@ public final class HTTPServer: Sendable {
     /// Sends what a quick reply's client did not take at once, and logs the request; false when
     /// the connection closes after it.
     private func finish(_ reply: borrowing QuickReply, client: Client, started: ContinuousClock.Instant, time: Double) async -> Bool {
-        var complete = reply.sent && !reply.failed
+        var complete = reply.isComplete
         if complete, !reply.rest.isEmpty {
             client.setDeadline(options.sendTimeout, reason: "send timeout")
             do {
@@ -337,7 +337,8 @@ public final class HTTPServer: Sendable {
             HTTPLogEntry(
                 peer: client.connection.peer, method: request.method, target: request.target, range: request.header("range"),
                 status: reply.status, bytes: complete ? reply.bodyBytes : 0, cacheHitBytes: complete ? reply.cacheHitBytes : 0,
-                cacheMissBytes: 0, duration: ContinuousClock.now - started, complete: complete, note: complete ? nil : "stopped: send failed",
+                cacheMissBytes: 0, duration: ContinuousClock.now - started, complete: complete,
+                note: complete ? nil : "stopped: the answer was cut short",
                 cacheOutcome: reply.cacheOutcome, id: id, time: time))
         // A response cut short ends the connection at once.
         guard complete else { return false }

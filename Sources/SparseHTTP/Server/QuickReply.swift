@@ -13,9 +13,9 @@ import Glibc
 /// cache, say); see ``HTTPServer/start(options:log:quick:handler:)``.
 public typealias QuickHandler = @Sendable (_ request: HTTPRequestHead, _ reply: inout QuickReply) -> Bool
 
-/// The response of a ``QuickHandler``: one head and a body of known length, sent at once
-/// without waiting. What the client's window does not take now is kept and sent by the server
-/// after the handler returns, as for any response.
+/// The response of a ``QuickHandler``: one head and a body of known length, sent as the
+/// handler has it, without waiting. What the client's window does not take now is kept and
+/// sent by the server after the handler returns, as for any response.
 public struct QuickReply: ~Copyable {
     let request: HTTPRequestHead
     let connection: TCPConnection
@@ -24,6 +24,7 @@ public struct QuickReply: ~Copyable {
     public private(set) var closes: Bool
     private(set) var status = 0
     private(set) var bodyBytes: Int64 = 0
+    private var announced: Int64 = 0
     private(set) var sent = false
     /// What the client's window did not take; the server sends it next.
     private(set) var rest: [UInt8] = []
@@ -60,31 +61,58 @@ public struct QuickReply: ~Copyable {
         cacheHitBytes = hitBytes
     }
 
+    /// Whether the whole response went out or is in ``rest``: a reply cut short (a failed
+    /// send, ``abandon()``, a body shorter than announced) closes the connection.
+    var isComplete: Bool {
+        sent && !failed && (request.method == "HEAD" || bodyBytes == announced)
+    }
+
     /// Sends the head (with `Date`, `Server`, `Content-Length` and `Connection` added as
     /// ``HTTPResponseWriter/writeHead(status:headers:contentLength:withFirstBody:)`` adds them)
-    /// and `body` (nothing of it for a HEAD request) in one `sendmsg`, without waiting. Call it
-    /// once.
-    ///
-    /// - Parameter contentLength: the length a HEAD request's answer announces (its body is
-    ///   not read); nil for `body`'s.
-    public mutating func send(status: Int, headers: [(String, String)], body: UnsafeRawBufferPointer, contentLength: Int64? = nil) {
+    /// announcing `contentLength` body bytes, and with it `body`, the first of them (nothing
+    /// for a HEAD request), in one `sendmsg`, without waiting. Call it once; the rest of the
+    /// body follows with ``sendBody(_:)``.
+    public mutating func send(status: Int, headers: [(String, String)], contentLength: Int64, body: UnsafeRawBufferPointer) {
         precondition(!sent, "a quick reply sends one response")
         sent = true
         self.status = status
-        bodyBytes = request.method == "HEAD" ? 0 : Int64(body.count)
-        let head = HTTPResponseWriter.encodedHead(
-            status: status, headers: headers, contentLength: contentLength ?? Int64(body.count), chunked: false, closes: closes)
-        let payload = request.method == "HEAD" ? UnsafeRawBufferPointer(start: nil, count: 0) : body
-        let total = head.count + payload.count
+        announced = contentLength
+        let head = HTTPResponseWriter.encodedHead(status: status, headers: headers, contentLength: contentLength, chunked: false, closes: closes)
+        head.withUnsafeBytes { head in
+            transmit(head, request.method == "HEAD" ? UnsafeRawBufferPointer(start: nil, count: 0) : body)
+        }
+    }
+
+    /// Sends more of the body announced by ``send(status:headers:contentLength:body:)``, without
+    /// waiting (nothing for a HEAD request).
+    public mutating func sendBody(_ body: UnsafeRawBufferPointer) {
+        precondition(sent, "the head goes first")
+        guard request.method != "HEAD", !failed else { return }
+        precondition(bodyBytes + Int64(body.count) <= announced, "body bytes past the announced length")
+        transmit(UnsafeRawBufferPointer(start: nil, count: 0), body)
+    }
+
+    /// Ends the reply short of its announced length (the body could not be read): the
+    /// connection closes after what went out, so the client sees the answer was cut.
+    public mutating func abandon() {
+        failed = true
+        rest = []
+    }
+
+    /// `first` then `second` in one `sendmsg` while the client's window takes them; what it
+    /// does not take now goes to ``rest``, and once anything is there everything after it
+    /// does too, in order.
+    private mutating func transmit(_ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer) {
+        bodyBytes += Int64(second.count)
+        let total = first.count + second.count
         var done = 0
-        while done < total {
+        while rest.isEmpty, done < total {
             let offset = done
             let result = connection.descriptor.use { fd -> (count: Int, errno: Int32) in
-                let count = head.withUnsafeBytes { head in
-                    offset < head.count
-                        ? sc_send2(fd, head.baseAddress! + offset, head.count - offset, payload.baseAddress, payload.count)
-                        : sc_send(fd, payload.baseAddress! + (offset - head.count), total - offset)
-                }
+                let count =
+                    offset < first.count
+                    ? sc_send2(fd, first.baseAddress! + offset, first.count - offset, second.baseAddress, second.count)
+                    : sc_send(fd, second.baseAddress! + (offset - first.count), total - offset)
                 return (count, count > 0 ? 0 : errno)
             }
             guard let result else {
@@ -102,10 +130,10 @@ public struct QuickReply: ~Copyable {
         }
         if done < total {
             // The client's window is full: the rest goes out as any response's does, waiting.
-            rest.reserveCapacity(total - done)
-            if done < head.count { rest += head[done...] }
-            let from = max(0, done - head.count)
-            if from < payload.count { rest += UnsafeRawBufferPointer(rebasing: payload[from...]) }
+            rest.reserveCapacity(rest.count + total - done)
+            if done < first.count { rest += UnsafeRawBufferPointer(rebasing: first[done...]) }
+            let from = max(0, done - first.count)
+            if from < second.count { rest += UnsafeRawBufferPointer(rebasing: second[from...]) }
         }
     }
 }
