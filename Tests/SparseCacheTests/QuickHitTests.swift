@@ -7,6 +7,7 @@ import Testing
 
 @testable import HTTPCache
 @testable import SparseCacheEngine
+@testable import SparseCacheStore
 @testable import SparseHTTP
 
 #if canImport(Glibc)
@@ -93,6 +94,46 @@ struct CommittedViewTests {
             try await file.close()
             #expect(!second.isCurrent, "close withdraws it")
         }
+    }
+}
+
+@Suite("small-object views", .timeLimit(.minutes(2)))
+struct SmallObjectViewTests {
+    @Test("a view reads its record from the page cache and checks it; a new record, a removal or damage of the key ends it")
+    func readsAndEnds() async throws {
+        let directory = try TemporaryDirectory("small-view")
+        defer { directory.remove() }
+        let store = try await SmallObjectStore.open(directory: directory.path)
+        let body = sourceBytes(0..<3000, salt: 4)
+        let sequence = try await store.put(key: "a", metadata: ResourceMetadata(), body: body)
+        try await store.put(key: "b", metadata: ResourceMetadata(), body: Array(body.prefix(10)))
+        #expect(await store.view(for: "a", sequence: sequence + 100) == nil, "another record's sequence")
+        let view = try #require(await store.view(for: "a", sequence: sequence))
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: view.recordCount, alignment: 16)
+        defer { buffer.deallocate() }
+        guard case .read(let range) = view.read(into: buffer) else {
+            Issue.record("\(view.read(into: buffer))")
+            return
+        }
+        #expect(Array(UnsafeRawBufferPointer(rebasing: buffer[range])) == body)
+
+        // The same record, damaged on disk (through the page cache): never read as the object.
+        let log = try #require(SmallObjectStoreTests.logFiles(directory.path).first)
+        let raw = try RawFile.read(log)
+        let at = try #require((0..<(raw.count - body.count)).first { raw[$0..<($0 + 16)].elementsEqual(body.prefix(16)) })
+        try RawFile.write(log, offset: Int64(at + 100), [raw[at + 100] ^ 0x08])
+        #expect(view.read(into: buffer) == .damaged)
+        try RawFile.write(log, offset: Int64(at + 100), [raw[at + 100]])
+        #expect(view.read(into: buffer) != .damaged)
+
+        // A new record for the key: the view is no longer its object, whatever its bytes say.
+        try await store.put(key: "a", metadata: ResourceMetadata(), body: Array(body.reversed()))
+        #expect(!view.isCurrent && view.read(into: buffer) == .unavailable)
+        let current = try #require(try await store.object(for: "a"))
+        let next = try #require(await store.view(for: "a", sequence: current.sequence))
+        _ = try await store.remove(key: "a")
+        #expect(!next.isCurrent, "a removal ends it")
+        await store.close()
     }
 }
 
@@ -214,6 +255,44 @@ struct QuickHitTests {
         await rig.stop()
     }
 
+    @Test("small objects: fresh hits on the loop with the handler's answers; a replaced object is never answered from its old record")
+    func smallObjects() async throws {
+        let rig = try await ScriptedProxy()
+        var handlerOnly = FillOptions.testing
+        handlerOnly.quickHits = false
+        let slow = try await ProxyFixture(origin: rig.origin.baseURL, fill: handlerOnly)
+        try rig.script("s.css", [("Cache-Control", "max-age=600"), ("ETag", "\"s1\""), ("Content-Type", "text/css")]) {
+            $0.bodySize = 4096
+            $0.bodySeed = 3
+        }
+        let body = OriginScript.pattern(count: 4096, seed: 3)
+        try await Self.untilQuick(rig, [], name: "s.css", body: body)
+        for _ in 0..<2 { _ = try await Curl.run(slow.baseURL + "/s.css") }
+        for arguments in [[], ["-r", "10-99"], ["-r", "-1"], ["-I"], ["-r", "4000-9000"]] {
+            let before = rig.proxy.cache.statistics.quickAnswers
+            let answer = try await rig.get("s.css", arguments)
+            let handled = try await Curl.run(slow.baseURL + "/s.css", arguments)
+            #expect(rig.proxy.cache.statistics.quickAnswers == before + 1, "\(arguments) was not answered on the loop")
+            #expect(answer.status == handled.status && Self.comparable(answer.headers) == Self.comparable(handled.headers), "\(arguments): \(answer) against \(handled)")
+            if !arguments.contains("-I") { #expect(answer.body == handled.body, "\(arguments)") }
+        }
+        #expect(rig.count("s.css") == 2, "one fetch for each proxy: \(rig.requests("s.css"))")
+
+        // A new version behind a purge: the new body, never the old record.
+        try rig.script("s.css", [("Cache-Control", "max-age=600"), ("ETag", "\"s2\""), ("Content-Type", "text/css")]) {
+            $0.bodySize = 4096
+            $0.bodySeed = 4
+        }
+        _ = try await rig.get("s.css", ["-X", "PURGE"])
+        let second = OriginScript.pattern(count: 4096, seed: 4)
+        for _ in 0..<3 {
+            let answer = try await rig.get("s.css")
+            #expect(answer.headers["etag"] == "\"s2\"" && answer.body == second, "\(answer)")
+        }
+        await slow.stop()
+        await rig.stop()
+    }
+
     @Test("a purge, a stale answer and a replaced version are never answered on the loop")
     func droppedAnswers() async throws {
         let rig = try await ScriptedProxy()
@@ -253,7 +332,7 @@ struct QuickHitTests {
         let rig = try await ScriptedProxy()
         let body = try await Self.warmed(rig)
         let key = try #require(rig.proxy.cache.quickHits.keys.first)
-        let path = try #require(rig.proxy.cache.quickHits[key]?.view.path)
+        let path = try #require(rig.proxy.cache.quickHits[key]?.view?.path)
         let offset = 70_000
         try RawFile.write(path, offset: Int64(offset), [body[offset] ^ 0x01])
         let before = rig.proxy.cache.statistics.quickAnswers
@@ -274,7 +353,7 @@ struct QuickHitTests {
 
         // Pages not in the page cache are the handler's to read (on its I/O threads).
         try await Self.untilQuick(rig, ["-r", "0-300000"], body: body)
-        try ReadPathTests.dropPageCache(try #require(rig.proxy.cache.quickHits[key]?.view.path))
+        try ReadPathTests.dropPageCache(try #require(rig.proxy.cache.quickHits[key]?.view?.path))
         let quickBefore = rig.proxy.cache.statistics.quickAnswers
         let cold = try await rig.get("clip.bin", ["-r", "0-300000"])
         #expect(cold.status == 206 && sameBytes(cold.body, body[0...300_000]), "\(cold)")

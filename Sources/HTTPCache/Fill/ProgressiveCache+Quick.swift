@@ -4,11 +4,33 @@ import SparseCacheStore
 extension ProgressiveCache {
     /// ``refreshQuickHit(_:)`` for the resource `reader` holds, when it still holds the
     /// version the reader opened.
+    ///
+    /// For a small object read from the store: its record, while it is still the key's.
     func rememberQuickHit(_ reader: CacheReader) async {
-        guard options.quickHits, let (handle, generation) = reader.resourceHeld, let resource = resources[reader.source.key],
-            resource.handle === handle, resource.generation == generation
+        guard options.quickHits else { return }
+        let key = reader.source.key
+        guard reader.isSmallObject else {
+            guard let (handle, generation) = reader.resourceHeld, let resource = resources[key], resource.handle === handle,
+                resource.generation == generation
+            else { return }
+            await refreshQuickHit(resource)
+            return
+        }
+        guard smallArriving[key] == nil, resources[key] == nil, let known = smallInfos[key], let head = known.info.stored,
+            let view = await store.smallObjects.view(for: key, sequence: known.sequence)
         else { return }
-        await refreshQuickHit(resource)
+        quickHits.insert(QuickHits.Hit(head: head, bytes: .small(view)), for: key)
+    }
+
+    /// Tells the small-object store which objects quick answers used (its recency decides
+    /// eviction), a second after the first of them: one task per second at most, whatever the
+    /// rate of hits.
+    nonisolated func tellSmallUses() {
+        let hits = quickHits, objects = store.smallObjects
+        Task(executorPreference: LoopExecutor.current) { @Sendable in
+            try? await Task.sleep(for: .seconds(1))
+            for key in hits.takeSmallUses() { await objects.noteUse(of: key) }
+        }
     }
 
     /// Lets the event loops answer hits of what `resource` has committed without this actor
@@ -27,7 +49,7 @@ extension ProgressiveCache {
         else { return }
         let known = quickHits[resource.key]
         guard known?.view !== view else { return }
-        let hit = QuickHits.Hit(head: head, view: view)
+        let hit = QuickHits.Hit(head: head, bytes: .resource(view))
         if let known { hit.lastUse.store(known.lastUse.load(ordering: .relaxed), ordering: .relaxed) }
         quickHits.insert(hit, for: resource.key)
     }
@@ -36,13 +58,13 @@ extension ProgressiveCache {
     /// open: the kept-open time then counts from the last of them, and the store hears of the
     /// use (its recency decides eviction).
     func keptForQuickHits(_ resource: FillResource) -> Bool {
-        guard let hit = quickHits[resource.key], let handle = resource.handle else { return false }
+        guard let hit = quickHits[resource.key], let view = hit.view, let handle = resource.handle else { return false }
         let last = hit.lastUse.load(ordering: .relaxed)
         guard last > 0 else { return false }
         let used = QuickHits.epoch + .nanoseconds(last)
         guard used > resource.idleSince else { return false }
         resource.idleSince = used
-        let length = hit.view.length
+        let length = view.length
         _ = onLoop { await handle.noteRead(0..<length) }
         return ContinuousClock.now - used < options.keepOpen
     }

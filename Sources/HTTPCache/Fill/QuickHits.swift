@@ -1,50 +1,130 @@
 import SparseCacheEngine
+import SparseCacheStore
 import Synchronization
 
-/// Stored answers an event loop may answer a hit from without the cache's actor: the stored
-/// head and a ``CommittedView`` of the bytes, by key (``CachingProxy/answerQuickly(_:_:)``).
+/// Stored answers an event loop may answer a hit from without the cache's actor, by key: the
+/// stored head and a view of the bytes (``CachingProxy/answerQuickly(_:_:)``).
 ///
-/// An entry stands for the resource as the cache holds it open: the cache puts it in (on its
-/// actor, for the version a reader just served) and takes it out in the same step as anything
-/// that makes it wrong: the resource closed, replaced, invalidated or its head freshened
-/// (``FillResource/handle`` and ``FillResource/info`` remove it whenever they change). The view
-/// covers what the engine changes under it: a withdrawn view is dropped at its next use.
+/// - A resource's entry stands for it as the cache holds it open: the cache puts it in (on its
+///   actor, for the version it holds) and takes it out in the same step as anything that makes
+///   it wrong: the resource closed, replaced, invalidated or its head freshened
+///   (``FillResource/handle`` and ``FillResource/info`` remove it whenever they change). The
+///   engine withdraws a ``CommittedView`` itself before any segment it names stops being
+///   present; a withdrawn view is dropped at its next use.
+/// - A small object's entry names one record, which never changes; its view stops being
+///   current when the key's record changes in the store (``SmallObjectView``). At most
+///   ``smallCapacity`` of them: a full table forgets them all (the next hit of each puts it back).
 final class QuickHits: Sendable {
+    /// Where a hit's bytes are.
+    enum Bytes: Sendable {
+        case resource(CommittedView)
+        case small(SmallObjectView)
+    }
+
     /// One stored answer.
     final class Hit: Sendable {
         let head: StoredHead
-        let view: CommittedView
+        let bytes: Bytes
         /// When a quick answer last used it, in nanoseconds of ``ContinuousClock`` since
-        /// ``QuickHits/epoch`` (0: never): the cache keeps the resource open while it is used.
+        /// ``QuickHits/epoch`` (0: never): the cache keeps the resource open while it is used,
+        /// and tells the store of the use.
         let lastUse = Atomic<Int64>(0)
 
-        init(head: StoredHead, view: CommittedView) {
+        init(head: StoredHead, bytes: Bytes) {
             self.head = head
-            self.view = view
+            self.bytes = bytes
         }
+
+        /// The resource's view; nil for a small object.
+        var view: CommittedView? {
+            if case .resource(let view) = bytes { return view }
+            return nil
+        }
+
+        /// Whether every byte of the answer is in it (a small object, or a complete resource):
+        /// nothing committed later can make it larger.
+        var isWhole: Bool {
+            switch bytes {
+            case .resource(let view): view.isComplete
+            case .small: true
+            }
+        }
+
+        var isCurrent: Bool {
+            switch bytes {
+            case .resource(let view): view.isCurrent
+            case .small(let view): view.isCurrent
+            }
+        }
+    }
+
+    private struct State {
+        var hits: [String: Hit] = [:]
+        var small = 0
+        /// Small objects used by quick answers since the store was last told.
+        var used: [String] = []
     }
 
     static let epoch = ContinuousClock.now
-    private let table = Mutex<[String: Hit]>([:])
+    static let smallCapacity = 8192
+    private let state = Mutex(State())
 
-    subscript(key: String) -> Hit? { table.withLock { $0[key] } }
+    subscript(key: String) -> Hit? { state.withLock { $0.hits[key] } }
 
-    func contains(_ key: String) -> Bool { table.withLock { $0[key] != nil } }
+    func contains(_ key: String) -> Bool { state.withLock { $0.hits[key] != nil } }
 
-    func insert(_ hit: Hit, for key: String) { table.withLock { $0[key] = hit } }
-
-    func remove(_ key: String) { table.withLock { _ = $0.removeValue(forKey: key) } }
-
-    /// Removes `key`'s entry only while it is `hit` (a newer one stays).
-    func remove(_ key: String, ifStill hit: Hit) {
-        table.withLock { table in
-            if table[key] === hit { table[key] = nil }
+    func insert(_ hit: Hit, for key: String) {
+        state.withLock { state in
+            if case .small = hit.bytes {
+                if state.small >= Self.smallCapacity {
+                    state.hits = state.hits.filter { if case .small = $0.value.bytes { false } else { true } }
+                    state.small = 0
+                }
+                state.small += 1
+            }
+            if let old = state.hits.updateValue(hit, forKey: key), case .small = old.bytes { state.small -= 1 }
         }
     }
 
-    var count: Int { table.withLock { $0.count } }
+    func remove(_ key: String) {
+        state.withLock { state in
+            if let old = state.hits.removeValue(forKey: key), case .small = old.bytes { state.small -= 1 }
+        }
+    }
 
-    var keys: [String] { table.withLock { Array($0.keys) } }
+    /// Removes `key`'s entry only while it is `hit` (a newer one stays).
+    func remove(_ key: String, ifStill hit: Hit) {
+        state.withLock { state in
+            guard state.hits[key] === hit else { return }
+            state.hits[key] = nil
+            if case .small = hit.bytes { state.small -= 1 }
+        }
+    }
+
+    /// Notes a quick answer from `hit`. For a small object not noted in the last second, `key`
+    /// joins the uses to tell the store; true when it is the first of them (the caller starts
+    /// the task that tells the store, ``takeSmallUses()``).
+    func noteUse(of hit: Hit, key: String) -> Bool {
+        let now = Self.now()
+        let before = hit.lastUse.exchange(now, ordering: .relaxed)
+        guard case .small = hit.bytes, now - before >= 1_000_000_000 else { return false }
+        return state.withLock { state in
+            state.used.append(key)
+            return state.used.count == 1
+        }
+    }
+
+    /// The small objects used since the last call.
+    func takeSmallUses() -> [String] {
+        state.withLock { state in
+            defer { state.used = [] }
+            return state.used
+        }
+    }
+
+    var count: Int { state.withLock { $0.hits.count } }
+
+    var keys: [String] { state.withLock { Array($0.hits.keys) } }
 
     static func now() -> Int64 {
         let elapsed = ContinuousClock.now - epoch

@@ -20,8 +20,8 @@ extension CachingProxy {
         guard cache.options.quickHits, origin != nil, request.method == "GET" || request.method == "HEAD", !via.isLoop(request.headers),
             case .success(let route) = route(for: request.target), let hit = cache.quickHits[route.key]
         else { return false }
-        let view = hit.view, head = hit.head
-        guard view.isCurrent else {
+        let head = hit.head
+        guard hit.isCurrent else {
             cache.quickHits.remove(route.key, ifStill: hit)
             return false
         }
@@ -43,7 +43,11 @@ extension CachingProxy {
         status.hit = true
         status.fromStorage = true
         status.ttl = head.policy.freshnessLifetime - age
-        let length = view.length
+        let length: Int64
+        switch hit.bytes {
+        case .resource(let view): length = view.length
+        case .small(let view): length = Int64(view.bodyCount)
+        }
         var headers = storedFields(stored, status: 200, age: age, lengthKnown: true, cacheStatus: status)
         let range: Range<Int64>, code: Int
         switch RangeRequest.parse(rangeHeader, length: length) {
@@ -62,27 +66,15 @@ extension CachingProxy {
         if range.isEmpty || request.method == "HEAD" {
             reply.send(status: code, headers: headers, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(start: nil, count: 0))
         } else {
-            // The head goes out with the range's first segment, checked; the rest follows,
-            // checked, so the first byte does not wait for the whole range to be read. Every
-            // page is looked for first: a range partly in memory is the handler's.
-            let firstEnd = min(range.upperBound, view.span(of: range.lowerBound..<(range.lowerBound + 1)).upperBound)
-            guard firstEnd == range.upperBound || view.isResident(range) else { return false }
-            let buffer = reply.scratch(Int(view.span(of: range).count))
-            guard case .read(let at) = view.read(range.lowerBound..<firstEnd, into: buffer) else { return false }
-            let first = Int(firstEnd - range.lowerBound)
-            reply.send(
-                status: code, headers: headers, contentLength: Int64(range.count),
-                body: UnsafeRawBufferPointer(rebasing: buffer[at..<(at + first)]))
-            if firstEnd < range.upperBound {
-                // Found in memory a moment ago, the rest fails only if the page cache dropped a
-                // page since or a segment is damaged: the answer is cut (its head is out), and
-                // the key's next request takes the handler, which drops a damaged segment.
-                guard case .read(let restAt) = view.read(firstEnd..<range.upperBound, into: buffer) else {
-                    cache.quickHits.remove(route.key, ifStill: hit)
-                    reply.abandon()
-                    return true
-                }
-                reply.sendBody(UnsafeRawBufferPointer(rebasing: buffer[restAt..<(restAt + Int(range.upperBound - firstEnd))]))
+            switch hit.bytes {
+            case .resource(let view):
+                guard Self.send(range, of: view, status: code, headers: headers, &reply) else { return false }
+                if !reply.isSent { cache.quickHits.remove(route.key, ifStill: hit) }
+            case .small(let view):
+                let buffer = reply.scratch(view.recordCount)
+                guard case .read(let body) = view.read(into: buffer) else { return false }
+                let part = (body.lowerBound + Int(range.lowerBound))..<(body.lowerBound + Int(range.upperBound))
+                reply.send(status: code, headers: headers, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(rebasing: buffer[part]))
             }
         }
         let bytes = request.method == "HEAD" ? 0 : Int64(range.count)
@@ -91,7 +83,34 @@ extension CachingProxy {
             $0.bytesFromCache += bytes
             $0.quickAnswers += 1
         }
-        hit.lastUse.store(QuickHits.now(), ordering: .relaxed)
+        if cache.quickHits.noteUse(of: hit, key: route.key) { cache.tellSmallUses() }
+        return true
+    }
+
+    /// Sends `range` of a resource: the head with the range's first segment, checked, then the
+    /// rest, checked, so the first byte does not wait for the whole range to be read. Every
+    /// page is looked for first: a range partly in memory is the handler's. False when nothing
+    /// was sent; a reply that is not ``QuickReply/isSent`` afterwards was cut short (found
+    /// damaged, or dropped from memory, past its first segment: never a damaged byte).
+    private static func send(
+        _ range: Range<Int64>, of view: CommittedView, status: Int, headers: [(String, String)], _ reply: inout QuickReply
+    ) -> Bool {
+        let firstEnd = min(range.upperBound, view.span(of: range.lowerBound..<(range.lowerBound + 1)).upperBound)
+        guard firstEnd == range.upperBound || view.isResident(range) else { return false }
+        let buffer = reply.scratch(Int(view.span(of: range).count))
+        guard case .read(let at) = view.read(range.lowerBound..<firstEnd, into: buffer) else { return false }
+        let first = Int(firstEnd - range.lowerBound)
+        reply.send(status: status, headers: headers, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(rebasing: buffer[at..<(at + first)]))
+        guard firstEnd < range.upperBound else { return true }
+        // Found in memory a moment ago, the rest fails only if the page cache dropped a page
+        // since or a segment is damaged: the answer is cut (its head is out), and the caller
+        // drops the key's entry so its next request takes the handler, which drops a damaged
+        // segment.
+        guard case .read(let restAt) = view.read(firstEnd..<range.upperBound, into: buffer) else {
+            reply.abandon()
+            return true
+        }
+        reply.sendBody(UnsafeRawBufferPointer(rebasing: buffer[restAt..<(restAt + Int(range.upperBound - firstEnd))]))
         return true
     }
 }

@@ -297,7 +297,7 @@ public final class CachingProxy: Sendable {
             exchange.status.ttl = policy.freshnessLifetime - age
             try await send(reader, head: head, age: age, exchange)
             // The next hits of it may be answered on the event loop.
-            if cache.options.quickHits, !reader.isSmallObject, cache.quickHits[source.key]?.view.isComplete != true {
+            if cache.options.quickHits, cache.quickHits[source.key]?.isWhole != true {
                 await cache.rememberQuickHit(reader)
             }
         case .staleWhileRevalidate(let age):

@@ -128,18 +128,20 @@ enum SmallObjectFormat {
     /// The header at the start of `bytes` (at least ``recordHeaderSize`` of them), checked:
     /// magic, checksum, kind and lengths within their bounds.
     static func decodeRecordHeader(_ bytes: ArraySlice<UInt8>, salt: UInt32) -> Result<RecordHeader, Damage> {
+        bytes.withUnsafeBytes { decodeRecordHeader(raw: $0, salt: salt) }
+    }
+
+    /// ``decodeRecordHeader(_:salt:)`` of raw bytes.
+    static func decodeRecordHeader(raw bytes: UnsafeRawBufferPointer, salt: UInt32) -> Result<RecordHeader, Damage> {
         guard bytes.count >= recordHeaderSize else { return .failure(.truncated) }
-        let base = bytes.startIndex
-        guard load(UInt32.self, bytes, at: base) == recordMagic else { return .failure(.magic) }
-        guard crc32c(bytes[base..<(base + 28)], seed: salt) == load(UInt32.self, bytes, at: base + 28) else {
+        guard load(UInt32.self, bytes, at: 0) == recordMagic else { return .failure(.magic) }
+        guard crc32c(UnsafeRawBufferPointer(rebasing: bytes[0..<28]), seed: salt) == load(UInt32.self, bytes, at: 28) else {
             return .failure(.checksum)
         }
-        guard let kind = Kind(rawValue: bytes[base + 4]), bytes[base + 5] == 0, bytes[base + 6] == 0, bytes[base + 7] == 0 else {
-            return .failure(.kind)
-        }
+        guard let kind = Kind(rawValue: bytes[4]), bytes[5] == 0, bytes[6] == 0, bytes[7] == 0 else { return .failure(.kind) }
         let header = RecordHeader(
-            kind: kind, sequence: load(UInt64.self, bytes, at: base + 8), keyCount: Int(load(UInt32.self, bytes, at: base + 16)),
-            metadataCount: Int(load(UInt32.self, bytes, at: base + 20)), bodyCount: Int(load(UInt32.self, bytes, at: base + 24)))
+            kind: kind, sequence: load(UInt64.self, bytes, at: 8), keyCount: Int(load(UInt32.self, bytes, at: 16)),
+            metadataCount: Int(load(UInt32.self, bytes, at: 20)), bodyCount: Int(load(UInt32.self, bytes, at: 24)))
         guard (1...SparseStore.maximumKeyLength).contains(header.keyCount), header.metadataCount <= maximumMetadata,
             header.bodyCount <= maximumBody, kind == .object || header.metadataCount + header.bodyCount == 0
         else { return .failure(.lengths) }
@@ -150,26 +152,50 @@ enum SmallObjectFormat {
     static func decodeRecord(_ bytes: ArraySlice<UInt8>, salt: UInt32) -> Result<
         (RecordHeader, key: String, metadata: ArraySlice<UInt8>, body: ArraySlice<UInt8>), Damage
     > {
+        let checked = bytes.withUnsafeBytes { checkRecord($0, salt: salt) }
+        switch checked {
+        case .failure(let damage):
+            return .failure(damage)
+        case .success(let parts):
+            let base = bytes.startIndex
+            guard let key = String(validating: bytes[(base + parts.key.lowerBound)..<(base + parts.key.upperBound)], as: UTF8.self) else {
+                return .failure(.key)
+            }
+            return .success(
+                (parts.header, key, bytes[(base + parts.metadata.lowerBound)..<(base + parts.metadata.upperBound)],
+                    bytes[(base + parts.body.lowerBound)..<(base + parts.body.upperBound)]))
+        }
+    }
+
+    /// Checks a whole record (`bytes` holds exactly it): its header, and the checksum of its
+    /// key, metadata and body, whose places in `bytes` it returns.
+    static func checkRecord(_ bytes: UnsafeRawBufferPointer, salt: UInt32) -> Result<
+        (header: RecordHeader, key: Range<Int>, metadata: Range<Int>, body: Range<Int>), Damage
+    > {
         let header: RecordHeader
-        switch decodeRecordHeader(bytes, salt: salt) {
+        switch decodeRecordHeader(raw: bytes, salt: salt) {
         case .success(let found): header = found
         case .failure(let damage): return .failure(damage)
         }
         guard bytes.count == header.recordCount else { return .failure(.truncated) }
-        let keyStart = bytes.startIndex + recordHeaderSize
+        let keyStart = recordHeaderSize
         let metadataStart = keyStart + header.keyCount
         let bodyStart = metadataStart + header.metadataCount
         let end = bodyStart + header.bodyCount
-        guard crc32c(bytes[keyStart..<end], seed: salt) == load(UInt32.self, bytes, at: end) else { return .failure(.checksum) }
-        guard let key = String(validating: bytes[keyStart..<metadataStart], as: UTF8.self) else { return .failure(.key) }
-        return .success((header, key, bytes[metadataStart..<bodyStart], bytes[bodyStart..<end]))
+        guard crc32c(UnsafeRawBufferPointer(rebasing: bytes[keyStart..<end]), seed: salt) == load(UInt32.self, bytes, at: end) else {
+            return .failure(.checksum)
+        }
+        return .success((header, keyStart..<metadataStart, metadataStart..<bodyStart, bodyStart..<end))
     }
 
     /// A little-endian integer at absolute index `offset` of `bytes`.
     static func load<T: FixedWidthInteger & UnsignedInteger>(_: T.Type, _ bytes: ArraySlice<UInt8>, at offset: Int) -> T {
-        var value: T = 0
-        for shift in 0..<MemoryLayout<T>.size { value |= T(bytes[offset + shift]) << (8 * shift) }
-        return value
+        bytes.withUnsafeBytes { load(T.self, $0, at: offset - bytes.startIndex) }
+    }
+
+    /// A little-endian integer at `offset` of `bytes`.
+    static func load<T: FixedWidthInteger & UnsignedInteger>(_: T.Type, _ bytes: UnsafeRawBufferPointer, at offset: Int) -> T {
+        T(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: T.self))
     }
 }
 

@@ -32,6 +32,8 @@ public actor SmallObjectStore {
     nonisolated let readIO: BlockingExecutor
     /// The logs' open descriptors: at most ``SmallObjectOptions/maximumOpenLogs`` held.
     nonisolated let descriptors: SmallObjectLogDescriptors
+    /// Changes of records by key, for ``SmallObjectView``.
+    nonisolated let changes = SmallObjectChanges()
 
     /// Where a key's live record is: 32 bytes (with the key's 16, a dictionary slot of 48).
     /// The offset fits 32 bits because no log grows past ``maximumLogSize``.
@@ -381,6 +383,22 @@ public actor SmallObjectStore {
         return Array(payload.body)
     }
 
+    /// A view of `key`'s record for reads without this actor, when it is still the one of
+    /// `sequence` and its log is open; nil otherwise. Marks the object used.
+    public func view(for key: String, sequence: UInt64) -> SmallObjectView? {
+        guard var location = index[key], location.sequence == sequence, let log = logs[location.file] else { return nil }
+        location.lastAccess = SparseStore.now()
+        index[key] = location
+        return SmallObjectView(key: key, location: location, log: log, changes: changes)
+    }
+
+    /// Marks `key`'s object used (its reads went through a view).
+    public func noteUse(of key: String) {
+        guard var location = index[key] else { return }
+        location.lastAccess = SparseStore.now()
+        index[key] = location
+    }
+
     /// Reads and checks `key`'s live record and marks it used; nil when there is none, or it
     /// is damaged (then dropped).
     private func readRecord(_ key: String) async throws -> (Location, (metadata: ArraySlice<UInt8>, body: ArraySlice<UInt8>))? {
@@ -501,8 +519,10 @@ public actor SmallObjectStore {
         return nextSequence
     }
 
-    /// Forgets `key`'s live record (its bytes become dead in their file).
+    /// Forgets `key`'s live record (its bytes become dead in their file). Every change of a
+    /// key's record drops the one before, so its views go stale here.
     func drop(_ key: String) {
+        changes.note(key)
         guard let location = index.removeValue(forKey: key) else { return }
         liveBytes[location.file, default: 0] -= Int64(location.count)
         liveBodyBytes -= Int64(location.bodyCount)

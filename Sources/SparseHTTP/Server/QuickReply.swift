@@ -61,6 +61,9 @@ public struct QuickReply: ~Copyable {
         cacheHitBytes = hitBytes
     }
 
+    /// False once the reply was cut short: a failed send or ``abandon()``.
+    public var isSent: Bool { sent && !failed }
+
     /// Whether the whole response went out or is in ``rest``: a reply cut short (a failed
     /// send, ``abandon()``, a body shorter than announced) closes the connection.
     var isComplete: Bool {
