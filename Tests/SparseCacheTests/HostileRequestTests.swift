@@ -98,6 +98,41 @@ struct HostileRequestTests {
         #expect(help.status == 0 && help.out.contains("--underscores-in-headers"), "\(help)")
     }
 
+    @Test("web cache deception: an answer to a request with Cookie and only an old Last-Modified is not served to the next client")
+    func cookiePageNotShared() async throws {
+        let rig = try await ScriptedProxy()
+        try FileManager.default.createDirectory(atPath: rig.files.path + "/acct", withIntermediateDirectories: true)
+        let yearOld = ScriptedProxy.httpDate(-365 * 86_400)
+        // The origin's page depends on the session: the script is rewritten between the clients.
+        func page(_ session: String) throws {
+            try rig.script("acct/x.css", [("Content-Type", "text/html"), ("Last-Modified", yearOld)], body: "account page of \(session)")
+        }
+        try page("victim")
+        let victim = try await rig.get("acct/x.css", ["-H", "Cookie: session=victim"])
+        #expect(victim.status == 200 && victim.text == "account page of victim", "\(victim)")
+        try page("attacker")
+        let attacker = try await rig.get("acct/x.css", ["-H", "Cookie: session=attacker"])
+        #expect(attacker.status == 200 && attacker.text == "account page of attacker", "\(attacker) \(attacker.text)")
+        #expect(!attacker.isHit && rig.count("acct/x.css") == 2)
+
+        // With explicit freshness the origin says it may be shared: stored, and reused.
+        try rig.script("acct/shared.css", [("Cache-Control", "max-age=600"), ("Last-Modified", yearOld)], body: "shared")
+        _ = try await rig.get("acct/shared.css", ["-H", "Cookie: session=victim"])
+        let reused = try await rig.get("acct/shared.css", ["-H", "Cookie: session=attacker"])
+        #expect(reused.text == "shared" && reused.isHit && rig.count("acct/shared.css") == 1, "\(reused)")
+        // `public` alone: stored, but never heuristically fresh: every use asks the origin.
+        try rig.script("acct/public.css", [("Cache-Control", "public"), ("Last-Modified", yearOld)], body: "public")
+        _ = try await rig.get("acct/public.css", ["-H", "Cookie: session=victim"])
+        let revalidated = try await rig.get("acct/public.css", ["-H", "Cookie: session=attacker"])
+        #expect(revalidated.text == "public" && !revalidated.isHit && rig.count("acct/public.css") == 2, "\(revalidated)")
+        // Without Cookie the heuristic applies (RFC 9111 4.2.2).
+        try rig.script("acct/plain.css", [("Last-Modified", yearOld)], body: "plain")
+        _ = try await rig.get("acct/plain.css")
+        let heuristic = try await rig.get("acct/plain.css")
+        #expect(heuristic.isHit && rig.count("acct/plain.css") == 1, "\(heuristic)")
+        await rig.stop()
+    }
+
     @Test("400 at once for an HTTP/0.9 request line; 400 for a Host with a path and a path with %00, which reach no origin (RFC 9112 3.2)")
     func requestLineAndHost() async throws {
         var options = ProxyFixture.defaultOptions
