@@ -5,7 +5,8 @@ import SparseCacheEngine
 ///
 /// Strict on purpose: a proxy that guesses at malformed framing invites request smuggling.
 /// CRLF line ends only, no whitespace before a header's colon, no folded lines, HTTP/1.0 and 1.1
-/// only, one `Host`. A body is framed by `Content-Length` (digits only; repeated values must be
+/// only (a request line without a version is refused as soon as it ends), one `Host` and a valid
+/// one, no `%00` in the target's path. A body is framed by `Content-Length` (digits only; repeated values must be
 /// equal) or by `Transfer-Encoding: chunked`, never both (RFC 9112, section 6.3: a request with
 /// both is refused, as nginx does, since two parsers could disagree on where it ends).
 public enum HTTPRequestParser {
