@@ -16,7 +16,7 @@ enum ServeCommand: Command {
             "--server-name", "--max-resource-size", "--max-body-size", "--admin-listen", "--log-format", "--access-log", "--prefetch",
             "--config", "--small-object-size",
         ],
-        flags: ["--quiet"])
+        flags: ["--quiet", "--underscores-in-headers"])
     static let help = """
         OVERVIEW: Serve cached resources over HTTP, filling the cache from their origin.
 
@@ -30,6 +30,7 @@ enum ServeCommand: Command {
                                  [--origin URL] [--allow-origin PATTERN]... [--server-name NAME]...
                                  [--max-resource-size SIZE] [--max-body-size SIZE] [--small-object-size SIZE]
                                  [--max-connections N] [--max-connections-per-client N] [--quiet]
+                                 [--underscores-in-headers]
                                  [--admin-listen ADDR:PORT|off] [--log-format text|json]
                                  [--config FILE]
                                  [--access-log FILE] [--prefetch N|auto]
@@ -96,6 +97,12 @@ enum ServeCommand: Command {
                                  Slots one client address may hold (default 128)
           --max-body-size SIZE   The largest request body taken; larger ones are answered 413
                                  (default 64M; to https origins a body is collected first)
+          --underscores-in-headers
+                                 Pass request header fields whose name holds '_' to the
+                                 origin (dropped by default, as nginx does: CGI/WSGI-style
+                                 origins read X_Y as X-Y, so Transfer_Encoding would smuggle
+                                 a request). Names that read as Content-Length,
+                                 Transfer-Encoding or a hop-by-hop field are dropped even so
           --prefetch N           HLS and DASH segments fetched ahead of each player; 0: off
                                  (default auto: 1 to 8, from the origin's speed over the
                                  stream's, 3 until measured)
@@ -149,6 +156,7 @@ enum ServeCommand: Command {
         }
         let hostCheck = HostCheck(listenHost: options.host, names: arguments.repeated["--server-name", default: []])
         if let size = try arguments.size("--max-body-size") { options.maximumBodySize = size }
+        options.underscoresInFieldNames = arguments.has("--underscores-in-headers")
         let origin = try arguments.options["--origin"].map(parseOrigin)
         let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
         let maximumResourceLength = try arguments.size("--max-resource-size")

@@ -3,6 +3,7 @@ import Foundation
 import Testing
 
 @testable import HTTPCache
+@testable import SparseCacheEngine
 @testable import SparseHTTP
 
 @Suite("caching rules (RFC 9111): Cache-Control, dates, storing, freshness, age, Vary, revalidation")
@@ -302,5 +303,54 @@ struct CachePolicyTests {
         #expect(stored.use(for: Self.request([("Cache-Control", "max-age=0")]), now: Self.t0) == .revalidate)
         #expect(stored.use(for: Self.request([("Cache-Control", "max-age=5")]), now: Self.t0 + 3) == .fresh(age: 3))
         #expect(stored.use(for: Self.request(), now: Self.t0) == .fresh(age: 0))
+    }
+
+    @Test("a request with Cookie: no heuristic freshness; stored only with max-age, s-maxage, Expires or public (nginx, Varnish)")
+    func cookieRequests() throws {
+        let cookie = Self.request([("Cookie", "session=victim")])
+        let yearOld = ("Last-Modified", "Sun, 23 Nov 2025 10:00:00 GMT")
+        // (response fields, storable, freshness lifetime)
+        let cases: [([(String, String)], Bool, Int64)] = [
+            ([yearOld], false, 0),
+            ([yearOld, ("ETag", "\"v1\"")], false, 0),
+            ([yearOld, ("Cache-Control", "no-cache")], false, 0),
+            ([yearOld, ("Cache-Control", "max-age=60")], true, 60),
+            ([yearOld, ("Cache-Control", "s-maxage=30")], true, 30),
+            ([yearOld, ("Expires", "Mon, 23 Nov 2026 10:05:00 GMT")], true, 300),
+            // `public` stores it, but never heuristically fresh: revalidated on every use.
+            ([yearOld, ("Cache-Control", "public")], true, 0),
+        ]
+        for (fields, storable, lifetime) in cases {
+            let policy = Self.policy(fields, request: cookie)
+            #expect(policy.isStorable == storable, "\(fields): \(policy.storability.reason ?? "storable")")
+            #expect(policy.freshnessLifetime == lifetime, "\(fields)")
+        }
+        #expect(Self.policy([yearOld], request: cookie).storability.reason == "request with Cookie without explicit freshness or public")
+        let publicOnly = Self.policy([yearOld, ("Cache-Control", "public")], request: cookie)
+        #expect(publicOnly.use(for: Self.request([("Cookie", "session=attacker")]), now: Self.t0) == .revalidate)
+        // Without Cookie the same response is heuristically fresh (4.2.2: 10%, at most a day).
+        let plain = Self.policy([yearOld])
+        #expect(plain.isStorable && plain.freshnessLifetime == CachePolicy.heuristicCap)
+        // The storability of an answer is asked for the request that brought it.
+        #expect(!plain.answering(cookie).isStorable)
+
+        // What is decided when the response comes stays with the stored head: its request fields
+        // keep no Cookie (Vary names none), so the head carries it, through the index metadata
+        // and through a 304 that freshens it.
+        let head = HTTPRangeSource.storedHead(
+            status: 200, headers: HTTPHeaders([("Date", Self.date), yearOld, ("Cache-Control", "public")]), times: (Self.t0, Self.t0),
+            forwarding: HTTPRangeSource.Forwarding(client: cookie))
+        #expect(!head.heuristicFreshness && head.policy.freshnessLifetime == 0)
+        let metadata = head.stored(in: ResourceMetadata(key: "k"))
+        let reread = try #require(StoredHead(metadata))
+        #expect(reread == head && !reread.heuristicFreshness && reread.policy.freshnessLifetime == 0)
+        let notModified = HTTPResponseHead(status: 304, headers: HTTPHeaders([("Date", Self.date)]))
+        let freshened = try #require(head.policy.freshened(by: notModified, requestTime: Self.t0, responseTime: Self.t0))
+        #expect(freshened.freshnessLifetime == 0 && !freshened.storedHead.heuristicFreshness)
+        let withoutCookie = HTTPRangeSource.storedHead(
+            status: 200, headers: HTTPHeaders([("Date", Self.date), yearOld]), times: (Self.t0, Self.t0),
+            forwarding: HTTPRangeSource.Forwarding(client: Self.request()))
+        #expect(withoutCookie.heuristicFreshness && withoutCookie.policy.freshnessLifetime == CachePolicy.heuristicCap)
+        #expect(StoredHead(withoutCookie.stored(in: ResourceMetadata(key: "k")))?.heuristicFreshness == true)
     }
 }

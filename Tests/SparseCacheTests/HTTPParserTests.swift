@@ -86,6 +86,50 @@ struct HTTPParserTests {
         #expect(got == status, "\(text.debugDescription): \(reason)")
     }
 
+    @Test("Host must be host[:port] (RFC 9112 3.2, RFC 9110 7.2, RFC 3986 3.2.2); a path with %00 and an HTTP/0.9 line are 400")
+    func hostTargetAndVersion() {
+        let invalid = [
+            "127.0.0.1:8080/x", "h/", "h:80x", "h:8:0", "user@h", "a b", "h?x", "h#f", "[::1", "[::1]x", "[]", "h%0", "h%zz", "h\\x",
+            "\u{E9}.example",
+        ]
+        for host in invalid {
+            let text = "GET / HTTP/1.1\r\nHost: \(host)\r\n\r\n"
+            guard case .invalid(let status, let reason) = HTTPRequestParser.parse(Self.bytes(text)) else {
+                Issue.record("accepted Host \(host.debugDescription)")
+                continue
+            }
+            #expect(status == 400 && reason.hasPrefix("invalid Host"), "\(host.debugDescription): \(reason)")
+        }
+        for host in [
+            "", "h", "H.Example.", "127.0.0.1:8080", "[::1]:8080", "[::ffff:127.0.0.1]", "[v1.x]", "a_b-c~d.example", "h:", "%41.example",
+            "xn--bcher-kva.example:443", "sub!$&'()*+,;=.example",
+        ] {
+            #expect(HTTPRequestParser.parse(Self.bytes("GET / HTTP/1.1\r\nHost: \(host)\r\n\r\n")).isRequest(keepAlive: true), "\(host)")
+        }
+        // %00 in the path, also in an absolute-form target; not in the query.
+        for target in ["/a%00b", "/%00", "/x/%00.css", "/a%000", "http://o/a%00"] {
+            let text = "GET \(target) HTTP/1.1\r\nHost: o\r\n\r\n"
+            #expect(HTTPRequestParser.parse(Self.bytes(text)).status == 400, "\(target)")
+        }
+        for target in ["/a?x=%00", "/%0a", "/a%2500", "/a%0"] {
+            let text = "GET \(target) HTTP/1.1\r\nHost: o\r\n\r\n"
+            #expect(HTTPRequestParser.parse(Self.bytes(text)).isRequest(keepAlive: true), "\(target)")
+        }
+        // An HTTP/0.9 request line is refused once it ends, without waiting for a head that never comes.
+        for line in ["GET /\r\n", "GET /index.html\r\n", "GET /\r\nHost: h\r\n"] {
+            guard case .invalid(let status, let reason) = HTTPRequestParser.parse(Self.bytes(line)) else {
+                Issue.record("not refused at once: \(line.debugDescription)")
+                continue
+            }
+            #expect(status == 400 && reason.contains("HTTP/0.9"), "\(reason)")
+        }
+        // A request line that has ended and is well formed still waits for the rest of the head.
+        #expect(HTTPRequestParser.parse(Self.bytes("GET / HTTP/1.1\r\n")) == .incomplete)
+        #expect(HTTPRequestParser.parse(Self.bytes("GET /")) == .incomplete)
+        #expect(HTTPRequestParser.parse(Self.bytes("GET / HTTP/1.1\r\nHost: h\r\nX: 1\r\n")) == .incomplete)
+        #expect(HTTPRequestParser.parse(Self.bytes("GET / HTTP/3.0\r\n")).status == 505)
+    }
+
     @Test("limits: a long request line is 414, a long head or too many fields 431, even before the head ends")
     func limits() {
         var limits = HTTPRequestParser.Limits()

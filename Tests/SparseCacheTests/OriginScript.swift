@@ -47,6 +47,8 @@ struct OriginScript: Encodable, Sendable {
     var cutAfter: Int?
     /// Interim (1xx) responses sent before the final one: status and header fields of each.
     var interim: [Interim]?
+    /// Read the request's framing fields as a CGI/WSGI-style gateway does: `_` in a name as `-`.
+    var lenient: Bool?
 
     struct Interim: Encodable, Sendable {
         var status: Int
@@ -66,7 +68,7 @@ struct OriginScript: Encodable, Sendable {
         case chunkSize = "chunk_size"
         case chunkDelayMs = "chunk_delay_ms"
         case cutAfter = "cut_after"
-        case interim
+        case interim, lenient
     }
 
     func encode(to encoder: Encoder) throws {
@@ -90,6 +92,7 @@ struct OriginScript: Encodable, Sendable {
         try container.encodeIfPresent(echo, forKey: .echo)
         try container.encodeIfPresent(ignoreBody, forKey: .ignoreBody)
         try container.encodeIfPresent(interim, forKey: .interim)
+        try container.encodeIfPresent(lenient, forKey: .lenient)
     }
 
     /// Writes the script as `<root>/<name>.json` by rename, so the origin never reads half of it.

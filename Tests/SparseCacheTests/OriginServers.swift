@@ -78,7 +78,10 @@ final class OriginServer: @unchecked Sendable {
     /// answers If-None-Match (weak comparison with its ETag) and If-Modified-Since (against
     /// its Last-Modified) with a 304 carrying the same header fields, no Content-Length. No
     /// script is a 404. Every request goes to a JSON-lines log before it is answered (see
-    /// ``requestLog()``).
+    /// ``requestLog()``), its header fields with their names as received. With `"lenient":
+    /// true` it reads a request's body framing as CGI/WSGI-style gateways do, taking
+    /// `Transfer_Encoding` and `Content_Length` for `Transfer-Encoding` and `Content-Length`:
+    /// bytes left after a body it reads that way are the next request on the connection.
     static func scripted(root: String) async throws -> OriginServer {
         let work = try TemporaryDirectory("scripted")
         let port = try Loopback.freePort()
@@ -440,9 +443,19 @@ class Handler(BaseHTTPRequestHandler):
                 return
         self.reply(200, headers, body)
 
+    def framing_field(self, name):
+        # "lenient": a field whose name has '_' counts as the one with '-', as CGI and WSGI
+        # gateways read them (both become HTTP_TRANSFER_ENCODING); the first one sent wins.
+        if self.spec.get("lenient"):
+            for key, value in self.headers.items():
+                if key.replace("_", "-").lower() == name.lower():
+                    return value
+            return None
+        return self.headers.get(name)
+
     def read_body(self):
         # Both framings (RFC 9112 6.3, 7.1); chunk extensions and trailers skipped.
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+        if "chunked" in (self.framing_field("Transfer-Encoding") or "").lower():
             data = b""
             while True:
                 size = int(self.rfile.readline(65537).split(b";")[0].strip(), 16)
@@ -452,7 +465,7 @@ class Handler(BaseHTTPRequestHandler):
                     return data, True
                 data += self.rfile.read(size)
                 self.rfile.readline(65537)
-        length = int(self.headers.get("Content-Length") or 0)
+        length = int(self.framing_field("Content-Length") or 0)
         return (self.rfile.read(length) if length > 0 else b""), False
 
     def reply(self, status, headers, body):

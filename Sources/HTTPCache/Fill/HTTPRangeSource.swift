@@ -310,7 +310,8 @@ public final class HTTPRangeSource: RangeSource {
     }
 
     /// The head a cache keeps of a response (RFC 9111 section 3.1): with the request fields
-    /// the response varies on, as they were sent (section 4.1).
+    /// the response varies on, as they were sent (section 4.1), and without heuristic
+    /// freshness when the request carried `Cookie` (``CachePolicy/allowsHeuristicFreshness``).
     static func storedHead(
         status: Int, headers: HTTPHeaders, times: (request: Int64, response: Int64), forwarding: Forwarding?
     ) -> StoredHead {
@@ -318,7 +319,8 @@ public final class HTTPRangeSource: RangeSource {
         let varyRequest =
             varyNames.isEmpty ? HTTPHeaders() : (forwarding?.headers ?? []).keeping { field in varyNames.contains { field.hasName($0) } }
         return StoredHead(
-            status: status, headers: headers, requestTime: times.request, responseTime: times.response, varyRequest: varyRequest)
+            status: status, headers: headers, requestTime: times.request, responseTime: times.response, varyRequest: varyRequest,
+            heuristicFreshness: !(forwarding?.headers.contains("cookie") ?? false))
     }
 
     /// The `If-Range` value (RFC 9110 section 13.1.5): a strong ETag; the Last-Modified date

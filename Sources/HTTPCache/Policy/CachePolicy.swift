@@ -11,7 +11,9 @@ import SparseHTTP
 /// which beside the rule: heuristic freshness is 10% of the time since Last-Modified, at most a
 /// day (Traffic Server's default cap); a response with `Set-Cookie` or `Vary: *` is not stored
 /// (nginx and Varnish by default); `private` and `no-cache` with field names are treated as
-/// their unqualified forms (Varnish).
+/// their unqualified forms (Varnish); a response to a request that carried `Cookie` is never
+/// given heuristic freshness, and is stored only with explicit freshness or `public` (nginx
+/// stores nothing without explicit freshness, Varnish passes requests with `Cookie`).
 public struct CachePolicy: Sendable, Equatable {
     /// The request the stored response answered: its fields decide `Vary` matches.
     public private(set) var request: HTTPRequestHead
@@ -40,6 +42,11 @@ public struct CachePolicy: Sendable, Equatable {
     let initialAge: Int64
     /// The request fields the response's `Vary` names, lowercased.
     let varyNames: [String]
+    /// Whether the response may be given heuristic freshness (section 4.2.2): not when the
+    /// request that brought it carried `Cookie`. A page built for one client's session with
+    /// only a `Last-Modified` would otherwise be fresh for the next client (web cache
+    /// deception: `/account/x.css` answered with the account page).
+    public let allowsHeuristicFreshness: Bool
 
     // Everything a stored response is asked on every hit is worked out here, once: a cached
     // small range is answered thousands of times a second, each time with the same dates.
@@ -51,8 +58,14 @@ public struct CachePolicy: Sendable, Equatable {
 
     /// ``init(request:response:requestTime:responseTime:)`` for a response whose hop-by-hop
     /// fields are gone already (a ``StoredHead``'s).
-    init(request: HTTPRequestHead, endToEnd stored: HTTPResponseHead, requestTime: Int64, responseTime: Int64) {
+    ///
+    /// - Parameter heuristic: whether heuristic freshness is allowed; by default when
+    ///   `request` has no `Cookie` (a stored head keeps only the `Vary` fields of its request,
+    ///   so it passes what was decided when the response came).
+    init(request: HTTPRequestHead, endToEnd stored: HTTPResponseHead, requestTime: Int64, responseTime: Int64, heuristic: Bool? = nil) {
         self.request = request
+        let heuristic = heuristic ?? !request.headers.contains("cookie")
+        allowsHeuristicFreshness = heuristic
         self.response = stored
         self.requestTime = requestTime
         self.responseTime = responseTime
@@ -63,7 +76,8 @@ public struct CachePolicy: Sendable, Equatable {
         let date = stored.headers["date"].flatMap(HTTPDate.parse) ?? responseTime
         dateValue = date
         freshnessLifetime = Self.freshnessLifetime(
-            status: stored.status, headers: stored.headers, directives: directives, date: date, expiresCounts: cdn == nil)
+            status: stored.status, headers: stored.headers, directives: directives, date: date, expiresCounts: cdn == nil,
+            heuristic: heuristic)
         // A list-based Age: its first member counts (RFC 9111 section 5.1), so `7200, 0` is
         // 7200; an invalid one is ignored.
         let ageValue =
@@ -121,6 +135,10 @@ public struct CachePolicy: Sendable, Equatable {
         if response.headers.contains("set-cookie") { return (false, "Set-Cookie") }
         if response.headers.listElements("vary").contains("*") { return (false, "Vary: *") }
         let explicit = directives.contains("public") || directives.contains("max-age") || directives.contains("s-maxage") || hasExpires
+        // A request with Cookie: its answer may be built for that session. Stored only when the
+        // origin says for how long or that it is public (nginx: nothing without explicit
+        // freshness; Varnish's default passes such requests); never heuristically fresh.
+        if !explicit, request.headers.contains("cookie") { return (false, "request with Cookie without explicit freshness or public") }
         guard explicit || Self.heuristicallyCacheable.contains(response.status) else {
             return (false, "status \(response.status) without explicit freshness")
         }
@@ -137,7 +155,7 @@ public struct CachePolicy: Sendable, Equatable {
     /// The freshness lifetime of a response (section 4.2.1) whose `Date` (or receipt time) is
     /// `date`.
     private static func freshnessLifetime(
-        status: Int, headers: HTTPHeaders, directives: CacheControl, date: Int64, expiresCounts: Bool
+        status: Int, headers: HTTPHeaders, directives: CacheControl, date: Int64, expiresCounts: Bool, heuristic: Bool
     ) -> Int64 {
         for name in ["s-maxage", "max-age"] {
             switch directives.seconds(name) {
@@ -153,8 +171,9 @@ public struct CachePolicy: Sendable, Equatable {
             return max(0, time - date)
         }
         // Heuristic freshness (section 4.2.2): only for heuristically cacheable statuses or
-        // `public`, never past an explicit `no-cache`.
-        guard heuristicallyCacheable.contains(status) || directives.contains("public"),
+        // `public`, never past an explicit `no-cache`, never for an answer to a request with
+        // Cookie.
+        guard heuristic, heuristicallyCacheable.contains(status) || directives.contains("public"),
             let lastModified = headers["last-modified"].flatMap(HTTPDate.parse), lastModified <= date
         else { return 0 }
         return min((date - lastModified) / 10, heuristicCap)
@@ -301,7 +320,8 @@ public struct CachePolicy: Sendable, Equatable {
             updated.headers.remove(name)
         }
         for field in fresh where !field.hasName("content-length") { updated.headers.append(name: field.name, value: field.value) }
-        return CachePolicy(request: request, response: updated, requestTime: requestTime, responseTime: responseTime)
+        return CachePolicy(
+            request: request, endToEnd: updated, requestTime: requestTime, responseTime: responseTime, heuristic: allowsHeuristicFreshness)
     }
 
     /// An entity tag without its weakness marker, for the weak comparison (RFC 9110, 8.8.3.2).

@@ -25,6 +25,10 @@ public final class StoredHead: Sendable, Equatable {
     public let responseTime: Int64
     /// The fields of the request that brought the response which its `Vary` names, as sent.
     public let varyRequest: HTTPHeaders
+    /// Whether the response may be given heuristic freshness: false when the request that
+    /// brought it carried `Cookie` (``CachePolicy/allowsHeuristicFreshness``). Kept with the
+    /// head, since `varyRequest` keeps no `Cookie` unless `Vary` names it.
+    public let heuristicFreshness: Bool
     /// The caching rules for this stored response: the `200` answer to a GET with the stored
     /// request fields (its `Age` is the origin's, which the current age starts from). Made
     /// once per head, not per request: its dates are parsed here.
@@ -33,7 +37,10 @@ public final class StoredHead: Sendable, Equatable {
     /// each answer writes for itself.
     let replayed: HTTPHeaders
 
-    public init(status: Int = 200, headers: HTTPHeaders, requestTime: Int64, responseTime: Int64, varyRequest: HTTPHeaders = []) {
+    public init(
+        status: Int = 200, headers: HTTPHeaders, requestTime: Int64, responseTime: Int64, varyRequest: HTTPHeaders = [],
+        heuristicFreshness: Bool = true
+    ) {
         self.status = status == 206 ? 200 : status
         // A 206's Content-Range describes that one part; any other status's is an end-to-end
         // field like the rest, stored and replayed (RFC 9111 section 3.1).
@@ -43,11 +50,13 @@ public final class StoredHead: Sendable, Equatable {
         self.requestTime = requestTime
         self.responseTime = responseTime
         self.varyRequest = varyRequest
+        self.heuristicFreshness = heuristicFreshness
         replayed = kept.keeping { field in !field.hasName("age") && !field.hasName("accept-ranges") }
         // The request target plays no part in the rules; the stored fields do.
         policy = CachePolicy(
             request: HTTPRequestHead(method: "GET", target: "/", headers: varyRequest),
-            endToEnd: HTTPResponseHead(status: self.status, headers: kept), requestTime: requestTime, responseTime: responseTime)
+            endToEnd: HTTPResponseHead(status: self.status, headers: kept), requestTime: requestTime, responseTime: responseTime,
+            heuristic: heuristicFreshness)
     }
 
     /// Equal when made of the same response and request fields at the same times (the policy
@@ -55,7 +64,8 @@ public final class StoredHead: Sendable, Equatable {
     public static func == (left: StoredHead, right: StoredHead) -> Bool {
         left === right
             || (left.status == right.status && left.headers == right.headers && left.requestTime == right.requestTime
-                && left.responseTime == right.responseTime && left.varyRequest == right.varyRequest)
+                && left.responseTime == right.responseTime && left.varyRequest == right.varyRequest
+                && left.heuristicFreshness == right.heuristicFreshness)
     }
 
     /// The validators, for `If-Range` on the fill's range requests.
@@ -69,6 +79,8 @@ public final class StoredHead: Sendable, Equatable {
     private static let timesKey = "http.times"
     private static let varyKey = "http.vary-request"
     private static let statusKey = "http.status"
+    /// "off" when the head may not be given heuristic freshness; absent otherwise.
+    private static let heuristicKey = "http.heuristic"
 
     /// The head kept in `metadata`, or nil when it holds none or a damaged one. A resource
     /// stored before heads were kept gets one from its content type and validators, with
@@ -86,7 +98,9 @@ public final class StoredHead: Sendable, Equatable {
             let times = metadata.user[Self.timesKey]?.split(separator: " ").compactMap({ Int64($0) }), times.count == 2,
             let status = Int(metadata.user[Self.statusKey] ?? "200"), (200...599).contains(status)
         else { return nil }
-        self.init(status: status, headers: headers, requestTime: times[0], responseTime: times[1], varyRequest: vary)
+        self.init(
+            status: status, headers: headers, requestTime: times[0], responseTime: times[1], varyRequest: vary,
+            heuristicFreshness: metadata.user[Self.heuristicKey] != "off")
     }
 
     /// `metadata` with this head in it (and its content type and validators in their own
@@ -100,6 +114,7 @@ public final class StoredHead: Sendable, Equatable {
         metadata.user[Self.timesKey] = "\(requestTime) \(responseTime)"
         metadata.user[Self.varyKey] = varyRequest.storageText
         metadata.user[Self.statusKey] = status == 200 ? nil : String(status)
+        metadata.user[Self.heuristicKey] = heuristicFreshness ? nil : "off"
         return metadata
     }
 

@@ -354,7 +354,7 @@ extension CachePolicy {
     var storedHead: StoredHead {
         StoredHead(
             status: response.status, headers: response.headers, requestTime: requestTime, responseTime: responseTime,
-            varyRequest: request.headers)
+            varyRequest: request.headers, heuristicFreshness: allowsHeuristicFreshness)
     }
 }
 

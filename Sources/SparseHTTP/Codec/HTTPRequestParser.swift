@@ -5,7 +5,8 @@ import SparseCacheEngine
 ///
 /// Strict on purpose: a proxy that guesses at malformed framing invites request smuggling.
 /// CRLF line ends only, no whitespace before a header's colon, no folded lines, HTTP/1.0 and 1.1
-/// only, one `Host`. A body is framed by `Content-Length` (digits only; repeated values must be
+/// only (a request line without a version is refused as soon as it ends), one `Host` and a valid
+/// one, no `%00` in the target's path. A body is framed by `Content-Length` (digits only; repeated values must be
 /// equal) or by `Transfer-Encoding: chunked`, never both (RFC 9112, section 6.3: a request with
 /// both is refused, as nginx does, since two parsers could disagree on where it ends).
 public enum HTTPRequestParser {
@@ -50,6 +51,11 @@ public enum HTTPRequestParser {
             }
             // A bare LF or CR already seen can never become valid.
             if let problem = strayLineBreak(buffer[...]) { return .invalid(status: 400, reason: problem) }
+            // A request line that has ended is judged at once: one without a version (HTTP/0.9,
+            // `GET /`) must not leave its client waiting for an answer to a head that never ends.
+            if let end = lineEnd(buffer[...], from: 0), case .invalid(let status, let reason) = splitRequestLine(buffer[0..<end]) {
+                return .invalid(status: status, reason: reason)
+            }
             return .incomplete
         }
         if headEnd > limits.head { return .invalid(status: 431, reason: "request head longer than \(limits.head) bytes") }
@@ -64,36 +70,10 @@ public enum HTTPRequestParser {
         guard lineFeeds(head) <= limits.fields else {
             return .invalid(status: 431, reason: "more than \(limits.fields) header fields")
         }
-        // Exactly two spaces: method, target, version.
-        guard let firstSpace = requestLine.firstIndex(of: 0x20),
-            let secondSpace = requestLine[(firstSpace + 1)...].firstIndex(of: 0x20),
-            !requestLine[(secondSpace + 1)...].contains(0x20)
-        else { return .invalid(status: 400, reason: "malformed request line") }
-        let method = requestLine[..<firstSpace], target = requestLine[(firstSpace + 1)..<secondSpace]
-        let version = requestLine[(secondSpace + 1)...]
-        guard !method.isEmpty, method.allSatisfy(HTTPSyntax.isTokenByte) else { return .invalid(status: 400, reason: "malformed method") }
-        guard !target.isEmpty, target.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
-            return .invalid(status: 400, reason: "malformed request target")
-        }
-        // CONNECT names an authority (`host:port`, RFC 9112, section 3.2.3): accepted to be
-        // refused by the handler with a reason rather than as malformed.
-        let authority = method.elementsEqual("CONNECT".utf8) && target.contains(UInt8(ascii: ":")) && !target.contains(UInt8(ascii: "/"))
-        guard target.first == UInt8(ascii: "/") || (target.count == 1 && target.first == UInt8(ascii: "*")) || isAbsoluteHTTP(target)
-            || authority
-        else {
-            return .invalid(status: 400, reason: "request target must be a path or an http:// URL")
-        }
-        let minor: Int
-        if version.elementsEqual("HTTP/1.1".utf8) {
-            minor = 1
-        } else if version.elementsEqual("HTTP/1.0".utf8) {
-            minor = 0
-        } else {
-            let text = string(version)
-            if text.hasPrefix("HTTP/"), text.count == 8 {
-                return .invalid(status: 505, reason: "HTTP version \(text.dropFirst(5)) not supported")
-            }
-            return .invalid(status: 400, reason: "malformed HTTP version")
+        let method: Bytes, target: Bytes, minor: Int
+        switch splitRequestLine(requestLine) {
+        case .valid(let parts): (method, target, minor) = parts
+        case .invalid(let status, let reason): return .invalid(status: status, reason: reason)
         }
         var fields: [HTTPHeaderField] = []
         fields.reserveCapacity(12)
@@ -118,14 +98,80 @@ public enum HTTPRequestParser {
         if minor == 1, request.header("host") == nil { return .invalid(status: 400, reason: "HTTP/1.1 request without Host") }
         // RFC 9112, section 3.2: more than one Host is a 400.
         if request.headers.values("host").count > 1 { return .invalid(status: 400, reason: "more than one Host field") }
+        // RFC 9112, section 3.2: an invalid Host is a 400 too. Its value is `uri-host [":" port]`
+        // (RFC 9110 section 7.2, RFC 3986 section 3.2.2): a path, a user or a space in it is not.
+        if let host = request.header("host"), !isValidHost(host.utf8) {
+            return .invalid(status: 400, reason: "invalid Host \(HTTPSyntax.quoted(host.utf8)): not host[:port]")
+        }
         switch bodyFraming(request) {
         case .success(let framing): return .request(request, consumed: headEnd + 4, body: framing)
         case .failure(let refusal): return .invalid(status: refusal.status, reason: refusal.reason)
         }
     }
 
+    private enum RequestLine {
+        case valid((method: Bytes, target: Bytes, minor: Int))
+        case invalid(status: Int, reason: String)
+    }
+
+    /// The method, target and version of a request line (RFC 9112, section 3), or why it is
+    /// refused.
+    private static func splitRequestLine(_ requestLine: Bytes) -> RequestLine {
+        // Exactly two spaces: method, target, version. One space is an HTTP/0.9 request
+        // (`GET /`, RFC 9112 section 2.3 leaves it to the server; nginx answers 400 too).
+        guard let firstSpace = requestLine.firstIndex(of: 0x20) else { return .invalid(status: 400, reason: "malformed request line") }
+        guard let secondSpace = requestLine[(firstSpace + 1)...].firstIndex(of: 0x20) else {
+            return .invalid(status: 400, reason: "request line without an HTTP version (HTTP/0.9 is not supported)")
+        }
+        guard !requestLine[(secondSpace + 1)...].contains(0x20) else { return .invalid(status: 400, reason: "malformed request line") }
+        let method = requestLine[..<firstSpace], target = requestLine[(firstSpace + 1)..<secondSpace]
+        let version = requestLine[(secondSpace + 1)...]
+        guard !method.isEmpty, method.allSatisfy(HTTPSyntax.isTokenByte) else { return .invalid(status: 400, reason: "malformed method") }
+        guard !target.isEmpty, target.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            return .invalid(status: 400, reason: "malformed request target")
+        }
+        // CONNECT names an authority (`host:port`, RFC 9112, section 3.2.3): accepted to be
+        // refused by the handler with a reason rather than as malformed.
+        let authority = method.elementsEqual("CONNECT".utf8) && target.contains(UInt8(ascii: ":")) && !target.contains(UInt8(ascii: "/"))
+        guard target.first == UInt8(ascii: "/") || (target.count == 1 && target.first == UInt8(ascii: "*")) || isAbsoluteHTTP(target)
+            || authority
+        else {
+            return .invalid(status: 400, reason: "request target must be a path or an http:// URL")
+        }
+        // A path whose percent-decoding holds NUL ends early for any C string the origin
+        // makes of it (a file name): refused, as nginx does. The query is not decoded, as
+        // nginx does not (trackers and forms carry binary data there).
+        if containsEncodedNUL(target) { return .invalid(status: 400, reason: "percent-encoded NUL (%00) in the request target") }
+        let minor: Int
+        if version.elementsEqual("HTTP/1.1".utf8) {
+            minor = 1
+        } else if version.elementsEqual("HTTP/1.0".utf8) {
+            minor = 0
+        } else {
+            let text = string(version)
+            if text.hasPrefix("HTTP/"), text.count == 8 {
+                return .invalid(status: 505, reason: "HTTP version \(text.dropFirst(5)) not supported")
+            }
+            return .invalid(status: 400, reason: "malformed HTTP version")
+        }
+        return .valid((method, target, minor))
+    }
+
     private static func string(_ bytes: Bytes) -> String {
         String(decoding: UnsafeBufferPointer(rebasing: bytes), as: UTF8.self)
+    }
+
+    /// Whether the part of `target` before its query holds `%00`.
+    private static func containsEncodedNUL(_ target: Bytes) -> Bool {
+        let base = target.base
+        var index = target.startIndex
+        while index + 2 < target.endIndex {
+            let byte = base[index]
+            if byte == UInt8(ascii: "?") { return false }
+            if byte == UInt8(ascii: "%"), base[index + 1] == UInt8(ascii: "0"), base[index + 2] == UInt8(ascii: "0") { return true }
+            index += 1
+        }
+        return false
     }
 
     private struct Refusal: Error {
@@ -173,6 +219,64 @@ public enum HTTPRequestParser {
             length = value
         }
         return .success(length.map { $0 == 0 ? HTTPBodyFraming.none : .length($0) } ?? HTTPBodyFraming.none)
+    }
+
+    /// Whether `value` is a Host field value (RFC 9110 section 7.2): empty, or `host [":" port]`
+    /// with the host an IP literal in brackets or a registered name (RFC 3986 section 3.2.2:
+    /// unreserved characters, sub-delims and percent-encodings; an IPv4 address is one too) and
+    /// the port digits.
+    package static func isValidHost(_ value: String.UTF8View) -> Bool {
+        var bytes = value[...]
+        if bytes.first == UInt8(ascii: "[") {
+            // IPv6address or IPvFuture: hex digits, ':' and '.', or the IPvFuture characters.
+            guard let close = bytes.firstIndex(of: UInt8(ascii: "]")) else { return false }
+            let literal = bytes[bytes.index(after: bytes.startIndex)..<close]
+            guard !literal.isEmpty, literal.allSatisfy({ isUnreserved($0) || isSubDelimiter($0) || $0 == UInt8(ascii: ":") }) else {
+                return false
+            }
+            bytes = bytes[bytes.index(after: close)...]
+        } else {
+            var index = bytes.startIndex
+            while index != bytes.endIndex, bytes[index] != UInt8(ascii: ":") {
+                let byte = bytes[index]
+                if byte == UInt8(ascii: "%") {
+                    // A percent-encoding: two hex digits.
+                    let digits = bytes[bytes.index(after: index)...].prefix(2)
+                    guard digits.count == 2, digits.allSatisfy(isHexDigit) else { return false }
+                    index = digits.endIndex
+                    continue
+                }
+                guard isUnreserved(byte) || isSubDelimiter(byte) else { return false }
+                index = bytes.index(after: index)
+            }
+            bytes = bytes[index...]
+        }
+        guard let colon = bytes.first else { return true }
+        return colon == UInt8(ascii: ":") && bytes.dropFirst().allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
+    }
+
+    /// RFC 3986 unreserved: letters, digits, `-`, `.`, `_`, `~`.
+    private static func isUnreserved(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+            UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+            true
+        default: false
+        }
+    }
+
+    private static func isHexDigit(_ byte: UInt8) -> Bool {
+        (byte >= 0x30 && byte <= 0x39) || ((byte | 0x20) >= 0x61 && (byte | 0x20) <= 0x66)
+    }
+
+    /// RFC 3986 sub-delims: `!$&'()*+,;=`.
+    private static func isSubDelimiter(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "!"), UInt8(ascii: "$"), UInt8(ascii: "&"), UInt8(ascii: "'"), UInt8(ascii: "("), UInt8(ascii: ")"),
+            UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: ","), UInt8(ascii: ";"), UInt8(ascii: "="):
+            true
+        default: false
+        }
     }
 
     /// An absolute-form target (`http://host/path`), as clients send to a proxy they are

@@ -45,6 +45,12 @@ public final class HTTPServer: Sendable {
         /// What the server reads and drops of a body the handler left unread, to keep the
         /// connection; a longer rest closes it instead.
         public var bodyDrainLimit: Int64 = 1 << 20
+        /// Whether request fields whose name holds `_` reach the handler. Off by default: they
+        /// are dropped, as nginx does (`underscores_in_headers off`), since gateways that read
+        /// `_` as `-` would take `Transfer_Encoding` for the framing. On, they are kept, except
+        /// those that would name the framing or a hop-by-hop field
+        /// (``HTTPHeaders/droppingUnderscoreNames(keepingOthers:)``).
+        public var underscoresInFieldNames = false
 
         public init() {}
     }
@@ -264,7 +270,8 @@ public final class HTTPServer: Sendable {
                 logRequest(writer, client: client, started: started, time: wallClock)
                 await lingeringClose(client)
                 return
-            case .request(let request, let consumed, let framing):
+            case .request(var request, let consumed, let framing):
+                request.headers = request.headers.droppingUnderscoreNames(keepingOthers: options.underscoresInFieldNames)
                 buffer.removeFirst(consumed)
                 let closing = registry.withLock { $0.shuttingDown }
                 if let quick, framing == .none, !request.headers.contains("expect") {
