@@ -20,6 +20,7 @@ enum BenchMain {
         (SliceCacheScenario.number, SliceCacheScenario.name, SliceCacheScenario.run),
         (SmallObjectScenario.number, SmallObjectScenario.name, SmallObjectScenario.run),
         (CatalogScaleScenario.number, CatalogScaleScenario.name, CatalogScaleScenario.run),
+        (HitScenario.number, HitScenario.name, HitScenario.run),
     ]
 
     static func run(_ arguments: [String]) async -> Int32 {

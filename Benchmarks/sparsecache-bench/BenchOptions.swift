@@ -31,7 +31,7 @@ struct BenchOptions: Sendable {
           --json PATH     Write every result as JSON to PATH
           --dir PATH      Parent of the scratch directory (default /var/tmp; never a tmpfs
                           unless you ask for one). The scratch directory is removed at the end.
-          --only N,...    Run only these scenarios (1-14)
+          --only N,...    Run only these scenarios (1-15)
           --scale-max N   Scenario 14 also at 10^6 small objects (and each power of ten up
                           to N): about 4.4 GB of logs and a few minutes per 10^6
           --reps N        Override the repetition count (at least 1)
@@ -52,6 +52,8 @@ struct BenchOptions: Sendable {
                                           13  many small answers against nginx proxy_cache
                                           14  small-object catalog: restart to first hit and memory
                                               per object at 10^4, 10^5 (10^6 with --scale-max)
+                                          15  cached hits against nginx: warm first byte, CPU per
+                                              1 KiB hit, 2,000 4 KiB objects under wrk
         """
 
     struct UsageError: Error, CustomStringConvertible {
@@ -89,8 +91,8 @@ struct BenchOptions: Sendable {
                 options.repetitionsOverride = count
             case "--only":
                 let numbers = try value(argument).split(separator: ",").map { Int($0) }
-                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...14).contains($0) } ?? false }) else {
-                    throw UsageError(description: "--only takes scenario numbers from 1 to 14, e.g. --only 1,3")
+                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...15).contains($0) } ?? false }) else {
+                    throw UsageError(description: "--only takes scenario numbers from 1 to 15, e.g. --only 1,3")
                 }
                 options.only = Set(numbers.compactMap { $0 })
             default:

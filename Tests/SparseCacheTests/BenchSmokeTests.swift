@@ -16,7 +16,7 @@ struct BenchSmokeTests {
         let json = scratch.file("report.json")
         let run = try await CLI.run(binary: binary, ["--smoke", "--json", json, "--dir", scratch.path])
         #expect(run.status == 0, "stderr: \(run.err)")
-        for scenario in 1...14 {
+        for scenario in 1...15 {
             #expect(run.out.contains("\n## \(scenario). "), "scenario \(scenario) missing from the table")
         }
         #expect(run.out.contains("## targets"), "no target summary")
@@ -26,7 +26,7 @@ struct BenchSmokeTests {
         #expect(report["mode"] as? String == "smoke")
         let measurements = try #require(report["measurements"] as? [[String: Any]])
         let scenarios = Set(measurements.compactMap { $0["scenario"] as? Int })
-        #expect(Set(1...14).isSubset(of: scenarios), "scenarios measured: \(scenarios.sorted())")
+        #expect(Set(1...15).isSubset(of: scenarios), "scenarios measured: \(scenarios.sorted())")
         for measurement in measurements {
             let samples = measurement["samples"] as? [Double] ?? []
             #expect(!samples.isEmpty && samples.allSatisfy { $0.isFinite && $0 >= 0 }, "\(measurement)")
@@ -35,7 +35,7 @@ struct BenchSmokeTests {
         let leftovers = try FileManager.default.contentsOfDirectory(atPath: scratch.path).filter { $0 != "report.json" }
         #expect(leftovers.isEmpty, "left behind: \(leftovers)")
 
-        let usage = try await CLI.run(binary: binary, ["--only", "15"])
-        #expect(usage.status == 64 && usage.err.contains("1 to 14"), "\(usage)")
+        let usage = try await CLI.run(binary: binary, ["--only", "16"])
+        #expect(usage.status == 64 && usage.err.contains("1 to 15"), "\(usage)")
     }
 }
