@@ -2,5 +2,5 @@
 import Glibc
 #endif
 
-// One call into a nonisolated entry point (see DESIGN.md, "Concurrency facts").
+// One call into a nonisolated entry point (see docs/ARCHITECTURE.md, "Threads").
 exit(await StressWriter.main(Array(CommandLine.arguments.dropFirst())))

@@ -47,7 +47,7 @@ struct ArchitectureTests {
         return graph
     }
 
-    /// Every target depends only on layers below it (DESIGN.md: imports only go down), and
+    /// Every target depends only on layers below it (docs/ARCHITECTURE.md: imports only go down), and
     /// every target is either a documented layer or beside the stack.
     static func layeringProblems(graph: [String: [String]], layers: [String]) -> [String] {
         var problems: [String] = []

@@ -1,4 +1,4 @@
-// Cut-through delivery (DESIGN.md rule 8): readers get the bytes of a fetch from memory as
+// Cut-through delivery (docs/DURABILITY.md, "Delivery is not a claim"): readers get the bytes of a fetch from memory as
 // they arrive; the write-back makes them durable behind them; what is delivered is never claimed
 // before it is committed; the memory a fill holds is bounded; a reader that stops early leaves
 // little fetched past it.

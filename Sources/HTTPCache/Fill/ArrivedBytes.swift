@@ -1,5 +1,5 @@
 /// Bytes an origin sent that are not yet present in the cache file: received, in memory,
-/// handed to readers waiting for them (cut-through, DESIGN.md rule 8: delivery, not a claim),
+/// handed to readers waiting for them (cut-through: delivery, not a claim; docs/DURABILITY.md),
 /// and written back to the file behind them (``ProgressiveCache`` write-back: write, then
 /// fdatasync and commit beside the next writes), after which they are dropped from here.
 ///

@@ -7,7 +7,7 @@ import SparseCacheStore
 /// one commit covers every write before it: a fast origin's megabytes share one sync). The
 /// receiver waits for the write-back only when the fill's memory is full
 /// (``FillOptions/arrivedLimit``). Delivery is not a claim: the index names a byte only once
-/// the write-back committed it (DESIGN.md rule 8, docs/DURABILITY.md).
+/// the write-back committed it (docs/DURABILITY.md, "Delivery is not a claim").
 extension ProgressiveCache {
     /// Bytes gathered per write: one hop to the resource per batch instead of per network chunk.
     static let writeBatch = 1 << 20

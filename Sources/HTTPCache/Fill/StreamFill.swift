@@ -5,7 +5,7 @@
 ///
 /// Readers of the resource meanwhile (the client that caused it, and any that join) read what
 /// is present from the file and the rest from ``arrived`` (the bytes received but not yet
-/// committed), as readers of a range fetch do: cut-through, as DESIGN.md rule 8 allows, so a
+/// committed), as readers of a range fetch do: cut-through, as docs/DURABILITY.md allows ("Delivery is not a claim"), so a
 /// client sees each chunk as it arrives, not one segment or one commit later. Nothing held
 /// there is ever claimed present.
 ///
