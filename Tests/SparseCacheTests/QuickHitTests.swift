@@ -161,6 +161,15 @@ struct QuickHitTests {
         return body
     }
 
+    /// The proxy under test, keeping resources open long after their last use: a resource is
+    /// answered on the loop while it is open, and a loaded machine can take longer than the
+    /// default two seconds between two requests of a test.
+    static func rig() async throws -> ScriptedProxy {
+        var options = FillOptions.testing
+        options.keepOpen = .seconds(300)
+        return try await ScriptedProxy(fill: options)
+    }
+
     /// Asks for `arguments` until the event loop answers it (a commit, or the handler's
     /// refresh of the key's view, may come just after an answer).
     static func untilQuick(_ rig: ScriptedProxy, _ arguments: [String], name: String = "clip.bin", body: [UInt8]) async throws {
@@ -186,7 +195,7 @@ struct QuickHitTests {
 
     @Test("a fresh hit is answered on the event loop with the handler's status, fields and bytes, for every Range form and conditional")
     func sameAnswers() async throws {
-        let rig = try await ScriptedProxy()
+        let rig = try await Self.rig()
         var handlerOnly = FillOptions.testing
         handlerOnly.quickHits = false
         let slow = try await ProxyFixture(origin: rig.origin.baseURL, fill: handlerOnly)
@@ -229,7 +238,7 @@ struct QuickHitTests {
 
     @Test("what a partly cached resource has committed is answered on the loop; the rest goes to the handler and the origin")
     func partlyCached() async throws {
-        let rig = try await ScriptedProxy()
+        let rig = try await Self.rig()
         try rig.script("part.bin", [("Cache-Control", "max-age=600"), ("ETag", "\"p1\"")]) {
             $0.bodySize = Self.length
             $0.bodySeed = 8
@@ -257,7 +266,7 @@ struct QuickHitTests {
 
     @Test("small objects: fresh hits on the loop with the handler's answers; a replaced object is never answered from its old record")
     func smallObjects() async throws {
-        let rig = try await ScriptedProxy()
+        let rig = try await Self.rig()
         var handlerOnly = FillOptions.testing
         handlerOnly.quickHits = false
         let slow = try await ProxyFixture(origin: rig.origin.baseURL, fill: handlerOnly)
@@ -295,7 +304,7 @@ struct QuickHitTests {
 
     @Test("a purge, a stale answer and a replaced version are never answered on the loop")
     func droppedAnswers() async throws {
-        let rig = try await ScriptedProxy()
+        let rig = try await Self.rig()
         _ = try await Self.warmed(rig)
         // PURGE takes it out of the cache: the next GET goes to the origin.
         let purged = try await rig.get("clip.bin", ["-X", "PURGE"])
@@ -329,7 +338,7 @@ struct QuickHitTests {
 
     @Test("a byte damaged on disk is never sent from the loop: the handler drops the segment and fetches it again")
     func damagedBytes() async throws {
-        let rig = try await ScriptedProxy()
+        let rig = try await Self.rig()
         let body = try await Self.warmed(rig)
         let key = try #require(rig.proxy.cache.quickHits.keys.first)
         let path = try #require(rig.proxy.cache.quickHits[key]?.view?.path)
