@@ -207,7 +207,7 @@ struct QuickHitTests {
             (["-r", "65530-200000"], true), (["-r", "0-9,100-199"], true), (["-I"], true), (["-I", "-r", "10-20"], true),
             (["-r", "500-600", "-H", "If-Range: \"v1\""], true), (["-r", "500-600", "-H", "If-Range: \"v0\""], true),
             (["-H", "If-None-Match: \"v1\""], false), (["-H", "If-Match: \"v0\""], false), (["-r", "2000000-"], false),
-            (["-H", "Range: bytes=abc"], false), (["-H", "Cache-Control: max-age=0"], false),
+            (["-H", "Range: bytes=abc"], false), (["-H", "Cache-Control: max-age=0"], false), (["-H", "Pragma: no-cache"], false),
         ]
         for (arguments, quick) in cases {
             let before = rig.proxy.cache.statistics.quickAnswers
@@ -228,8 +228,8 @@ struct QuickHitTests {
                 #expect(sameBytes(answer.body, body[lower...upper]), "\(arguments): the bytes of \(lower)-\(upper)")
             }
         }
-        // Each proxy fetched it once and revalidated it once (max-age=0).
-        #expect(rig.count("clip.bin") == 4, "\(rig.requests("clip.bin"))")
+        // Each proxy fetched it once and revalidated it twice (max-age=0, Pragma: no-cache).
+        #expect(rig.count("clip.bin") == 6, "\(rig.requests("clip.bin"))")
         let logged = rig.proxy.log.all.filter { $0.cacheOutcome == "hit" && $0.cacheHitBytes > 0 }
         #expect(!logged.isEmpty, "quick answers are logged as hits with their bytes")
         await slow.stop()
@@ -299,6 +299,44 @@ struct QuickHitTests {
             #expect(answer.headers["etag"] == "\"s2\"" && answer.body == second, "\(answer)")
         }
         await slow.stop()
+        await rig.stop()
+    }
+
+    @Test("Vary is matched on the loop as the handler matches it; a served playlist leaves other keys on the loop and its segments to the handler")
+    func varyAndPlaylists() async throws {
+        let rig = try await Self.rig()
+        try rig.script("v.bin", [("Cache-Control", "max-age=600"), ("ETag", "\"v\""), ("Vary", "Accept-Language")]) {
+            $0.bodySize = Self.length
+            $0.bodySeed = 9
+        }
+        let body = OriginScript.pattern(count: Self.length, seed: 9)
+        try await Self.untilQuick(rig, ["-H", "Accept-Language: en"], name: "v.bin", body: body)
+        var before = rig.proxy.cache.statistics.quickAnswers
+        let other = try await rig.get("v.bin", ["-H", "Accept-Language: fr"])
+        #expect(other.status == 200 && sameBytes(other.body, body[...]), "\(other)")
+        #expect(rig.proxy.cache.statistics.quickAnswers == before, "another variant was answered from the stored one on the loop")
+        #expect(rig.count("v.bin") == 2, "the other language is a variant of its own: \(rig.requests("v.bin"))")
+
+        // A media playlist the segment prefetcher learns: its segments take the handler (they
+        // tell the prefetcher where the player is); any other key stays on the loop.
+        let playlist = "#EXTM3U\n#EXT-X-TARGETDURATION:2\n#EXT-X-VERSION:3\n#EXTINF:2.0,\nseg0.ts\n#EXTINF:2.0,\nseg1.ts\n#EXT-X-ENDLIST\n"
+        try rig.script("index.m3u8", [("Cache-Control", "max-age=600"), ("Content-Type", "application/vnd.apple.mpegurl")], body: playlist)
+        for segment in ["seg0.ts", "seg1.ts"] {
+            try rig.script(segment, [("Cache-Control", "max-age=600"), ("Content-Type", "video/mp2t")]) {
+                $0.bodySize = 200_000
+                $0.bodySeed = 10
+            }
+        }
+        let listed = try await rig.get("index.m3u8")
+        #expect(listed.status == 200 && listed.text.contains("seg0.ts"), "\(listed)")
+        #expect(!rig.proxy.proxy.streaming.prefetcher.isEmpty, "the prefetcher knows the playlist")
+        try await Self.untilQuick(rig, ["-H", "Accept-Language: en"], name: "v.bin", body: body)
+        before = rig.proxy.cache.statistics.quickAnswers
+        for _ in 0..<3 {
+            let segment = try await rig.get("seg0.ts")
+            #expect(segment.status == 200 && segment.body.count == 200_000, "\(segment)")
+        }
+        #expect(rig.proxy.cache.statistics.quickAnswers == before, "a segment the prefetcher knows was answered on the loop")
         await rig.stop()
     }
 

@@ -76,14 +76,13 @@ extension ProgressiveCache {
     /// open: the kept-open time then counts from the last of them, and the store hears of the
     /// use (its recency decides eviction).
     func keptForQuickHits(_ resource: FillResource) -> Bool {
-        guard let hit = quickHits[resource.key], let view = hit.view, let handle = resource.handle else { return false }
+        guard let hit = quickHits[resource.key], hit.view != nil, let handle = resource.handle else { return false }
         let last = hit.lastUse.load(ordering: .relaxed)
         guard last > 0 else { return false }
         let used = QuickHits.epoch + .nanoseconds(last)
         guard used > resource.idleSince else { return false }
         resource.idleSince = used
-        let length = view.length
-        _ = onLoop { await handle.noteRead(0..<length) }
+        _ = onLoop { await handle.noteUse() }
         return ContinuousClock.now - used < options.keepOpen
     }
 }

@@ -66,6 +66,10 @@ final class SegmentPrefetcher: Sendable {
     /// Whether any media playlist is known (a request for anything else costs nothing then).
     var isEmpty: Bool { state.withLock { $0.playlists.isEmpty } }
 
+    /// Whether `url` is a segment of a playlist it knows: its requests tell it where a player is
+    /// (``requested(_:proxy:exchange:)``), so they take the proxy's handler.
+    func knows(_ url: URL) -> Bool { state.withLock { $0.segments[url.absoluteString] != nil } }
+
     /// A playlist went out to a client: remembers its variants (master) or segments (media),
     /// and starts or moves that client's session.
     func servedPlaylist(_ hls: HLSPlaylist, proxy: CachingProxy, exchange: CachingProxy.Exchange) {

@@ -62,7 +62,8 @@ extension CachingProxy {
             for target in Self.invalidated(by: answer.head, of: url) { await invalidateAll(Self.cacheKey(target)) }
         }
         let exchange = Exchange(
-            request: request, response: response, base: source, target: url.path, now: Int64(time(nil)), forwarding: forwarding)
+            request: request, response: response, base: source, key: Self.cacheKey(url), target: url.path, now: Int64(time(nil)),
+            forwarding: forwarding)
         exchange.status = status
         try await stream(answer, exchange)
     }

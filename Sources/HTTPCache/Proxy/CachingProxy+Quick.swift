@@ -27,7 +27,8 @@ extension CachingProxy {
         }
         // What the handler checks before it sends from storage (CachingProxy.answer, send).
         guard head.status == 200, !head.headers.contains("vary") || head.policy.varyMatches(request),
-            streaming.prefetcher.isEmpty, Self.playlistKind(contentType: head.headers["content-type"], path: route.path) == nil,
+            Self.playlistKind(contentType: head.headers["content-type"], path: route.path) == nil,
+            streaming.prefetcher.isEmpty || !streaming.prefetcher.knows(route.url),
             case .fresh(let age) = head.policy.use(for: request, now: Int64(time(nil)))
         else { return false }
         let stored = head.replayed
@@ -68,8 +69,11 @@ extension CachingProxy {
         } else {
             switch hit.bytes {
             case .resource(let view):
-                guard Self.send(range, of: view, status: code, headers: headers, &reply) else { return false }
-                if !reply.isSent { cache.quickHits.remove(route.key, ifStill: hit) }
+                switch Self.send(range, of: view, status: code, headers: headers, &reply) {
+                case .notSent: return false
+                case .sent: break
+                case .cut: cache.quickHits.remove(route.key, ifStill: hit)
+                }
             case .small(let view):
                 let buffer = reply.scratch(view.recordCount)
                 guard case .read(let body) = view.read(into: buffer) else { return false }
@@ -87,30 +91,41 @@ extension CachingProxy {
         return true
     }
 
+    /// What ``send(_:of:status:headers:_:)`` did.
+    private enum Sent {
+        /// Nothing: the handler answers.
+        case notSent
+        case sent
+        /// The head went out, then the rest could not be read: the answer was cut short.
+        case cut
+    }
+
     /// Sends `range` of a resource: the head with the range's first segment, checked, then the
     /// rest, checked, so the first byte does not wait for the whole range to be read. Every
-    /// page is looked for first: a range partly in memory is the handler's. False when nothing
-    /// was sent; a reply that is not ``QuickReply/isSent`` afterwards was cut short (found
-    /// damaged, or dropped from memory, past its first segment: never a damaged byte).
+    /// page is looked for first: a range partly in memory is the handler's, and so is one
+    /// whose segments span more than twice ``quickBodyLimit``.
     private static func send(
         _ range: Range<Int64>, of view: CommittedView, status: Int, headers: [(String, String)], _ reply: inout QuickReply
-    ) -> Bool {
+    ) -> Sent {
+        let span = view.span(of: range)
+        guard span.count <= 2 * quickBodyLimit else { return .notSent }
         let firstEnd = min(range.upperBound, view.span(of: range.lowerBound..<(range.lowerBound + 1)).upperBound)
-        guard firstEnd == range.upperBound || view.isResident(range) else { return false }
-        let buffer = reply.scratch(Int(view.span(of: range).count))
-        guard case .read(let at) = view.read(range.lowerBound..<firstEnd, into: buffer) else { return false }
+        guard firstEnd == range.upperBound || view.isResident(range) else { return .notSent }
+        let buffer = reply.scratch(Int(span.count))
+        guard case .read(let at) = view.read(range.lowerBound..<firstEnd, into: buffer) else { return .notSent }
         let first = Int(firstEnd - range.lowerBound)
         reply.send(status: status, headers: headers, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(rebasing: buffer[at..<(at + first)]))
-        guard firstEnd < range.upperBound else { return true }
-        // Found in memory a moment ago, the rest fails only if the page cache dropped a page
-        // since or a segment is damaged: the answer is cut (its head is out), and the caller
-        // drops the key's entry so its next request takes the handler, which drops a damaged
-        // segment.
-        guard case .read(let restAt) = view.read(firstEnd..<range.upperBound, into: buffer) else {
+        guard firstEnd < range.upperBound else { return .sent }
+        // Found in memory a moment ago (and read on even if the view was withdrawn meanwhile:
+        // the answer started from it, and every byte is still checked against it), the rest
+        // fails only if the page cache dropped a page since or a segment is damaged: the answer
+        // is cut (its head is out), and the caller drops the key's entry so its next request
+        // takes the handler, which drops a damaged segment.
+        guard case .read(let restAt) = view.read(firstEnd..<range.upperBound, into: buffer, continuing: true) else {
             reply.abandon()
-            return true
+            return .cut
         }
         reply.sendBody(UnsafeRawBufferPointer(rebasing: buffer[restAt..<(restAt + Int(range.upperBound - firstEnd))]))
-        return true
+        return .sent
     }
 }

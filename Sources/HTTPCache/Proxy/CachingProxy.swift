@@ -123,7 +123,7 @@ public final class CachingProxy: Sendable {
         // answer (RFC 9110, section 15.2); never stored (RFC 9111, section 3).
         forwarding.interim = { [response] head in response.sendInterim(head) }
         let exchange = Exchange(
-            request: request, response: response, base: base, target: found.path, now: Int64(time(nil)), forwarding: forwarding)
+            request: request, response: response, base: base, key: key, target: found.path, now: Int64(time(nil)), forwarding: forwarding)
         defer { response.setCacheOutcome(exchange.status.outcome) }
         do {
             try await answer(exchange, key: key)
@@ -140,6 +140,8 @@ public final class CachingProxy: Sendable {
         let request: HTTPRequestHead
         let response: HTTPResponseWriter
         let base: HTTPRangeSource
+        /// The target's cache key (a variant's is another: ``CachingProxy/variantKey(_:of:for:)``).
+        let key: String
         let target: String
         let now: Int64
         let forwarding: HTTPRangeSource.Forwarding
@@ -148,12 +150,13 @@ public final class CachingProxy: Sendable {
         var playlist: StoredPlaylist?
 
         init(
-            request: HTTPRequestHead, response: HTTPResponseWriter, base: HTTPRangeSource, target: String, now: Int64,
+            request: HTTPRequestHead, response: HTTPResponseWriter, base: HTTPRangeSource, key: String, target: String, now: Int64,
             forwarding: HTTPRangeSource.Forwarding
         ) {
             self.request = request
             self.response = response
             self.base = base
+            self.key = key
             self.target = target
             self.now = now
             self.forwarding = forwarding
@@ -297,7 +300,8 @@ public final class CachingProxy: Sendable {
             exchange.status.ttl = policy.freshnessLifetime - age
             try await send(reader, head: head, age: age, exchange)
             // The next hits of it may be answered on the event loop.
-            if cache.options.quickHits, cache.quickHits[source.key]?.isWhole != true {
+            // (Not a variant's: the event loop looks up the target's own key.)
+            if cache.options.quickHits, source.key == exchange.key, cache.quickHits[source.key]?.isWhole != true {
                 await cache.rememberQuickHit(reader)
             }
         case .staleWhileRevalidate(let age):

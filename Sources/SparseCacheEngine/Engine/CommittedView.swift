@@ -91,8 +91,13 @@ public final class CommittedView: Sendable {
     /// RWF_NOWAIT, so no readahead is started on this thread either).
     ///
     /// Safe from any thread, any number at once. `buffer` must hold ``span(of:)`` bytes.
-    public func read(_ range: Range<Int64>, into buffer: UnsafeMutableRawBufferPointer) -> ReadOutcome {
-        guard isCurrent, !range.isEmpty, range.lowerBound >= 0, range.upperBound <= length else { return .unavailable }
+    ///
+    /// - Parameter continuing: the read goes on with an answer whose first bytes were read
+    ///   from this view while it was current: it reads even if the view was withdrawn since.
+    ///   Its bytes are still checked against the view's checksums, so they are the ones the
+    ///   answer promised (the version committed when it started), or the read fails.
+    public func read(_ range: Range<Int64>, into buffer: UnsafeMutableRawBufferPointer, continuing: Bool = false) -> ReadOutcome {
+        guard isCurrent || continuing, !range.isEmpty, range.lowerBound >= 0, range.upperBound <= length else { return .unavailable }
         let span = span(of: range)
         let count = Int(span.count)
         let first = Int(span.lowerBound >> Int64(segmentShift))

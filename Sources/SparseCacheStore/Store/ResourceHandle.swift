@@ -47,10 +47,11 @@ public final class ResourceHandle: Sendable {
         return bytes
     }
 
-    /// Marks `range` recently used, for bytes read without the handle (a ``CommittedView`` of
-    /// the file).
-    package func noteRead(_ range: Range<Int64>) async {
-        await store.noteRead(key: key, range: range)
+    /// Marks the resource recently used, for reads without the handle (a ``CommittedView`` of
+    /// the file). Its segments' own recency, which eviction inside a resource larger than the
+    /// budget uses, is left as the handle's reads set it.
+    package func noteUse() async {
+        await store.touch(key)
     }
 
     /// Unpins the resource. The last release commits and closes it, after which it may be

@@ -329,7 +329,7 @@ public final class HTTPServer: Sendable {
     /// the connection closes after it.
     private func finish(_ reply: borrowing QuickReply, client: Client, started: ContinuousClock.Instant, time: Double) async -> Bool {
         var complete = reply.isComplete
-        if complete, !reply.rest.isEmpty {
+        if !reply.failed, !reply.rest.isEmpty {
             client.setDeadline(options.sendTimeout, reason: "send timeout")
             do {
                 try await client.connection.send(reply.rest) { client.setDeadline(self.options.sendTimeout, reason: "send timeout") }
@@ -338,6 +338,7 @@ public final class HTTPServer: Sendable {
             }
             client.clearDeadline()
         }
+        if reply.cut { complete = false }
         let id = requestCount.add(1, ordering: .relaxed).newValue
         let request = reply.request
         log(

@@ -32,6 +32,8 @@ public struct QuickReply: ~Copyable {
     private(set) var cacheOutcome: String?
     /// Set when sending failed: the connection is unusable.
     private(set) var failed = false
+    /// Set by ``abandon()``: what is in ``rest`` goes out, then the connection closes.
+    private(set) var cut = false
     /// The body buffer of a reply made off its loop's thread.
     private var owned: UnsafeMutableRawBufferPointer?
 
@@ -61,13 +63,10 @@ public struct QuickReply: ~Copyable {
         cacheHitBytes = hitBytes
     }
 
-    /// False once the reply was cut short: a failed send or ``abandon()``.
-    public var isSent: Bool { sent && !failed }
-
     /// Whether the whole response went out or is in ``rest``: a reply cut short (a failed
     /// send, ``abandon()``, a body shorter than announced) closes the connection.
     var isComplete: Bool {
-        sent && !failed && (request.method == "HEAD" || bodyBytes == announced)
+        sent && !failed && !cut && (request.method == "HEAD" || bodyBytes == announced)
     }
 
     /// Sends the head (with `Date`, `Server`, `Content-Length` and `Connection` added as
@@ -90,16 +89,16 @@ public struct QuickReply: ~Copyable {
     /// waiting (nothing for a HEAD request).
     public mutating func sendBody(_ body: UnsafeRawBufferPointer) {
         precondition(sent, "the head goes first")
-        guard request.method != "HEAD", !failed else { return }
+        guard request.method != "HEAD", !failed, !cut else { return }
         precondition(bodyBytes + Int64(body.count) <= announced, "body bytes past the announced length")
         transmit(UnsafeRawBufferPointer(start: nil, count: 0), body)
     }
 
-    /// Ends the reply short of its announced length (the body could not be read): the
-    /// connection closes after what went out, so the client sees the answer was cut.
+    /// Ends the reply short of its announced length (the body could not be read): what was
+    /// sent or is waiting in ``rest`` goes out, then the connection closes, so the client sees
+    /// the answer was cut.
     public mutating func abandon() {
-        failed = true
-        rest = []
+        cut = true
     }
 
     /// `first` then `second` in one `sendmsg` while the client's window takes them; what it
