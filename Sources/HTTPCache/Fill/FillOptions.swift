@@ -62,7 +62,8 @@ public struct FillOptions: Sendable {
     /// Keep what each open resource with a stored HTTP head has committed ready for hits
     /// answered on the event loop (``CachingProxy/answerQuickly(_:_:)``).
     public var quickHits = true
-    /// The most resources kept open that way (each holds two descriptors); beyond it the one
+    /// The most resources kept open that way (each holds two to four descriptors: docs/ARCHITECTURE.md,
+    /// "Open files"); beyond it the one
     /// idle the longest closes at once. `sparsecache serve` sets it from its descriptor limit.
     public var maximumKeptOpen = 256
     /// Tests only: awaited by a reader right after its read-ahead looked at the resource, one of
