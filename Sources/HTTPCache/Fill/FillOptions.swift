@@ -59,13 +59,13 @@ public struct FillOptions: Sendable {
     /// How long a resource stays open after its last reader left, for the next one (a
     /// player's next range request) to skip reopening it. The store does not evict it meanwhile.
     public var keepOpen: Duration = .seconds(2)
+    /// The most resources kept open that way (each holds two to four descriptors:
+    /// docs/ARCHITECTURE.md, "Open files"); beyond it the one idle the longest closes at once.
+    /// `sparsecache serve` sets it from its descriptor limit.
+    public var maximumKeptOpen = 256
     /// Keep what each open resource with a stored HTTP head has committed ready for hits
     /// answered on the event loop (``CachingProxy/answerQuickly(_:_:)``).
     public var quickHits = true
-    /// The most resources kept open that way (each holds two to four descriptors: docs/ARCHITECTURE.md,
-    /// "Open files"); beyond it the one
-    /// idle the longest closes at once. `sparsecache serve` sets it from its descriptor limit.
-    public var maximumKeptOpen = 256
     /// Tests only: awaited by a reader right after its read-ahead looked at the resource, one of
     /// the points where other calls on the cache interleave with the reader's (FillStallTests).
     var afterReadAheadLook: (@Sendable () async -> Void)?
