@@ -91,6 +91,9 @@ struct AdminTests {
             fromCache + fromOrigin == Double(received), "every body byte sent is counted once: \(fromCache) + \(fromOrigin) vs \(received)")
         // The hits alone (two whole files and two ranges) came from the cache.
         #expect(fromCache >= Double(2 * a.count + 2000), "hits are cache bytes: \(fromCache)")
+        // serve answers hits whose bytes are in memory on its event loops (docs/ARCHITECTURE.md,
+        // "Quick hits"): at least the ranges and the whole file asked after them.
+        #expect((metrics["sparsecache_quick_hits_total"] ?? 0) >= 1, "no hit was answered on the event loop: \(metrics)")
         #expect(
             metrics["sparsecache_origin_requests_total"] == Double(origin.requests().count),
             "origin requests as nginx logged them: \(metrics)")
