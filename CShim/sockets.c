@@ -1,4 +1,4 @@
-// TCP sockets for the local proxy and the origin client (Sources/SparseCache/Net/Socket.swift).
+// TCP sockets for the local proxy and the origin client (Sources/SparseHTTP/Net/Socket.swift).
 // Every socket is non-blocking and close-on-exec: the Swift side waits for readiness with
 // dispatch sources, so no call here ever blocks a thread (sc_resolve excepted: DNS may wait).
 #define _GNU_SOURCE

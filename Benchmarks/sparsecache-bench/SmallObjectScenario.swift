@@ -11,9 +11,9 @@ import SparseCache
 ///
 /// Contenders, in one run, in front of the same origin: nginx `proxy_cache` (keep-alive
 /// upstream, `proxy_cache_valid 200 1h`), sparsecache with small objects (the default 64 KiB
-/// threshold) and sparsecache with every answer a sparse file and an index (threshold 0, as
-/// before issue 21). Each repetition uses fresh names (a query string the origin ignores), so
-/// every miss is a first request for both caches.
+/// threshold) and sparsecache with every answer a sparse file and an index (threshold 0: the
+/// small-object logs off). Each repetition uses fresh names (a query string the origin
+/// ignores), so every miss is a first request for both caches.
 enum SmallObjectScenario {
     static let number = 13
     static let name = "many small answers against nginx proxy_cache"
@@ -30,9 +30,9 @@ enum SmallObjectScenario {
         let count = context.options.mode == .full ? 20_000 : context.options.mode == .quick ? 2_000 : 200
         // nginx proxy_cache's misses cost it 2-4 times the CPU when another run's files were
         // just made and removed (the file system's cached state; dropping the page cache
-        // restores it, dropping dentries and inodes alone does not: the fourteenth part of issue
-        // 18's section in docs/BENCHMARKS.md). Dropped first, so every run starts from the same
-        // state. Not in a smoke run (the test suite runs beside it).
+        // restores it, dropping dentries and inodes alone does not; docs/BENCHMARKS.md, scenario
+        // 13). Dropped first, so every run starts from the same state. Not in a smoke run (the
+        // test suite runs beside it).
         if context.options.mode != .smoke {
             if try await BlockingExecutor.shared.run({ Raw.dropKernelCaches() }) {
                 result.notes.append("scenario 13: kernel caches dropped first (sync; echo 3 > /proc/sys/vm/drop_caches)")

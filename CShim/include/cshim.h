@@ -4,7 +4,7 @@
 // (fallocate, SEEK_DATA/SEEK_HOLE), O_CLOEXEC on every open, flock, the CRC32C instruction,
 // and one place per syscall where fault injection can sit. Every function returns what the
 // syscall returns and leaves errno set; EINTR retries, short-transfer loops and error mapping
-// are the Swift side's job (Sources/SparseCache/IO).
+// are the Swift side's job (Sources/SparseCacheEngine/IO).
 #ifndef SPARSECACHE_CSHIM_H
 #define SPARSECACHE_CSHIM_H
 
@@ -190,8 +190,9 @@ int sc_signal_pipe(const int *signals, int count);
 //
 // A table of rules the wrappers above consult before each call. With no rule set, no counting
 // and no power-loss recording, every wrapper pays one relaxed atomic load and a predicted
-// branch. Rules come from the Swift API (Sources/SparseCache/Faults) or, at process start,
-// from the SPARSECACHE_FAULTS environment variable (syntax in README.md, "Fault injection").
+// branch. Rules come from the Swift API (Sources/SparseCacheEngine/Faults) or, at process
+// start, from the SPARSECACHE_FAULTS environment variable (syntax in docs/DURABILITY.md,
+// "Fault injection for your own tests").
 
 /// Operations a rule can match (bit n of sc_fault_rule.ops is operation n).
 enum {

@@ -43,7 +43,7 @@ enum WriteCommand: Command {
         options.length = try arguments.size("--size")
         options.segmentSize = try arguments.size("--segment-size").map { Int($0) }
         // As the library commits on its own: every 8 MiB or second, so a kill or a crash in the
-        // middle of a long stream keeps what was committed (a stream used to commit only at its end).
+        // middle of a long stream keeps what was committed.
         options.commitPolicy = .automatic
         if let size = options.segmentSize, !(SparseFileOptions.segmentSizes.contains(size) && size.nonzeroBitCount == 1) {
             throw UsageError("--segment-size must be a power of two from 4K to 16M, got \(size)")

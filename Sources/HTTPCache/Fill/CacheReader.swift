@@ -87,8 +87,7 @@ extension ProgressiveCache {
 ///
 /// Cached bytes are read straight from the resource on the reader's own task; only a missing
 /// byte takes the read to the cache's actor, which fetches it or joins the fetch bringing it.
-/// (Each request of a player used to pass through the actor for every chunk: under wrk, the
-/// actor hops cost more than the reads.)
+/// (A hop to the actor for every chunk would cost more than the read itself under wrk.)
 public final class CacheReader: Sendable {
     /// What the origin said when the resource was opened; `length` is nil while an answer
     /// without a length is still arriving (see ``isLengthKnown``).

@@ -252,7 +252,7 @@ extension ProgressiveCache {
             let owners = Set(segments.compactMap { resource.owner[$0] }.prefix(64))
             guard !owners.isEmpty else { return }
             // Not at the fetch's next commit (up to commitEvery later): write back and commit
-            // what it received now, as a waiting reader's segment used to be committed early.
+            // what it received now, so the segment a reader waits on is committed early.
             for owner in owners {
                 if let arrived = resource.fetches[owner]?.arrived, arrived.writer == nil,
                     arrived.unwrittenCount > 0 || arrived.sinceCommit > 0, let handle = resource.handle
@@ -415,7 +415,7 @@ extension ProgressiveCache {
     /// Closes the resources kept open once their ``FillOptions/keepOpen`` has passed: one task
     /// for the whole cache, asleep until the first of them is due, running while any is kept.
     /// (A task with its own timer per idle resource, started and cancelled by every request of a
-    /// player's range after range, was a tenth of the CPU time of a cached hit.)
+    /// player's range after range, would cost about a tenth of the CPU time of a cached hit.)
     private func sweepKeptOpen() {
         guard keptOpenSweeper == nil else { return }
         keptOpenSweeper = Task {
@@ -429,7 +429,7 @@ extension ProgressiveCache {
     }
 
     /// When the first resource kept open that nothing uses now is due to close (one that a
-    /// fetch still holds waits for the next detach, as it always did).
+    /// fetch still holds waits for the next detach).
     private func firstKeptOpenDue() -> ContinuousClock.Instant? {
         keptOpen.keys.compactMap { key in resources[key].flatMap { isUnused($0) ? $0.idleSince : nil } }.min().map {
             $0 + options.keepOpen
@@ -450,7 +450,7 @@ extension ProgressiveCache {
         else { return }
         keptOpen[key] = nil
         // An answer without a length that ended small is kept as a small object from now on:
-        // one log record instead of a data file and an index (issue 21).
+        // one log record instead of a data file and an index.
         let threshold = options.smallObjectThreshold
         let movesToSmall = resource.endedWithoutLength && threshold > 0 && (resource.info?.length ?? .max) <= threshold
         resource.endedWithoutLength = false

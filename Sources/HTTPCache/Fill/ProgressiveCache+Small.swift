@@ -2,7 +2,7 @@ import SparseCacheEngine
 import SparseCacheStore
 import SparseHTTP
 
-/// Small whole answers (issue 21): a complete body of at most
+/// Small whole answers: a complete body of at most
 /// ``FillOptions/smallObjectThreshold`` bytes whose length the origin gave is kept as one record of the store's
 /// ``SmallObjectStore`` (body and head together, one shared fdatasync) instead of a sparse file
 /// and its index. Larger and ranged resources stay sparse files; the first contact's answer is

@@ -13,7 +13,7 @@ import SparseHTTP
 /// (``ProgressiveCache/keepClaimed(_:with:)``): a small body is kept and read from memory, any
 /// other answer becomes the sparse first contact of the key, an answer not to store is passed
 /// on. A small body goes to a client that asked for it plainly without a reader in between
-/// (``sendKept(_:_:)``). Measured in docs/BENCHMARKS.md (issue 21, seventeenth part).
+/// (``sendKept(_:_:)``). Measured by docs/BENCHMARKS.md's scenario 13.
 extension CachingProxy {
     /// Answers `exchange` from the first contact of `claim`, which nothing was stored for.
     func answerClaimed(_ claim: ProgressiveCache.ClaimedContact, source: ProxiedSource, _ exchange: Exchange) async throws {

@@ -28,7 +28,8 @@ public enum FaultOperation: Int32, Sendable, CaseIterable, CustomStringConvertib
 ///
 /// Effects combine: `tornBytes` with `crash` writes the first bytes and then exits, `delay`
 /// with `error` sleeps and then fails. The same rules can be given to any program through the
-/// `SPARSECACHE_FAULTS` environment variable (see README.md, "Fault injection").
+/// `SPARSECACHE_FAULTS` environment variable (syntax in docs/DURABILITY.md, "Fault injection
+/// for your own tests").
 public struct FaultRule: Sendable, Equatable {
     /// When the rule fires, counted over the calls it matches, from 1.
     public enum Trigger: Sendable, Equatable {

@@ -19,10 +19,10 @@ import Synchronization
 /// to its loop after it). Work that blocks never runs here: file I/O goes to the engine's
 /// ``BlockingExecutor`` threads, whose completions come back as jobs.
 ///
-/// It replaced a pair of dispatch sources per connection (a wake-up of libdispatch's event
-/// thread, then of the sources' queue, then of the cooperative pool), and then a single
-/// reactor thread that resumed tasks onto the cooperative pool. Descriptors are registered
-/// once, edge-triggered for both directions (see ``Readiness`` for why no edge is lost).
+/// A readiness event therefore costs one wake-up, of the loop's own thread: not a wake-up of
+/// libdispatch's event thread, then of a source's queue, then of the cooperative pool, as
+/// dispatch sources per connection would cost. Descriptors are registered once,
+/// edge-triggered for both directions (see ``Readiness`` for why no edge is lost).
 final class SocketReactor: TaskExecutor, Sendable {
     /// One loop per processor the process may use.
     static let loops: [SocketReactor] = (0..<max(1, ProcessInfo.processInfo.activeProcessorCount)).map { SocketReactor(number: $0) }
