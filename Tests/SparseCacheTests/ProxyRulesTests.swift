@@ -85,6 +85,10 @@ struct ProxyRulesTests {
             CacheStatus(forward: "uri-miss", forwardStatus: 200, stored: true).value == "sparsecache; fwd=uri-miss; fwd-status=200; stored")
         #expect(CacheStatus(forward: "stale", forwardStatus: 304, ttl: -5).value == "sparsecache; fwd=stale; fwd-status=304; ttl=-5")
         #expect(CacheStatus(detail: "say \"no\"").value == "sparsecache; detail=\"say \\\"no\\\"\"")
+        // The log's outcome is told by what the proxy did, never by the detail's words.
+        #expect(CacheStatus(hit: true, detail: "stale-while-revalidate", fromStorage: true, stale: true).outcome == "stale")
+        #expect(CacheStatus(detail: "stale answers are not stored here", fromStorage: true).outcome == "revalidated")
+        #expect(CacheStatus(hit: true, fromStorage: true).outcome == "hit")
         let via = ProxyVia()
         let fields = proxyFields(
             HTTPHeaders([("Via", "1.0 upstream"), ("ETag", "\"a\"")]), status: CacheStatus(hit: true), via: via.element)

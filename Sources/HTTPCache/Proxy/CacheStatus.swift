@@ -22,6 +22,9 @@ struct CacheStatus: Sendable, Equatable {
     var fromStorage = false
     /// The proxy answered with an error of its own (the origin unreachable, a bad request).
     var failed = false
+    /// Served stale: while revalidating in the background, on an origin error, or with the
+    /// origin away (RFC 5861; RFC 9111, section 4.2.4). ``detail`` says which.
+    var stale = false
 
     /// What the cache made of the request, in one word for the log and the metrics, as nginx's
     /// `$upstream_cache_status` and Varnish's hit/miss/pass counters put it: `hit` (fresh from
@@ -30,7 +33,7 @@ struct CacheStatus: Sendable, Equatable {
     /// stored), `pass` (the origin's answer passed on, not stored), `error` (the proxy's own).
     var outcome: String {
         if failed { return "error" }
-        if detail?.hasPrefix("stale") == true { return "stale" }
+        if stale { return "stale" }
         guard fromStorage else { return "pass" }
         if hit { return "hit" }
         return stored ? "miss" : "revalidated"

@@ -127,6 +127,7 @@ extension CachingProxy {
             if answer.head.status >= 500, policy.mayServeStaleOnError(now: exchange.now) {
                 if answer.claim() { answer.cancel() }
                 exchange.status.detail = "stale-if-error"
+                exchange.status.stale = true
                 try await send(reader, head: policy.storedHead, age: policy.currentAge(now: exchange.now), exchange)
                 return
             }
@@ -135,6 +136,7 @@ extension CachingProxy {
         case .failed(let error):
             if policy.mayServeStaleOnError(now: exchange.now) || policy.mayServeStaleWhenDisconnected {
                 exchange.status.detail = "stale: the origin cannot be reached"
+                exchange.status.stale = true
                 try await send(reader, head: policy.storedHead, age: policy.currentAge(now: exchange.now), exchange)
                 return
             }

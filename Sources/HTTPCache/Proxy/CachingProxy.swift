@@ -308,6 +308,7 @@ public final class CachingProxy: Sendable {
             exchange.status.hit = true
             exchange.status.ttl = policy.freshnessLifetime - age
             exchange.status.detail = "stale-while-revalidate"
+            exchange.status.stale = true
             _ = startRevalidation(key: source.key, policy: policy, length: reader.length, source: source.inBackground, first: nil)
             try await send(reader, head: head, age: age, exchange)
         case .revalidate, .mismatch:
