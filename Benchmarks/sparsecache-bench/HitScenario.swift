@@ -51,15 +51,9 @@ enum HitScenario {
         }
         let nginx = try await startNginx(work: work + "/nginx", origin: origin.baseURL)
         defer { Loopback.kill(nginx.process) }
-        let store = try await SparseStore.open(directory: work + "/cache", options: StoreOptions(budget: .max))
-        let cache = ProgressiveCache(store: store)
-        let proxy = CachingProxy(cache: cache, origin: URL(string: origin.baseURL)!)
-        var serverOptions = HTTPServer.Options()
-        serverOptions.port = 0
-        let server = try HTTPServer.start(options: serverOptions, quick: { proxy.answerQuickly($0, &$1) }) { request, body, response in
-            try await proxy.handle(request, body, response)
-        }
-        let bases = [nginx.base, "http://127.0.0.1:\(server.port)"]
+        let proxy = try await InProcessProxy(directory: work + "/cache", origin: URL(string: origin.baseURL)!)
+        let cache = proxy.cache
+        let bases = [nginx.base, proxy.base]
         let nginxID = nginx.process.processIdentifier
         let serverCPU: @Sendable (Int) throws -> Double = { contender in
             guard contender == 0 else { return Probe.cpuSeconds() }
@@ -150,10 +144,10 @@ enum HitScenario {
             }
             result.notes.append("scenario 15: hits answered on the event loop: \(cache.statistics.quickAnswers)")
         } catch {
-            await ProxyScenario.shutdown(server, cache, store)
+            await proxy.stop()
             throw error
         }
-        await ProxyScenario.shutdown(server, cache, store)
+        await proxy.stop()
         result.targets = goals(result.measurements)
         return result
     }

@@ -258,31 +258,3 @@ enum SmallObjectScenario {
 }
 
 /// sparsecache's proxy in this process on a free port, over its own cache directory.
-private struct InProcessProxy {
-    let store: SparseStore
-    let cache: ProgressiveCache
-    let server: HTTPServer
-
-    init(directory: String, origin: URL, options: FillOptions) async throws {
-        store = try await SparseStore.open(directory: directory, options: StoreOptions(budget: .max))
-        cache = ProgressiveCache(store: store, options: options)
-        let proxy = CachingProxy(cache: cache, origin: origin)
-        var serverOptions = HTTPServer.Options()
-        serverOptions.port = 0
-        server = try HTTPServer.start(options: serverOptions, quick: { proxy.answerQuickly($0, &$1) }) { request, body, response in
-            try await proxy.handle(request, body, response)
-        }
-    }
-
-    var base: String { "http://127.0.0.1:\(server.port)" }
-
-    /// Waits for small objects still being written, and closes the resources kept open.
-    func settle() async {
-        await cache.closeIdle()
-        await cache.settleAllSmall()
-    }
-
-    func stop() async {
-        await ProxyScenario.shutdown(server, cache, store)
-    }
-}
