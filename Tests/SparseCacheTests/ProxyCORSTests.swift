@@ -11,7 +11,7 @@ import Testing
 @testable import SparseHTTP
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 @Suite("proxy CORS", .serialized, .timeLimit(.minutes(6)))
@@ -54,10 +54,14 @@ struct ProxyCORSTests {
         #expect(answer.values("access-control-allow-origin") == ["*"], "\(what): \(answer.fields)", sourceLocation: sourceLocation)
         #expect(answer.values("access-control-expose-headers") == [exposed], "\(what): \(answer.fields)", sourceLocation: sourceLocation)
         #expect(answer.values("access-control-allow-credentials").isEmpty, "\(what): \(answer.fields)", sourceLocation: sourceLocation)
-        #expect(!answer.values("vary").contains { $0.lowercased().contains("origin") }, "\(what): \(answer.fields)", sourceLocation: sourceLocation)
+        #expect(
+            !answer.values("vary").contains { $0.lowercased().contains("origin") }, "\(what): \(answer.fields)",
+            sourceLocation: sourceLocation)
     }
 
-    @Test("--cors '*' before an origin without CORS fields: hits (loop and handler), misses, 206, 304, 416, the origin's 404, the proxy's 502 all carry Access-Control-Allow-Origin: * and the exposed fields; the origin's own are replaced")
+    @Test(
+        "--cors '*' before an origin without CORS fields: hits (loop and handler), misses, 206, 304, 416, the origin's 404, the proxy's 502 all carry Access-Control-Allow-Origin: * and the exposed fields; the origin's own are replaced"
+    )
     func anyOrigin() async throws {
         let rig = try await Self.rig(["*"])
         try Self.script(rig, "clip.bin")
@@ -83,8 +87,10 @@ struct ProxyCORSTests {
         // An origin that sends CORS fields of its own: the proxy's replace them.
         try Self.script(
             rig, "theirs.bin",
-            [("Access-Control-Allow-Origin", "https://origin-choice.example"), ("Access-Control-Allow-Credentials", "true"),
-             ("Access-Control-Expose-Headers", "X-Secret")])
+            [
+                ("Access-Control-Allow-Origin", "https://origin-choice.example"), ("Access-Control-Allow-Credentials", "true"),
+                ("Access-Control-Expose-Headers", "X-Secret"),
+            ])
         Self.expectAnyOrigin(try await rig.get("theirs.bin", Self.page), "a miss of an origin with CORS fields", status: 200)
         let theirsHit = try #require(try await Self.quickAnswer(rig, "theirs.bin", Self.page))
         Self.expectAnyOrigin(theirsHit, "a hit of it on the loop", status: 200)
@@ -97,7 +103,9 @@ struct ProxyCORSTests {
         Self.expectAnyOrigin(try await rig.get("clip.bin", Self.page + ["-r", "5-9"]), "a hit with the origin down", status: 206)
         let preflight = try await rig.get(
             "clip.bin",
-            Self.page + ["-X", "OPTIONS", "-H", "Access-Control-Request-Method: GET", "-H", "Access-Control-Request-Headers: X-Token, Range"])
+            Self.page + [
+                "-X", "OPTIONS", "-H", "Access-Control-Request-Method: GET", "-H", "Access-Control-Request-Headers: X-Token, Range",
+            ])
         #expect(preflight.status == 204 && preflight.body.isEmpty, "\(preflight)")
         #expect(preflight.values("access-control-allow-origin") == ["*"], "\(preflight.fields)")
         #expect(preflight.values("access-control-allow-methods") == ["GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS"], "\(preflight.fields)")
@@ -109,7 +117,9 @@ struct ProxyCORSTests {
         await rig.stop()
     }
 
-    @Test("--cors with listed origins: a listed Origin is echoed with Vary: Origin, others get no Access-Control-Allow-Origin; the event loop's answers carry the handler's fields; the stored answer does not vary by Origin; preflights per origin")
+    @Test(
+        "--cors with listed origins: a listed Origin is echoed with Vary: Origin, others get no Access-Control-Allow-Origin; the event loop's answers carry the handler's fields; the stored answer does not vary by Origin; preflights per origin"
+    )
     func listedOrigins() async throws {
         let origins = ["https://player.example", "HTTP://127.0.0.1:3000"]
         let rig = try await Self.rig(origins)
@@ -136,7 +146,9 @@ struct ProxyCORSTests {
                 #expect(onLoop == !arguments.contains("If-None-Match: \"v1\""), "\(what): answered on the loop \(onLoop)")
                 for result in [answer, handled] {
                     #expect(result.values("access-control-allow-origin") == (allowed.map { [$0] } ?? []), "\(what): \(result.fields)")
-                    #expect(result.values("access-control-expose-headers") == (allowed == nil ? [] : [Self.exposed]), "\(what): \(result.fields)")
+                    #expect(
+                        result.values("access-control-expose-headers") == (allowed == nil ? [] : [Self.exposed]),
+                        "\(what): \(result.fields)")
                     // The origin's Vary stays; Origin is added, for every request (a page's
                     // browser must not reuse an answer made for another page).
                     #expect(result.values("vary") == ["Accept-Encoding", "Origin"], "\(what): \(result.fields)")
@@ -183,12 +195,14 @@ struct ProxyCORSTests {
             #expect(plain.values("vary").isEmpty, "\(plain.fields)")
         }
         let quick = try #require(try await Self.quickAnswer(rig, "plain.bin", Self.page))
-        #expect(!quick.fields.contains { $0.name.lowercased().hasPrefix("access-control-") } && quick.values("vary").isEmpty, "\(quick.fields)")
+        #expect(
+            !quick.fields.contains { $0.name.lowercased().hasPrefix("access-control-") } && quick.values("vary").isEmpty, "\(quick.fields)")
         let theirs = try await rig.get("theirs.bin", Self.page)
         #expect(theirs.values("access-control-allow-origin") == ["https://origin-choice.example"], "\(theirs.fields)")
         #expect(theirs.values("access-control-expose-headers").isEmpty && theirs.values("vary") == ["Origin"], "\(theirs.fields)")
         let preflight = try await rig.get("theirs.bin", Self.page + ["-X", "OPTIONS", "-H", "Access-Control-Request-Method: GET"])
-        #expect(preflight.status == 200 && preflight.values("access-control-allow-origin") == ["https://origin-choice.example"], "\(preflight)")
+        #expect(
+            preflight.status == 200 && preflight.values("access-control-allow-origin") == ["https://origin-choice.example"], "\(preflight)")
         let forwarded = rig.requests("theirs.bin").filter { $0.method == "OPTIONS" }
         #expect(forwarded.count == 1 && forwarded.first?.header("access-control-request-method") == "GET", "\(rig.requests("theirs.bin"))")
         await rig.stop()
@@ -200,8 +214,10 @@ struct ProxyCORSTests {
         #expect(CORSPolicy.normalizedOrigin("http://127.0.0.1:3000") == "http://127.0.0.1:3000")
         #expect(CORSPolicy.normalizedOrigin("http://[::1]:8080") == "http://[::1]:8080")
         #expect(CORSPolicy.normalizedOrigin("app://local") == "app://local")
-        for bad in ["player.example", "https://player.example/", "https://a.example/path", "https://u@a.example", "https://", "https://a:b",
-                    "http://[]", "https://a.example?x", "*.example.com", "1http://a"] {
+        for bad in [
+            "player.example", "https://player.example/", "https://a.example/path", "https://u@a.example", "https://", "https://a:b",
+            "http://[]", "https://a.example?x", "*.example.com", "1http://a",
+        ] {
             #expect(CORSPolicy.normalizedOrigin(bad) == nil, "\(bad)")
         }
     }
@@ -209,7 +225,9 @@ struct ProxyCORSTests {
 
 @Suite("sparsecache serve --cors", .serialized, .timeLimit(.minutes(4)))
 struct ProxyCORSCLITests {
-    @Test("serve --cors: bad values are usage errors naming the option (exit 64), repeated origins are each echoed, the config keys cors and cors-max-age work, --help names it")
+    @Test(
+        "serve --cors: bad values are usage errors naming the option (exit 64), repeated origins are each echoed, the config keys cors and cors-max-age work, --help names it"
+    )
     func options() async throws {
         let scratch = try CLIScratch("serve-cors")
         let cacheDir = scratch.file("cache")
@@ -218,9 +236,11 @@ struct ProxyCORSCLITests {
         let badConfig = scratch.file("bad.conf")
         try "cors c.example\n".write(toFile: badConfig, atomically: true, encoding: .utf8)
         for (arguments, words) in [
-            (["--cors", "https://a.example/player"], "invalid --cors 'https://a.example/player'"), (["--cors", "a.example"], "invalid --cors"),
+            (["--cors", "https://a.example/player"], "invalid --cors 'https://a.example/player'"),
+            (["--cors", "a.example"], "invalid --cors"),
             (["--cors", "https://a.example", "--cors", ""], "invalid --cors ''"), (["--cors"], "--cors needs a value"),
-            (["--cors", "*", "--cors-max-age", "-5"], "invalid --cors-max-age '-5'"), (["--cors-max-age", "60"], "--cors-max-age needs --cors"),
+            (["--cors", "*", "--cors-max-age", "-5"], "invalid --cors-max-age '-5'"),
+            (["--cors-max-age", "60"], "--cors-max-age needs --cors"),
             (["--config", badConfig], "invalid --cors 'c.example'"),
         ] {
             let result = try await CLI.run(["serve", "--cache-dir", cacheDir, "--listen", "127.0.0.1:0"] + arguments)
@@ -235,10 +255,15 @@ struct ProxyCORSCLITests {
         let origin = try await OriginServer.nginx(root: files.path, locations: "expires 1h;")
         defer { origin.stop() }
         let (server, base) = try await ProxyCLITests.serve(
-            cacheDir: cacheDir, origin: origin.baseURL, extra: ["--cors", "https://a.example", "--cors", "http://b.example:8080", "--quiet"])
-        for (page, echoed) in [("https://a.example", "https://a.example"), ("http://b.example:8080", "http://b.example:8080"), ("https://c.example", nil)] {
+            cacheDir: cacheDir, origin: origin.baseURL,
+            extra: ["--cors", "https://a.example", "--cors", "http://b.example:8080", "--quiet"])
+        for (page, echoed) in [
+            ("https://a.example", "https://a.example"), ("http://b.example:8080", "http://b.example:8080"), ("https://c.example", nil),
+        ] {
             let answer = try await Curl.run(base + "/a.bin", ["-H", "Origin: \(page)"])
-            #expect(answer.status == 200 && answer.values("access-control-allow-origin") == (echoed.map { [$0] } ?? []), "\(page): \(answer.fields)")
+            #expect(
+                answer.status == 200 && answer.values("access-control-allow-origin") == (echoed.map { [$0] } ?? []),
+                "\(page): \(answer.fields)")
         }
         server.kill()
         _ = try await server.finish()

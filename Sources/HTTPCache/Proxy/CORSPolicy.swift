@@ -66,9 +66,12 @@ public struct CORSPolicy: Sendable {
             authority = authority.dropLast(port.count)
         }
         // An IPv6 host is bracketed: its colons are not the port's.
-        let hostCount = authority.hasPrefix("[") ? (authority.firstIndex(of: "]").map { authority[...$0].count } ?? 0) : authority.prefix { $0 != ":" }.count
+        let hostCount =
+            authority.hasPrefix("[")
+            ? (authority.firstIndex(of: "]").map { authority[...$0].count } ?? 0) : authority.prefix { $0 != ":" }.count
         let port = authority.dropFirst(hostCount)
-        guard hostCount > (authority.hasPrefix("[") ? 2 : 0), port.isEmpty || (port.hasPrefix(":") && UInt16(port.dropFirst()) != nil) else {
+        guard hostCount > (authority.hasPrefix("[") ? 2 : 0), port.isEmpty || (port.hasPrefix(":") && UInt16(port.dropFirst()) != nil)
+        else {
             return nil
         }
         return scheme + "://" + authority
