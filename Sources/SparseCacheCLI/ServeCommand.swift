@@ -52,11 +52,12 @@ enum ServeCommand: Command {
         pass through as sent, answers without a length stream and are stored once complete;
         an unreachable origin is 502, one that does not answer in time 504.
 
-        Other methods (POST, PUT, DELETE, PATCH, OPTIONS, any other) go to the origin with
-        the client's fields and body (Content-Length or chunked, streamed; Expect:
-        100-continue answered) and the answer comes back unstored. A 2xx or 3xx to an unsafe
-        method drops what is stored for its URL (and a same-origin Location or
-        Content-Location). CONNECT is refused (405): an https tunnel cannot be cached.
+        Other methods (POST, PUT, DELETE, PATCH, OPTIONS but a CORS preflight under --cors,
+        any other) go to the origin with the client's fields and body (Content-Length or
+        chunked, streamed; Expect: 100-continue answered) and the answer comes back unstored.
+        A 2xx or 3xx to an unsafe method drops what is stored for its URL (and a same-origin
+        Location or Content-Location). CONNECT is refused (405): an https tunnel cannot be
+        cached.
 
         Streaming: HLS playlists (.m3u8) and DASH manifests (.mpd) are stored as the origin
         sent them and served rewritten, so every segment, key and variant URL in them goes
