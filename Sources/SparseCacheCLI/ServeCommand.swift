@@ -14,7 +14,7 @@ enum ServeCommand: Command {
         options: [
             "--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--max-connections-per-client", "--allow-origin",
             "--server-name", "--max-resource-size", "--max-body-size", "--admin-listen", "--log-format", "--access-log", "--prefetch",
-            "--config", "--small-object-size",
+            "--config", "--small-object-size", "--cors", "--cors-max-age",
         ],
         flags: ["--quiet", "--underscores-in-headers"])
     static let help = """
@@ -34,6 +34,7 @@ enum ServeCommand: Command {
                                  [--admin-listen ADDR:PORT|off] [--log-format text|json]
                                  [--config FILE]
                                  [--access-log FILE] [--prefetch N|auto]
+                                 [--cors ORIGIN]... [--cors-max-age SECONDS]
 
         Requests:
           with --origin http://host:port   GET /path is the origin's /path (reverse proxy)
@@ -51,11 +52,12 @@ enum ServeCommand: Command {
         pass through as sent, answers without a length stream and are stored once complete;
         an unreachable origin is 502, one that does not answer in time 504.
 
-        Other methods (POST, PUT, DELETE, PATCH, OPTIONS, any other) go to the origin with
-        the client's fields and body (Content-Length or chunked, streamed; Expect:
-        100-continue answered) and the answer comes back unstored. A 2xx or 3xx to an unsafe
-        method drops what is stored for its URL (and a same-origin Location or
-        Content-Location). CONNECT is refused (405): an https tunnel cannot be cached.
+        Other methods (POST, PUT, DELETE, PATCH, OPTIONS but a CORS preflight under --cors,
+        any other) go to the origin with the client's fields and body (Content-Length or
+        chunked, streamed; Expect: 100-continue answered) and the answer comes back unstored.
+        A 2xx or 3xx to an unsafe method drops what is stored for its URL (and a same-origin
+        Location or Content-Location). CONNECT is refused (405): an https tunnel cannot be
+        cached.
 
         Streaming: HLS playlists (.m3u8) and DASH manifests (.mpd) are stored as the origin
         sent them and served rewritten, so every segment, key and variant URL in them goes
@@ -106,6 +108,15 @@ enum ServeCommand: Command {
           --prefetch N           HLS and DASH segments fetched ahead of each player; 0: off
                                  (default auto: 1 to 8, from the origin's speed over the
                                  stream's, 3 until measured)
+          --cors ORIGIN          Web pages from ORIGIN (scheme://host[:port], as a browser
+                                 sends it in Origin; * for any page) may read the answers:
+                                 every answer gets Access-Control-Allow-Origin and
+                                 Access-Control-Expose-Headers (the origin's own
+                                 Access-Control-* fields are replaced), and CORS preflights
+                                 are answered here, with the origin down too. Repeatable.
+                                 Without it the origin's fields pass as sent and OPTIONS goes
+                                 to the origin (docs/STREAMING.md)
+          --cors-max-age SECONDS How long a browser keeps a preflight's answer (default 86400)
           --quiet                No request log
           --config FILE          Options from FILE, one per line without the dashes
                                  ("max-size 20G", "quiet"; # comments); the command line
@@ -175,6 +186,7 @@ enum ServeCommand: Command {
             }
             streaming.prefetchSegments = count
         }
+        let cors = try corsPolicy(arguments)
         let adminListen = arguments.options["--admin-listen"] ?? "127.0.0.1:0"
         let admin = adminListen == "off" ? nil : try parseListen(adminListen, option: "--admin-listen")
         RequestLog.setFormat(json: try logFormat(arguments), quiet: quiet)
@@ -196,7 +208,8 @@ enum ServeCommand: Command {
         let cache = ProgressiveCache(store: store, options: fillOptions)
         let proxy = CachingProxy(
             cache: cache, origin: origin, allowedOrigins: allowed,
-            maximumResourceLength: maximumResourceLength ?? CachingProxy.defaultMaximumResourceLength, streaming: streaming)
+            maximumResourceLength: maximumResourceLength ?? CachingProxy.defaultMaximumResourceLength, streaming: streaming,
+            cors: cors)
         let metrics = ProxyMetrics()
         let log: @Sendable (HTTPLogEntry) -> Void = { entry in
             metrics.record(entry)
@@ -207,7 +220,7 @@ enum ServeCommand: Command {
             let quick: QuickHandler = { request, reply in hostCheck.refusal(for: request) == nil && proxy.answerQuickly(request, &reply) }
             server = try HTTPServer.start(options: options, log: log, quick: quick) { request, body, response in
                 if let refusal = hostCheck.refusal(for: request) {
-                    try await response.respond(status: 421, message: refusal)
+                    try await response.respond(status: 421, message: refusal, headers: proxy.cors?.apply([], for: request) ?? [])
                     return
                 }
                 try await proxy.handle(request, body, response)
@@ -308,6 +321,25 @@ enum ServeCommand: Command {
     /// 4, at most 256 (a log holds thousands of objects: a few serve the hot ones).
     static func openLogBudget(descriptors: Int, connections: Int) -> Int {
         min(256, max(4, (descriptors - 3 * connections - 64) / 16))
+    }
+
+    /// `--cors` (repeatable) and `--cors-max-age`; nil without `--cors`.
+    static func corsPolicy(_ arguments: ParsedArguments) throws -> CORSPolicy? {
+        let origins = arguments.repeated["--cors", default: []]
+        for origin in origins where origin != "*" && CORSPolicy.normalizedOrigin(origin) == nil {
+            throw UsageError(
+                "invalid --cors '\(origin)': use * or an origin as a browser sends it, scheme://host[:port] without a path, "
+                    + "e.g. https://player.example.com or http://127.0.0.1:3000")
+        }
+        var maxAge = CORSPolicy.defaultMaxAge
+        if let text = arguments.options["--cors-max-age"] {
+            guard let seconds = Int(text), seconds >= 0 else {
+                throw UsageError("invalid --cors-max-age '\(text)': use a number of seconds, 0 or more")
+            }
+            guard !origins.isEmpty else { throw UsageError("--cors-max-age needs --cors") }
+            maxAge = seconds
+        }
+        return origins.isEmpty ? nil : CORSPolicy(origins: origins, maxAge: maxAge)
     }
 
     static func logFormat(_ arguments: ParsedArguments) throws -> Bool {

@@ -26,11 +26,12 @@ final class ProxyFixture: Sendable {
     ///   test origins listen on 127.0.0.1, which the proxy refuses by default, issue 17).
     init(
         origin: URL?, options: HTTPServer.Options = ProxyFixture.defaultOptions, budget: Int64 = .max,
-        allowedOrigins: [String] = ["127.0.0.1"], streaming: StreamingOptions = StreamingOptions(), fill: FillOptions = .testing) async throws {
+        allowedOrigins: [String] = ["127.0.0.1"], streaming: StreamingOptions = StreamingOptions(), fill: FillOptions = .testing,
+        cors: CORSPolicy? = nil) async throws {
         directory = try TemporaryDirectory("proxy")
         store = try await SparseStore.open(directory: directory.file("cache"), options: StoreOptions(budget: budget))
         cache = ProgressiveCache(store: store, options: fill)
-        let proxy = CachingProxy(cache: cache, origin: origin, allowedOrigins: allowedOrigins, streaming: streaming)
+        let proxy = CachingProxy(cache: cache, origin: origin, allowedOrigins: allowedOrigins, streaming: streaming, cors: cors)
         self.proxy = proxy
         let log = self.log
         // As `serve` wires it: hits the event loop can answer are answered there.
@@ -76,6 +77,11 @@ struct CurlResult: Sendable, CustomStringConvertible {
     var body: [UInt8]
     var exitCode: Int32
     var stderr: String
+    /// Every field of the last head, in order, duplicates kept.
+    var fields: [(name: String, value: String)] = []
+
+    /// The values of field `name` (any case), in order.
+    func values(_ name: String) -> [String] { fields.filter { $0.name.lowercased() == name.lowercased() }.map(\.value) }
 
     var description: String {
         "curl exit \(exitCode), HTTP \(status), \(body.count) body bytes, headers \(headers.sorted { $0.key < $1.key }), stderr: \(stderr)"
@@ -101,14 +107,17 @@ enum Curl {
         // With redirects or 100-continue there can be several heads: keep the last.
         let lastHead = headerText.components(separatedBy: "\r\n\r\n").filter { !$0.isEmpty }.last ?? ""
         var headers: [String: String] = [:]
+        var fields: [(name: String, value: String)] = []
         for line in lastHead.components(separatedBy: "\r\n").dropFirst() {
             guard let colon = line.firstIndex(of: ":") else { continue }
-            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            headers[line[..<colon].lowercased()] = value
+            fields.append((String(line[..<colon]), value))
         }
         let body = (try? [UInt8](Data(contentsOf: URL(fileURLWithPath: work.file("body"))))) ?? []
         return CurlResult(
             status: Int(String(decoding: result.stdout, as: UTF8.self)) ?? 0, headers: headers, body: body, exitCode: result.status,
-            stderr: String(decoding: result.stderr, as: UTF8.self))
+            stderr: String(decoding: result.stderr, as: UTF8.self), fields: fields)
     }
 }
 

@@ -10,11 +10,11 @@ final class ScriptedProxy: Sendable {
     let origin: OriginServer
     let proxy: ProxyFixture
 
-    init(options: HTTPServer.Options = ProxyFixture.defaultOptions, fill: FillOptions = .testing) async throws {
+    init(options: HTTPServer.Options = ProxyFixture.defaultOptions, fill: FillOptions = .testing, cors: CORSPolicy? = nil) async throws {
         files = try TemporaryDirectory("scripted-origin")
         origin = try await OriginServer.scripted(root: files.path)
         do {
-            proxy = try await ProxyFixture(origin: origin.baseURL, options: options, fill: fill)
+            proxy = try await ProxyFixture(origin: origin.baseURL, options: options, fill: fill, cors: cors)
         } catch {
             origin.stop()
             throw error

@@ -64,6 +64,8 @@ extension CachingProxy {
             return false
         }
         guard range.count <= Self.quickBodyLimit else { return false }
+        // As the handler's writer rewrites its heads (CachingProxy.handle).
+        if let cors { headers = cors.apply(headers, for: request) }
         if range.isEmpty || request.method == "HEAD" {
             reply.send(status: code, headers: headers, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(start: nil, count: 0))
         } else {

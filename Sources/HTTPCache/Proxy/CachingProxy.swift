@@ -49,6 +49,9 @@ public final class CachingProxy: Sendable {
     public let via = ProxyVia()
     /// Playlists and segment prefetch (CachingProxy+Playlists, docs/STREAMING.md).
     let streaming: StreamingState
+    /// Cross-origin access added to every answer, and preflights answered here (`--cors`);
+    /// nil: the origin's fields pass as they are and `OPTIONS` goes to the origin.
+    public let cors: CORSPolicy?
 
     /// The default ``maximumResourceLength``: 256 GiB (the largest disk images and model files),
     /// whose index costs at most 512 KiB of memory with 64 KiB segments.
@@ -60,9 +63,12 @@ public final class CachingProxy: Sendable {
     ///     always may. Ignored in reverse-proxy mode.
     ///   - maximumResourceLength: longer resources are passed on unstored; nil for no limit.
     ///   - streaming: HLS and DASH playlist rewriting and segment prefetch.
+    ///   - cors: the pages that may read answers across origins (``CORSPolicy``); nil for none
+    ///     added by the proxy.
     public init(
         cache: ProgressiveCache, origin: URL? = nil, allowedOrigins: [String] = [],
-        maximumResourceLength: Int64? = CachingProxy.defaultMaximumResourceLength, streaming: StreamingOptions = StreamingOptions()) {
+        maximumResourceLength: Int64? = CachingProxy.defaultMaximumResourceLength, streaming: StreamingOptions = StreamingOptions(),
+        cors: CORSPolicy? = nil) {
         self.cache = cache
         self.origin = origin
         var base = origin?.absoluteString
@@ -76,11 +82,21 @@ public final class CachingProxy: Sendable {
         self.maximumResourceLength = maximumResourceLength
         addressPolicy = origin == nil ? OriginAddressPolicy(allowing: allowedOrigins.compactMap(OriginAddressPolicy.Pattern.init)) : nil
         self.streaming = StreamingState(options: streaming)
+        self.cors = cors
     }
 
     /// The ``HTTPServer`` handler. A body is read only for methods forwarded to the origin;
     /// the server drains (or closes on) a body sent with a GET or HEAD.
     public func handle(_ request: HTTPRequestHead, _ body: HTTPRequestBody, _ response: HTTPResponseWriter) async throws {
+        if let cors {
+            // Answered here, so a player's preflight works with the origin down.
+            if cors.isPreflight(request) {
+                try await answerPreflight(request, response, cors)
+                return
+            }
+            // Every answer from here on, whoever writes it (errors, passed-on answers too).
+            response.rewriteHeads { cors.apply($0, for: request) }
+        }
         // A request that already passed through this proxy would come back for ever: refused
         // at once, 400 as Traffic Server answers a detected cycle (RFC 9110, section 7.6.3).
         if via.isLoop(request.headers) {
@@ -132,6 +148,14 @@ public final class CachingProxy: Sendable {
             let (status, message) = status(for: error, url: found.url)
             try await response.respond(status: status, message: message, headers: [("Cache-Status", exchange.status.value)])
         }
+    }
+
+    /// A CORS preflight: 204 with the proxy's fields (``CORSPolicy/preflightFields(for:)``),
+    /// no origin request.
+    private func answerPreflight(_ request: HTTPRequestHead, _ response: HTTPResponseWriter, _ cors: CORSPolicy) async throws {
+        let status = CacheStatus(detail: "CORS preflight")
+        try await response.writeHead(
+            status: 204, headers: cors.preflightFields(for: request) + [("Cache-Status", status.value)], contentLength: 0)
     }
 
     /// One client request on its way through the cache.

@@ -36,6 +36,8 @@ public final class HTTPResponseWriter: Sendable {
         var interimCount = 0
         var sendingInterims = false
         var afterInterims: [CheckedContinuation<Void, Never>] = []
+        /// Rewrites the fields of every final head (``rewriteHeads(_:)``).
+        var rewrite: (@Sendable ([(String, String)]) -> [(String, String)])?
     }
 
     private let state: Mutex<State>
@@ -93,6 +95,14 @@ public final class HTTPResponseWriter: Sendable {
         state.withLock { $0.note = note }
     }
 
+    /// Passes the fields of every final head this writer sends from now on through `rewrite`
+    /// (before `Date`, `Server` and the framing are added): fields a handler adds to each of
+    /// its answers, whoever writes the head (the handler, or the server answering for it after
+    /// it failed), as nginx's `add_header`. Interim (1xx) heads are sent as they are.
+    public func rewriteHeads(_ rewrite: @escaping @Sendable ([(String, String)]) -> [(String, String)]) {
+        state.withLock { $0.rewrite = rewrite }
+    }
+
     /// Sends the status line and headers. `Content-Length` (or `Transfer-Encoding`),
     /// `Connection`, and `Date` and `Server` when `headers` has none, are added here; `headers`
     /// holds the rest (a cached response brings its origin's `Date`, RFC 9110, section 6.6.1).
@@ -130,7 +140,7 @@ public final class HTTPResponseWriter: Sendable {
                 // An HTTP/1.0 client learns where a body of unknown length ends from the close.
                 if contentLength == nil, !bodiless, !chunked { state.closes = true }
                 let bytes = Self.encodedHead(
-                    status: status, headers: headers, contentLength: bodiless ? nil : contentLength, chunked: chunked,
+                    status: status, headers: state.rewrite?(headers) ?? headers, contentLength: bodiless ? nil : contentLength, chunked: chunked,
                     closes: state.closes)
                 if hold { state.pendingHead = bytes }
                 return .some(bytes)
