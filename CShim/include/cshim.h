@@ -290,6 +290,21 @@ int sc_powerloss_snapshot(const char *dest, uint64_t seed, int keep_all);
 /// Unsynced operations currently remembered (file and directory).
 int64_t sc_powerloss_pending(void);
 
+// MARK: - ThreadSanitizer annotations (CShim/sanitizer.c)
+
+/// 1 when this C module was compiled with ThreadSanitizer (`swift build --sanitize=thread`
+/// passes -fsanitize=thread to C targets; Swift code has no compile-time test for it).
+int sc_tsan_enabled(void);
+/// Tells ThreadSanitizer that the calling thread acquires (after taking a lock) or releases
+/// (before giving it back) the synchronization object at `address`: what one thread did before
+/// the release happens before what the next does after its acquire. No-ops in a build without
+/// ThreadSanitizer.
+void sc_tsan_acquire(void *address);
+void sc_tsan_release(void *address);
+/// ThreadSanitizer reports printed so far by this process (0 in a build without it): a test
+/// compares it before and after to fail on a race it provoked.
+int64_t sc_tsan_reports(void);
+
 #ifdef __cplusplus
 }
 #endif

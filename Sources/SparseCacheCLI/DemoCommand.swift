@@ -1,6 +1,5 @@
 import Foundation
 import SparseCache
-import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -100,7 +99,7 @@ struct StandardOutputClosed: Error {}
 /// thread (the signal task or the command's own).
 final class TemporaryDirectory: Sendable {
     let path: String
-    private let removed = Mutex(false)
+    private let removed = Lock(false)
 
     init(prefix: String) throws {
         var base = FileManager.default.temporaryDirectory.path

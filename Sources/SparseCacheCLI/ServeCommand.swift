@@ -1,6 +1,5 @@
 import Dispatch
 import Foundation
-import Synchronization
 import SparseCache
 
 #if canImport(Glibc)
@@ -463,7 +462,7 @@ enum RequestLog {
     }
 
     /// How lines are written: JSON or text, or not at all (`--quiet`); changed by SIGHUP.
-    private static let format = Mutex((json: false, quiet: false))
+    private static let format = Lock((json: false, quiet: false))
 
     static func setFormat(json: Bool, quiet: Bool) {
         format.withLock { $0 = (json, quiet) }

@@ -149,4 +149,20 @@ struct ArchitectureTests {
         let http = try Self.sourceFiles().filter { $0.module == "SparseHTTP" }.map { try String(contentsOfFile: $0.path, encoding: .utf8) }
         #expect(http.contains { $0.contains("\\r\\n") } && http.contains { $0.contains("UInt8(ascii: \":\")") })
     }
+
+    @Test("every lock is a Lock, which tells ThreadSanitizer the order it makes: a bare Mutex shows up as false races in a sanitized run")
+    func locksAreVisibleToThreadSanitizer() throws {
+        let tests = Self.root + "/Tests/SparseCacheTests"
+        let testFiles = try FileManager.default.contentsOfDirectory(atPath: tests).filter { $0.hasSuffix(".swift") }.map { tests + "/" + $0 }
+        let files = try Self.sourceFiles().map(\.path) + testFiles
+        let made = try Regex(#"\bMutex\s*[<(]"#)
+        var bare: [String] = []
+        for path in files where !path.hasSuffix("/IO/Lock.swift") {
+            if try String(contentsOfFile: path, encoding: .utf8).contains(made) { bare.append(String(path.dropFirst(Self.root.count + 1))) }
+        }
+        #expect(bare.isEmpty, "Mutex made directly in \(bare): use Lock")
+        // The pattern is real: Lock itself makes one.
+        let lock = try String(contentsOfFile: Self.root + "/Sources/SparseCacheEngine/IO/Lock.swift", encoding: .utf8)
+        #expect(lock.contains(made))
+    }
 }

@@ -13,8 +13,8 @@ import Testing
 
 /// Values shared by the tasks of one test.
 private final class Shared: Sendable {
-    let completed = Mutex<[Range<Int64>]>([])
-    let problems = Mutex<[String]>([])
+    let completed = Lock<[Range<Int64>]>([])
+    let problems = Lock<[String]>([])
     let successes = Atomic<Int>(0)
     let closedErrors = Atomic<Int>(0)
 
@@ -167,7 +167,7 @@ struct ConcurrencyTests {
                             var generator = SplitMix64(seed: seed &+ UInt64(task))
                             // Each worker runs until the resource tells it it is closed (a
                             // step count would end early on a fast machine, before close).
-                            let deadline = ContinuousClock.now + .seconds(120)
+                            let deadline = ContinuousClock.now + Duration.seconds(120).asHangGuard
                             var step = 0
                             while ContinuousClock.now < deadline {
                                 step += 1
@@ -198,7 +198,7 @@ struct ConcurrencyTests {
                                     return
                                 }
                             }
-                            shared.problem("task \(task) never saw the resource close within 120 s")
+                            shared.problem("task \(task) never saw the resource close within \(Duration.seconds(120).asHangGuard)")
                         }
                     }
                 }

@@ -4,7 +4,6 @@
 // little fetched past it.
 import Foundation
 import SeededRandom
-import Synchronization
 import Testing
 
 @testable import HTTPCache
@@ -19,7 +18,7 @@ final class HoldingSource: RangeSource, Sendable {
     let key = "holding://resource"
     private let bytes: [UInt8]
     private let hold: Int
-    private let state = Mutex((requests: [Range<Int64>?](), released: false, sent: 0))
+    private let state = Lock((requests: [Range<Int64>?](), released: false, sent: 0))
 
     init(_ bytes: [UInt8], hold: Int) {
         self.bytes = bytes
@@ -66,16 +65,16 @@ final class HoldingSource: RangeSource, Sendable {
 
 /// What each of several readers received so far.
 final class Received: Sendable {
-    private let state: Mutex<[[UInt8]]>
+    private let state: Lock<[[UInt8]]>
 
     init(readers: Int) {
-        state = Mutex(Array(repeating: [], count: readers))
+        state = Lock(Array(repeating: [], count: readers))
     }
 
     func withLock<T>(_ body: (inout [[UInt8]]) -> T) -> T { state.withLock { body(&$0) } }
 }
 
-@Suite("Cut-through delivery and adaptive read-ahead", .serialized, .timeLimit(.minutes(8)))
+@Suite("Cut-through delivery and adaptive read-ahead", .serialized, .timeLimit(.minutes(8 * hangGuardScale)))
 struct CutThroughTests {
     /// Copies the store's directory as it is on disk now (what a process crash leaves) and
     /// opens the copy: the present bytes of `key` there, each checked against `expected`.
@@ -168,7 +167,7 @@ struct CutThroughTests {
         }
         #expect(read == Array(bytes[0..<read.count]), "seed \(seed)")
         // The fetch learns that nobody waits on it before the rest of its answer is read.
-        let deadline = ContinuousClock.now + .seconds(120)
+        let deadline = ContinuousClock.now + Duration.seconds(120).asHangGuard
         while await !cache.fetchesUnwanted(key: source.key) {
             guard ContinuousClock.now < deadline else { throw OriginFailure("the fetch was never left alone") }
             try await Task.sleep(for: .milliseconds(5))
@@ -227,7 +226,7 @@ struct CutThroughTests {
 
         var writesBeforeHold = -1
         var writtenWhileHeld = false
-        let deadline = ContinuousClock.now + .seconds(120)
+        let deadline = ContinuousClock.now + Duration.seconds(120).asHangGuard
         while ContinuousClock.now < deadline {
             let written = FaultInjection.matches(writes)
             // Read before the look at the rule: the sync (fired once) had not returned then.

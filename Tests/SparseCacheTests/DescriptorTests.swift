@@ -3,7 +3,6 @@
 // every resource stayed open for a while and requests failed with 500 once descriptors ran out.
 import Foundation
 import LoopbackOrigins
-import Synchronization
 import Testing
 
 @testable import HTTPCache
@@ -67,7 +66,7 @@ struct DescriptorTests {
         for index in 0..<30 {
             let source = MemorySource(key: "memory://\(index)", bytes: Array(repeating: UInt8(index), count: 1000))
             let reader = try await fixture.cache.open(source)
-            let bytes = Mutex<[UInt8]>([])
+            let bytes = Lock<[UInt8]>([])
             try await reader.read(0..<1000) { chunk in bytes.withLock { $0 += chunk } }
             #expect(bytes.withLock { $0 } == source.bytes)
             await reader.close()

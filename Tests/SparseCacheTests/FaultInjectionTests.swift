@@ -76,7 +76,7 @@ struct FaultInjectionTests {
         defer { FaultInjection.remove(held) }
         // Read and watched on threads of their own: a task's sleep on a loaded pool can outlast
         // the delay. The watcher records what it saw while the read slept, and after.
-        let seen = Mutex<(during: Int, after: Int)?>(nil)
+        let seen = Lock<(during: Int, after: Int)?>(nil)
         let readDone = Atomic<Bool>(false)
         let reader = Thread {
             _ = try? RawFile.read(path, offset: 0, count: 1)

@@ -5,7 +5,6 @@
 // a change that had already happened, and nothing was left to change.
 import Foundation
 import SeededRandom
-import Synchronization
 import Testing
 
 @testable import HTTPCache
@@ -18,7 +17,7 @@ import Testing
 final class HeldSource: RangeSource, Sendable {
     let key = "held://resource"
     let bytes: [UInt8]
-    private let state = Mutex((holding: false, requests: [Range<Int64>]()))
+    private let state = Lock((holding: false, requests: [Range<Int64>]()))
 
     init(_ bytes: [UInt8]) {
         self.bytes = bytes
@@ -50,7 +49,7 @@ final class HeldSource: RangeSource, Sendable {
 
 /// Runs its action the first time it is called, and tells when that has finished.
 final class FirstCall: Sendable {
-    private let state = Mutex((called: false, finished: false))
+    private let state = Lock((called: false, finished: false))
 
     var finished: Bool { state.withLock { $0.finished } }
 
@@ -80,13 +79,13 @@ extension ProgressiveCache {
     }
 }
 
-@Suite("Fill-through: a reader never waits for a change that already happened", .serialized, .timeLimit(.minutes(8)))
+@Suite("Fill-through: a reader never waits for a change that already happened", .serialized, .timeLimit(.minutes(8 * hangGuardScale)))
 struct FillStallTests {
     @Test("the fetch a reader joined ends while its read-ahead looks further: the reader still gets its bytes")
     func fetchEndsWhileReadAheadLooks() async throws {
         let segment = 4096
         let firstCall = FirstCall()
-        let stash = Mutex<(ProgressiveCache, HeldSource)?>(nil)
+        let stash = Lock<(ProgressiveCache, HeldSource)?>(nil)
         var options = FillOptions.testing
         // The seam sits where the race was: the reader has joined the fetch of segment 1 and
         // awaits its look at segments 2 and 3. Meanwhile that fetch brings segment 1, commits
@@ -96,7 +95,7 @@ struct FillStallTests {
                 guard let (cache, source) = stash.withLock({ $0 }) else { return }
                 let before = await cache.fetchState(key: source.key)
                 source.release()
-                let deadline = ContinuousClock.now + .seconds(60)
+                let deadline = ContinuousClock.now + Duration.seconds(60).asHangGuard
                 while ContinuousClock.now < deadline {
                     let now = await cache.fetchState(key: source.key)
                     if now.ended > before.ended, now.running == 0 { break }
@@ -116,12 +115,12 @@ struct FillStallTests {
         #expect(source.requests.count == 1, "\(source.requests)")
         source.hold()
         stash.withLock { $0 = (cache, source) }
-        let done = Mutex(false)
+        let done = Lock(false)
         let reader = Task {
             defer { done.withLock { $0 = true } }
             return try await collect(cache.read(source))
         }
-        let deadline = ContinuousClock.now + .seconds(60)
+        let deadline = ContinuousClock.now + Duration.seconds(60).asHangGuard
         while !firstCall.finished, ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(5))
         }

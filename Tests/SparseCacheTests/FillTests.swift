@@ -4,7 +4,6 @@
 import Foundation
 import LoopbackOrigins
 import SeededRandom
-import Synchronization
 import Testing
 
 @testable import HTTPCache
@@ -42,7 +41,7 @@ struct FillFixture {
 
     /// Waits until no fetch runs (every byte received is written back and committed).
     func settled() async throws {
-        let deadline = ContinuousClock.now + .seconds(60)
+        let deadline = ContinuousClock.now + Duration.seconds(60).asHangGuard
         while await cache.activity.fetchesInFlight > 0 {
             guard ContinuousClock.now < deadline else { throw OriginFailure("fetches still running after 60 s") }
             try await Task.sleep(for: .milliseconds(5))
@@ -79,7 +78,7 @@ extension FillOptions {
 final class CutUnknownLengthSource: RangeSource, Sendable {
     let key = "cut://unknown-length"
     private let sent: Int
-    private let state = Mutex((requests: 0, continuations: [AsyncThrowingStream<[UInt8], Error>.Continuation]()))
+    private let state = Lock((requests: 0, continuations: [AsyncThrowingStream<[UInt8], Error>.Continuation]()))
 
     init(sent: Int) {
         self.sent = sent
@@ -110,7 +109,7 @@ final class CutUnknownLengthSource: RangeSource, Sendable {
 final class GatedSource: RangeSource, Sendable {
     let key = "gated://resource"
     private let bytes: [UInt8]
-    private let state = Mutex((requests: [Range<Int64>](), released: false))
+    private let state = Lock((requests: [Range<Int64>](), released: false))
 
     init(_ bytes: [UInt8]) {
         self.bytes = bytes
@@ -156,7 +155,7 @@ final class GatedSource: RangeSource, Sendable {
     }
 }
 
-@Suite("Fill-through from HTTP origins", .serialized, .timeLimit(.minutes(8)))
+@Suite("Fill-through from HTTP origins", .serialized, .timeLimit(.minutes(8 * hangGuardScale)))
 struct FillTests {
     @Test("a whole resource through the cache: every byte, one origin byte per byte, then served from disk")
     func wholeResource() async throws {
@@ -212,14 +211,14 @@ struct FillTests {
         // Give them time to park behind the holder (nothing is asserted about when).
         try await Task.sleep(for: .milliseconds(300))
         await holder.close()
-        let finished = Mutex(0)
+        let finished = Lock(0)
         let watcher = Task {
             for reader in readers {
                 _ = try? await reader.value
                 finished.withLock { $0 += 1 }
             }
         }
-        let deadline = ContinuousClock.now + .seconds(60)
+        let deadline = ContinuousClock.now + Duration.seconds(60).asHangGuard
         while finished.withLock({ $0 }) < readers.count, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
         let count = finished.withLock { $0 }
         #expect(count == readers.count, "\(count) of \(readers.count) readers ended once the holder left (they waited for each other)")
@@ -270,7 +269,7 @@ struct FillTests {
         let holder = try await fixture.cache.open(http)
         let refetching = Task { try await collect(fixture.cache.read(http)) }
         try await Task.sleep(for: .milliseconds(300))
-        let held = Mutex<[UInt8]>([])
+        let held = Lock<[UInt8]>([])
         try await holder.read(0..<100_000) { bytes in held.withLock { $0 += bytes } }
         #expect(held.withLock { $0 } == Array(old.prefix(100_000)), "the holder read the stored part whole while the refetch waited")
         #expect(origin.requestLog().count == before, "no refetch while another reader holds the part")
@@ -347,7 +346,7 @@ struct FillTests {
         #expect(await fixture.store.entry(for: http.key) != nil, "the files wait for the origin's answer")
         #expect(origin.requests().isEmpty, "the origin answered within the wait: \(origin.requests())")
         let reader = try await opening.value
-        let bytes = Mutex<[UInt8]>([])
+        let bytes = Lock<[UInt8]>([])
         try await reader.read(wanted) { chunk in bytes.withLock { $0 += chunk } }
         await reader.close()
         #expect(bytes.withLock { $0 } == Array(source[Int(wanted.lowerBound)..<Int(wanted.upperBound)]))
@@ -602,7 +601,7 @@ struct FillTests {
         #expect(!reader.isLengthKnown)
         source.cut()
         // The cut answer is dropped: its entry leaves the store.
-        let deadline = ContinuousClock.now + .seconds(60)
+        let deadline = ContinuousClock.now + Duration.seconds(60).asHangGuard
         while await fixture.store.entry(for: source.key) != nil {
             guard ContinuousClock.now < deadline else { throw OriginFailure("the cut answer was never dropped") }
             try await Task.sleep(for: .milliseconds(5))

@@ -135,7 +135,7 @@ private final class HolderCounts: Sendable {
     let peak = Atomic<Int>(0)
 }
 
-@Suite("Fill: prefetch, progress, cancellation", .serialized, .timeLimit(.minutes(8)))
+@Suite("Fill: prefetch, progress, cancellation", .serialized, .timeLimit(.minutes(8 * hangGuardScale)))
 struct FillBehaviourTests {
     @Test("prefetch brings a range in and reports progress; progress survives a restart")
     func prefetchAndProgress() async throws {
@@ -149,7 +149,7 @@ struct FillBehaviourTests {
         var store = try await SparseStore.open(directory: directory.file("cache"), options: storeOptions)
         var cache = ProgressiveCache(store: store, options: .testing)
         let http = try HTTPRangeSource(url: origin.url("feed.mp4"))
-        let reports = Mutex<[FillProgress]>([])
+        let reports = Lock<[FillProgress]>([])
         try await cache.prefetch(http, range: 0..<500_000) { progress in reports.withLock { $0.append(progress) } }
         let seen = reports.withLock { $0 }
         #expect(!seen.isEmpty)

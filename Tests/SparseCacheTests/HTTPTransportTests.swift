@@ -21,7 +21,7 @@ final class CannedOrigin: Sendable {
     private let log = RequestLog()
 
     private final class RequestLog: Sendable {
-        let heads = Mutex<[String]>([])
+        let heads = Lock<[String]>([])
     }
 
     init(_ respond: @escaping @Sendable (_ request: String, _ connection: TCPConnection) async throws -> Void) throws {
@@ -68,9 +68,9 @@ final class KeepAliveOrigin: Sendable {
     private let tally = Tally()
 
     private final class Tally: Sendable {
-        let counts = Mutex((connections: 0, requests: 0))
+        let counts = Lock((connections: 0, requests: 0))
         /// Connections the client closed.
-        let hungUp = Mutex(0)
+        let hungUp = Lock(0)
     }
 
     init(answered: Int, body: String) throws {

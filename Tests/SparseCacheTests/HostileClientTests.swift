@@ -79,7 +79,7 @@ final class ConnectionHolders: Sendable {
     let port: Int
     let count: Int
     let kind: Kind
-    private let descriptors = Mutex<[Int32]>([])
+    private let descriptors = Lock<[Int32]>([])
     private let stopped = Atomic<Bool>(false)
 
     init(port: Int, count: Int, kind: Kind) {
@@ -247,7 +247,7 @@ struct BoundedStateTests {
     @Test("the request log queue holds at most its capacity while the log is not read, and says how many lines it dropped")
     func logQueueBounded() {
         let gate = DispatchSemaphore(value: 0)
-        let written = Mutex<[String]>([])
+        let written = Lock<[String]>([])
         let queue = LogQueue(label: "test.log", capacity: 100) { line in
             if line == "first" { gate.wait() }  // stdout that nobody reads
             written.withLock { $0.append(line) }

@@ -4,7 +4,6 @@
 // logged through the store's log, never swallowed.
 import Foundation
 import SeededRandom
-import Synchronization
 import Testing
 
 @testable import HTTPCache
@@ -17,7 +16,7 @@ import Glibc
 
 /// The lines a store logs.
 private final class LogLines: Sendable {
-    private let lines = Mutex<[String]>([])
+    private let lines = Lock<[String]>([])
     var all: [String] { lines.withLock { $0 } }
     func append(_ line: String) { lines.withLock { $0.append(line) } }
 }

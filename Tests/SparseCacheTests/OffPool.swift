@@ -9,7 +9,7 @@
 // the whole suite well inside CI's 20 minutes on two cores; `deep` runs the exhaustive sizes
 // (every bit of an index, the long fuzz runs) for a release or a change to the formats.
 import Foundation
-import Synchronization
+@testable import SparseCacheEngine
 
 /// How far the sweeps go: `SPARSECACHE_TEST_DEPTH=deep` for the exhaustive sizes.
 enum TestDepth {
@@ -32,7 +32,7 @@ final class DedicatedThreadExecutor: TaskExecutor, Sendable {
         var stopped = false
     }
 
-    private let queue = Mutex(Queue())
+    private let queue = Lock(Queue())
     private let wakeup = DispatchSemaphore(value: 0)
 
     init(name: String) {

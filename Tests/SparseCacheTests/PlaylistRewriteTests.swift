@@ -3,10 +3,10 @@
 // connection limiter's priorities.
 import Foundation
 import SeededRandom
-import Synchronization
 import Testing
 
 @testable import HTTPCache
+@testable import SparseCacheEngine
 @testable import SparseHTTP
 
 @Suite("Playlist rewriting")
@@ -273,8 +273,8 @@ struct ConnectionPriorityTests {
     func yieldedPlaceGoesToTheAsker() async throws {
         let limiter = ConnectionLimiter(limit: 1)
         let record = Record()
-        let ticket = Mutex<UInt64?>(nil)
-        let again = Mutex<Task<Void, Error>?>(nil)
+        let ticket = Lock<UInt64?>(nil)
+        let again = Lock<Task<Void, Error>?>(nil)
         // The holder's transfer stops as soon as it is asked (its release runs inside onYield)
         // and its fetch asks for a place again at once, in the background.
         let held = try await limiter.acquire(
@@ -317,8 +317,8 @@ struct ConnectionPriorityTests {
 
     final class ReleasesWhenGone: Sendable {
         let limiter: ConnectionLimiter
-        let ticket = Mutex<UInt64?>(nil)
-        let yields = Mutex(0)
+        let ticket = Lock<UInt64?>(nil)
+        let yields = Lock(0)
 
         init(_ limiter: ConnectionLimiter) { self.limiter = limiter }
 
@@ -381,8 +381,8 @@ struct ConnectionPriorityTests {
     }
 
     final class Record: Sendable {
-        let yielded = Mutex(0)
-        let order = Mutex<[String]>([])
+        let yielded = Lock(0)
+        let order = Lock<[String]>([])
     }
 
     @Test("Fetches started under background priority carry it (task-local)")

@@ -2,7 +2,6 @@
 // client, and raw sockets for what curl will not send. Helpers, not tests: no assertions here.
 import Foundation
 import LoopbackOrigins
-import Synchronization
 
 @testable import HTTPCache
 @testable import SparseCacheEngine
@@ -60,7 +59,7 @@ final class ProxyFixture: Sendable {
 
 /// The request log entries an HTTPServer wrote.
 final class LogCollector: Sendable {
-    private let entries = Mutex<[HTTPLogEntry]>([])
+    private let entries = Lock<[HTTPLogEntry]>([])
 
     func append(_ entry: HTTPLogEntry) {
         entries.withLock { $0.append(entry) }

@@ -5,8 +5,8 @@
 import Foundation
 import LoopbackOrigins
 import SeededRandom
-import Synchronization
 import Testing
+@testable import SparseCacheEngine
 
 #if canImport(Glibc)
     import Glibc
@@ -292,7 +292,7 @@ final class SoakTally: Sendable {
         var maxResidentKiB = 0
     }
 
-    private let state = Mutex(Summary())
+    private let state = Lock(Summary())
 
     func record(_ outcome: SoakTests.Outcome) {
         state.withLock {

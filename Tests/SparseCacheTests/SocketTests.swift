@@ -11,7 +11,7 @@ import Testing
 
 /// The non-blocking sockets under the origin client and the server: a connection closed from
 /// another thread while its own task is in a call.
-@Suite("Sockets: closing while a call is in progress", .timeLimit(.minutes(10)))
+@Suite("Sockets: closing while a call is in progress", .timeLimit(.minutes(10 * hangGuardScale)))
 struct SocketTests {
     /// A connected pair on loopback: (the client's end, the server's end).
     static func pair(_ listener: TCPListener) async throws -> (TCPConnection, TCPConnection) {
@@ -111,14 +111,14 @@ struct SocketTests {
     }
 }
 
-@Suite("Sockets: the reactor's edge-triggered waits", .timeLimit(.minutes(10)))
+@Suite("Sockets: the reactor's edge-triggered waits", .timeLimit(.minutes(10 * hangGuardScale)))
 struct SocketReactorTests {
     /// The identity of the event loop that owns the calling thread, nil off the loops.
     private static var currentLoop: ObjectIdentifier? { SocketReactor.loops.first { $0.ownsCurrentThread }.map(ObjectIdentifier.init) }
 
     @Test("a server's handler runs on its connection's event loop; work it starts preferring the loop stays there, and it comes back there after a wait on another thread")
     func handlersRunOnTheirLoop() async throws {
-        let problems = Mutex<[String]>([])
+        let problems = Lock<[String]>([])
         var options = HTTPServer.Options()
         options.port = 0
         let server = try HTTPServer.start(options: options, log: { _ in }) { request, _, response in

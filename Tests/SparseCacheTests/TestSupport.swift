@@ -19,6 +19,20 @@ func testSeed(_ defaultSeed: UInt64) -> UInt64 {
     return defaultSeed
 }
 
+// MARK: - Hang guards
+
+/// How many times longer a hang guard lasts in this build: 4 when the build is sanitized for
+/// threads (`swift test --sanitize=thread`: about ten times slower, and the first tests of the
+/// suites wait behind the Concurrency suite's load; see docs/TESTING.md), else 1. A hang guard is
+/// a suite's time limit or the longest a test waits before it reports a hang: never a timing
+/// assertion, only what keeps a hung test from hanging the run.
+let hangGuardScale = sc_tsan_enabled() == 1 ? 4 : 1
+
+extension Duration {
+    /// This bound as a hang guard of this build (``hangGuardScale``).
+    var asHangGuard: Duration { self * hangGuardScale }
+}
+
 // MARK: - Deterministic resource content
 
 // MARK: - Temporary directories

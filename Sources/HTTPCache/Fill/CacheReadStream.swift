@@ -1,7 +1,6 @@
 import SparseCacheEngine
 import SparseCacheStore
 import SparseHTTP
-import Synchronization
 
 /// The bytes of a ``ProgressiveCache/read(_:range:)``, in order, handed over one chunk at a
 /// time: the reading starts with the first `next()`, and each chunk is read only after the
@@ -58,7 +57,7 @@ final class Handoff: Sendable {
         var end: Result<Void, Error>?
     }
 
-    private let state = Mutex(State())
+    private let state = Lock(State())
     private let produce: @Sendable (_ send: @escaping @Sendable ([UInt8]) async throws -> Void) async throws -> Void
 
     init(produce: @escaping @Sendable (_ send: @escaping @Sendable ([UInt8]) async throws -> Void) async throws -> Void) {

@@ -125,7 +125,7 @@ public final class ConnectionLimiter: Sendable {
         }
     }
 
-    private let state = Mutex(State())
+    private let state = Lock(State())
 
     public init(limit: Int) {
         precondition(limit > 0, "a limiter needs room for one holder")

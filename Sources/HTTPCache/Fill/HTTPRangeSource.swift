@@ -2,7 +2,6 @@ import Foundation
 import SparseCacheEngine
 import SparseCacheStore
 import SparseHTTP
-import Synchronization
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
@@ -59,9 +58,9 @@ public final class HTTPRangeSource: RangeSource {
     let shared: Shared
 
     final class Shared: Sendable {
-        let resolverQueue = Mutex<BlockingExecutor?>(nil)
+        let resolverQueue = Lock<BlockingExecutor?>(nil)
         /// Made on first use (``urlSession()``).
-        let session = Mutex<(URLSession, SessionDelegate)?>(nil)
+        let session = Lock<(URLSession, SessionDelegate)?>(nil)
 
         deinit {
             session.withLock { $0?.0.finishTasksAndInvalidate() }
@@ -136,7 +135,7 @@ public final class HTTPRangeSource: RangeSource {
 
     /// Held weakly: a limiter lives as long as a source of its origin does, and the table,
     /// swept as it grows, does not keep an entry for every host a proxy ever fetched from.
-    private static let limiters = Mutex<(table: [String: WeakLimiter], sweepAt: Int)>(([:], 64))
+    private static let limiters = Lock<(table: [String: WeakLimiter], sweepAt: Int)>(([:], 64))
 
     private struct WeakLimiter {
         weak var limiter: ConnectionLimiter?

@@ -317,7 +317,14 @@ extension ProgressiveCache {
     /// removes the stored files, and for a replacement opens the new version). From the first
     /// line nobody reads the old bytes: readers that had some get `.originChanged`, the others
     /// wait on `opening`, as for first contact. No await before the generation moves on.
-    func retire(_ resource: FillResource, except fetchID: Int? = nil, then: sending @escaping () async throws -> Void) async throws {
+    ///
+    /// `then` must run on this actor, as everything that touches a ``FillResource``: a closure
+    /// written in a method of the cache is isolated to it (checked below). Handed over as
+    /// `sending` or `@Sendable`, it would be nonisolated and run on the global executor, its
+    /// writes to the resource racing with readers on the actor, and the compiler would say
+    /// nothing.
+    func retire(_ resource: FillResource, except fetchID: Int? = nil, then: @escaping @isolated(any) () async throws -> Void) async throws {
+        precondition(then.isolation === self, "retire's closure must be isolated to the cache that retires the resource")
         let old = resource.handle
         resource.handle = nil
         resource.info = nil

@@ -1,7 +1,6 @@
 import SparseCacheEngine
 import SparseCacheStore
 import SparseHTTP
-import Synchronization
 
 /// Reads through a ``SparseStore``: what is cached comes from disk at once, what is missing is
 /// fetched from the resource's origin (a ``RangeSource``), handed to waiting readers as it
@@ -57,7 +56,7 @@ public actor ProgressiveCache {
     /// Stored answers the event loops answer hits from (``CachingProxy/answerQuickly(_:_:)``).
     nonisolated let quickHits = QuickHits()
     /// Totals over every resource, counted from the actor and from readers' own tasks.
-    private nonisolated let counters = Mutex(FillStatistics())
+    private nonisolated let counters = Lock(FillStatistics())
 
     /// Totals over every resource.
     public nonisolated var statistics: FillStatistics { counters.withLock { $0 } }

@@ -1,4 +1,4 @@
-import Synchronization
+import SparseCacheEngine
 
 /// Whether a fetch's request may be on its way to the origin. Until it is (the fetch still
 /// waits for a connection slot, or sleeps before a retry), a fetch nobody wants any more is
@@ -22,7 +22,7 @@ final class RequestGate: Sendable {
         case withdrawn
     }
 
-    private let state = Mutex(State.idle)
+    private let state = Lock(State.idle)
 
     init() {}
 

@@ -1,10 +1,10 @@
-import Synchronization
+import SparseCacheEngine
 
 /// What a background fetch does when its connection is wanted for a waited-on request: stop
 /// its transfer. Asked for possibly before the transfer exists, in which case the transfer is
 /// stopped as soon as it is set.
 final class YieldAction: Sendable {
-    private let state = Mutex<(fired: Bool, action: (@Sendable () -> Void)?)>((false, nil))
+    private let state = Lock<(fired: Bool, action: (@Sendable () -> Void)?)>((false, nil))
 
     func fire() {
         let action = state.withLock { state in

@@ -1,6 +1,5 @@
 import SparseCacheEngine
 import SparseHTTP
-import Synchronization
 
 /// Counters of a running proxy, kept from what it logs: every request once, by status and
 /// what the cache made of it, and the body bytes it sent by where they came from. Fed by the
@@ -30,7 +29,7 @@ public final class ProxyMetrics: Sendable {
         public var totalRequests: Int { requests.values.reduce(0, +) }
     }
 
-    private let state = Mutex(Snapshot())
+    private let state = Lock(Snapshot())
 
     public init() {}
 

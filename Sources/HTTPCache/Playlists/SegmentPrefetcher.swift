@@ -1,6 +1,6 @@
 import Foundation
+import SparseCacheEngine
 import SparseHTTP
-import Synchronization
 
 /// Brings the next segments of the variant a player plays into the cache before the player
 /// asks for them.
@@ -18,7 +18,7 @@ import Synchronization
 /// there and the old one's fetches stop), or asks for nothing for ``StreamingOptions/pinIdle``.
 final class SegmentPrefetcher: Sendable {
     let options: StreamingOptions
-    private let state = Mutex(State())
+    private let state = Lock(State())
 
     init(options: StreamingOptions) {
         self.options = options

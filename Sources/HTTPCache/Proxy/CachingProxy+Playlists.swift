@@ -1,6 +1,6 @@
 import Foundation
+import SparseCacheEngine
 import SparseHTTP
-import Synchronization
 
 /// Adaptive streaming through the proxy: HLS playlists and DASH manifests are stored as the
 /// origin sent them and rewritten on the way out, so every URL in them leads back to the
@@ -58,7 +58,7 @@ extension CachingProxy {
         else { return nil }
         if let known = exchange.playlist, known.reader == ObjectIdentifier(reader) { return known }
         let missing = try await reader.missingRanges(in: 0..<reader.length)
-        let bytes = Mutex<[UInt8]>([])
+        let bytes = Lock<[UInt8]>([])
         try await reader.read(0..<reader.length) { chunk in bytes.withLock { $0 += chunk } }
         let body = bytes.withLock { $0 }
         let playlist: StoredPlaylist

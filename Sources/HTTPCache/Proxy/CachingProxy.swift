@@ -2,7 +2,6 @@ import Foundation
 import SparseCacheEngine
 import SparseCacheStore
 import SparseHTTP
-import Synchronization
 
 /// An HTTP cache in front of origins, as a shared cache (RFC 9111): the ``HTTPServer`` handler
 /// behind `sparsecache serve`. Stored responses come from a ``ProgressiveCache``: cached bytes
@@ -29,7 +28,7 @@ public final class CachingProxy: Sendable {
     /// The origin in reverse-proxy mode; nil for URL mode.
     public let origin: URL?
     /// One source per URL, kept for the next request (bounded: a forgotten one is made again).
-    private let sources = Mutex(BoundedTable<HTTPRangeSource>(capacity: 4096))
+    private let sources = Lock(BoundedTable<HTTPRangeSource>(capacity: 4096))
     /// Origin URLs and cache keys of recent targets (``ProxyRoutes``).
     private let routes = ProxyRoutes()
     /// The origin's URL without its trailing slashes, which a target is appended to (nil

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import SparseCacheEngine
 
 /// The origin URL and cache key of request targets seen recently, so a client asking for
 /// ranges of one URL again and again does not have Foundation parse the URL and build its key
@@ -56,7 +56,7 @@ final class ProxyRoutes: Sendable {
     }
 
     static let capacity = 4096
-    private let routes = Mutex(BoundedTable<Route>(capacity: capacity))
+    private let routes = Lock(BoundedTable<Route>(capacity: capacity))
 
     /// The route of `target`, from the table or made by `make` (and kept when `target` does
     /// not depend on anything but itself).

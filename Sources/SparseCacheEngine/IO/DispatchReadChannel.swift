@@ -1,6 +1,5 @@
 import CShim
 import Dispatch
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -25,7 +24,7 @@ final class DispatchReadChannel: @unchecked Sendable {
     /// The data file's descriptor (owned by the resource): duplicated for the channel, and
     /// named to the fault hook (the same file, so the same rules apply).
     private let source: Int32
-    private let made = Mutex<Made>(Made())
+    private let made = Lock<Made>(Made())
     let path: String
 
     private struct Made: ~Copyable {
@@ -121,12 +120,12 @@ final class DispatchReadChannel: @unchecked Sendable {
 /// Collects the chunks one read delivers. The handler runs on one serial queue, so the chunks
 /// of a read arrive one at a time; the mutex makes that explicit rather than assumed.
 private final class ReadAccumulator: Sendable {
-    private let bytes: Mutex<[UInt8]>
+    private let bytes: Lock<[UInt8]>
 
     init(capacity: Int) {
         var initial: [UInt8] = []
         initial.reserveCapacity(capacity)
-        bytes = Mutex(initial)
+        bytes = Lock(initial)
     }
 
     func append(_ data: DispatchData) {

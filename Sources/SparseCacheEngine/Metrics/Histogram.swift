@@ -15,7 +15,7 @@ public final class Counter: Sendable {
 public final class Histogram: Sendable {
     /// The buckets' upper bounds in seconds, ascending (`+Inf` is implied).
     public let bounds: [Double]
-    private let state: Mutex<Snapshot>
+    private let state: Lock<Snapshot>
 
     public struct Snapshot: Sendable, Equatable {
         /// Observations at most `bounds[i]` (not cumulative here; the exposition sums them).
@@ -29,7 +29,7 @@ public final class Histogram: Sendable {
 
     public init(bounds: [Double] = Histogram.syncBounds) {
         self.bounds = bounds
-        state = Mutex(Snapshot(buckets: Array(repeating: 0, count: bounds.count)))
+        state = Lock(Snapshot(buckets: Array(repeating: 0, count: bounds.count)))
     }
 
     public func observe(_ seconds: Double) {

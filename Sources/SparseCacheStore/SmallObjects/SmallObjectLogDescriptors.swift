@@ -1,5 +1,4 @@
 import SparseCacheEngine
-import Synchronization
 
 /// The open descriptors of a store's log files, at most ``limit`` of them: a log's descriptor
 /// is opened when a read, an append or a compaction needs it, and the one used least recently
@@ -15,7 +14,7 @@ import Synchronization
 /// (at most the reads in flight, which `serve` bounds by its connections).
 final class SmallObjectLogDescriptors: Sendable {
     let limit: Int
-    private let state: Mutex<State>
+    private let state: Lock<State>
 
     private struct State {
         var open: [UInt32: (file: OpenLogFile, used: UInt64)] = [:]
@@ -25,7 +24,7 @@ final class SmallObjectLogDescriptors: Sendable {
 
     init(limit: Int) {
         self.limit = max(1, limit)
-        state = Mutex(State())
+        state = Lock(State())
     }
 
     /// The open descriptor of log `id` if it is held, without a system call (the page-cache

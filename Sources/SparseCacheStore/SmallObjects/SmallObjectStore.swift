@@ -2,7 +2,6 @@
     import Glibc
 #endif
 import SparseCacheEngine
-import Synchronization
 
 /// Small whole objects (an HTTP cache's small bodies with their heads) in append-only log
 /// files, many objects per file: no data file and index per object, one write and one
@@ -106,7 +105,7 @@ public actor SmallObjectStore {
     var nextFileID: UInt32
     var isClosed = false
     /// Disk bytes of every log, readable without the actor (the owner's budget arithmetic).
-    nonisolated let diskCounter = Mutex<Int64>(0)
+    nonisolated let diskCounter = Lock<Int64>(0)
     /// What open found, and damage met since.
     public private(set) var report: OpenReport
     public internal(set) var damagedReads = 0

@@ -1,4 +1,4 @@
-import Synchronization
+import SparseCacheEngine
 
 /// The keys a store holds, as hashes, for questions from outside its actor: a key whose hash is
 /// not here is surely not stored, and the caller knows it without a hop into the store (two jobs
@@ -26,7 +26,7 @@ package final class KeyPresence: Sendable {
         }
     }
 
-    private let hashes = Mutex(Hashes())
+    private let hashes = Lock(Hashes())
     private let hash: @Sendable (String) -> UInt32
 
     /// - Parameter hash: the key's hash (tests give one that collides).

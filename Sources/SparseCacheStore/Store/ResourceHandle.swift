@@ -1,5 +1,4 @@
 import SparseCacheEngine
-import Synchronization
 
 /// A resource opened through a ``SparseStore``. While any handle to it is unreleased the
 /// resource is pinned: eviction never deletes it or its files.
@@ -10,7 +9,7 @@ public final class ResourceHandle: Sendable {
     public let key: String
     public let file: SparseFile
     let store: SparseStore
-    private let released = Mutex(false)
+    private let released = Lock(false)
 
     init(key: String, file: SparseFile, store: SparseStore) {
         self.key = key

@@ -1,5 +1,4 @@
 import SparseCacheEngine
-import Synchronization
 
 /// One HTTP/1.1 request on a connection of its own, over the project's non-blocking sockets:
 /// the transport the cache's origin client (`HTTPRangeSource`) uses for `http://` origins. A
@@ -50,7 +49,7 @@ package actor HTTPExchange {
     /// Who has the connection once the exchange is over. A cancel (any thread) and the hand-back
     /// to the pool (the actor) decide under this lock, so a connection is either closed or
     /// pooled, never both.
-    private let lifecycle = Mutex(Lifecycle())
+    private let lifecycle = Lock(Lifecycle())
 
     private struct Lifecycle {
         var ended = false

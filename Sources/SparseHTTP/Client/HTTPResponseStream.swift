@@ -9,10 +9,10 @@ import FoundationNetworking
 /// Routes one URLSession's delegate callbacks to the stream of each task. URLSession calls it
 /// on its delegate queue; all state is behind a mutex.
 package final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendable {
-    // @unchecked: NSObject is not Sendable; the only stored state is the Mutex.
-    private let streams = Mutex<[Int: ResponseStream]>([:])
+    // @unchecked: NSObject is not Sendable; the only stored state is the Lock.
+    private let streams = Lock<[Int: ResponseStream]>([:])
     /// Tasks whose redirects are answers to hand on, not to follow (a proxy's requests).
-    private let keepsRedirects = Mutex<Set<Int>>([])
+    private let keepsRedirects = Lock<Set<Int>>([])
 
     /// Routes `task`'s callbacks to `stream`. With `followRedirects` false a 3xx ends the
     /// task as its response (the delegate refuses the new request).
@@ -74,7 +74,7 @@ package final class ResponseStream: Sendable {
         var onFinish: [@Sendable () -> Void] = []
     }
 
-    private let state = Mutex(State())
+    private let state = Lock(State())
     private let continuation: AsyncThrowingStream<[UInt8], Error>.Continuation
     package let body: AsyncThrowingStream<[UInt8], Error>
     private let buffered: BufferedBytes

@@ -1,6 +1,5 @@
 import Dispatch
 import SparseCacheEngine
-import Synchronization
 
 /// Idle keep-alive connections to `http://` origins, by host and port, for ``HTTPExchange`` to
 /// reuse: a player's next range (a seek) then costs one round trip instead of a TCP handshake
@@ -38,7 +37,7 @@ package final class OriginConnectionPool: Sendable {
         var sweepArmed = false
     }
 
-    private let state = Mutex(State())
+    private let state = Lock(State())
 
     init(perOrigin: Int = connectionsPerOrigin, idleLimit: Duration = .seconds(4)) {
         self.perOrigin = perOrigin

@@ -1,5 +1,5 @@
 import Dispatch
-import Synchronization
+import SparseCacheEngine
 
 /// The time limits of waits on origin connections, checked by one timer for the whole process.
 ///
@@ -29,7 +29,7 @@ final class OriginDeadlines: Sendable {
         var ticking = false
     }
 
-    private let state = Mutex(State())
+    private let state = Lock(State())
     /// Dispatch sources are thread-safe; Dispatch does not mark them `Sendable`.
     private nonisolated(unsafe) let timer: any DispatchSourceTimer
 

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import SparseCacheEngine
 
 /// IMF-fixdate, the date format HTTP sends (RFC 9110, section 5.6.7):
 /// `Sun, 06 Nov 1994 08:49:37 GMT`.
@@ -13,7 +13,7 @@ package enum HTTPDate {
         }
     }
 
-    private static let cache = Mutex<(second: time_t, text: String)>((0, ""))
+    private static let cache = Lock<(second: time_t, text: String)>((0, ""))
 
     package static func format(_ date: Date) -> String {
         var seconds = time_t(date.timeIntervalSince1970)

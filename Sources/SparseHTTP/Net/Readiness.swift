@@ -1,5 +1,4 @@
 import SparseCacheEngine
-import Synchronization
 
 /// One direction of one descriptor watched by the ``SocketReactor``: a task that got EAGAIN
 /// waits here until the descriptor is ready again.
@@ -16,7 +15,7 @@ final class Readiness: Sendable {
         var closed: SparseCacheError?
     }
 
-    private let state = Mutex(State())
+    private let state = Lock(State())
 
     /// Returns when the descriptor is ready; throws when it is closed or the task cancelled.
     /// One waiter at a time per direction (each connection has one task).

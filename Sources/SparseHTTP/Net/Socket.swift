@@ -1,6 +1,5 @@
 import CShim
 import SparseCacheEngine
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -27,11 +26,11 @@ final class SocketDescriptor: Sendable {
     }
 
     private let fd: Int32
-    private let state: Mutex<State>
+    private let state: Lock<State>
 
     init(fd: Int32, sources: Int) {
         self.fd = fd
-        state = Mutex(State(sourcesLeft: sources))
+        state = Lock(State(sourcesLeft: sources))
     }
 
     /// Runs `call` with the descriptor, which stays open until it returns; nil when the

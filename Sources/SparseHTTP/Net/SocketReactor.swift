@@ -69,7 +69,7 @@ final class SocketReactor: TaskExecutor, Sendable {
     private let wake: Int32
     /// Registered watches by token (0 is the wake descriptor's). Tokens are never reused, so an
     /// event that raced a removal finds nothing rather than another descriptor's watch.
-    private let watches = Mutex<[UInt64: SocketWatch]>([:])
+    private let watches = Lock<[UInt64: SocketWatch]>([:])
     private let nextToken = Atomic<UInt64>(1)
     /// The loop thread's `pthread_self()`, once it runs.
     private let thread = Atomic<UInt>(0)
@@ -81,7 +81,7 @@ final class SocketReactor: TaskExecutor, Sendable {
         var sleeping = false
     }
 
-    private let jobs = Mutex(Jobs())
+    private let jobs = Lock(Jobs())
 
     private init(number: Int) {
         epoll = sc_epoll_create()

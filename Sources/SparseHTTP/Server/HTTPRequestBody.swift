@@ -1,5 +1,4 @@
 import SparseCacheEngine
-import Synchronization
 
 /// The body of one request, read from the client's connection as the handler asks for it:
 /// ``HTTPServer`` hands one to its handler with every request (empty for a request without a
@@ -31,7 +30,7 @@ public final class HTTPRequestBody: Sendable, AsyncSequence {
     private let connection: TCPConnection?
     private let deadline: Deadline
     private let sendContinue: @Sendable () async throws -> Void
-    private let state: Mutex<State>
+    private let state: Lock<State>
 
     /// How long the body may take: `timeout`, plus a second per `rate` bytes received.
     struct Deadline: Sendable {
@@ -76,7 +75,7 @@ public final class HTTPRequestBody: Sendable, AsyncSequence {
         case .chunked: decoder = ChunkedDecoder()
         case .none, .untilClose: break
         }
-        state = Mutex(
+        state = Lock(
             State(
                 buffered: buffered, remaining: remaining, decoder: decoder, finished: remaining == 0 && decoder == nil,
                 expectsContinue: expectsContinue && (remaining > 0 || decoder != nil)))
@@ -101,7 +100,7 @@ public final class HTTPRequestBody: Sendable, AsyncSequence {
         connection = nil
         deadline = Deadline(timeout: .seconds(1), rate: 1)
         sendContinue = {}
-        state = Mutex(State(buffered: bytes, remaining: Int64(bytes.count), decoder: nil, finished: bytes.isEmpty, expectsContinue: false))
+        state = Lock(State(buffered: bytes, remaining: Int64(bytes.count), decoder: nil, finished: bytes.isEmpty, expectsContinue: false))
     }
 
     /// The body's length when the request announced it (`Content-Length`); nil for chunked.

@@ -1,6 +1,5 @@
 import Foundation
 import SparseCacheEngine
-import Synchronization
 
 /// Writes one response on a connection: a head, then a body of exactly the length the head
 /// announced. For a HEAD request the body is counted but not sent.
@@ -40,13 +39,13 @@ public final class HTTPResponseWriter: Sendable {
         var rewrite: (@Sendable ([(String, String)]) -> [(String, String)])?
     }
 
-    private let state: Mutex<State>
+    private let state: Lock<State>
 
     init(request: HTTPRequestHead, connection: TCPConnection, closes: Bool, activity: @escaping @Sendable (_ sending: Bool) -> Void) {
         self.request = request
         self.connection = connection
         self.activity = activity
-        state = Mutex(State(closes: closes || !request.keepAlive))
+        state = Lock(State(closes: closes || !request.keepAlive))
     }
 
     /// The status sent (0 before the head).

@@ -68,7 +68,7 @@ public final class HTTPServer: Sendable {
     private let handler: Handler
     private let quick: QuickHandler?
     private let log: @Sendable (HTTPLogEntry) -> Void
-    private let registry: Mutex<Registry>
+    private let registry: Lock<Registry>
     private let requestCount = Atomic<Int>(0)
     private let watchdog: Watchdog
 
@@ -108,7 +108,7 @@ public final class HTTPServer: Sendable {
         self.log = log
         self.quick = quick
         self.handler = handler
-        registry = Mutex(Registry(slots: ConnectionSlots(limit: options.maximumConnections, perAddress: options.maximumConnectionsPerAddress)))
+        registry = Lock(Registry(slots: ConnectionSlots(limit: options.maximumConnections, perAddress: options.maximumConnectionsPerAddress)))
         let shortest = min(options.headTimeout, options.idleTimeout, options.sendTimeout)
         watchdog = Watchdog(interval: max(.milliseconds(10), min(.seconds(1), shortest / 4)))
     }
@@ -431,7 +431,7 @@ public final class HTTPServer: Sendable {
 private final class Client: Sendable {
     let id: Int
     let connection: TCPConnection
-    private let deadline = Mutex<(at: UInt64, reason: String)>((0, ""))
+    private let deadline = Lock<(at: UInt64, reason: String)>((0, ""))
     private let idle = Atomic<Bool>(true)
 
     init(id: Int, connection: TCPConnection) {

@@ -1,5 +1,5 @@
 import Dispatch
-import Synchronization
+import SparseCacheEngine
 
 /// Log lines written in order on a serial queue of their own, at most ``capacity`` waiting.
 ///
@@ -11,7 +11,7 @@ package final class LogQueue: Sendable {
     package let capacity: Int
     private let queue: DispatchQueue
     private let write: @Sendable (String) -> Void
-    private let state = Mutex<(waiting: Int, dropped: Int, droppedTotal: Int)>((0, 0, 0))
+    private let state = Lock<(waiting: Int, dropped: Int, droppedTotal: Int)>((0, 0, 0))
 
     /// - Parameter write: writes one line; may block (it runs on the queue).
     package init(label: String, capacity: Int = 10_000, write: @escaping @Sendable (String) -> Void) {

@@ -1,6 +1,5 @@
 import CShim
 import SparseCacheEngine
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -11,7 +10,7 @@ import Glibc
 /// dispatch signal source needs the signal blocked in every thread to see it; a handler does
 /// not.)
 public enum ShutdownSignals {
-    private static let pipe = Mutex<(fd: Int32, watch: SocketWatch?)>((-1, nil))
+    private static let pipe = Lock<(fd: Int32, watch: SocketWatch?)>((-1, nil))
 
     /// From now on SIGINT and SIGTERM (and SIGHUP with `hangup`) no longer end the process;
     /// ``next()`` returns them. The first call decides which signals are caught.
