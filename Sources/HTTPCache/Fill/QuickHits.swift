@@ -67,7 +67,7 @@ final class QuickHits: Sendable {
 
     static let epoch = ContinuousClock.now
     static let smallCapacity = 8192
-    private let state = Mutex(State())
+    private let state = Lock(State())
 
     subscript(key: String) -> Hit? { state.withLock { $0.hits[key] } }
 

@@ -80,7 +80,7 @@ public final class SmallObjectView: Sendable {
 /// alarms, which cost a read through the store; never a missed change), in bounded memory.
 final class SmallObjectChanges: Sendable {
     static let buckets = 4096
-    private let counts = Mutex([UInt64](repeating: 0, count: buckets))
+    private let counts = Lock([UInt64](repeating: 0, count: buckets))
 
     static func bucket(of key: String) -> Int { key.hashValue & (buckets - 1) }
 
