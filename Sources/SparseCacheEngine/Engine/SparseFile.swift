@@ -255,7 +255,7 @@ public actor SparseFile {
                 recovery.created = true
             } else {
                 let access: FileDescriptor.Access = mode == .readWrite ? .readWrite : .readOnly
-                let (opened, recovered, report) = try IndexFile.open(path: indexPath, access: access)
+                let (opened, recovered, report) = try IndexFile.open(path: indexPath, access: access, evidence: .reading(dataFile))
                 index = opened
                 state = recovered
                 recovery = RecoverySummary(report)
@@ -264,10 +264,13 @@ public actor SparseFile {
                     if mode == .readWrite, options.requireDataFileCoversIndex {
                         try checkDataFileCoversIndex(dataFile, state: state)
                     }
-                    if mode == .readWrite {
+                    if mode == .readWrite, report.journalDamage == nil {
                         // Blocks of segments written but never committed (a crash, a kill, a
                         // failed commit on a full disk) are freed: they are not present and
-                        // would otherwise hold disk space for good.
+                        // would otherwise hold disk space for good. Not while the journal is
+                        // damaged in the middle: then data no intact record names may be what
+                        // an unreadable record committed, and verify counts it as lost until
+                        // a repair folds the damage away.
                         recovery.reclaimedBytes = try reclaimUnclaimed(dataFile, state: state)
                     }
                     if mode == .readWrite, report.wantsHealing {
