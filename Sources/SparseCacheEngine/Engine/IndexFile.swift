@@ -133,7 +133,8 @@ final class IndexFile: @unchecked Sendable {
         /// Why replay stopped when it was not the clean end of the journal (a torn last record
         /// after a crash is normal and named here, not treated as damage).
         var journalTail: String?
-        /// Damage found in authentic index data: a record that validated but cannot be applied.
+        /// Damage found in the index: a record that validated but cannot be applied, or
+        /// journal records damaged in the middle (``journalDamage``).
         var damage: [String] = []
         /// The newest slot could not be used and an older state was taken.
         var fellBack = false
@@ -145,8 +146,10 @@ final class IndexFile: @unchecked Sendable {
         /// The newest checkpoint was damaged and could not be rebuilt: the state in use is
         /// older. Names what happened.
         var newestLost: String?
-        /// At least this much of the newest state is missing from the state in use (what its
-        /// journal added, and the further present segments its damaged header lists).
+        /// Committed state missing from the state in use: for a damaged newest checkpoint, at
+        /// least what its journal added and the further present segments its damaged header
+        /// lists; for a journal damaged in the middle, the segments dropped by the settlement
+        /// and those holding data that no intact record names.
         var lost: Loss?
 
         struct Loss: Sendable, Equatable {

@@ -511,7 +511,9 @@ public struct RecoverySummary: Sendable, Equatable {
     public var recordsReplayed = 0
     /// A torn last journal record (normal after a crash), if any.
     public var journalTail: String?
-    /// Damage in authentic index data (replay stopped before it).
+    /// Damage in the index: authentic data that cannot be applied (replay stopped before it),
+    /// or journal records damaged while intact later records follow (replay went on past them;
+    /// what is lost is in ``lostSegments``).
     public var damage: [String] = []
     /// The newest state could not be used and an older one was taken.
     public var fellBack = false
@@ -519,7 +521,7 @@ public struct RecoverySummary: Sendable, Equatable {
     /// flipped bit, a damaged newest checkpoint rebuilt from the older one and the journals.
     /// A writable open folds it away with fresh checkpoints.
     public var corrected: [String] = []
-    /// Present segments (and bytes) of the newest state that the state in use lacks.
+    /// Present segments (and bytes) of committed state that the state in use lacks.
     public var lostSegments = 0
     public var lostBytes: Int64 = 0
     /// The newest checkpoint was damaged and could not be rebuilt: what happened.

@@ -19,9 +19,11 @@ public enum Verifier {
         // Recovery validates the superblocks, the checkpoint and every journal record; the data
         // file settles what a journal damaged in the middle leaves in doubt.
         let (index, state, recovery) = try await io.run {
-            let data = try FileDescriptor.open(path, access: .readOnly)
-            defer { data.close() }
-            return try IndexFile.open(path: indexPath, access: .readOnly, evidence: .reading(data))
+            // A data file that cannot be opened fails the data check below, with its own error
+            // (after the index's: a path without an index is no resource).
+            let data = try? FileDescriptor.open(path, access: .readOnly)
+            defer { data?.close() }
+            return try IndexFile.open(path: indexPath, access: .readOnly, evidence: data.map(DataEvidence.reading))
         }
         index.close()
         var report = try await io.run { try checkData(path: path, state: state, recovery: recovery, progress: progress) }
