@@ -1,9 +1,12 @@
 // Index robustness (bbolt's way, and then some): every single-bit flip of a small committed
 // index, every 512 B and 4 KiB sector zeroed or set to 0xFF, and truncation at every length
 // must be detected: recovery yields exactly one of the states the index really held (the
-// latest, or an older one) or a corruptIndex / unsupportedVersion error, never anything else.
-// A seeded mutation fuzz loop then feeds the decoder mangled indexes, half of them with every
-// checksum recomputed so the mutations reach the field checks; zero crashes allowed.
+// latest, or an older one), a partial state rebuilt from a journal damaged in the middle
+// (every claimed segment committed with that checksum and matching the data, the rest counted
+// as lost), or a corruptIndex / unsupportedVersion error, never anything else; and no segment
+// is lost while the checkpoint or record that named it is intact. A seeded mutation fuzz loop
+// then feeds the decoder mangled indexes, half of them with every checksum recomputed so the
+// mutations reach the field checks; zero crashes allowed.
 import CShim
 import Foundation
 import SeededRandom

@@ -7,7 +7,8 @@
 /// settles each segment it would claim against these bytes: present only when they match the
 /// CRC32C a record gives. Blocking: recovery runs on an I/O queue.
 struct DataEvidence {
-    /// CRC32C of the data file's bytes in `range`, or nil when the file ends before it.
+    /// CRC32C of the data file's bytes in `range`, or nil when they cannot be read whole (the
+    /// file ends before, or a read error: bytes that cannot be read prove nothing).
     var checksum: (Range<Int64>) throws -> UInt32?
     /// The byte ranges of the data file that hold data (not holes), ascending.
     var dataExtents: () throws -> [Range<Int64>]
@@ -16,7 +17,12 @@ struct DataEvidence {
     static func reading(_ data: FileDescriptor) -> DataEvidence {
         DataEvidence(
             checksum: { range in
-                let bytes = try data.read(fromAbsoluteOffset: range.lowerBound, count: range.count)
+                let bytes: [UInt8]
+                do {
+                    bytes = try data.read(fromAbsoluteOffset: range.lowerBound, count: range.count)
+                } catch let error as SparseCacheError where error.code == .io {
+                    return nil
+                }
                 return bytes.count == range.count ? crc32c(bytes) : nil
             },
             dataExtents: {
