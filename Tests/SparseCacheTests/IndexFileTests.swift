@@ -316,6 +316,53 @@ struct IndexFileTests {
         #expect(after.present.setRuns == [2..<5, 6..<7, 8..<11, 40..<41] && afterReport.recordsReplayed == 5, "\(after.summary)")
     }
 
+    /// A read-only open takes no lock: it can read a record while a writer is writing it, and
+    /// the next record once that one is synced. That record was whole by then, not damaged.
+    @Test("a record read mid-write with a later record after it is read again: a racing writer is not media damage")
+    func recordReadMidWrite() throws {
+        let directory = try TemporaryDirectory("index-race")
+        let path = directory.file("r.scidx")
+        var model = initialState()
+        let index = try IndexFile.create(path: path, state: model)
+        let journal = Int(index.superblock.journalOffset)
+        for record in 0..<3 {
+            let change = adding([10 + record])
+            try index.append(change)
+            model.apply(change)
+        }
+        index.close()
+
+        /// The file as a reader racing the writer sees it: the first read over record 1 gets
+        /// only its header (its body not written yet), every later read the whole record.
+        final class RacingSource: IndexByteSource {
+            let bytes: [UInt8]
+            let torn: Range<Int>
+            var tornReads = 0
+            init(bytes: [UInt8], torn: Range<Int>) {
+                self.bytes = bytes
+                self.torn = torn
+            }
+            var path: String { "<racing>" }
+            func status() throws -> FileDescriptor.Status {
+                FileDescriptor.Status(size: Int64(bytes.count), allocatedBytes: Int64(bytes.count), isRegular: true, isDirectory: false)
+            }
+            func read(fromAbsoluteOffset offset: Int64, count: Int) throws -> [UInt8] {
+                let range = Int(offset)..<min(bytes.count, Int(offset) + count)
+                var out = Array(bytes[range])
+                if tornReads == 0, range.overlaps(torn) {
+                    tornReads += 1
+                    for i in max(range.lowerBound, torn.lowerBound + 24)..<min(range.upperBound, torn.upperBound) { out[i - range.lowerBound] = 0 }
+                }
+                return out
+            }
+        }
+        let source = RacingSource(bytes: try RawFile.read(path), torn: (journal + 4096)..<(journal + 8192))
+        let (state, report) = try IndexFile.recover(source: source)
+        #expect(source.tornReads == 1)
+        #expect(state.sameContent(as: model) && report.recordsReplayed == 3, "\(state.summary)")
+        #expect(report.journalDamage == nil && report.damage.isEmpty && report.journalTail == nil, "\(report)")
+    }
+
     @Test("checkpoints fold the journal, alternate slots and placement, and survive reopen")
     func checkpoints() throws {
         let seed = testSeed(0xC4EC_4901)

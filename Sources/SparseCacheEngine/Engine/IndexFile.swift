@@ -240,7 +240,13 @@ final class IndexFile: @unchecked Sendable {
     /// Recovery from index bytes held in memory: the same code path as ``open(path:access:)``,
     /// without a file (the index fuzz tests feed it mutated indexes).
     static func recover(bytes: [UInt8], evidence: DataEvidence? = nil) throws -> (IndexState, RecoveryReport) {
-        let found = try recoverState(from: MemoryIndexSource(bytes: bytes), evidence: evidence)
+        try recover(source: MemoryIndexSource(bytes: bytes), evidence: evidence)
+    }
+
+    /// Recovery from any source of index bytes (tests: one whose bytes change between reads,
+    /// as a file being appended to by a writer does).
+    static func recover(source: some IndexByteSource, evidence: DataEvidence? = nil) throws -> (IndexState, RecoveryReport) {
+        let found = try recoverState(from: source, evidence: evidence)
         return (found.state, found.report)
     }
 
@@ -502,6 +508,15 @@ final class IndexFile: @unchecked Sendable {
             guard let (at, found) = try laterRecord(after: cursor, expected: sequence) else {
                 report.journalTail = tail
                 break replay
+            }
+            // A reader racing a writer (verify and read-only opens take no lock) may have read
+            // this record while it was being written and the next one after it was synced: the
+            // writer appends a record only once the one before is synced, so the record is whole
+            // by now. Read it again; only bytes that stay the same are damage.
+            let fresh = try fd.read(fromAbsoluteOffset: block.journalOffset + Int64(cursor), count: at - cursor)
+            if fresh.count == at - cursor, !fresh.elementsEqual(journal[cursor..<at]) {
+                journal.replaceSubrange(cursor..<at, with: fresh)
+                continue replay
             }
             var current = damage ?? RecoveryReport.JournalDamage()
             current.unreadable += Array(sequence..<found)
