@@ -122,9 +122,10 @@ enum VerifyCommand: Command {
                 Output.print("      damaged segment \(segment.segment) [\(segment.start), \(segment.end)): \(segment.reason)")
             }
             if verify.lostSegments > 0 {
-                Output.print("      lost: at least \(verify.lostSegments) segment(s) (about \(verify.lostBytes) bytes) of the newest committed state")
+                Output.print("      lost: \(verify.lostSegments) segment(s) (\(verify.lostBytes) bytes) of committed state")
             }
             if verify.reclaimedBytes > 0 { Output.print("      reclaimed: \(verify.reclaimedBytes) bytes never committed") }
+            if verify.freedLostBytes > 0 { Output.print("      freed: \(verify.freedLostBytes) bytes of the lost segments' data") }
             if verify.repaired { Output.print("      repaired: dropped \(verify.damaged.count) segment(s) from the index") }
         }
         for log in report.smallObjectLogs {
@@ -182,11 +183,14 @@ enum VerifyCommand: Command {
         }
         if report.lostSegments > 0 {
             Output.print(
-                "  lost: at least \(report.lostSegments) segment(s) (about \(report.lostBytes) bytes) were present in the newest "
-                    + "committed state and are not any more (its checkpoint is damaged); they must be fetched or written again")
+                "  lost: \(report.lostSegments) segment(s) (\(report.lostBytes) bytes) of committed state are not in the state in use "
+                    + "(the index damage above says how they were counted); they must be fetched or written again")
         }
         if report.reclaimedBytes > 0 {
             Output.print("  reclaimed: \(report.reclaimedBytes) bytes of disk held by segments written but never committed")
+        }
+        if report.freedLostBytes > 0 {
+            Output.print("  freed: \(report.freedLostBytes) bytes of disk held by the lost segments' data, which no intact record names")
         }
         if report.repaired {
             let intact = report.lostSegments == 0 && report.indexDamage.isEmpty ? "; the rest is intact" : ""

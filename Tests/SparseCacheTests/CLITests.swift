@@ -506,6 +506,49 @@ struct CLITests {
         #expect(whole.status == 0 && whole.stdout == source, "seed \(seed)\n\(whole)")
     }
 
+    @Test("verify: one flipped bit in a middle journal record loses only that record's segments, says so, exits 65; --repair keeps the rest")
+    func verifyDamagedMiddleRecord() async throws {
+        var random = CLIRandom(defaultSeed: 0x5B_4A40)
+        let seed = random.seed
+        let scratch = try CLIScratch("verify-journal")
+        let resource = scratch.file("r.bin")
+        let mib = 1 << 20
+        var chunks: [[UInt8]] = []
+        // Eight separate writes of 1 MiB at 0, 2, 4, ... 14 MiB: eight journal records.
+        for commit in 0..<8 {
+            chunks.append(random.bytes(mib))
+            let write = try await CLI.run(
+                ["write", resource, "--offset", "\(2 * commit * mib)", "--size", "16M",
+                 "--input", try scratch.write("chunk\(commit)", chunks[commit])])
+            try #require(write.status == 0, "seed \(seed)\n\(write)")
+        }
+        let indexPath = resource + ".scidx"
+        let records = VerifyRepairTests.recordOffsets(try RawFile.read(indexPath))
+        try #require(records.count == 8, "\(records)")
+        try RawFile.flip(indexPath, at: Int64(records[2] + 100))
+
+        let damaged = try await CLI.run(["verify", resource])
+        #expect(damaged.status == 65, "seed \(seed)\n\(damaged)")
+        #expect(damaged.out.contains("7 journal records") && damaged.out.contains("112 present segments checked"), "\(damaged)")
+        #expect(damaged.out.contains("record 2 does not validate while 5 intact later record(s) follow"), "\(damaged)")
+        #expect(damaged.out.contains("lost: 16 segment(s) (1048576 bytes)"), "\(damaged)")
+        #expect(!damaged.out.contains("\nclean"), "\(damaged)")
+
+        let repair = try await CLI.run(["verify", resource, "--repair"])
+        #expect(repair.status == 65 && repair.out.contains("repaired"), "\(repair)")
+        // Committed bytes are never called "written but never committed".
+        #expect(!repair.out.contains("reclaimed:") && !repair.out.contains("the rest is intact"), "\(repair)")
+        #expect(repair.out.contains("freed: 1048576 bytes"), "\(repair)")
+        let after = try await CLI.run(["verify", resource])
+        #expect(after.status == 0 && after.out.contains("112 present segments checked") && after.out.hasSuffix("clean\n"), "\(after)")
+        for commit in 0..<8 where commit != 2 {
+            let read = try await CLI.run(["read", resource, "--offset", "\(2 * commit * mib)", "--length", "\(mib)"])
+            #expect(read.status == 0 && read.stdout == chunks[commit], "seed \(seed): commit \(commit)\n\(read.err)")
+        }
+        let lost = try await CLI.run(["read", resource, "--offset", "\(4 * mib)", "--length", "\(mib)"])
+        #expect(lost.status != 0 && lost.stdout.isEmpty, "\(lost)")
+    }
+
     // MARK: - Bad input
 
     @Test("a missing file or input: exit 66 naming the path (issue 14, item 9)")

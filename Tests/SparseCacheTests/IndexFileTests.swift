@@ -247,6 +247,122 @@ struct IndexFileTests {
         #expect(torn.journalTail != nil)
     }
 
+    /// Two unreadable records with intact ones after each. Everything an intact record names
+    /// stays; a segment the first unreadable record rewrote (its bytes no longer match the
+    /// checkpoint's CRC32C) is dropped; the segments only the unreadable records named hold
+    /// data and are counted, never claimed. Without the data file, the segments in doubt (named
+    /// by no intact record after the last damage) are not claimed.
+    @Test("two damaged records amid intact ones: rebuilt from every intact record, settled by CRC32C against the data")
+    func damagedRecordsSettledByData() throws {
+        let directory = try TemporaryDirectory("index-settle")
+        let path = directory.file("r.scidx")
+        let segment = 4096
+        let length = 64 * segment - 100
+        func content(_ index: Int, version: Int) -> [UInt8] {
+            (0..<segment).map { UInt8(truncatingIfNeeded: ($0 &* 2_654_435_761) >> 7 ^ (index &* 31 &+ version &* 97)) }
+        }
+        var data = [UInt8](repeating: 0, count: length)
+        func store(_ index: Int, version: Int = 0) -> UInt32 {
+            let bytes = content(index, version: version)
+            let end = min((index + 1) * segment, length)
+            data.replaceSubrange((index * segment)..<end, with: bytes[0..<(end - index * segment)])
+            return crc32c(data[(index * segment)..<end])
+        }
+        var state = IndexState(segmentShift: 12, length: Int64(length))
+        for index in [0, 1, 2, 40] {
+            state.present.insert(index)
+            state.checksums[index] = store(index)
+        }
+        let index = try IndexFile.create(path: path, state: state)
+        let journal = Int(index.superblock.journalOffset)
+        func add(_ segments: [Int], version: Int = 0, drop: [Int] = []) throws {
+            var change = IndexChange()
+            change.dropped = drop
+            change.added = segments.map { ($0, store($0, version: version)) }
+            try index.append(change)
+        }
+        try add([3, 4])
+        try add([0, 5], version: 1)  // unreadable below: rewrites segment 0, adds 5
+        try add([6], drop: [1])
+        try add([7])  // unreadable below
+        try add([8])
+        try add([9])
+        index.close()
+        // Segment 1 was dropped and its blocks punched: a hole.
+        for i in segment..<(2 * segment) { data[i] = 0 }
+        let extents: [Range<Int64>] = [0..<4096, 8192..<40960, 163_840..<167_936]
+        var bytes = try RawFile.read(path)
+        for record in [1, 3] { bytes[journal + record * 4096 + 100] ^= 0x04 }
+
+        let (settled, report) = try IndexFile.recover(bytes: bytes, evidence: .memory(data, extents: extents))
+        #expect(settled.present.setRuns == [2..<5, 6..<7, 8..<10, 40..<41], "\(settled.summary)")
+        let damage = try #require(report.journalDamage, "\(report)")
+        #expect(damage.unreadable == [1, 3] && damage.intactAfter == 3 && damage.settled, "\(damage)")
+        #expect(damage.checked == 8 && damage.inDoubt == 6 && damage.dropped == 1 && damage.unnamed == 2, "\(damage) \(report)")
+        #expect(report.lost == .init(segments: 3, bytes: 3 * 4096) && report.journalTail == nil, "\(report)")
+        #expect(report.recordsReplayed == 4)
+
+        let (unsettled, plain) = try IndexFile.recover(bytes: bytes)
+        #expect(unsettled.present.setRuns == [8..<10], "\(unsettled.summary)")
+        #expect(plain.journalDamage?.settled == false && plain.journalDamage?.dropped == 6, "\(plain)")
+
+        // Appends go after the last intact record, with the next sequence number.
+        try RawFile.write(path, offset: 0, bytes)
+        let (reopened, _, _) = try IndexFile.open(path: path, access: .readWrite, evidence: .memory(data, extents: extents))
+        #expect(reopened.nextSequence == 6 && reopened.journalEnd == Int64(journal + 6 * 4096))
+        try reopened.append(IndexChange(added: [(10, store(10))]))
+        reopened.close()
+        let (after, afterReport) = try IndexFile.recover(bytes: RawFile.read(path), evidence: .memory(data, extents: extents))
+        #expect(after.present.setRuns == [2..<5, 6..<7, 8..<11, 40..<41] && afterReport.recordsReplayed == 5, "\(after.summary)")
+    }
+
+    /// A read-only open takes no lock: it can read a record while a writer is writing it, and
+    /// the next record once that one is synced. That record was whole by then, not damaged.
+    @Test("a record read mid-write with a later record after it is read again: a racing writer is not media damage")
+    func recordReadMidWrite() throws {
+        let directory = try TemporaryDirectory("index-race")
+        let path = directory.file("r.scidx")
+        var model = initialState()
+        let index = try IndexFile.create(path: path, state: model)
+        let journal = Int(index.superblock.journalOffset)
+        for record in 0..<3 {
+            let change = adding([10 + record])
+            try index.append(change)
+            model.apply(change)
+        }
+        index.close()
+
+        /// The file as a reader racing the writer sees it: the first read over record 1 gets
+        /// only its header (its body not written yet), every later read the whole record.
+        final class RacingSource: IndexByteSource {
+            let bytes: [UInt8]
+            let torn: Range<Int>
+            var tornReads = 0
+            init(bytes: [UInt8], torn: Range<Int>) {
+                self.bytes = bytes
+                self.torn = torn
+            }
+            var path: String { "<racing>" }
+            func status() throws -> FileDescriptor.Status {
+                FileDescriptor.Status(size: Int64(bytes.count), allocatedBytes: Int64(bytes.count), isRegular: true, isDirectory: false)
+            }
+            func read(fromAbsoluteOffset offset: Int64, count: Int) throws -> [UInt8] {
+                let range = Int(offset)..<min(bytes.count, Int(offset) + count)
+                var out = Array(bytes[range])
+                if tornReads == 0, range.overlaps(torn) {
+                    tornReads += 1
+                    for i in max(range.lowerBound, torn.lowerBound + 24)..<min(range.upperBound, torn.upperBound) { out[i - range.lowerBound] = 0 }
+                }
+                return out
+            }
+        }
+        let source = RacingSource(bytes: try RawFile.read(path), torn: (journal + 4096)..<(journal + 8192))
+        let (state, report) = try IndexFile.recover(source: source)
+        #expect(source.tornReads == 1)
+        #expect(state.sameContent(as: model) && report.recordsReplayed == 3, "\(state.summary)")
+        #expect(report.journalDamage == nil && report.damage.isEmpty && report.journalTail == nil, "\(report)")
+    }
+
     @Test("checkpoints fold the journal, alternate slots and placement, and survive reopen")
     func checkpoints() throws {
         let seed = testSeed(0xC4EC_4901)

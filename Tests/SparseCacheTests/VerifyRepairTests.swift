@@ -290,4 +290,61 @@ struct VerifyRepairTests {
             }
         }
     }
+
+    /// The offsets of the journal records (`SPJR` blocks) of an index, in file order.
+    static func recordOffsets(_ index: [UInt8]) -> [Int] {
+        stride(from: 8192, to: index.count, by: 4096).filter { index[$0...].starts(with: Array("SPJR".utf8)) }
+    }
+
+    /// Eight commits of 1 MiB each (one journal record each, 16 segments of 64 KiB), and one
+    /// flipped bit inside the third record: records 4 to 8 are intact and later in sequence, so
+    /// the third is media damage, not a torn tail. Everything they name stays; what only the
+    /// third named (its 16 segments) is counted as lost, never called "never committed", and
+    /// repair punches no hole under the others.
+    @Test("a damaged middle journal record: every later intact record is replayed, the loss is counted, repair keeps the rest")
+    func damagedMiddleRecord() async throws {
+        let directory = try TemporaryDirectory("journal-middle")
+        defer { directory.remove() }
+        let path = directory.file("r.bin")
+        let mib = 1 << 20
+        let model = ContentModel(segmentSize: 64 << 10, length: 16 << 20, salt: 40)
+        let versions = [Int](repeating: 0, count: model.segments)
+        for commit in 0..<8 {
+            let file = try await SparseFile.open(path, options: .testing(segmentSize: 64 << 10, length: 16 << 20))
+            let start = Int64(2 * commit * mib)
+            try await file.write(model.bytes(start..<(start + Int64(mib)), versions: versions), at: start)
+            try await file.commit()
+            try await file.close()
+        }
+        let indexPath = SparseFile.indexPath(for: path)
+        let records = Self.recordOffsets(try RawFile.read(indexPath))
+        try #require(records.count == 8, "\(records)")
+        try RawFile.flip(indexPath, at: Int64(records[2] + 100))
+
+        // Engine: the resource opens with the seven intact commits, and says what is lost.
+        let opened = try await SparseFile.open(path, mode: .readOnly, options: .testing(segmentSize: 64 << 10, create: false))
+        let expected = (0..<8).filter { $0 != 2 }.map { (2 * $0 * 16)..<(2 * $0 * 16 + 16) }
+        #expect(await opened.presentSegments() == expected)
+        #expect(opened.recovery.lostSegments == 16 && opened.recovery.lostBytes == Int64(mib), "\(opened.recovery)")
+        #expect(opened.recovery.journalTail == nil && opened.recovery.metDamage, "\(opened.recovery)")
+        try await opened.close()
+
+        let report = try await Verifier.verify(path: path)
+        #expect(!report.isClean && report.journalRecords == 7 && report.segmentsChecked == 112, "\(report)")
+        #expect(report.lostSegments == 16 && report.lostBytes == Int64(mib), "\(report)")
+        #expect(report.indexDamage.contains { $0.contains("record 2 does not validate while 5 intact later record(s) follow") }, "\(report)")
+
+        let repaired = try await Verifier.verify(path: path, repair: true)
+        #expect(repaired.repaired && repaired.reclaimedBytes == 0 && repaired.freedLostBytes == Int64(mib), "\(repaired)")
+        let after = try await Verifier.verify(path: path)
+        #expect(after.isClean && after.segmentsChecked == 112, "\(after)")
+        let reopened = try await SparseFile.open(path, mode: .readOnly, options: .testing(segmentSize: 64 << 10, create: false))
+        #expect(await reopened.presentSegments() == expected)
+        for commit in 0..<8 where commit != 2 {
+            let start = Int64(2 * commit * mib)
+            let bytes = try await reopened.read(offset: start, length: mib)
+            #expect(bytes == model.bytes(start..<(start + Int64(mib)), versions: versions), "commit \(commit)")
+        }
+        try await reopened.close()
+    }
 }

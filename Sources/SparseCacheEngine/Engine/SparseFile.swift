@@ -257,7 +257,7 @@ public actor SparseFile {
                 recovery.created = true
             } else {
                 let access: FileDescriptor.Access = mode == .readWrite ? .readWrite : .readOnly
-                let (opened, recovered, report) = try IndexFile.open(path: indexPath, access: access)
+                let (opened, recovered, report) = try IndexFile.open(path: indexPath, access: access, evidence: .reading(dataFile))
                 index = opened
                 state = recovered
                 recovery = RecoverySummary(report)
@@ -266,10 +266,13 @@ public actor SparseFile {
                     if mode == .readWrite, options.requireDataFileCoversIndex {
                         try checkDataFileCoversIndex(dataFile, state: state)
                     }
-                    if mode == .readWrite {
+                    if mode == .readWrite, report.journalDamage == nil {
                         // Blocks of segments written but never committed (a crash, a kill, a
                         // failed commit on a full disk) are freed: they are not present and
-                        // would otherwise hold disk space for good.
+                        // would otherwise hold disk space for good. Not while the journal is
+                        // damaged in the middle: then data no intact record names may be what
+                        // an unreadable record committed, and verify counts it as lost until
+                        // a repair folds the damage away.
                         recovery.reclaimedBytes = try reclaimUnclaimed(dataFile, state: state)
                     }
                     if mode == .readWrite, report.wantsHealing {
@@ -512,7 +515,9 @@ public struct RecoverySummary: Sendable, Equatable {
     public var recordsReplayed = 0
     /// A torn last journal record (normal after a crash), if any.
     public var journalTail: String?
-    /// Damage in authentic index data (replay stopped before it).
+    /// Damage in the index: authentic data that cannot be applied (replay stopped before it),
+    /// or journal records damaged while intact later records follow (replay went on past them;
+    /// what is lost is in ``lostSegments``).
     public var damage: [String] = []
     /// The newest state could not be used and an older one was taken.
     public var fellBack = false
@@ -520,7 +525,7 @@ public struct RecoverySummary: Sendable, Equatable {
     /// flipped bit, a damaged newest checkpoint rebuilt from the older one and the journals.
     /// A writable open folds it away with fresh checkpoints.
     public var corrected: [String] = []
-    /// Present segments (and bytes) of the newest state that the state in use lacks.
+    /// Present segments (and bytes) of committed state that the state in use lacks.
     public var lostSegments = 0
     public var lostBytes: Int64 = 0
     /// The newest checkpoint was damaged and could not be rebuilt: what happened.

@@ -10,7 +10,9 @@
 /// All integers are little-endian. Every byte written is covered by a CRC32C: each superblock by
 /// its last four bytes, the checkpoint by the superblock, each journal record by its own header.
 /// A commit appends one record into sectors no committed byte shares, so a torn write can only
-/// damage the record being written; replay stops at the first record that does not validate.
+/// damage the record being written. Replay ends at a record that does not validate unless an
+/// intact record of the same journal with a later sequence number follows it (then the record
+/// was damaged after its commit, and replay goes on: ``IndexFile``).
 enum IndexFormat {
     static let version: UInt32 = 1
     static let sectorSize = 4096

@@ -16,8 +16,15 @@ public enum Verifier {
     public static func verify(path: String, repair: Bool = false, progress: Progress? = nil) async throws -> VerifyReport {
         let io = BlockingExecutor(label: "sparsecache.verify")
         let indexPath = SparseFile.indexPath(for: path)
-        // Recovery validates the superblocks, the checkpoint and every journal record.
-        let (index, state, recovery) = try await io.run { try IndexFile.open(path: indexPath, access: .readOnly) }
+        // Recovery validates the superblocks, the checkpoint and every journal record; the data
+        // file settles what a journal damaged in the middle leaves in doubt.
+        let (index, state, recovery) = try await io.run {
+            // A data file that cannot be opened fails the data check below, with its own error
+            // (after the index's: a path without an index is no resource).
+            let data = try? FileDescriptor.open(path, access: .readOnly)
+            defer { data?.close() }
+            return try IndexFile.open(path: indexPath, access: .readOnly, evidence: data.map(DataEvidence.reading))
+        }
         index.close()
         var report = try await io.run { try checkData(path: path, state: state, recovery: recovery, progress: progress) }
         guard repair else { return report }
@@ -29,7 +36,7 @@ public enum Verifier {
         let file = try await SparseFile.open(path, mode: .readWrite, options: options)
         report.reclaimedBytes = file.recovery.reclaimedBytes
         guard !report.isClean || recovery.slotProblems.contains(where: { $0 != nil }) || recovery.journalTail != nil
-            || recovery.rebuiltCheckpoint != nil
+            || recovery.rebuiltCheckpoint != nil || recovery.journalDamage != nil
         else {
             try await file.close()
             return report
@@ -47,6 +54,13 @@ public enum Verifier {
             throw error
         }
         report.repaired = true
+        if recovery.journalDamage != nil {
+            // The damage is folded away: a writable open now frees the blocks no intact record
+            // named (the lost segments' data, which nothing can claim), counted as such.
+            let reopened = try await SparseFile.open(path, mode: .readWrite, options: options)
+            report.freedLostBytes = reopened.recovery.reclaimedBytes
+            try await reopened.close()
+        }
         return report
     }
 

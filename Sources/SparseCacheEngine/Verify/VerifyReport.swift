@@ -32,15 +32,20 @@ public struct VerifyReport: Sendable, Equatable, Codable {
     public var damaged: [DamagedSegment]
     /// `--repair` ran: damaged segments were dropped and the index rewritten.
     public var repaired: Bool
-    /// Segments, and their bytes, that the newest committed state held and the state in use
-    /// does not: lost to damage of the index (its newest checkpoint), beyond what recovery
-    /// could rebuild. A lower bound (what the newest journal added, and how many more present
-    /// segments the damaged checkpoint's header lists). They are missing now and get fetched
+    /// Segments, and their bytes, of committed state that the state in use does not hold:
+    /// lost to damage of the index beyond what recovery could rebuild. For a damaged newest
+    /// checkpoint, a lower bound (what the newest journal added, and how many more present
+    /// segments the damaged checkpoint's header lists); for journal records damaged in the
+    /// middle, the segments whose data no longer matches the checksum a record gives plus the
+    /// segments holding data that no intact record names. They are missing now and get fetched
     /// or written again.
     public var lostSegments: Int
     public var lostBytes: Int64
     /// With `--repair`: disk bytes freed that held segments written but never committed.
     public var reclaimedBytes: Int64 = 0
+    /// With `--repair` of a journal damaged in the middle: disk bytes freed that held data no
+    /// intact record names (the lost segments' data: committed, but not claimable).
+    public var freedLostBytes: Int64 = 0
 
     /// No damaged segment, no index damage, nothing lost.
     public var isClean: Bool { damaged.isEmpty && indexDamage.isEmpty && lostSegments == 0 }
