@@ -14,7 +14,7 @@ import Testing
 import Glibc
 #endif
 
-@Suite("committed views", .timeLimit(.minutes(2)))
+@Suite("committed views", .timeLimit(.minutes(2 * hangGuardScale)))
 struct CommittedViewTests {
     static let segment = 16384
     static let length = Int64(8 * segment) - 100
@@ -93,11 +93,17 @@ struct CommittedViewTests {
             #expect(second !== first)
             try await file.close()
             #expect(!second.isCurrent, "close withdraws it")
+            // The view's descriptor shares the data file's open file, and so its lock: the close
+            // releases the lock outright, so the resource opens for writing again while the
+            // view is still held.
+            let reopened = try await SparseFile.open(path, options: .testing(segmentSize: Self.segment, length: Self.length))
+            #expect(second.read(0..<10, into: UnsafeMutableRawBufferPointer(start: nil, count: 0)) == .unavailable)
+            try await reopened.close()
         }
     }
 }
 
-@Suite("small-object views", .timeLimit(.minutes(2)))
+@Suite("small-object views", .timeLimit(.minutes(2 * hangGuardScale)))
 struct SmallObjectViewTests {
     @Test("a view reads its record from the page cache and checks it; a new record, a removal or damage of the key ends it")
     func readsAndEnds() async throws {
@@ -137,7 +143,7 @@ struct SmallObjectViewTests {
     }
 }
 
-@Suite("quick hits", .serialized, .timeLimit(.minutes(6)))
+@Suite("quick hits", .serialized, .timeLimit(.minutes(6 * hangGuardScale)))
 struct QuickHitTests {
     static let length = 1_000_003
 

@@ -149,6 +149,7 @@ public actor SparseFile {
         // Without close() nothing pending is committed; the descriptors are still released.
         if lifecycle != .closed {
             reader.close()
+            dataFile.unlock()
             dataFile.close()
             index.close()
         }
@@ -432,6 +433,9 @@ public actor SparseFile {
         _ = try? await io.run {
             // The journal room a writer keeps for a full disk is not kept by a closed resource.
             index.releaseReservation()
+            // Released outright: a CommittedView's duplicate of the descriptor shares the open
+            // file, and with it the lock, for as long as the view is held.
+            dataFile.unlock()
             dataFile.close()
             index.close()
         }
