@@ -204,19 +204,7 @@ enum HitScenario {
                         proxy_set_header Connection "";
                         proxy_pass http://origin;
                     }
-                    location / {
-                        slice 1m;
-                        proxy_cache slice;
-                        proxy_cache_key $uri$is_args$args$slice_range;
-                        proxy_set_header Range $slice_range;
-                        proxy_cache_valid 200 206 1h;
-                        proxy_cache_lock on;
-                        proxy_http_version 1.1;
-                        proxy_set_header Connection "";
-                        proxy_pass http://origin;
-                    }
-                    tcp_nopush off;
-            """
+            """ + "\n        " + SliceCacheScenario.sliceLocation(path: "/", upstream: "origin") + "\n        tcp_nopush off;"
         let process = try NginxServer.process(root: work, work: work, port: port, accessLog: nil, locations: locations, http: http)
         try await BenchOrigin.launch(process, port: port)
         return (process, "http://127.0.0.1:\(port)")

@@ -215,26 +215,31 @@ enum SliceCacheScenario {
         return checks
     }
 
+    /// The nginx location that caches `path` in 1 MiB slices (zone `slice`) from `upstream`
+    /// (`host:port`, or an upstream block's name): the configuration issue 18 compared with.
+    static func sliceLocation(path: String, upstream: String) -> String {
+        """
+        location \(path) {
+                    slice 1m;
+                    proxy_cache slice;
+                    proxy_cache_key $uri$is_args$args$slice_range;
+                    proxy_set_header Range $slice_range;
+                    proxy_cache_valid 200 206 1h;
+                    proxy_cache_lock on;
+                    proxy_http_version 1.1;
+                    proxy_set_header Connection "";
+                    proxy_pass http://\(upstream);
+                }
+        """
+    }
+
     /// nginx with `proxy_cache` and `slice 1m` in front of `origin`.
     private static func startSliceCache(work: String, origin: String) async throws -> (process: Process, base: String) {
         try FileManager.default.createDirectory(atPath: work + "/cache", withIntermediateDirectories: true)
         let port = try Loopback.freePort()
         let upstream = origin.replacingOccurrences(of: "http://", with: "")
         let http = "proxy_cache_path \(work)/cache levels=1:2 keys_zone=slice:16m max_size=64g inactive=1h use_temp_path=off;"
-        let location = """
-            location / {
-                        slice 1m;
-                        proxy_cache slice;
-                        proxy_cache_key $uri$is_args$args$slice_range;
-                        proxy_set_header Range $slice_range;
-                        proxy_cache_valid 200 206 1h;
-                        proxy_cache_lock on;
-                        proxy_http_version 1.1;
-                        proxy_set_header Connection "";
-                        proxy_pass http://\(upstream);
-                    }
-                    tcp_nopush off;
-            """
+        let location = sliceLocation(path: "/", upstream: upstream) + "\n        tcp_nopush off;"
         let process = try NginxServer.process(root: work, work: work, port: port, accessLog: nil, locations: location, http: http)
         try await BenchOrigin.launch(process, port: port)
         return (process, "http://127.0.0.1:\(port)")
