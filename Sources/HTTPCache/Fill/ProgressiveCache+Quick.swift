@@ -22,24 +22,6 @@ extension ProgressiveCache {
         quickHits.insert(QuickHits.Hit(head: head, bytes: .small(view)), for: key)
     }
 
-    /// Lets the event loops answer hits of small objects just made durable (their first hit
-    /// included): one call into the store for the batch.
-    func rememberQuickHits(of queued: [QueuedSmall], _ results: [Result<UInt64, SparseCacheError>]) async {
-        let stored = zip(queued, results).compactMap { queued, result -> (key: String, sequence: UInt64)? in
-            guard case .success(let sequence) = result else { return nil }
-            return (queued.key, sequence)
-        }
-        guard !stored.isEmpty else { return }
-        let views = await store.smallObjects.views(for: stored)
-        // Re-check after the await: a newer object may be arriving or stored for a key by now.
-        for ((key, sequence), view) in zip(stored, views) {
-            guard let view, smallArriving[key] == nil, resources[key] == nil, let known = smallInfos[key], known.sequence == sequence,
-                let head = known.info.stored
-            else { continue }
-            quickHits.insert(QuickHits.Hit(head: head, bytes: .small(view)), for: key)
-        }
-    }
-
     /// Tells the small-object store which objects quick answers used (its recency decides
     /// eviction), a second after the first of them: one task per second at most, whatever the
     /// rate of hits.

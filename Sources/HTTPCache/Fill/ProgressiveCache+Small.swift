@@ -295,7 +295,6 @@ extension ProgressiveCache {
                 if smallArriving[key]?.id == object.id { smallArriving[key] = nil }
             }
             count { $0.smallObjectsStored += stored }
-            if options.quickHits { await rememberQuickHits(of: queued, results) }
             let settled = smallSettled
             smallSettled.removeAll()
             for waiter in settled { waiter.resume() }

@@ -12,8 +12,9 @@ import Synchronization
 ///   engine withdraws a ``CommittedView`` itself before any segment it names stops being
 ///   present; a withdrawn view is dropped at its next use.
 /// - A small object's entry names one record, which never changes; its view stops being
-///   current when the key's record changes in the store (``SmallObjectView``). At most
-///   ``smallCapacity`` of them: a full table forgets them all (the next hit of each puts it back).
+///   current when the key's record changes in the store (``SmallObjectView``). It is made at
+///   the object's second hit through the handler (``isRepeat(_:)``). At most ``smallCapacity``
+///   of them: a full table forgets them all (the next hits of each put it back).
 final class QuickHits: Sendable {
     /// Where a hit's bytes are.
     enum Bytes: Sendable {
@@ -61,6 +62,8 @@ final class QuickHits: Sendable {
     private struct State {
         var hits: [String: Hit] = [:]
         var small = 0
+        /// Small objects the handler answered once since the table was last cleared.
+        var seenOnce: Set<String> = []
         /// Small objects used by quick answers since the store was last told.
         var used: [String] = []
     }
@@ -98,6 +101,19 @@ final class QuickHits: Sendable {
             guard state.hits[key] === hit else { return }
             state.hits[key] = nil
             if case .small = hit.bytes { state.small -= 1 }
+        }
+    }
+
+    /// Whether the handler answered the small object `key` before (since the set was last
+    /// cleared, at ``smallCapacity`` keys); notes it when not. A small object gets an entry at
+    /// its second hit: most objects of a cache are asked once, and an entry costs a call into
+    /// the store.
+    func isRepeat(_ key: String) -> Bool {
+        state.withLock { state in
+            if state.seenOnce.contains(key) { return true }
+            if state.seenOnce.count >= Self.smallCapacity { state.seenOnce.removeAll(keepingCapacity: true) }
+            state.seenOnce.insert(key)
+            return false
         }
     }
 

@@ -324,7 +324,9 @@ public final class CachingProxy: Sendable {
             try await send(reader, head: head, age: age, exchange)
             // The next hits of it may be answered on the event loop.
             // (Not a variant's: the event loop looks up the target's own key.)
-            if cache.options.quickHits, source.key == exchange.key, cache.quickHits[source.key]?.isWhole != true {
+            if cache.options.quickHits, source.key == exchange.key, cache.quickHits[source.key]?.isWhole != true,
+                !reader.isSmallObject || cache.quickHits.isRepeat(source.key)
+            {
                 await cache.rememberQuickHit(reader)
             }
         case .staleWhileRevalidate(let age):

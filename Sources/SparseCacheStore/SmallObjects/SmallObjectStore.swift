@@ -391,15 +391,6 @@ public actor SmallObjectStore {
         return SmallObjectView(key: key, location: location, log: log, changes: changes)
     }
 
-    /// ``view(for:sequence:)`` of several records in one call, in order, without marking them
-    /// used (for records just written).
-    public func views(for records: [(key: String, sequence: UInt64)]) -> [SmallObjectView?] {
-        records.map { key, sequence in
-            guard let location = index[key], location.sequence == sequence, let log = logs[location.file] else { return nil }
-            return SmallObjectView(key: key, location: location, log: log, changes: changes)
-        }
-    }
-
     /// Marks `key`'s object used (its reads went through a view).
     public func noteUse(of key: String) {
         guard var location = index[key] else { return }
