@@ -211,12 +211,7 @@ enum HitScenario {
     }
 
     private static func compared(_ samples: [[Sample]], workload: String, unit: String, higherIsBetter: Bool = true) -> [Measurement] {
-        var rows = contenders.enumerated().map { index, contender in
-            Measurement(
-                scenario: number, scenarioName: name, workload: workload, contender: contender, unit: unit, higherIsBetter: higherIsBetter,
-                samples: samples[index])
-        }
-        rows[1].compare(to: rows[0])
-        return rows
+        Measurement.rows(
+            scenario: number, name: name, contenders: contenders, samples, workload: workload, unit: unit, higherIsBetter: higherIsBetter)
     }
 }

@@ -45,6 +45,21 @@ struct Measurement: Codable, Sendable {
         self.note = note
     }
 
+    /// One row per contender of a workload, in order, each after the first compared to the
+    /// first (the baseline).
+    static func rows(
+        scenario: Int, name: String, contenders: [String], _ samples: [[Sample]], workload: String, unit: String,
+        higherIsBetter: Bool = true
+    ) -> [Measurement] {
+        var rows = contenders.enumerated().map { index, contender in
+            Measurement(
+                scenario: scenario, scenarioName: name, workload: workload, contender: contender, unit: unit,
+                higherIsBetter: higherIsBetter, samples: samples[index])
+        }
+        for index in rows.indices.dropFirst() { rows[index].compare(to: rows[0]) }
+        return rows
+    }
+
     /// Sets the ratio to `baseline` (a measurement of the same workload).
     mutating func compare(to baseline: Measurement) {
         self.baseline = baseline.contender

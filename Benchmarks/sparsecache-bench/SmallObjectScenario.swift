@@ -247,14 +247,7 @@ enum SmallObjectScenario {
     }
 
     private static func compared(_ samples: [[Sample]], workload: String, unit: String, higherIsBetter: Bool = true) -> [Measurement] {
-        var rows = contenders.enumerated().map { index, contender in
-            Measurement(
-                scenario: number, scenarioName: name, workload: workload, contender: contender, unit: unit, higherIsBetter: higherIsBetter,
-                samples: samples[index])
-        }
-        for index in 1..<rows.count { rows[index].compare(to: rows[0]) }
-        return rows
+        Measurement.rows(
+            scenario: number, name: name, contenders: contenders, samples, workload: workload, unit: unit, higherIsBetter: higherIsBetter)
     }
 }
-
-/// sparsecache's proxy in this process on a free port, over its own cache directory.
