@@ -1,5 +1,6 @@
 import Foundation
 import SparseCache
+@_spi(Locking) import SparseCacheEngine
 
 #if canImport(Glibc)
     import Glibc

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import SparseCache
+@_spi(Locking) import SparseCacheEngine
 
 #if canImport(Glibc)
 import Glibc

@@ -5,7 +5,7 @@ import Foundation
 import LoopbackOrigins
 import Testing
 
-@testable import SparseCacheEngine
+@_spi(Locking) @testable import SparseCacheEngine
 @testable import SparseCacheStore
 
 #if canImport(Glibc)

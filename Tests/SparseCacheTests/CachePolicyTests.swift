@@ -3,7 +3,7 @@ import Foundation
 import Testing
 
 @testable import HTTPCache
-@testable import SparseCacheEngine
+@_spi(Locking) @testable import SparseCacheEngine
 @testable import SparseHTTP
 
 @Suite("caching rules (RFC 9111): Cache-Control, dates, storing, freshness, age, Vary, revalidation")

@@ -6,7 +6,7 @@ import LoopbackOrigins
 import Testing
 
 @testable import HTTPCache
-@testable import SparseCacheEngine
+@_spi(Locking) @testable import SparseCacheEngine
 @testable import SparseCacheStore
 
 @Suite("serve: a bounded number of open files", .serialized, .timeLimit(.minutes(8)))

@@ -8,7 +8,7 @@ import Foundation
 import Testing
 
 @testable import HTTPCache
-@testable import SparseCacheEngine
+@_spi(Locking) @testable import SparseCacheEngine
 @testable import SparseCacheStore
 @testable import SparseHTTP
 

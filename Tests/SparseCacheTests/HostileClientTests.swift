@@ -6,7 +6,7 @@ import Synchronization
 import Testing
 
 @testable import HTTPCache
-@testable import SparseCacheEngine
+@_spi(Locking) @testable import SparseCacheEngine
 @testable import SparseHTTP
 
 #if canImport(Glibc)

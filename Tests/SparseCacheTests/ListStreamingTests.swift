@@ -5,7 +5,7 @@
 import Foundation
 import Testing
 
-@testable import SparseCacheEngine
+@_spi(Locking) @testable import SparseCacheEngine
 @testable import SparseCacheStore
 
 @Suite("ls streams its listing")

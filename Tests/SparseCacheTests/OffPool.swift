@@ -9,7 +9,7 @@
 // the whole suite well inside CI's 20 minutes on two cores; `deep` runs the exhaustive sizes
 // (every bit of an index, the long fuzz runs) for a release or a change to the formats.
 import Foundation
-@testable import SparseCacheEngine
+@_spi(Locking) @testable import SparseCacheEngine
 
 /// How far the sweeps go: `SPARSECACHE_TEST_DEPTH=deep` for the exhaustive sizes.
 enum TestDepth {

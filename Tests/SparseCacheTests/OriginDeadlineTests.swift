@@ -6,7 +6,7 @@ import Foundation
 import Testing
 
 @testable import HTTPCache
-@testable import SparseCacheEngine
+@_spi(Locking) @testable import SparseCacheEngine
 @testable import SparseHTTP
 
 @Suite("Origin deadlines: one timer for every exchange's time limits", .timeLimit(.minutes(5)))

@@ -9,7 +9,7 @@ import Foundation
 import SeededRandom
 import Testing
 
-@testable import SparseCacheEngine
+@_spi(Locking) @testable import SparseCacheEngine
 @testable import SparseCacheStore
 
 #if canImport(Glibc)

@@ -6,7 +6,7 @@ import Foundation
 import SeededRandom
 import Testing
 
-@testable import SparseCacheEngine
+@_spi(Locking) @testable import SparseCacheEngine
 @testable import SparseCacheStore
 
 @Suite("Small-object hint files", .timeLimit(.minutes(10)))

@@ -4,7 +4,7 @@ import Foundation
 import SeededRandom
 import Testing
 
-@testable import SparseCacheEngine
+@_spi(Locking) @testable import SparseCacheEngine
 @testable import SparseCacheStore
 
 @Suite("Small-object store", .timeLimit(.minutes(10)))

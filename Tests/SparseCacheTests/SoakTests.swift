@@ -6,7 +6,7 @@ import Foundation
 import LoopbackOrigins
 import SeededRandom
 import Testing
-@testable import SparseCacheEngine
+@_spi(Locking) @testable import SparseCacheEngine
 
 #if canImport(Glibc)
     import Glibc

@@ -5,7 +5,7 @@ import SeededRandom
 import Testing
 
 @testable import HTTPCache
-@testable import SparseCacheEngine
+@_spi(Locking) @testable import SparseCacheEngine
 @testable import SparseCacheStore
 @testable import SparseHTTP
 

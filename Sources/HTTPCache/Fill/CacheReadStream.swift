@@ -1,4 +1,4 @@
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 import SparseCacheStore
 import SparseHTTP
 

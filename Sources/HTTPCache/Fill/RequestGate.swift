@@ -1,4 +1,4 @@
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 
 /// Whether a fetch's request may be on its way to the origin. Until it is (the fetch still
 /// waits for a connection slot, or sleeps before a retry), a fetch nobody wants any more is

@@ -1,4 +1,4 @@
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 
 /// What a background fetch does when its connection is wanted for a waited-on request: stop
 /// its transfer. Asked for possibly before the transfer exists, in which case the transfer is

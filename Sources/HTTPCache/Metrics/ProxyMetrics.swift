@@ -1,4 +1,4 @@
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 import SparseHTTP
 
 /// Counters of a running proxy, kept from what it logs: every request once, by status and

@@ -1,5 +1,5 @@
 import Foundation
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 import SparseHTTP
 
 /// Brings the next segments of the variant a player plays into the cache before the player

@@ -1,4 +1,4 @@
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 
 /// The proxy's streaming state: the origins playlists named (which reverse-proxy mode may
 /// fetch by `?url=`) and the segment prefetcher.

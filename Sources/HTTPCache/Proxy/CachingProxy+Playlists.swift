@@ -1,5 +1,5 @@
 import Foundation
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 import SparseHTTP
 
 /// Adaptive streaming through the proxy: HLS playlists and DASH manifests are stored as the

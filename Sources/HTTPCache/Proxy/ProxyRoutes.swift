@@ -1,5 +1,5 @@
 import Foundation
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 
 /// The origin URL and cache key of request targets seen recently, so a client asking for
 /// ranges of one URL again and again does not have Foundation parse the URL and build its key

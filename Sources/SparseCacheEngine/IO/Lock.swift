@@ -12,18 +12,23 @@ import Synchronization
 /// (`sc_tsan_acquire` / `sc_tsan_release`), so a sanitized run reports only real races. In a
 /// build without ThreadSanitizer both are calls to empty C functions: measured beside a bare
 /// `Mutex`, no slower (docs/TESTING.md).
-package struct Lock<Value: ~Copyable>: ~Copyable {
+///
+/// Public under an SPI (`@_spi(Locking) import SparseCacheEngine`) rather than `package`: the
+/// other modules must get `withLock` specialized for their values, and Swift 6.3 does not
+/// specialize a `package` generic across modules even when it is `@inlinable`, so every call
+/// looked up generic metadata at run time (about a sixth of a cached hit's user time).
+@_spi(Locking) public struct Lock<Value: ~Copyable>: ~Copyable {
     @usableFromInline
     let mutex: Mutex<Value>
 
     @inlinable
-    package init(_ initialValue: consuming sending Value) {
+    public init(_ initialValue: consuming sending Value) {
         mutex = Mutex(initialValue)
     }
 
     /// Runs `body` with the value, holding the lock (as `Mutex.withLock`).
     @inlinable
-    package borrowing func withLock<Result: ~Copyable, E: Error>(
+    public borrowing func withLock<Result: ~Copyable, E: Error>(
         _ body: (inout sending Value) throws(E) -> sending Result
     ) throws(E) -> sending Result {
         try mutex.withLock { (value: inout sending Value) throws(E) -> sending Result in
@@ -37,4 +42,4 @@ package struct Lock<Value: ~Copyable>: ~Copyable {
     }
 }
 
-extension Lock: @unchecked Sendable where Value: ~Copyable {}
+@_spi(Locking) extension Lock: @unchecked Sendable where Value: ~Copyable {}

@@ -1,4 +1,4 @@
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 
 /// The open descriptors of a store's log files, at most ``limit`` of them: a log's descriptor
 /// is opened when a read, an append or a compaction needs it, and the one used least recently

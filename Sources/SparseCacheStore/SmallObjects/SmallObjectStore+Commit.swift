@@ -1,4 +1,4 @@
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 
 /// Group commit: a batch is written ``SmallObjectOptions/groupCommitDelay`` after its first
 /// record was queued (or once the batch before it is synced, when that takes longer), so the

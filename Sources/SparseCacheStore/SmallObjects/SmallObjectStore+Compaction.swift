@@ -1,4 +1,4 @@
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 
 /// Space: dead records (replaced, removed, evicted) are reclaimed by compacting their file:
 /// its live records are copied forward through the group commit (same sequence numbers, so

@@ -1,7 +1,7 @@
 #if canImport(Glibc)
     import Glibc
 #endif
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 
 /// Small whole objects (an HTTP cache's small bodies with their heads) in append-only log
 /// files, many objects per file: no data file and index per object, one write and one

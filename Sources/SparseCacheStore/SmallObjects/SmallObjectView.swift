@@ -1,4 +1,4 @@
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 import Synchronization
 
 /// One small object's record read synchronously from the page cache and checked (header and

@@ -1,4 +1,4 @@
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 
 /// The keys a store holds, as hashes, for questions from outside its actor: a key whose hash is
 /// not here is surely not stored, and the caller knows it without a hop into the store (two jobs

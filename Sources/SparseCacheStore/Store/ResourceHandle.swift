@@ -1,4 +1,4 @@
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 
 /// A resource opened through a ``SparseStore``. While any handle to it is unreleased the
 /// resource is pinned: eviction never deletes it or its files.

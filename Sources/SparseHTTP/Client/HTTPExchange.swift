@@ -1,4 +1,4 @@
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 
 /// One HTTP/1.1 request on a connection of its own, over the project's non-blocking sockets:
 /// the transport the cache's origin client (`HTTPRangeSource`) uses for `http://` origins. A

@@ -1,5 +1,5 @@
 import Foundation
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 import Synchronization
 
 #if canImport(FoundationNetworking)

@@ -1,4 +1,4 @@
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 
 /// One direction of one descriptor watched by the ``SocketReactor``: a task that got EAGAIN
 /// waits here until the descriptor is ready again.

@@ -1,4 +1,4 @@
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 
 /// The body of one request, read from the client's connection as the handler asks for it:
 /// ``HTTPServer`` hands one to its handler with every request (empty for a request without a

@@ -1,5 +1,5 @@
 import Foundation
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 
 /// Writes one response on a connection: a head, then a body of exactly the length the head
 /// announced. For a HEAD request the body is counted but not sent.

@@ -1,5 +1,5 @@
 import Dispatch
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 
 /// Log lines written in order on a serial queue of their own, at most ``capacity`` waiting.
 ///

@@ -1,5 +1,5 @@
 import CShim
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 
 #if canImport(Glibc)
 import Glibc
