@@ -6,7 +6,7 @@ import SeededRandom
 import Testing
 
 @testable import HTTPCache
-@testable import SparseCacheEngine
+@_spi(Locking) @testable import SparseCacheEngine
 @testable import SparseCacheStore
 @testable import SparseHTTP
 
@@ -411,6 +411,62 @@ struct QuickHitTests {
         let cold = try await rig.get("clip.bin", ["-r", "0-300000"])
         #expect(cold.status == 206 && sameBytes(cold.body, body[0...300_000]), "\(cold)")
         #expect(rig.proxy.cache.statistics.quickAnswers == quickBefore, "pages not in memory were answered on the loop")
+        await rig.stop()
+    }
+}
+
+@Suite("quick heads", .timeLimit(.minutes(2 * hangGuardScale)))
+struct QuickHeadTests {
+    /// The handler's head for a fresh hit of `stored` (CachingProxy.storedFields, then the range
+    /// and what HTTPResponseWriter adds), as encoded bytes.
+    static func handlerHead(
+        _ proxy: CachingProxy, _ stored: HTTPHeaders, ttl: Int64, age: Int64, range: Range<Int64>?, of length: Int64, closes: Bool
+    ) -> [UInt8] {
+        var status = CacheStatus()
+        status.hit = true
+        status.fromStorage = true
+        status.ttl = ttl
+        var headers = proxy.storedFields(stored, status: 200, age: age, lengthKnown: true, cacheStatus: status)
+        if let range {
+            headers.removeAll { HTTPHeaderField(name: $0.0, value: "").hasName("content-range") }
+            headers.append(("Content-Range", "bytes \(range.lowerBound)-\(range.upperBound - 1)/\(length)"))
+        }
+        let count = range.map { $0.upperBound - $0.lowerBound } ?? length
+        return HTTPResponseWriter.encodedHead(status: range == nil ? 200 : 206, headers: headers, contentLength: count, chunked: false, closes: closes)
+    }
+
+    @Test("a quick hit's head is the handler's, byte for byte, for every kind of stored head, range and connection")
+    func sameBytes() async throws {
+        let rig = try await ScriptedProxy()
+        let proxy = rig.proxy.proxy
+        let storedHeads: [HTTPHeaders] = [
+            HTTPHeaders([("Date", "Sat, 28 Nov 2026 14:10:23 GMT"), ("Server", "nginx"), ("Content-Type", "video/mp4"), ("ETag", "\"v1\"")]),
+            HTTPHeaders([("Cache-Control", "max-age=60")]),
+            HTTPHeaders([("Via", "1.1 edge"), ("Content-Type", "text/plain"), ("via", "1.0 other (comment)"), ("X-Odd", "a\u{7}b")]),
+            HTTPHeaders([("Server", "origin"), ("Content-Length", "5"), ("Accept-Ranges", "bytes"), ("Last-Modified", "Fri, 27 Nov 2026 10:00:00 GMT")]),
+        ]
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 16)
+        defer { buffer.deallocate() }
+        for stored in storedHeads {
+            let head = try #require(QuickHead(stored, via: proxy.via.element))
+            #expect(head.capacity <= buffer.count)
+            for (range, closes) in [(nil, false), (0..<1, true), (100..<65636, false), (Int64(999_999)..<1_000_000, true)] as [(Range<Int64>?, Bool)] {
+                for (ttl, age) in [(Int64(600), Int64(0)), (-3, 1_234_567)] {
+                    // A Date written now may change second between the two: take both again.
+                    for attempt in 1...3 {
+                        let expected = Self.handlerHead(proxy, stored, ttl: ttl, age: age, range: range, of: 1_000_000, closes: closes)
+                        let count = head.write(into: buffer, ttl: ttl, age: age, range: range, of: 1_000_000, closes: closes)
+                        let got = Array(UnsafeRawBufferPointer(rebasing: buffer[..<count]))
+                        if got == expected { break }
+                        if attempt == 3 || stored.contains("date") {
+                            Issue.record("\(stored), \(String(describing: range)), closes \(closes): \(String(decoding: got, as: UTF8.self)) against the handler's \(String(decoding: expected, as: UTF8.self))")
+                            break
+                        }
+                    }
+                }
+            }
+        }
+        #expect(QuickHead(HTTPHeaders([("Content-Range", "bytes 0-1/2")]), via: proxy.via.element) == nil, "a stored Content-Range takes the handler's way")
         await rig.stop()
     }
 }

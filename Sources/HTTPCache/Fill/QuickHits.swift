@@ -1,4 +1,4 @@
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 import SparseCacheStore
 import Synchronization
 
@@ -31,9 +31,27 @@ final class QuickHits: Sendable {
         /// and tells the store of the use.
         let lastUse = Atomic<Int64>(0)
 
+        /// The stored head encoded for quick answers, made at the first (``encodedHead(via:)``).
+        private let encoded = Lock<EncodedHead>(.notYet)
+
+        private enum EncodedHead {
+            case notYet
+            /// Made for the proxy named `pseudonym`.
+            case made(QuickHead?, pseudonym: String)
+        }
+
         init(head: StoredHead, bytes: Bytes) {
             self.head = head
             self.bytes = bytes
+        }
+
+        /// The head quick answers send, as proxy `via` replays it; nil when it must be built
+        /// field by field (``QuickHead/init(_:via:)``).
+        func encodedHead(via: ProxyVia) -> QuickHead? {
+            if case .made(let head, let pseudonym) = encoded.withLock({ $0 }), pseudonym == via.pseudonym { return head }
+            let made = QuickHead(head.replayed, via: via.element)
+            encoded.withLock { $0 = .made(made, pseudonym: via.pseudonym) }
+            return made
         }
 
         /// The resource's view; nil for a small object.

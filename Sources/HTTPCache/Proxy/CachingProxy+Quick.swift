@@ -40,38 +40,51 @@ extension CachingProxy {
         {
             rangeHeader = nil
         }
-        var status = CacheStatus()
-        status.hit = true
-        status.fromStorage = true
-        status.ttl = head.policy.freshnessLifetime - age
+        let ttl = head.policy.freshnessLifetime - age
         let length: Int64
         switch hit.bytes {
         case .resource(let view): length = view.length
         case .small(let view): length = Int64(view.bodyCount)
         }
-        var headers = storedFields(stored, status: 200, age: age, lengthKnown: true, cacheStatus: status)
-        let range: Range<Int64>, code: Int
+        let range: Range<Int64>, partial: Bool
         switch RangeRequest.parse(rangeHeader, length: length) {
         case .whole, .multiple:
             range = 0..<length
-            code = 200
+            partial = false
         case .single(let single):
             range = single
-            code = 206
-            headers.removeAll { HTTPHeaderField(name: $0.0, value: "").hasName("content-range") }
-            headers.append(("Content-Range", "bytes \(single.lowerBound)-\(single.upperBound - 1)/\(length)"))
+            partial = true
         case .unsatisfiable:
             return false
         }
         guard range.count <= Self.quickBodyLimit else { return false }
-        // As the handler's writer rewrites its heads (CachingProxy.handle).
-        if let cors { headers = cors.apply(headers, for: request) }
+        let code = partial ? 206 : 200
+        let replyHead: QuickReplyHead
+        if cors == nil, let encoder = hit.encodedHead(via: via) {
+            // The handler's head, written into the loop's buffer (QuickHead).
+            let buffer = reply.headScratch(encoder.capacity)
+            let count = encoder.write(into: buffer, ttl: ttl, age: age, range: partial ? range : nil, of: length, closes: reply.closes)
+            replyHead = .encoded(UnsafeRawBufferPointer(rebasing: buffer[..<count]))
+        } else {
+            var status = CacheStatus()
+            status.hit = true
+            status.fromStorage = true
+            status.ttl = ttl
+            var headers = storedFields(stored, status: 200, age: age, lengthKnown: true, cacheStatus: status)
+            if partial {
+                headers.removeAll { HTTPHeaderField(name: $0.0, value: "").hasName("content-range") }
+                headers.append(("Content-Range", "bytes \(range.lowerBound)-\(range.upperBound - 1)/\(length)"))
+            }
+            // As the handler's writer rewrites its heads (CachingProxy.handle).
+            if let cors { headers = cors.apply(headers, for: request) }
+            replyHead = .fields(headers)
+        }
         if range.isEmpty || request.method == "HEAD" {
-            reply.send(status: code, headers: headers, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(start: nil, count: 0))
+            replyHead.send(status: code, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(start: nil, count: 0), &reply)
         } else {
             switch hit.bytes {
             case .resource(let view):
-                switch Self.send(range, of: view, status: code, headers: headers, &reply) {
+                switch Self.send(range, of: view, status: code, head: replyHead, &reply) {
                 case .notSent: return false
                 case .sent: break
                 case .cut: cache.quickHits.remove(route.key, ifStill: hit)
@@ -80,11 +93,11 @@ extension CachingProxy {
                 let buffer = reply.scratch(view.recordCount)
                 guard case .read(let body) = view.read(into: buffer) else { return false }
                 let part = (body.lowerBound + Int(range.lowerBound))..<(body.lowerBound + Int(range.upperBound))
-                reply.send(status: code, headers: headers, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(rebasing: buffer[part]))
+                replyHead.send(status: code, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(rebasing: buffer[part]), &reply)
             }
         }
         let bytes = request.method == "HEAD" ? 0 : Int64(range.count)
-        reply.noteCache(outcome: status.outcome, hitBytes: bytes)
+        reply.noteCache(outcome: "hit", hitBytes: bytes)
         cache.count {
             $0.bytesFromCache += bytes
             $0.quickAnswers += 1
@@ -106,9 +119,7 @@ extension CachingProxy {
     /// rest, checked, so the first byte does not wait for the whole range to be read. Every
     /// page is looked for first: a range partly in memory is the handler's, and so is one
     /// whose segments span more than twice ``quickBodyLimit``.
-    private static func send(
-        _ range: Range<Int64>, of view: CommittedView, status: Int, headers: [(String, String)], _ reply: inout QuickReply
-    ) -> Sent {
+    private static func send(_ range: Range<Int64>, of view: CommittedView, status: Int, head: QuickReplyHead, _ reply: inout QuickReply) -> Sent {
         let span = view.span(of: range)
         guard span.count <= 2 * quickBodyLimit else { return .notSent }
         let firstEnd = min(range.upperBound, view.span(of: range.lowerBound..<(range.lowerBound + 1)).upperBound)
@@ -116,7 +127,7 @@ extension CachingProxy {
         let buffer = reply.scratch(Int(span.count))
         guard case .read(let at) = view.read(range.lowerBound..<firstEnd, into: buffer) else { return .notSent }
         let first = Int(firstEnd - range.lowerBound)
-        reply.send(status: status, headers: headers, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(rebasing: buffer[at..<(at + first)]))
+        head.send(status: status, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(rebasing: buffer[at..<(at + first)]), &reply)
         guard firstEnd < range.upperBound else { return .sent }
         // Found in memory a moment ago (and read on even if the view was withdrawn meanwhile:
         // the answer started from it, and every byte is still checked against it), the rest
@@ -129,5 +140,19 @@ extension CachingProxy {
         }
         reply.sendBody(UnsafeRawBufferPointer(rebasing: buffer[restAt..<(restAt + Int(range.upperBound - firstEnd))]))
         return .sent
+    }
+}
+
+/// The head of a quick answer: fields for ``QuickReply`` to encode, or bytes encoded already.
+private enum QuickReplyHead {
+    case fields([(String, String)])
+    case encoded(UnsafeRawBufferPointer)
+
+    /// Sends the head with the first body bytes (see ``QuickReply/send(status:headers:contentLength:body:)``).
+    func send(status: Int, contentLength: Int64, body: UnsafeRawBufferPointer, _ reply: inout QuickReply) {
+        switch self {
+        case .fields(let headers): reply.send(status: status, headers: headers, contentLength: contentLength, body: body)
+        case .encoded(let head): reply.send(status: status, encodedHead: head, contentLength: contentLength, body: body)
+        }
     }
 }

@@ -97,7 +97,7 @@ public enum HTTPRequestParser {
         let request = HTTPRequestHead(method: string(method), target: string(target), minorVersion: minor, headers: HTTPHeaders(fields))
         if minor == 1, request.header("host") == nil { return .invalid(status: 400, reason: "HTTP/1.1 request without Host") }
         // RFC 9112, section 3.2: more than one Host is a 400.
-        if request.headers.values("host").count > 1 { return .invalid(status: 400, reason: "more than one Host field") }
+        if request.headers.lazy.filter({ $0.hasName("host") }).count > 1 { return .invalid(status: 400, reason: "more than one Host field") }
         // RFC 9112, section 3.2: an invalid Host is a 400 too. Its value is `uri-host [":" port]`
         // (RFC 9110 section 7.2, RFC 3986 section 3.2.2): a path, a user or a space in it is not.
         if let host = request.header("host"), !isValidHost(host.utf8) {

@@ -50,24 +50,34 @@ extension HTTPResponseHead {
     }
 }
 
-enum HTTPHeadEncoding {
+package enum HTTPHeadEncoding {
     static func encode(startLine: String, headers: HTTPHeaders) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(startLine.utf8.count + headers.reduce(4) { $0 + $1.name.utf8.count + $1.value.utf8.count + 4 })
         append(startLine, to: &bytes)
         bytes.append(13)
         bytes.append(10)
-        for field in headers {
-            append(field.name, to: &bytes)
-            bytes.append(UInt8(ascii: ":"))
-            bytes.append(UInt8(ascii: " "))
-            appendValue(field.value, to: &bytes)
-            bytes.append(13)
-            bytes.append(10)
-        }
+        for field in headers { appendField(name: field.name, value: field.value, to: &bytes) }
         bytes.append(13)
         bytes.append(10)
         return bytes
+    }
+
+    /// Field lines as ``encode(startLine:headers:)`` writes them, for a ``HeadWriter``.
+    package static func encodeFields(_ fields: [(String, String)]) -> [UInt8] {
+        var bytes: [UInt8] = []
+        for (name, value) in fields { appendField(name: name, value: value, to: &bytes) }
+        return bytes
+    }
+
+    /// One field line as ``encode(startLine:headers:)`` writes it: `name: value` and CRLF.
+    static func appendField(name: String, value: String, to bytes: inout [UInt8]) {
+        append(name, to: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+        bytes.append(UInt8(ascii: " "))
+        appendValue(value, to: &bytes)
+        bytes.append(13)
+        bytes.append(10)
     }
 
     /// A string's bytes copied as one block (every head of every answer is written here).

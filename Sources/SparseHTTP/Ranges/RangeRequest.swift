@@ -19,43 +19,56 @@ public enum RangeRequest: Sendable, Equatable {
     /// Works on the header's UTF-8 bytes: every proxied request parses one, and Foundation's
     /// trimming and Character classification cost 7% of the proxy's CPU under wrk.
     public static func parse(_ header: String?, length: Int64) -> RangeRequest {
-        guard let header else { return .whole }
-        let value = Array(header.utf8)[...].trimmingHTTPWhitespace()
-        guard value.count >= 6, value.prefix(6).map({ $0 | 0x20 }).elementsEqual("bytes=".utf8) else { return .whole }
-        var ranges: [Range<Int64>] = []
+        guard var header else { return .whole }
+        return header.withUTF8 { parse(bytes: $0[...], length: length) }
+    }
+
+    /// ``parse(_:length:)`` over the header's bytes, walking them in place: no array is made
+    /// unless a second range is found.
+    private static func parse(bytes: Slice<UnsafeBufferPointer<UInt8>>, length: Int64) -> RangeRequest {
+        let value = bytes.trimmingHTTPWhitespace()
+        guard value.count >= 6, zip(value.prefix(6), "bytes=".utf8).allSatisfy({ $0 | 0x20 == $1 }) else { return .whole }
+        var first: Range<Int64>?
+        var more: [Range<Int64>] = []
         var sawSpec = false
-        for part in value.dropFirst(6).split(separator: UInt8(ascii: ","), omittingEmptySubsequences: false) {
-            let spec = part.trimmingHTTPWhitespace()
-            if spec.isEmpty { continue }
-            sawSpec = true
-            guard let dash = spec.firstIndex(of: UInt8(ascii: "-")) else { return .unsatisfiable }
-            let first = spec[..<dash], last = spec[(dash + 1)...]
-            guard let start = number(first), let end = number(last), !(first.isEmpty && last.isEmpty) else { return .unsatisfiable }
-            if first.isEmpty {
-                // Suffix: the last n bytes.
-                guard let count = end else { return .unsatisfiable }
-                if count > 0, length > 0 { ranges.append(max(0, length - count)..<length) }
-                continue
+        var rest = value.dropFirst(6)
+        while true {
+            let comma = rest.firstIndex(of: UInt8(ascii: ",")) ?? rest.endIndex
+            let spec = rest[..<comma].trimmingHTTPWhitespace()
+            if !spec.isEmpty {
+                sawSpec = true
+                guard let dash = spec.firstIndex(of: UInt8(ascii: "-")) else { return .unsatisfiable }
+                let start = spec[..<dash], end = spec[(dash + 1)...]
+                guard let from = number(start), let to = number(end), !(start.isEmpty && end.isEmpty) else { return .unsatisfiable }
+                var range: Range<Int64>?
+                if start.isEmpty {
+                    // Suffix: the last n bytes.
+                    guard let count = to else { return .unsatisfiable }
+                    if count > 0, length > 0 { range = max(0, length - count)..<length }
+                } else {
+                    guard let from else { return .unsatisfiable }
+                    if let to {
+                        guard to >= from else { return .unsatisfiable }
+                        if from < length { range = from..<(min(to, length - 1) + 1) }
+                    } else if from < length {
+                        range = from..<length
+                    }
+                }
+                if let range {
+                    if first == nil { first = range } else { more.append(range) }
+                }
             }
-            guard let start else { return .unsatisfiable }
-            guard let end else {
-                if start < length { ranges.append(start..<length) }
-                continue
-            }
-            guard end >= start else { return .unsatisfiable }
-            if start < length { ranges.append(start..<(min(end, length - 1) + 1)) }
+            guard comma < rest.endIndex else { break }
+            rest = rest[(comma + 1)...]
         }
         guard sawSpec else { return .whole }
-        switch ranges.count {
-        case 0: return .unsatisfiable
-        case 1: return .single(ranges[0])
-        default: return .multiple(ranges)
-        }
+        guard let first else { return .unsatisfiable }
+        return more.isEmpty ? .single(first) : .multiple([first] + more)
     }
 
     /// A decimal number: `.some(nil)` for no digits at all, nil for anything else than digits
     /// or a number past Int64.
-    private static func number(_ digits: ArraySlice<UInt8>) -> Int64?? {
+    private static func number(_ digits: Slice<UnsafeBufferPointer<UInt8>>) -> Int64?? {
         if digits.isEmpty { return .some(nil) }
         var value: Int64 = 0
         for digit in digits {

@@ -68,8 +68,11 @@ struct ConnectionSlots {
     /// False when its slot went to a newcomer meanwhile (the connection is being closed).
     @discardableResult
     mutating func setWaiting(_ id: Int, since now: UInt64?) -> Bool {
-        guard slots[id] != nil else { return false }
-        slots[id]?.waitingSince = now
+        // Read and written back rather than changed through the optional subscript, whose
+        // in-place access allocated twice for every request.
+        guard var slot = slots[id] else { return false }
+        slot.waitingSince = now
+        slots[id] = slot
         return true
     }
 

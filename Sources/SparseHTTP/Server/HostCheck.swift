@@ -46,14 +46,21 @@ package struct HostCheck: Sendable {
         // On bytes: every request's Host comes here. ASCII only; anything else (not a valid
         // Host anyway) takes Unicode lower-casing.
         guard text.utf8.allSatisfy({ $0 < 0x80 }) else { return bareUnicode(text) }
-        var host = text.utf8.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }[...]
-        if host.first == UInt8(ascii: "[") {
-            host = host.dropFirst().prefix { $0 != UInt8(ascii: "]") }
-        } else if let colon = host.lastIndex(of: UInt8(ascii: ":")), host.firstIndex(of: UInt8(ascii: ":")) == colon {
-            host = host[..<colon]
+        var text = text
+        return text.withUTF8 { utf8 in
+            var host = utf8[...]
+            if host.first == UInt8(ascii: "[") {
+                host = host.dropFirst().prefix { $0 != UInt8(ascii: "]") }
+            } else if let colon = host.lastIndex(of: UInt8(ascii: ":")), host.firstIndex(of: UInt8(ascii: ":")) == colon {
+                host = host[..<colon]
+            }
+            while host.last == UInt8(ascii: ".") { host = host.dropLast() }
+            // Written lowercased straight into the string (one that fits inline allocates nothing).
+            return String(unsafeUninitializedCapacity: host.count) { bytes in
+                for (index, byte) in host.enumerated() { bytes[index] = byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte }
+                return host.count
+            }
         }
-        while host.last == UInt8(ascii: ".") { host = host.dropLast() }
-        return String(decoding: host, as: UTF8.self)
     }
 
     private static func bareUnicode(_ text: String) -> String {

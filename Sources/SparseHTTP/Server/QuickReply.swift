@@ -34,8 +34,9 @@ public struct QuickReply: ~Copyable {
     private(set) var failed = false
     /// Set by ``abandon()``: what is in ``rest`` goes out, then the connection closes.
     private(set) var cut = false
-    /// The body buffer of a reply made off its loop's thread.
+    /// The body and head buffers of a reply made off its loop's thread.
     private var owned: UnsafeMutableRawBufferPointer?
+    private var ownedHead: UnsafeMutableRawBufferPointer?
 
     init(request: HTTPRequestHead, connection: TCPConnection, closes: Bool) {
         self.request = request
@@ -55,7 +56,20 @@ public struct QuickReply: ~Copyable {
         return buffer
     }
 
-    deinit { owned?.deallocate() }
+    /// A buffer of at least `count` bytes for the head, apart from ``scratch(_:)``'s and valid
+    /// as long: the loop's own on its thread, else the reply's.
+    public mutating func headScratch(_ count: Int) -> UnsafeMutableRawBufferPointer {
+        if loop.ownsCurrentThread { return loop.headScratch.buffer(count) }
+        ownedHead?.deallocate()
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 16)
+        ownedHead = buffer
+        return buffer
+    }
+
+    deinit {
+        owned?.deallocate()
+        ownedHead?.deallocate()
+    }
 
     /// What a cache made of the request and the body bytes it had stored, for the log.
     public mutating func noteCache(outcome: String, hitBytes: Int64) {
@@ -83,6 +97,17 @@ public struct QuickReply: ~Copyable {
         head.withUnsafeBytes { head in
             transmit(head, request.method == "HEAD" ? UnsafeRawBufferPointer(start: nil, count: 0) : body)
         }
+    }
+
+    /// ``send(status:headers:contentLength:body:)`` with a head the caller encoded whole (status
+    /// line, every field including `Content-Length` and `Connection` as ``closes`` says, the
+    /// empty line): a head written into ``headScratch(_:)`` costs no allocation.
+    public mutating func send(status: Int, encodedHead head: UnsafeRawBufferPointer, contentLength: Int64, body: UnsafeRawBufferPointer) {
+        precondition(!sent, "a quick reply sends one response")
+        sent = true
+        self.status = status
+        announced = contentLength
+        transmit(head, request.method == "HEAD" ? UnsafeRawBufferPointer(start: nil, count: 0) : body)
     }
 
     /// Sends more of the body announced by ``send(status:headers:contentLength:body:)``, without
