@@ -221,6 +221,10 @@ int sc_epoll_watch_input(int epoll_fd, int fd, uint64_t token) {
     return epoll_add(epoll_fd, fd, EPOLLIN | EPOLLET, token);
 }
 
+int sc_epoll_watch_listener(int epoll_fd, int fd, uint64_t token) {
+    return epoll_add(epoll_fd, fd, EPOLLIN | EPOLLET | EPOLLEXCLUSIVE, token);
+}
+
 int sc_epoll_unwatch(int epoll_fd, int fd) {
     struct epoll_event event;
     memset(&event, 0, sizeof event);
@@ -236,6 +240,7 @@ int sc_epoll_wait(int epoll_fd, uint64_t *tokens, uint32_t *directions, int capa
         uint32_t direction = 0;
         if (flags & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) direction |= SC_EPOLL_READABLE;
         if (flags & (EPOLLOUT | EPOLLHUP | EPOLLERR)) direction |= SC_EPOLL_WRITABLE;
+        if (flags & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) direction |= SC_EPOLL_HANGUP;
         tokens[index] = events[index].data.u64;
         directions[index] = direction;
     }

@@ -140,12 +140,19 @@ int sc_epoll_watch(int epoll_fd, int fd, uint64_t token);
 /// Adds `fd` for input only, edge-triggered (an event loop's wake-up descriptor: an output
 /// edge after each read would wake the loop for nothing). 0, or -1 with errno.
 int sc_epoll_watch_input(int epoll_fd, int fd, uint64_t token);
+/// Adds a listening socket watched by several epoll instances (one per event loop), for input
+/// only, edge-triggered, and exclusive: a new client wakes one loop waiting in `epoll_wait`, not
+/// all of them (EPOLLEXCLUSIVE, Linux 4.5). 0, or -1 with errno.
+int sc_epoll_watch_listener(int epoll_fd, int fd, uint64_t token);
 /// Removes `fd`. 0, or -1 with errno.
 int sc_epoll_unwatch(int epoll_fd, int fd);
 /// Readable when input, a hang-up or an error is reported; writable when output, a hang-up or
 /// an error is (the next call on the descriptor reports which).
 #define SC_EPOLL_READABLE 1
 #define SC_EPOLL_WRITABLE 2
+/// The peer closed its side or the connection failed (EPOLLRDHUP, EPOLLHUP, EPOLLERR): a read
+/// may end the stream even right after a read that found no more data.
+#define SC_EPOLL_HANGUP 4
 /// Waits up to `timeout_ms` (-1: no limit) for events: fills `tokens` and `directions`
 /// (SC_EPOLL_* bits) and returns how many, or -1 with errno (EINTR included).
 int sc_epoll_wait(int epoll_fd, uint64_t *tokens, uint32_t *directions, int capacity, int timeout_ms);

@@ -6,7 +6,7 @@ import Foundation
 import Synchronization
 import Testing
 
-@testable import SparseCacheEngine
+@_spi(Locking) @testable import SparseCacheEngine
 @testable import SparseHTTP
 
 /// The non-blocking sockets under the origin client and the server: a connection closed from
@@ -190,6 +190,40 @@ struct SocketReactorTests {
         var clients = [0, 0]
         for _ in 0..<32 { clients[SocketReactor.loopForClient(acceptedBy: 0, clients: clients)] += 1 }
         #expect(clients == [16, 16])
+    }
+
+    @Test("every loop accepts: a new client is taken and answered by another loop while one loop's thread is busy")
+    func everyLoopAccepts() async throws {
+        let loops = SocketReactor.loops
+        guard loops.count > 1 else { return }  // One processor: one loop takes every client.
+        var options = HTTPServer.Options()
+        options.port = 0
+        let server = try HTTPServer.start(options: options, log: { _ in }) { _, _, response in
+            try await response.respond(status: 200, message: "ok")
+        }
+        for busy in loops.indices {
+            // Holds loop `busy`'s thread (at most 10 s) until the client has its answer.
+            let release = Atomic<Bool>(false), holding = Atomic<Bool>(false), heldToTheEnd = Atomic<Bool>(false)
+            let blocker = Task(executorPreference: loops[busy]) {
+                holding.store(true, ordering: .releasing)
+                let deadline = ContinuousClock.now + .seconds(10)
+                while !release.load(ordering: .acquiring) {
+                    if ContinuousClock.now >= deadline {
+                        heldToTheEnd.store(true, ordering: .releasing)
+                        return
+                    }
+                    usleep(200)
+                }
+            }
+            while !holding.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(1)) }
+            let exchange = await RawHTTP.exchange(port: server.port, "GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout: .seconds(30))
+            release.store(true, ordering: .releasing)
+            await blocker.value
+            #expect(exchange.statuses == [200], "loop \(busy) busy: \(exchange.statuses)")
+            let waited = heldToTheEnd.load(ordering: .acquiring)
+            #expect(!waited, "loop \(busy) busy: the client waited for that loop")
+        }
+        await server.shutdown(grace: .seconds(1))
     }
 
     @Test("each loop's thread carries its name for top -H, perf and /proc (sc-loop-N)")

@@ -1,5 +1,6 @@
 import CShim
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -73,12 +74,16 @@ final class SocketDescriptor: Sendable {
     }
 }
 
-/// A listening TCP socket.
+/// A listening TCP socket, watched by every event loop: a new client wakes one loop waiting for
+/// events (EPOLLEXCLUSIVE, as nginx's workers share a listening socket), which accepts it and
+/// serves it, so no other thread is involved in taking a client (``SocketReactor/forAccepted(by:)``).
+/// One socket rather than one per loop with `SO_REUSEPORT`: a second server started on the same
+/// port by mistake fails with "address in use" instead of silently taking half the clients.
 final class TCPListener: Sendable {
     let port: Int
     private let descriptor: SocketDescriptor
-    private let watch: SocketWatch
-    private var readable: Readiness { watch.readable }
+    /// One per event loop, in the order of ``SocketReactor/loops``.
+    private let watches: [SocketWatch]
 
     /// Listens on a numeric address (`127.0.0.1`, `::1`, `0.0.0.0`); port 0 picks a free one.
     init(host: String, port: Int, backlog: Int = 511) throws {
@@ -89,17 +94,25 @@ final class TCPListener: Sendable {
             throw SparseCacheError(.io, operation: "listen", path: "\(host):\(port)", errno: detail == nil ? number : nil, detail: detail)
         }
         let bound = Int(sc_tcp_local_port(fd))
-        let descriptor = SocketDescriptor(fd: fd, sources: 1)
+        let loops = SocketReactor.loops
+        let descriptor = SocketDescriptor(fd: fd, sources: loops.count)
         self.descriptor = descriptor
         self.port = bound
-        watch = SocketWatch(fd: fd, cancelled: { @Sendable in descriptor.sourceCancelled() })
+        watches = loops.map { loop in
+            SocketWatch(fd: fd, on: loop, listener: true, cancelled: { @Sendable in descriptor.sourceCancelled() })
+        }
     }
 
-    /// The event loop whose thread sees new clients: the executor the accept loop prefers.
-    var loop: SocketReactor { watch.reactor }
+    /// How many accept loops the listener takes: one per event loop, each calling
+    /// ``accept(on:)`` with its number on that loop.
+    var loopCount: Int { watches.count }
+
+    /// The event loop of accept loop `index`: the executor it prefers.
+    func loop(_ index: Int) -> SocketReactor { watches[index].reactor }
 
     /// The next client. Throws `.closed` once the listener is closed.
-    func accept() async throws -> TCPConnection {
+    func accept(on index: Int = 0) async throws -> TCPConnection {
+        let watch = watches[index]
         var peer = [CChar](repeating: 0, count: 128)
         while true {
             // Errno is taken inside the call: giving the descriptor back may change it.
@@ -109,14 +122,14 @@ final class TCPListener: Sendable {
             }
             guard let accepted else {
                 // Closed meanwhile: the readiness throws the reason.
-                try await readable.wait()
+                try await watch.readable.wait()
                 throw SparseCacheError(.closed, operation: "accept", path: "port \(port)", detail: "the listener is closed")
             }
             if accepted.fd >= 0 {
-                return TCPConnection(fd: accepted.fd, peer: String(decoding: peer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self), acceptedBy: loop)
+                return TCPConnection(fd: accepted.fd, peer: String(decoding: peer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self), acceptedBy: watch.reactor)
             }
             switch accepted.errno {
-            case EAGAIN, EWOULDBLOCK: try await readable.wait()
+            case EAGAIN, EWOULDBLOCK: try await watch.readable.wait()
             case EINTR, ECONNABORTED, EPROTO: continue
             case EMFILE, ENFILE, ENOBUFS, ENOMEM:
                 // Out of descriptors or memory: let connections finish before taking more.
@@ -128,7 +141,7 @@ final class TCPListener: Sendable {
     }
 
     func close() {
-        watch.close(SparseCacheError(.closed, operation: "accept", path: "port \(port)", detail: "the listener is closed"))
+        for watch in watches { watch.close(SparseCacheError(.closed, operation: "accept", path: "port \(port)", detail: "the listener is closed")) }
     }
 }
 
@@ -140,6 +153,8 @@ final class TCPConnection: Sendable {
     private let watch: SocketWatch
     private var readable: Readiness { watch.readable }
     private var writable: Readiness { watch.writable }
+    /// The last receive left the socket empty (see ``receive(maximum:gathering:)``).
+    private let drained = Atomic<Bool>(false)
     /// The event loop whose thread wakes this connection's waits: the executor a task serving
     /// it prefers, so a wake-up runs the task on the thread that saw the event.
     var loop: SocketReactor { watch.reactor }
@@ -166,17 +181,29 @@ final class TCPConnection: Sendable {
     /// many bytes are in hand: fewer, larger chunks from a fast sender, no added wait for a slow
     /// one. A reset throws even when some bytes came before it, so a cut is never mistaken for
     /// the end of a body that runs until the connection closes.
+    ///
+    /// A receive that found the socket empty (a read shorter than asked, or EAGAIN) waits for
+    /// the next edge before it reads again: what arrives later raises one, so the `recv` that
+    /// would only get EAGAIN (one per keep-alive request) is skipped. Not once the peer has
+    /// closed its side: the end of the stream may wait behind the data already read, and its
+    /// edge may have come before that read.
     func receive(maximum: Int, gathering: Int = 0) async throws -> [UInt8] {
+        if drained.exchange(false, ordering: .relaxed), !watch.hungUp { try await readable.wait() }
         while true {
             var failure: Int32 = 0
             var ended = false
+            var empty = false
             let received = descriptor.use { fd in
                 [UInt8](unsafeUninitializedCapacity: maximum) { buffer, initialized in
                     initialized = 0
                     while initialized < maximum {
-                        let count = sc_recv(fd, buffer.baseAddress! + initialized, maximum - initialized)
+                        let asked = maximum - initialized
+                        let count = sc_recv(fd, buffer.baseAddress! + initialized, asked)
                         if count > 0 {
                             initialized += count
+                            // TCP hands over all it holds, up to what is asked: less means
+                            // nothing was left.
+                            empty = count < asked
                             if initialized >= gathering { break }
                             continue
                         }
@@ -186,10 +213,14 @@ final class TCPConnection: Sendable {
                 }
             }
             guard let bytes = received else { throw try await closed("receive") }
+            drained.store(empty || failure == EAGAIN || failure == EWOULDBLOCK, ordering: .relaxed)
             switch failure {
             case 0, EAGAIN, EWOULDBLOCK, EINTR:
                 if !bytes.isEmpty || ended { return bytes }
-                if failure != EINTR { try await readable.wait() }
+                if failure != EINTR {
+                    drained.store(false, ordering: .relaxed)
+                    try await readable.wait()
+                }
             case let number:
                 throw SparseCacheError(.io, operation: "receive", path: peer, errno: number)
             }

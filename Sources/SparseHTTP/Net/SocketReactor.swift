@@ -1,6 +1,6 @@
 import CShim
 import Foundation
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 import Synchronization
 
 #if canImport(Glibc)
@@ -58,6 +58,8 @@ final class SocketReactor: TaskExecutor, Sendable {
 
     /// The body buffer of the quick replies this loop's thread makes (``QuickReply``).
     let scratch = LoopScratch()
+    /// The head buffer of those replies.
+    let headScratch = LoopScratch()
 
     /// Whether the calling thread is this loop's.
     var ownsCurrentThread: Bool { thread.load(ordering: .relaxed) == Self.threadID() }
@@ -101,11 +103,12 @@ final class SocketReactor: TaskExecutor, Sendable {
         thread.start()
     }
 
-    /// Registers `watch` for `fd`; returns its token, or the errno of a refusal.
-    func add(_ watch: SocketWatch, fd: Int32) -> Result<UInt64, SparseCacheError> {
+    /// Registers `watch` for `fd` (a listening socket every loop watches when `listener`);
+    /// returns its token, or the errno of a refusal.
+    func add(_ watch: SocketWatch, fd: Int32, listener: Bool = false) -> Result<UInt64, SparseCacheError> {
         let token = nextToken.add(1, ordering: .relaxed).oldValue
         watches.withLock { $0[token] = watch }
-        guard sc_epoll_watch(epoll, fd, token) == 0 else {
+        guard (listener ? sc_epoll_watch_listener(epoll, fd, token) : sc_epoll_watch(epoll, fd, token)) == 0 else {
             let number = errno
             watches.withLock { $0[token] = nil }
             return .failure(SparseCacheError(.io, operation: "epoll_ctl", path: "descriptor \(fd)", errno: number))

@@ -17,13 +17,14 @@ final class SocketWatch: Sendable {
     private let closed = Atomic<Bool>(false)
     private let cancelled: @Sendable () -> Void
 
-    /// Registers `fd` with `reactor`. A refused registration fails every wait with the reason
-    /// (the connection then closes as if reset).
-    init(fd: Int32, on reactor: SocketReactor = .forNewSocket(), cancelled: @escaping @Sendable () -> Void) {
+    /// Registers `fd` with `reactor` (as one of the loops that watch a listening socket, when
+    /// `listener`). A refused registration fails every wait with the reason (the connection
+    /// then closes as if reset).
+    init(fd: Int32, on reactor: SocketReactor = .forNewSocket(), listener: Bool = false, cancelled: @escaping @Sendable () -> Void) {
         self.reactor = reactor
         self.fd = fd
         self.cancelled = cancelled
-        switch reactor.add(self, fd: fd) {
+        switch reactor.add(self, fd: fd, listener: listener) {
         case .success(let registered): token.store(registered, ordering: .releasing)
         case .failure(let error):
             readable.close(error)
@@ -31,8 +32,14 @@ final class SocketWatch: Sendable {
         }
     }
 
+    /// The peer closed its side, or the connection failed: seen before the readable edge that
+    /// carried it is signalled, and never cleared.
+    var hungUp: Bool { hangup.load(ordering: .acquiring) }
+    private let hangup = Atomic<Bool>(false)
+
     /// Called by the reactor's thread with `SC_EPOLL_*` bits.
     func signal(_ direction: UInt32) {
+        if direction & UInt32(SC_EPOLL_HANGUP) != 0 { hangup.store(true, ordering: .releasing) }
         if direction & UInt32(SC_EPOLL_READABLE) != 0 { readable.signal() }
         if direction & UInt32(SC_EPOLL_WRITABLE) != 0 { writable.signal() }
     }

@@ -1,6 +1,6 @@
 import Foundation
 import Dispatch
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 import Synchronization
 
 /// A small HTTP/1.1 server: an accept loop, one task per connection reading request heads
@@ -76,7 +76,7 @@ public final class HTTPServer: Sendable {
         var nextID = 0
         var clients: [Int: Client] = [:]
         var tasks: [Int: Task<Void, Never>] = [:]
-        var acceptLoop: Task<Void, Never>?
+        var acceptLoops: [Task<Void, Never>] = []
         var shuttingDown = false
         var rejected = 0
         var evicted = 0
@@ -92,9 +92,12 @@ public final class HTTPServer: Sendable {
         handler: @escaping Handler
     ) throws -> HTTPServer {
         let server = try HTTPServer(options: options, log: log, quick: quick, handler: handler)
-        // On the listener's loop: a new client wakes one thread, not that one and a pool thread.
-        let loop = Task(executorPreference: server.listener.loop) { await server.acceptLoop() }
-        server.registry.withLock { $0.acceptLoop = loop }
+        // One accept loop on each event loop: a new client wakes one loop's thread, which takes
+        // it and (unless another loop serves fewer clients) serves it.
+        let loops = (0..<server.listener.loopCount).map { index in
+            Task(executorPreference: server.listener.loop(index)) { await server.acceptLoop(index) }
+        }
+        server.registry.withLock { $0.acceptLoops = loops }
         server.watchdog.start { server.expireClients() }
         return server
     }
@@ -124,12 +127,12 @@ public final class HTTPServer: Sendable {
     /// `grace` (their connections close after the response), then cancels the rest: a cancelled
     /// handler stops its reads, and the fetches nobody else needs stop and commit what arrived.
     public func shutdown(grace: Duration = .seconds(5)) async {
-        let acceptLoop = registry.withLock { registry -> Task<Void, Never>? in
+        let acceptLoops = registry.withLock { registry -> [Task<Void, Never>] in
             registry.shuttingDown = true
-            return registry.acceptLoop
+            return registry.acceptLoops
         }
         listener.close()
-        await acceptLoop?.value
+        for loop in acceptLoops { await loop.value }
         let deadline = ContinuousClock.now + grace
         while true {
             let idle = registry.withLock { $0.clients.values.filter { $0.isIdle } }
@@ -146,11 +149,12 @@ public final class HTTPServer: Sendable {
 
     // MARK: Connections
 
-    private func acceptLoop() async {
+    /// Takes the clients the listener's `index`th loop is woken for.
+    private func acceptLoop(_ index: Int) async {
         while true {
             let connection: TCPConnection
             do {
-                connection = try await listener.accept()
+                connection = try await listener.accept(on: index)
             } catch {
                 return
             }
