@@ -4,9 +4,9 @@ import SparseCache
 /// `sparsecache verify (<file> | --cache-dir DIR) [--repair] [--json]`
 enum VerifyCommand: Command {
     static let name = "verify"
-    static let spec = ArgumentSpec(positionals: ["file"], optionalPositionals: 1, options: ["--cache-dir"], flags: ["--repair", "--json"])
-    static let help = """
-        OVERVIEW: Check a resource, or a whole cache directory, after a crash.
+    static let abstract = "Check every checksum and the data file after a crash; --repair fixes"
+    static let overview = """
+        Check a resource, or a whole cache directory, after a crash.
 
         Checks every index checksum (both superblock copies, the checkpoint, each journal
         record), every present segment's CRC32C against the bytes on disk, and that the data
@@ -21,25 +21,22 @@ enum VerifyCommand: Command {
         totals. Without --repair it takes no lock and changes nothing, so it can run beside a
         'serve' of the same directory: each resource is checked as committed when it is
         reached, and catalog lag and temporary files are then expected.
+        """
+    static let usage = ["verify <file> [--repair] [--json]", "verify --cache-dir DIR [--repair] [--json]"]
+    static let positionals = [CLIArgument(name: "file", help: "The resource's data file", isOptional: true)]
 
-        USAGE: sparsecache verify <file> [--repair] [--json]
-               sparsecache verify --cache-dir DIR [--repair] [--json]
-
-        ARGUMENTS:
-          <file>            The resource's data file
-
-        OPTIONS:
-          --cache-dir DIR   Check every resource of this cache directory instead
-          --repair          Drop damaged segments from the index and punch their holes, fold a
-                            torn or damaged journal into a fresh checkpoint, and rewrite an
-                            invalid superblock copy. The resource stays usable; dropped
-                            segments are simply missing. Takes the resource's write lock. With
-                            --cache-dir, also removes resources whose index is unusable and the
-                            leftover files, and rewrites the catalog from the indexes; takes
-                            the directory's lock, so stop a 'serve' of it first (exit 75).
-          --json            Print the report as JSON
-          -h, --help        Show this help
-
+    static let cacheDirectory = CLIOption.value(
+        "--cache-dir", "DIR", completion: .directory, help: "Check every resource of this cache directory instead")
+    static let repair = CLIOption.flag(
+        "--repair",
+        help: "Drop damaged segments from the index and punch their holes, fold a torn or damaged journal into a fresh "
+            + "checkpoint, and rewrite an invalid superblock copy. The resource stays usable; dropped segments are simply "
+            + "missing. Takes the resource's write lock. With --cache-dir, also removes resources whose index is unusable "
+            + "and the leftover files, and rewrites the catalog from the indexes; takes the directory's lock, so stop a "
+            + "'serve' of it first (exit 75).")
+    static let json = CLIOption.json("Print the report as JSON")
+    static let options = [cacheDirectory, repair, json]
+    static let notes = """
         Progress goes to stderr when it is a terminal.
 
         EXIT STATUS: 0 clean, 65 damage found (repaired or not) or no usable index, 66 no such
@@ -48,7 +45,7 @@ enum VerifyCommand: Command {
         """
 
     static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        let directory = arguments.options["--cache-dir"]
+        let directory = arguments.value(Self.cacheDirectory)
         switch (arguments.positionals.first, directory) {
         case (nil, nil): throw UsageError("missing <file> (or --cache-dir DIR)")
         case (.some, .some): throw UsageError("give a <file> or --cache-dir, not both")
@@ -58,9 +55,9 @@ enum VerifyCommand: Command {
     }
 
     private static func verifyFile(_ path: String, arguments: ParsedArguments) async throws -> Int32 {
-        let json = arguments.has("--json")
+        let json = arguments.has(Self.json)
         let showProgress = !json && Output.isTerminal(2)
-        let report = try await Verifier.verify(path: path, repair: arguments.has("--repair")) { checked, total in
+        let report = try await Verifier.verify(path: path, repair: arguments.has(repair)) { checked, total in
             if showProgress {
                 Output.status("verify: \(percent(checked, of: total)) (\(SizeParser.describe(checked)) of \(SizeParser.describe(total)))")
             }
@@ -75,9 +72,9 @@ enum VerifyCommand: Command {
     }
 
     private static func verifyDirectory(_ directory: String, arguments: ParsedArguments) async throws -> Int32 {
-        let json = arguments.has("--json")
+        let json = arguments.has(Self.json)
         let showProgress = Output.isTerminal(2)
-        let report = try await StoreVerifier.verify(directory: directory, repair: arguments.has("--repair")) {
+        let report = try await StoreVerifier.verify(directory: directory, repair: arguments.has(repair)) {
             resource, resources, checked, total in
             if showProgress {
                 Output.status(

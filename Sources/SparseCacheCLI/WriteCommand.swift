@@ -5,50 +5,47 @@ import Synchronization
     import Glibc
 #endif
 
-/// `sparsecache write <file> --offset N [--size TOTAL] [--segment-size S] [--input PATH]`
+/// `sparsecache write <file> --offset N [options]`
 enum WriteCommand: Command {
     static let name = "write"
-    static let spec = ArgumentSpec(
-        positionals: ["file"], options: ["--offset", "--size", "--segment-size", "--input"])
-    static let help = """
-        OVERVIEW: Write bytes into a resource at an offset, commit, and report what became present.
+    static let abstract = "Write bytes into a resource at an offset (creates it if needed)"
+    static let overview = """
+        Write bytes into a resource at an offset, commit, and report what became present.
 
         Creates the resource (data file plus '<file>.scidx') when it does not exist. Bytes of
         segments that the input does not complete are not kept: they are listed so they can be
         written again together with their neighbours. A long input is committed as it goes
         (every 8 MiB and every second), so a crash keeps what was committed; SIGINT or SIGTERM
         commits what was written, says what the resource holds and exits 130 or 143.
-
-        USAGE: sparsecache write <file> --offset N [--size TOTAL] [--segment-size S] [--input PATH]
-
-        ARGUMENTS:
-          <file>                The resource's data file
-
-        OPTIONS:
-          --offset N            Where the input's first byte goes (required)
-          --size TOTAL          The resource length, when known (required once for the last
-                                segment to complete; must match if already set)
-          --segment-size S      Segment size for a new resource: a power of two from 4K to 16M
-                                (default 64K); must match an existing resource's
-          --input PATH          Read the bytes from PATH instead of standard input
-          -h, --help            Show this help
-
-        Sizes accept K, M, G and T suffixes (binary: 64K = 65536).
         """
+    static let positionals = [CLIArgument(name: "file", help: "The resource's data file")]
+
+    static let offset = CLIOption.value("--offset", "N", required: true, help: "Where the input's first byte goes")
+    static let size = CLIOption.value(
+        "--size", "TOTAL",
+        help: "The resource length, when known (required once for the last segment to complete; must match if already set)")
+    static let segmentSize = CLIOption.value(
+        "--segment-size", "S", default: SizeParser.shortForm(Int64(SparseFileOptions.defaultSegmentSize)),
+        help: "Segment size for a new resource: a power of two from 4K to 16M; must match an existing resource's")
+    static let input = CLIOption.value(
+        "--input", "PATH", completion: .file, help: "Read the bytes from PATH instead of standard input")
+    static let options = [offset, size, segmentSize, input]
+    static let notes = "Sizes accept K, M, G and T suffixes (binary: 64K = 65536)."
 
     static func run(_ arguments: ParsedArguments) async throws -> Int32 {
         let path = arguments.positionals[0]
-        guard let offset = try arguments.size("--offset") else { throw UsageError("--offset is required") }
+        guard let offset = try arguments.size(Self.offset) else { throw UsageError("\(Self.offset.name) is required") }
         var options = SparseFileOptions()
-        options.length = try arguments.size("--size")
-        options.segmentSize = try arguments.size("--segment-size").map { Int($0) }
+        options.length = try arguments.size(Self.size)
+        // Only when given: an existing resource keeps its own, a new one gets the engine's default.
+        if arguments.given(segmentSize) != nil { options.segmentSize = try arguments.size(segmentSize).map { Int($0) } }
         // As the library commits on its own: every 8 MiB or second, so a kill or a crash in the
         // middle of a long stream keeps what was committed.
         options.commitPolicy = .automatic
         if let size = options.segmentSize, !(SparseFileOptions.segmentSizes.contains(size) && size.nonzeroBitCount == 1) {
             throw UsageError("--segment-size must be a power of two from 4K to 16M, got \(size)")
         }
-        let input = try InputStream(path: arguments.options["--input"])
+        let input = try InputStream(path: arguments.value(Self.input))
         defer { input.close() }
         // A failed write that created the resource and committed nothing removes it again:
         // a failed command leaves nothing behind.
