@@ -74,19 +74,32 @@ enum SparseCacheTool {
             Output.print(command.help)
             return ExitStatus.ok
         }
+        // With --json, an error is a JSON object on stdout as well (the report's place), with
+        // the same exit status; the sentence still goes to stderr.
+        let json = command.options.contains { $0.name == "--json" } && rest.contains("--json")
         do {
             let parsed = try ArgumentParser.parse(rest, spec: command.spec)
             return try await command.run(parsed)
         } catch let error as UsageError {
-            Output.error("sparsecache \(name): \(error.message)\nSee 'sparsecache \(name) --help'.")
-            return ExitStatus.usage
+            return fail(name, error.message, code: "usage", status: ExitStatus.usage, json: json, hint: "\nSee 'sparsecache \(name) --help'.")
         } catch let error as SparseCacheError {
-            Output.error("sparsecache \(name): \(error)")
-            return ExitStatus.of(error)
+            return fail(name, "\(error)", code: error.code.rawValue, status: ExitStatus.of(error), json: json)
         } catch {
-            Output.error("sparsecache \(name): \(error)")
-            return ExitStatus.software
+            return fail(name, "\(error)", code: "software", status: ExitStatus.software, json: json)
         }
+    }
+
+    /// Reports a failed command on stderr and, with `--json`, as `{"error", "code", "status"}` on
+    /// stdout; returns the exit status.
+    static func fail(_ command: String, _ message: String, code: String, status: Int32, json: Bool, hint: String = "") -> Int32 {
+        Output.error("sparsecache \(command): \(message)\(hint)")
+        if json {
+            let object: [String: Any] = ["error": message, "code": code, "status": Int(status), "command": command]
+            if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) {
+                Output.print(String(decoding: data, as: UTF8.self))
+            }
+        }
+        return status
     }
 }
 
@@ -148,6 +161,9 @@ enum ExitStatus {
     static let ok: Int32 = 0
     /// `read`: the range is not (fully) present. An answer, not a failure.
     static let notPresent: Int32 = 1
+    /// `verify --repair`: damage was found and repaired (fsck's "errors corrected"), so
+    /// `verify --repair && next` goes on.
+    static let corrected: Int32 = 1
     /// EX_USAGE: a malformed command line or an argument that does not fit the resource.
     static let usage: Int32 = 64
     /// EX_DATAERR: bad data. A damaged segment or index, no usable index state, an index
@@ -173,7 +189,7 @@ enum ExitStatus {
     /// The lines of `EXIT STATUS:` shared by every help text.
     static let helpText = """
         EXIT STATUS (sysexits, the same for every command): 0 ok, 1 'read': not present,
-          64 usage error, 65 bad data (damage found, unusable index), 66 no such file,
+          'verify --repair': damage repaired, 64 usage error, 65 bad data (damage found, unusable index), 66 no such file,
           resource, key or cache directory, 69 origin unreachable, 73 would overwrite a file,
           74 I/O error, 75 locked by another process (or the resource changed on its
           origin), 76 the origin answered with an error, 77 permission denied.

@@ -39,9 +39,17 @@ enum VerifyCommand: Command {
     static let notes = """
         Progress goes to stderr when it is a terminal.
 
-        EXIT STATUS: 0 clean, 65 damage found (repaired or not) or no usable index, 66 no such
-                     file or cache directory, 74 I/O error, 75 locked (--repair while another
-                     process writes the resource or owns the directory), 77 permission denied.
+        With --json, an error is printed as {"error": ..., "code": ..., "status": ...} on stdout
+        too, with the same exit status.
+
+        EXIT STATUS (as fsck's: 'verify --repair && next' goes on once the damage is repaired):
+          0 clean (leftovers of a crash, such as a torn last journal record or bytes written but
+            never committed, are noted and, with --repair, cleaned: still 0)
+          1 --repair: damage was found and repaired; the resource or directory is consistent
+            now (dropped segments are missing and get fetched or written again)
+          65 damage found and left (without --repair), or an index nothing can be read from
+          66 no such file or cache directory, 74 I/O error, 75 locked (--repair while another
+          process writes the resource or owns the directory), 77 permission denied.
         """
 
     static func run(_ arguments: ParsedArguments) async throws -> Int32 {
@@ -57,6 +65,7 @@ enum VerifyCommand: Command {
     private static func verifyFile(_ path: String, arguments: ParsedArguments) async throws -> Int32 {
         let json = arguments.has(Self.json)
         let showProgress = !json && Output.isTerminal(2)
+        try checkNotADirectory(path)
         let report = try await Verifier.verify(path: path, repair: arguments.has(repair)) { checked, total in
             if showProgress {
                 Output.status("verify: \(percent(checked, of: total)) (\(SizeParser.describe(checked)) of \(SizeParser.describe(total)))")
@@ -68,7 +77,7 @@ enum VerifyCommand: Command {
         } else {
             printReport(report)
         }
-        return report.isClean ? ExitStatus.ok : ExitStatus.dataError
+        return status(clean: report.isClean, repaired: report.repaired)
     }
 
     private static func verifyDirectory(_ directory: String, arguments: ParsedArguments) async throws -> Int32 {
@@ -87,7 +96,27 @@ enum VerifyCommand: Command {
         } else {
             printDirectoryReport(report)
         }
-        return report.isClean ? ExitStatus.ok : ExitStatus.dataError
+        return status(clean: report.isClean, repaired: report.repaired)
+    }
+
+    /// A directory given as the file: says whether it is a cache directory, which is checked
+    /// with --cache-dir.
+    private static func checkNotADirectory(_ path: String) throws {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue,
+            !FileManager.default.fileExists(atPath: SparseFile.indexPath(for: path))
+        else { return }
+        let isCache = (try? SparseStore.requireCacheDirectory(path, operation: "verify")) != nil
+        throw SparseCacheError(
+            .notFound, operation: "verify", path: path,
+            detail: isCache
+                ? "is a cache directory, not a resource: check it with 'sparsecache verify --cache-dir \(path)'"
+                : "is a directory, not a resource's data file (a cache directory is checked with --cache-dir DIR)")
+    }
+
+    /// fsck's convention: 0 clean, 1 damage repaired, an error status for damage left.
+    static func status(clean: Bool, repaired: Bool) -> Int32 {
+        clean ? ExitStatus.ok : repaired ? ExitStatus.corrected : ExitStatus.dataError
     }
 
     /// The report as sorted, pretty JSON with "clean" added.

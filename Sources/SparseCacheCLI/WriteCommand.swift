@@ -64,6 +64,8 @@ enum WriteCommand: Command {
         var skipped = 0
         var dropped: [Range<Int64>] = []
         var position = offset
+        // On a terminal, a line that says how far a long write (a pipe) has come.
+        let progress = Output.isTerminal(2) ? WriteProgress() : nil
         do {
             while let chunk = try await input.next(maximum: 4 << 20) {
                 let result = try await file.write(chunk, at: position)
@@ -72,8 +74,11 @@ enum WriteCommand: Command {
                 dropped.append(contentsOf: result.dropped)
                 position += Int64(chunk.count)
                 written.count.store(position - offset, ordering: .relaxed)
+                if let progress, progress.due() { progress.draw(written: position - offset, committed: await file.presentBytes) }
             }
             try await file.commit()
+            progress?.draw(written: position - offset, committed: await file.presentBytes)
+            progress?.finish()
         } catch {
             let keptNothing = await file.presentBytes == 0
             try? await file.close()
@@ -100,6 +105,30 @@ enum WriteCommand: Command {
         }
         Output.print(summary)
         return ExitStatus.ok
+    }
+}
+
+/// The progress line of a write on a terminal: bytes read so far, the rate, and the bytes the
+/// resource holds committed (durable and claimed). Drawn at most four times a second.
+private final class WriteProgress {
+    private let started = ContinuousClock.now
+    private var lastDraw: ContinuousClock.Instant?
+
+    func due() -> Bool {
+        lastDraw.map { ContinuousClock.now - $0 >= .milliseconds(250) } ?? true
+    }
+
+    func draw(written: Int64, committed: Int64) {
+        lastDraw = ContinuousClock.now
+        let elapsed = ContinuousClock.now - started
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let rate = seconds > 0 ? ", " + SizeParser.describe(Int64(Double(written) / seconds)) + "/s" : ""
+        Output.status("write: \(SizeParser.describe(written)) read\(rate), \(SizeParser.describe(committed)) committed")
+    }
+
+    /// Ends the line, so the report starts on a line of its own.
+    func finish() {
+        Output.write("\n", to: 2)
     }
 }
 

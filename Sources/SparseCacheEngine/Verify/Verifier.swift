@@ -19,6 +19,7 @@ public enum Verifier {
         // Recovery validates the superblocks, the checkpoint and every journal record; the data
         // file settles what a journal damaged in the middle leaves in doubt.
         let (index, state, recovery) = try await io.run {
+            if try !FileSystem.exists(indexPath) { throw try SparseFile.noResource(path, operation: "verify") }
             // A data file that cannot be opened fails the data check below, with its own error
             // (after the index's: a path without an index is no resource).
             let data = try? FileDescriptor.open(path, access: .readOnly)
