@@ -256,7 +256,11 @@ public actor SparseFile {
         do {
             if mode == .readWrite, try !dataFile.tryLock(exclusive: true, patience: FileDescriptor.lockPatience) {
                 throw SparseCacheError(
-                    .locked, operation: "open", path: path, detail: "locked by another process (open for writing)")
+                    .locked, operation: "open", path: path,
+                    detail: dataFile.lockIsHeldByThisProcess()
+                        ? "already open for writing in this process (one SparseFile per resource: share it, or close "
+                            + "the other before opening again)"
+                        : "locked by another process (open for writing)")
             }
             var pending = IndexChange()
             let index: IndexFile
