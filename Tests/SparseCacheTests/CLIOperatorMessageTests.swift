@@ -126,4 +126,56 @@ struct CLIOperatorMessageTests {
         let plain = try await CLI.run(["write", scratch.file("q.bin"), "--offset", "0", "--input", input])
         #expect(plain.status == 0 && !plain.err.contains("committed"), "no progress without a terminal\n\(plain)")
     }
+
+    /// Overwrites `count` bytes at `offset` of `path` with `bytes(index)`.
+    private func overwrite(_ path: String, at offset: UInt64, _ bytes: [UInt8]) throws {
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path))
+        defer { try? handle.close() }
+        try handle.seek(toOffset: offset)
+        try handle.write(contentsOf: Data(bytes))
+    }
+
+    @Test("both superblock copies unusable: verify says what --repair can recover; --repair rebuilds from the checkpoint and journal (exit 1), every byte reads back")
+    func bothSuperblocksSalvaged() async throws {
+        let scratch = try CLIScratch("salvage")
+        let path = try await resource(scratch, count: 300_000)
+        let source = try scratch.read("r.bin.src")
+        // Both magics gone; the slots' other fields (the journal's salt) survive.
+        for slot: UInt64 in [0, 4096] { try overwrite(path + ".scidx", at: slot, Array("DAMAGED!".utf8)) }
+        let before = try scratch.read("r.bin.scidx")
+        let check = try await CLI.run(["verify", path])
+        #expect(check.status == 65 && check.err.contains("no usable superblock") && check.err.contains("What --repair can recover"), "\(check)")
+        #expect(check.err.contains("1 journal record(s)") && check.err.contains("19 segment(s) (300000 bytes) match"), "\(check)")
+        #expect(try scratch.read("r.bin.scidx") == before, "a plain verify changed the index")
+
+        let repair = try await CLI.run(["verify", path, "--repair"])
+        #expect(repair.status == 1 && repair.out.contains("the index was rebuilt from"), "\(repair)")
+        #expect(try scratch.read("r.bin.scidx.damaged") == before, "the damaged index is not kept")
+        let after = try await CLI.run(["verify", path])
+        #expect(after.status == 0, "\(after)")
+        let read = try await CLI.run(["read", path])
+        #expect(read.status == 0 && read.stdout == source, "\(read.status), \(read.stdout.count) bytes")
+    }
+
+    @Test("both superblock copies garbage: the journal cannot be validated and says so; with no checkpoint left, nothing can be recovered and nothing changes")
+    func bothSuperblocksLost() async throws {
+        let scratch = try CLIScratch("salvage-lost")
+        var random = CLIRandom(defaultSeed: 0x5A1)
+        let path = try await resource(scratch, count: 100_000)
+        try overwrite(path + ".scidx", at: 0, random.bytes(8192))
+        let check = try await CLI.run(["verify", path, "--json"])
+        #expect(check.status == 65, "seed \(random.seed)\n\(check)")
+        let message = try check.json()["error"] as? String ?? ""
+        #expect(message.contains("0 journal record(s)") && message.contains("no damaged slot of generation"), "\(check)")
+
+        // No checkpoint either: nothing to recover, and the repair changes nothing.
+        try overwrite(path + ".scidx", at: 0, [UInt8](repeating: 0, count: 64 << 10))
+        let before = try scratch.read("r.bin.scidx")
+        for arguments in [["verify", path], ["verify", path, "--repair"]] {
+            let result = try await CLI.run(arguments)
+            #expect(result.status == 65 && result.err.contains("nothing of the index can be recovered"), "\(result)")
+        }
+        #expect(try scratch.read("r.bin.scidx") == before)
+        #expect(!FileManager.default.fileExists(atPath: path + ".scidx.damaged"))
+    }
 }
