@@ -83,7 +83,11 @@ enum SparseCacheTool {
         } catch let error as UsageError {
             return fail(name, error.message, code: "usage", status: ExitStatus.usage, json: json, hint: "\nSee 'sparsecache \(name) --help'.")
         } catch let error as SparseCacheError {
-            return fail(name, "\(error)", code: error.code.rawValue, status: ExitStatus.of(error), json: json)
+            // An unusable index met by another verb: verify says what can be recovered.
+            let hint =
+                error.code == .corruptIndex && name != VerifyCommand.name
+                ? "\n'sparsecache verify <file>' says what can be recovered; 'verify --repair' recovers it." : ""
+            return fail(name, "\(error)", code: error.code.rawValue, status: ExitStatus.of(error), json: json, hint: hint)
         } catch {
             return fail(name, "\(error)", code: "software", status: ExitStatus.software, json: json)
         }

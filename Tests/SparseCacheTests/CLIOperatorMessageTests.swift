@@ -143,6 +143,10 @@ struct CLIOperatorMessageTests {
         // Both magics gone; the slots' other fields (the journal's salt) survive.
         for slot: UInt64 in [0, 4096] { try overwrite(path + ".scidx", at: slot, Array("DAMAGED!".utf8)) }
         let before = try scratch.read("r.bin.scidx")
+        for command in ["info", "read"] {
+            let other = try await CLI.run([command, path])
+            #expect(other.status == 65 && other.err.contains("'sparsecache verify <file>' says what can be recovered"), "\(other)")
+        }
         let check = try await CLI.run(["verify", path])
         #expect(check.status == 65 && check.err.contains("no usable superblock") && check.err.contains("What --repair can recover"), "\(check)")
         #expect(check.err.contains("1 journal record(s)") && check.err.contains("19 segment(s) (300000 bytes) match"), "\(check)")
