@@ -65,7 +65,7 @@ enum VerifyCommand: Command {
     private static func verifyFile(_ path: String, arguments: ParsedArguments) async throws -> Int32 {
         let json = arguments.has(Self.json)
         let showProgress = !json && Output.isTerminal(2)
-        try checkNotADirectory(path)
+        try await BlockingExecutor.cliIO.run { try checkNotADirectory(path) }
         let report = try await Verifier.verify(path: path, repair: arguments.has(repair)) { checked, total in
             if showProgress {
                 Output.status("verify: \(percent(checked, of: total)) (\(SizeParser.describe(checked)) of \(SizeParser.describe(total)))")
