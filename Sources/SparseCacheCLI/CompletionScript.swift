@@ -198,7 +198,8 @@ enum CompletionScript {
             """
         let names = commands.map(\.name).joined(separator: " ")
         for command in commands {
-            script += "complete -c sparsecache -n 'not __fish_seen_subcommand_from \(names)' -a \(command.name) -d \(fishQuoted(command.abstract))\n"
+            script +=
+                "complete -c sparsecache -n 'not __fish_seen_subcommand_from \(names)' -a \(command.name) -d \(fishQuoted(command.abstract))\n"
         }
         for option in SparseCacheTool.options {
             script += "complete -c sparsecache -n 'not __fish_seen_subcommand_from \(names)' " + fishOption(option) + "\n"

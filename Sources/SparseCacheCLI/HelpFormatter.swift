@@ -10,11 +10,12 @@ enum HelpFormatter {
 
     static func help(for command: CommandEntry) -> String {
         var text = "OVERVIEW: " + command.overview + "\n\n"
-        text += command.usage.enumerated().map { index, line in
-            (index == 0 ? "USAGE: " : "       ")
-                + wrap(keepingGroups("sparsecache " + line), indent: 7 + "sparsecache \(command.name) ".count, first: 7)
-                .replacingOccurrences(of: "\u{A0}", with: " ")
-        }.joined(separator: "\n") + "\n"
+        text +=
+            command.usage.enumerated().map { index, line in
+                (index == 0 ? "USAGE: " : "       ")
+                    + wrap(keepingGroups("sparsecache " + line), indent: 7 + "sparsecache \(command.name) ".count, first: 7)
+                    .replacingOccurrences(of: "\u{A0}", with: " ")
+            }.joined(separator: "\n") + "\n"
         if !command.positionals.isEmpty {
             text += "\nARGUMENTS:\n"
             text += command.positionals.map { entry("<\($0.name)>", $0.help) }.joined()

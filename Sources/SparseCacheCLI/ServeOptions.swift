@@ -10,7 +10,8 @@ enum ServeOptions {
         help: "Where to listen (a bare port means 127.0.0.1; IPv6 as [::1]:8080). Anything but loopback lets other machines "
             + "use this proxy and, in URL mode, fetch any URL through it.")
     static let maxSize = CLIOption.value(
-        "--max-size", "SIZE", defaultDescription: "a quarter of the free space of its file system at start, at least 64 MiB; printed at start",
+        "--max-size", "SIZE",
+        defaultDescription: "a quarter of the free space of its file system at start, at least 64 MiB; printed at start",
         help: "The cache directory's budget; least recently used resources are evicted beyond it")
     static let maxResourceSize = CLIOption.value(
         "--max-resource-size", "SIZE", default: SizeParser.shortForm(CachingProxy.defaultMaximumResourceLength),

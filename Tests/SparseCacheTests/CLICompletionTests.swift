@@ -68,7 +68,8 @@ struct CLICompletionTests {
         /// What the completion function offers for these words (the last is being typed).
         func complete(_ words: [String]) async throws -> Set<String> {
             let quoted = words.map { "'\($0)'" }.joined(separator: " ")
-            let program = "source '\(path)'; COMP_WORDS=(sparsecache \(quoted)); COMP_CWORD=\(words.count); _sparsecache; printf '%s\\n' \"${COMPREPLY[@]}\""
+            let program =
+                "source '\(path)'; COMP_WORDS=(sparsecache \(quoted)); COMP_CWORD=\(words.count); _sparsecache; printf '%s\\n' \"${COMPREPLY[@]}\""
             let result = try await ChildProcess.run("bash", ["-c", program])
             #expect(result.status == 0, "\(words): \(result.errorText)")
             return Set(result.text.split(separator: "\n").map(String.init))

@@ -122,7 +122,9 @@ struct CLIOperatorMessageTests {
         let command = "cat '\(input)' | '\(binary)' write '\(target)' --offset 0 > '\(scratch.file("report"))'"
         let result = try await ChildProcess.run("/usr/bin/script", ["-qec", command, "/dev/null"])
         #expect(result.status == 0, "\(result.text)\(result.errorText)")
-        #expect(result.text.contains("write: ") && result.text.contains("MiB read") && result.text.contains("3.0 MiB committed"), "\(result.text)")
+        #expect(
+            result.text.contains("write: ") && result.text.contains("MiB read") && result.text.contains("3.0 MiB committed"),
+            "\(result.text)")
         let plain = try await CLI.run(["write", scratch.file("q.bin"), "--offset", "0", "--input", input])
         #expect(plain.status == 0 && !plain.err.contains("committed"), "no progress without a terminal\n\(plain)")
     }
@@ -135,7 +137,9 @@ struct CLIOperatorMessageTests {
         try handle.write(contentsOf: Data(bytes))
     }
 
-    @Test("both superblock copies unusable: verify says what --repair can recover; --repair rebuilds from the checkpoint and journal (exit 1), every byte reads back")
+    @Test(
+        "both superblock copies unusable: verify says what --repair can recover; --repair rebuilds from the checkpoint and journal (exit 1), every byte reads back"
+    )
     func bothSuperblocksSalvaged() async throws {
         let scratch = try CLIScratch("salvage")
         let path = try await resource(scratch, count: 300_000)
@@ -148,7 +152,8 @@ struct CLIOperatorMessageTests {
             #expect(other.status == 65 && other.err.contains("'sparsecache verify <file>' says what can be recovered"), "\(other)")
         }
         let check = try await CLI.run(["verify", path])
-        #expect(check.status == 65 && check.err.contains("no usable superblock") && check.err.contains("What --repair can recover"), "\(check)")
+        #expect(
+            check.status == 65 && check.err.contains("no usable superblock") && check.err.contains("What --repair can recover"), "\(check)")
         #expect(check.err.contains("1 journal record(s)") && check.err.contains("19 segment(s) (300000 bytes) match"), "\(check)")
         #expect(try scratch.read("r.bin.scidx") == before, "a plain verify changed the index")
 
@@ -161,7 +166,9 @@ struct CLIOperatorMessageTests {
         #expect(read.status == 0 && read.stdout == source, "\(read.status), \(read.stdout.count) bytes")
     }
 
-    @Test("both superblock copies garbage: the journal cannot be validated and says so; with no checkpoint left, nothing can be recovered and nothing changes")
+    @Test(
+        "both superblock copies garbage: the journal cannot be validated and says so; with no checkpoint left, nothing can be recovered and nothing changes"
+    )
     func bothSuperblocksLost() async throws {
         let scratch = try CLIScratch("salvage-lost")
         var random = CLIRandom(defaultSeed: 0x5A1)

@@ -7,7 +7,9 @@ import Testing
 
 @Suite("index salvage: both superblock copies unusable")
 struct IndexSalvageTests {
-    @Test("an unproven checkpoint is salvaged segment by segment against the data: matching segments kept, a damaged one dropped, the journal's unvalidatable records not claimed")
+    @Test(
+        "an unproven checkpoint is salvaged segment by segment against the data: matching segments kept, a damaged one dropped, the journal's unvalidatable records not claimed"
+    )
     func checkpointSettledAgainstData() async throws {
         let directory = try TemporaryDirectory("salvage-checkpoint")
         let path = directory.file("r.bin")

@@ -128,10 +128,12 @@ struct LibraryUseTests {
         try await store.close()
     }
 
-    @Test("WallClockTime prints ISO 8601 in UTC and converts to Date", arguments: [
-        (Int64(0), "1970-01-01T00:00:00.000Z"), (1_795_694_400_123_000_000, "2026-11-26T12:00:00.123Z"),
-        (-1_500_000_000, "1969-12-31T23:59:58.500Z"), (951_782_400_000_000_000, "2000-02-29T00:00:00.000Z"),
-    ])
+    @Test(
+        "WallClockTime prints ISO 8601 in UTC and converts to Date",
+        arguments: [
+            (Int64(0), "1970-01-01T00:00:00.000Z"), (1_795_694_400_123_000_000, "2026-11-26T12:00:00.123Z"),
+            (-1_500_000_000, "1969-12-31T23:59:58.500Z"), (951_782_400_000_000_000, "2000-02-29T00:00:00.000Z"),
+        ])
     func wallClockTime(nanoseconds: Int64, text: String) {
         let time = WallClockTime(nanosecondsSince1970: nanoseconds)
         #expect(time.description == text)

@@ -61,7 +61,8 @@ extension IndexFile {
             defer { offset += Int64(IndexFormat.sectorSize) }
             let first = try fd.read(fromAbsoluteOffset: offset, count: Checkpoint.Header.size)
             guard let header = Checkpoint.Header(first) else { continue }
-            let needed = UInt64(Checkpoint.Header.size) + UInt64(header.metadataCount) + 16 * UInt64(header.runCount)
+            let needed =
+                UInt64(Checkpoint.Header.size) + UInt64(header.metadataCount) + 16 * UInt64(header.runCount)
                 + 4 * header.presentCount
             guard needed <= UInt64(fileSize - offset) else { continue }
             let blob = try fd.read(fromAbsoluteOffset: offset, count: Int(IndexFormat.alignUp(Int64(needed))))
@@ -95,13 +96,15 @@ extension IndexFile {
             var candidate = base.state
             var report = RecoveryReport()
             let next = found.map(\.offset).filter { $0 > block.journalOffset }.min() ?? fileSize
-            guard (try? replayJournal(
-                fd, block: block, fileSize: fileSize, scanLimit: next, evidence: evidence, state: &candidate, report: &report)) != nil
+            guard
+                (try? replayJournal(
+                    fd, block: block, fileSize: fileSize, scanLimit: next, evidence: evidence, state: &candidate, report: &report)) != nil
             else { continue }
             if report.recordsReplayed > 0 || records == 0 {
                 state = candidate
                 records = report.recordsReplayed
-                note = "validated with the salt slot \(block.slot) still holds"
+                note =
+                    "validated with the salt slot \(block.slot) still holds"
                     + (report.journalTail.map { "; replay ended at \($0)" } ?? "")
             }
         }

@@ -19,7 +19,8 @@ public struct WallClockTime: Sendable, Hashable, Comparable, Codable, CustomStri
     public var description: String {
         let (seconds, nanoseconds) = nanosecondsSince1970.quotientAndRemainder(dividingBy: 1_000_000_000)
         let (wholeSeconds, fraction) = nanoseconds < 0 ? (seconds - 1, nanoseconds + 1_000_000_000) : (seconds, nanoseconds)
-        let (days, secondOfDay) = wholeSeconds < 0 && wholeSeconds % 86_400 != 0
+        let (days, secondOfDay) =
+            wholeSeconds < 0 && wholeSeconds % 86_400 != 0
             ? (wholeSeconds / 86_400 - 1, wholeSeconds % 86_400 + 86_400) : (wholeSeconds / 86_400, wholeSeconds % 86_400)
         let (year, month, day) = Self.civil(daysSince1970: days)
         func two(_ value: Int64) -> String { value < 10 ? "0\(value)" : "\(value)" }
