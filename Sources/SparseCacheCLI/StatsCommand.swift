@@ -23,15 +23,17 @@ enum StatsCommand: Command {
         let json = arguments.has(Self.json), metrics = arguments.has(Self.metrics)
         guard !(json && metrics) else { throw UsageError("give at most one of \(Self.json.name) and \(Self.metrics.name)") }
         guard let address = RunningServer.address(in: directory, file: RunningServer.adminFile) else {
-            Output.error("sparsecache stats: no running server with an admin listener on \(directory) (no serve.admin there)")
-            return ExitStatus.originUnavailable
+            return SparseCacheTool.fail(
+                name, "no running server with an admin listener on \(directory) (no serve.admin there)", code: "originUnavailable",
+                status: ExitStatus.originUnavailable, json: json)
         }
         let body: [UInt8]
         do {
             body = try await RunningServer.get(metrics ? "/metrics" : "/status", at: address)
         } catch {
-            Output.error("sparsecache stats: the admin listener at \(address.host):\(address.port) did not answer: \(error)")
-            return ExitStatus.originUnavailable
+            return SparseCacheTool.fail(
+                name, "the admin listener at \(address.host):\(address.port) did not answer: \(error)", code: "originUnavailable",
+                status: ExitStatus.originUnavailable, json: json)
         }
         if json || metrics {
             Output.write(String(decoding: body, as: UTF8.self), to: 1)

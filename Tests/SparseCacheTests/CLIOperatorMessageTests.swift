@@ -32,6 +32,7 @@ struct CLIOperatorMessageTests {
             (["verify", missing, "--json"], 66, "notFound"),
             (["info", missing, "--json"], 66, "notFound"),
             (["ls", "--cache-dir", scratch.file("no-cache"), "--json"], 66, "notFound"),
+            (["stats", "--cache-dir", scratch.path, "--json"], 69, "originUnavailable"),
             (["verify", "--json", "--bogus"], 64, "usage"),
             (["verify", "--json"], 64, "usage"),
         ]
