@@ -4,9 +4,6 @@ import Foundation
 import SparseCache
 import Testing
 
-// Lock (a package type), for the tests' own bookkeeping only.
-import SparseCacheEngine
-
 @Suite("The library as its users call it")
 struct LibraryUseTests {
     /// Deterministic content.
@@ -96,9 +93,12 @@ struct LibraryUseTests {
         let cache = ProgressiveCache(store: store)
         let source = MemorySource(key: "memory://prefetch", bytes: Self.bytes(300_000))
         try await cache.prefetch(source, range: 0..<200_000)
-        let calls = ProgressCalls()
-        try await cache.prefetch(source, range: 0..<200_000) { progress in calls.list.withLock { $0.append(progress) } }
-        let seen = calls.list.withLock { $0 }
+        // Each update goes into a stream, synchronously, as the closure is called.
+        let (updates, continuation) = AsyncStream<FillProgress>.makeStream()
+        try await cache.prefetch(source, range: 0..<200_000) { progress in continuation.yield(progress) }
+        continuation.finish()
+        var seen: [FillProgress] = []
+        for await update in updates { seen.append(update) }
         #expect(seen.count == 1, "\(seen)")
         #expect(seen.first.map { $0.contiguousBytes >= 200_000 && $0.length == 300_000 } == true, "\(seen)")
         await cache.shutdown()
@@ -142,7 +142,3 @@ struct LibraryUseTests {
     }
 }
 
-/// The progress updates a prefetch delivered.
-private final class ProgressCalls: Sendable {
-    let list = Lock<[FillProgress]>([])
-}
