@@ -6,3 +6,10 @@
 @_exported import SparseCacheEngine
 @_exported import SparseCacheStore
 @_exported import SparseHTTP
+
+import Foundation
+
+extension WallClockTime {
+    /// The moment as a Foundation `Date`.
+    public var date: Date { Date(timeIntervalSince1970: secondsSince1970) }
+}

@@ -1,27 +1,45 @@
-/// What a command accepts: option names that take a value, flags, and positional names.
+/// What a command accepts, generated from its declarations: option names that take a value,
+/// flags, and positional names.
 struct ArgumentSpec: Sendable {
     var positionals: [String] = []
     /// Positionals that may be left out (the last ones).
     var optionalPositionals = 0
     var options: Set<String> = []
     var flags: Set<String> = []
+
+    init(positionals: [CLIArgument] = [], options declared: [CLIOption] = []) {
+        self.positionals = positionals.map(\.name)
+        optionalPositionals = positionals.filter(\.isOptional).count
+        options = Set(declared.filter { !$0.isFlag }.map(\.name))
+        flags = Set(declared.filter(\.isFlag).map(\.name))
+    }
 }
 
 struct ParsedArguments {
     var positionals: [String] = []
-    /// The last value of each option given.
+    /// The last value of each option given, by name.
     var options: [String: String] = [:]
     /// Every value of each option, in order (for options that may be repeated).
     var repeated: [String: [String]] = [:]
     var flags: Set<String> = []
 
-    func has(_ flag: String) -> Bool { flags.contains(flag) }
+    /// Whether the flag was given.
+    func has(_ flag: CLIOption) -> Bool { flags.contains(flag.name) }
 
-    /// A size option ("64K", "1M", "4096"); nil when absent.
-    func size(_ option: String) throws -> Int64? {
-        guard let text = options[option] else { return nil }
+    /// The option's value: the last one given, else its declared default.
+    func value(_ option: CLIOption) -> String? { options[option.name] ?? option.defaultValue }
+
+    /// The value given on the command line (or in a config file), ignoring the default.
+    func given(_ option: CLIOption) -> String? { options[option.name] }
+
+    /// Every value given of a repeatable option, in order.
+    func values(_ option: CLIOption) -> [String] { repeated[option.name, default: []] }
+
+    /// A size option ("64K", "1M", "4096"), or its default; nil when neither.
+    func size(_ option: CLIOption) throws -> Int64? {
+        guard let text = value(option) else { return nil }
         guard let value = SizeParser.parse(text) else {
-            throw UsageError("invalid size '\(text)' for \(option): use a non-negative number with an optional K, M, G or T suffix")
+            throw UsageError("invalid size '\(text)' for \(option.name): use a non-negative number with an optional K, M, G or T suffix")
         }
         return value
     }
@@ -100,6 +118,14 @@ enum SizeParser {
         guard !digits.isEmpty, digits.allSatisfy(\.isASCII), let number = Int64(digits), number >= 0 else { return nil }
         let (product, overflow) = number.multipliedReportingOverflow(by: multiplier)
         return overflow ? nil : product
+    }
+
+    /// The shortest form `parse` reads back exactly: 65536 -> "64K", 1000 -> "1000".
+    static func shortForm(_ bytes: Int64) -> String {
+        for (suffix, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] where bytes != 0 && bytes % (Int64(1) << shift) == 0 {
+            return "\(bytes >> shift)\(suffix)"
+        }
+        return "\(bytes)"
     }
 
     /// 1536 -> "1.5 KiB".

@@ -9,41 +9,39 @@ import SparseCache
 /// `sparsecache demo`: the main job on an embedded default, no network needed.
 enum DemoCommand: Command {
     static let name = "demo"
-    static let spec = ArgumentSpec(options: ["--dir", "--size", "--segment-size", "--seed"], flags: ["--keep"])
-    static let help = """
-        OVERVIEW: Fill a synthetic resource the way a video player would, with no network.
+    static let abstract = "Fill a synthetic resource the way a player would (no network needed)"
+    static let overview = """
+        Fill a synthetic resource the way a video player would, with no network.
 
         A deterministic in-process source stands in for an HTTP origin and delivers unaligned
         chunks. The demo plays from the start, seeks forward, back and near the end while
         filling, serves partial reads from what is present at every step, shows progress and a
         picture of the segment map, restarts (closes and reopens the resource) and resumes
         only what is missing, then verifies every checksum and compares every byte.
-
-        USAGE: sparsecache demo [--dir PATH] [--size SIZE] [--segment-size S] [--seed N] [--keep]
-
-        OPTIONS:
-          --dir PATH          Directory for the resource (default: a new temporary directory,
-                              removed at the end unless --keep)
-          --size SIZE         Resource length (default 96M)
-          --segment-size S    Segment size (default 64K)
-          --seed N            Seed for chunk sizes (default 1)
-          --keep              Keep the resource; prints its path
-          -h, --help          Show this help
         """
+    static let directory = CLIOption.value(
+        "--dir", "PATH", defaultDescription: "a new temporary directory, removed at the end unless --keep", completion: .directory,
+        help: "Directory for the resource")
+    static let size = CLIOption.value("--size", "SIZE", default: "96M", help: "Resource length")
+    static let segmentSize = CLIOption.value(
+        "--segment-size", "S", default: SizeParser.shortForm(Int64(SparseFileOptions.defaultSegmentSize)), help: "Segment size")
+    static let seed = CLIOption.value("--seed", "N", default: "1", help: "Seed for chunk sizes")
+    static let keep = CLIOption.flag("--keep", help: "Keep the resource; prints its path")
+    static let options = [directory, size, segmentSize, seed, keep]
 
     static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        let size = try arguments.size("--size") ?? (96 << 20)
-        let segmentSize = Int(try arguments.size("--segment-size") ?? 65536)
+        let size = try arguments.size(Self.size) ?? 0
+        let segmentSize = Int(try arguments.size(Self.segmentSize) ?? 0)
         guard size > 0, size <= (64 << 30) else { throw UsageError("--size must be between 1 byte and 64G") }
-        guard let seed = UInt64(arguments.options["--seed"] ?? "1") else { throw UsageError("--seed must be a non-negative integer") }
-        let keep = arguments.has("--keep")
+        guard let seed = UInt64(arguments.value(Self.seed) ?? "") else { throw UsageError("\(Self.seed.name) must be a non-negative integer") }
+        let keep = arguments.has(Self.keep)
         // SIGPIPE would end the process before it could remove its temporary directory: a
         // closed standard output is seen as EPIPE instead, and SIGINT/SIGTERM as events.
         signal(SIGPIPE, SIG_IGN)
         try ShutdownSignals.install()
         let scratch: TemporaryDirectory?
         let path: String
-        if let directory = arguments.options["--dir"] {
+        if let directory = arguments.value(Self.directory) {
             path = directory + "/movie.bin"
             // Never overwrite: the demo's resource is made fresh, and a file of that name may
             // be someone's.

@@ -8,29 +8,24 @@ import Glibc
 /// `sparsecache fetch <url> [--cache-dir DIR] [--range A-B] [--output PATH] [--max-size SIZE]`
 enum FetchCommand: Command {
     static let name = "fetch"
-    static let spec = ArgumentSpec(positionals: ["url"], options: ["--cache-dir", "--range", "--output", "--max-size"])
-    static let help = """
-        OVERVIEW: Download a resource into the cache by HTTP Range requests.
+    static let abstract = "Download a URL into a cache directory by Range requests (resumes)"
+    static let overview = """
+        Download a resource into the cache by HTTP Range requests.
 
         Bytes already cached are not fetched again, so running the same command after an
         interrupted run resumes it. The resource's key in the cache is its URL ('sparsecache ls'
         lists it). Progress goes to stderr: a bar on a terminal, plain lines otherwise.
-
-        USAGE: sparsecache fetch <url> [--cache-dir DIR] [--range A-B] [--output PATH] [--max-size SIZE]
-
-        ARGUMENTS:
-          <url>             An http:// or https:// URL
-
-        OPTIONS:
-          --cache-dir DIR   The cache directory (default: $XDG_CACHE_HOME/sparsecache, or
-                            ~/.cache/sparsecache)
-          --range A-B       Only bytes A to B, inclusive, as in HTTP ('A-' runs to the end);
-                            sizes take K, M, G, T suffixes
-          --output PATH     Also write the bytes to PATH ('-' for stdout); without it the
-                            bytes only go into the cache
-          --max-size SIZE   The cache directory's budget (default: no limit)
-          -h, --help        Show this help
-
+        """
+    static let positionals = [CLIArgument(name: "url", help: "An http:// or https:// URL", completion: .none)]
+    static let range = CLIOption.value(
+        "--range", "A-B", help: "Only bytes A to B, inclusive, as in HTTP ('A-' runs to the end); sizes take K, M, G, T suffixes")
+    static let output = CLIOption.value(
+        "--output", "PATH", completion: .file,
+        help: "Also write the bytes to PATH ('-' for stdout); without it the bytes only go into the cache")
+    static let maxSize = CLIOption.value(
+        "--max-size", "SIZE", defaultDescription: "no limit", help: "The cache directory's budget")
+    static let options = [CLIOption.cacheDirectory, range, output, maxSize]
+    static let notes = """
         EXIT STATUS: 0 ok, 64 usage error, 69 origin unreachable after retries, 74 I/O error,
                      75 cache directory in use or resource changed during the fetch,
                      76 the origin answered with an error (404, 403, 416...).
@@ -41,10 +36,10 @@ enum FetchCommand: Command {
         guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), ["http", "https"].contains(scheme), url.host != nil else {
             throw UsageError("'\(text)' is not an http:// or https:// URL")
         }
-        let range = try arguments.options["--range"].map(parseRange)
-        let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
-        let budget = try arguments.size("--max-size") ?? .max
-        let output = try arguments.options["--output"].map(OutputFile.init)
+        let range = try arguments.value(Self.range).map(parseRange)
+        let directory = arguments.value(.cacheDirectory) ?? defaultCacheDirectory()
+        let budget = try arguments.size(maxSize) ?? .max
+        let output = try arguments.value(Self.output).map(OutputFile.init)
         let source = try HTTPRangeSource(url: url)
         noteIfNewCacheDirectory(directory, command: name)
         let store = try await SparseStore.open(directory: directory, options: StoreOptions(budget: budget))

@@ -4,22 +4,17 @@ import SparseCache
 /// `sparsecache info <file> [--json]`
 enum InfoCommand: Command {
     static let name = "info"
-    static let spec = ArgumentSpec(positionals: ["file"], flags: ["--json"])
-    static let help = """
-        OVERVIEW: Show a resource's length, segment size, present bytes and ranges, and metadata.
+    static let abstract = "Show length, segment size, present ranges and metadata"
+    static let overview = """
+        Show a resource's length, segment size, present bytes and ranges, and metadata.
 
         Opens the resource read-only (no lock), so it works while another process writes.
-
-        USAGE: sparsecache info <file> [--json]
-
-        ARGUMENTS:
-          <file>        The resource's data file
-
-        OPTIONS:
-          --json        Print JSON: length, segmentSize, presentBytes, percentPresent,
-                        presentRanges (half-open [start, end) pairs), complete, metadata
-          -h, --help    Show this help
         """
+    static let positionals = [CLIArgument(name: "file", help: "The resource's data file")]
+    static let json = CLIOption.json(
+        "Print JSON: length, segmentSize, presentBytes, percentPresent, presentRanges (half-open [start, end) pairs), "
+            + "complete, metadata")
+    static let options = [json]
 
     struct Info: Codable {
         var path: String
@@ -46,7 +41,7 @@ enum InfoCommand: Command {
                 complete: await file.isComplete, metadata: await file.metadata,
                 indexGeneration: file.recovery.generation, journalRecords: file.recovery.recordsReplayed)
         }
-        if arguments.has("--json") {
+        if arguments.has(json) {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
             Output.print(String(decoding: try encoder.encode(info), as: UTF8.self))

@@ -4,36 +4,32 @@ import SparseCache
 import Glibc
 #endif
 
-/// `sparsecache read <file> --offset N --length N [--partial] [--output PATH]`
+/// `sparsecache read <file> [--offset N] [--length N] [--partial] [--output PATH]`
 enum ReadCommand: Command {
     static let name = "read"
-    static let spec = ArgumentSpec(positionals: ["file"], options: ["--offset", "--length", "--output"], flags: ["--partial"])
-    static let help = """
-        OVERVIEW: Read present bytes from a resource.
+    static let abstract = "Read present bytes from a resource"
+    static let overview = """
+        Read present bytes from a resource.
 
         Only present bytes are ever output: durable, named by the index, and checked against
         their CRC32C. When the range is not fully present nothing is output, the missing ranges
         are named on standard error and the exit status is 1; with --partial the present
         prefix of the range is output instead.
-
-        USAGE: sparsecache read <file> [--offset N] [--length N] [--partial] [--output PATH]
-
-        ARGUMENTS:
-          <file>            The resource's data file
-
-        OPTIONS:
-          --offset N        First byte to read (default 0)
-          --length N        Bytes to read (default: to the end of the resource; required when
-                            its length is unknown)
-          --partial         Output the present prefix when the range is not fully present
-          --output PATH     Write the bytes to PATH ('-' for standard output); a regular
-                            file is fsynced when complete
-          -h, --help        Show this help
         """
+    static let positionals = [CLIArgument(name: "file", help: "The resource's data file")]
+
+    static let offset = CLIOption.value("--offset", "N", default: "0", help: "First byte to read")
+    static let length = CLIOption.value(
+        "--length", "N", defaultDescription: "to the end of the resource; required when its length is unknown", help: "Bytes to read")
+    static let partial = CLIOption.flag("--partial", help: "Output the present prefix when the range is not fully present")
+    static let output = CLIOption.value(
+        "--output", "PATH", completion: .file,
+        help: "Write the bytes to PATH ('-' for standard output); a regular file is fsynced when complete")
+    static let options = [offset, length, partial, output]
 
     static func run(_ arguments: ParsedArguments) async throws -> Int32 {
         let path = arguments.positionals[0]
-        let offset = try arguments.size("--offset") ?? 0
+        let offset = try arguments.size(Self.offset) ?? 0
         return try await withResource(path, mode: .readOnly) { file in
             try await read(file, path: path, offset: offset, arguments: arguments)
         }
@@ -41,7 +37,7 @@ enum ReadCommand: Command {
 
     private static func read(_ file: SparseFile, path: String, offset: Int64, arguments: ParsedArguments) async throws -> Int32 {
         let resourceLength = await file.length
-        guard var length = try arguments.size("--length") ?? resourceLength.map({ max(0, $0 - offset) }) else {
+        guard var length = try arguments.size(Self.length) ?? resourceLength.map({ max(0, $0 - offset) }) else {
             throw UsageError("--length is required: the resource's length is not known yet")
         }
         let (rangeEnd, overflows) = offset.addingReportingOverflow(length)
@@ -49,7 +45,7 @@ enum ReadCommand: Command {
             throw UsageError("--offset \(offset) plus --length \(length) is past the largest offset \(Int64.max)")
         }
         if let resourceLength, rangeEnd > resourceLength {
-            guard arguments.has("--partial") else {
+            guard arguments.has(partial) else {
                 throw UsageError("range [\(offset), \(rangeEnd)) runs past the resource length \(resourceLength)")
             }
             // --partial: what exists of the range, which may be nothing.
@@ -60,14 +56,14 @@ enum ReadCommand: Command {
         let missing = await file.missingRanges(in: requested)
         var end = requested.upperBound
         if !missing.isEmpty {
-            guard arguments.has("--partial") else {
+            guard arguments.has(partial) else {
                 Output.error("sparsecache read: '\(path)': \(missing.reduce(0) { $0 + $1.count }) of \(length) bytes not present: missing \(describe(missing))")
                 return ExitStatus.notPresent
             }
             end = missing[0].lowerBound
             Output.error("sparsecache read: '\(path)': \(end - offset) of \(length) bytes present from offset \(offset); output stops at \(end)")
         }
-        let sink = try OutputSink(path: arguments.options["--output"])
+        let sink = try OutputSink(path: arguments.value(output))
         defer { sink.close() }
         var position = offset
         while position < end {

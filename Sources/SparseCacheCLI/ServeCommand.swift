@@ -7,34 +7,18 @@ import SparseCache
 import Glibc
 #endif
 
-/// `sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE] [--origin URL] ...`
+/// `sparsecache serve [options]`: the options are declared in ``ServeOptions``.
 enum ServeCommand: Command {
     static let name = "serve"
-    static let spec = ArgumentSpec(
-        options: [
-            "--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--max-connections-per-client", "--allow-origin",
-            "--server-name", "--max-resource-size", "--max-body-size", "--admin-listen", "--log-format", "--access-log", "--prefetch",
-            "--config", "--small-object-size", "--cors", "--cors-max-age",
-        ],
-        flags: ["--quiet", "--underscores-in-headers"])
-    static let help = """
-        OVERVIEW: Serve cached resources over HTTP, filling the cache from their origin.
+    static let abstract = "Serve a cache directory over HTTP to players, filling it from origins"
+    static let overview = """
+        Serve cached resources over HTTP, filling the cache from their origin.
 
         A local HTTP/1.1 proxy for players (ffmpeg, mpv, VLC, browsers): what is cached comes
         from disk, checked against its CRC32C; what is missing is fetched from the origin once for
         every client that wants it and sent as it arrives, while it is written and committed
         behind the client (claimed only once durable). A second play of the same bytes needs no
         origin.
-
-        USAGE: sparsecache serve [--cache-dir DIR] [--listen ADDR:PORT] [--max-size SIZE]
-                                 [--origin URL] [--allow-origin PATTERN]... [--server-name NAME]...
-                                 [--max-resource-size SIZE] [--max-body-size SIZE] [--small-object-size SIZE]
-                                 [--max-connections N] [--max-connections-per-client N] [--quiet]
-                                 [--underscores-in-headers]
-                                 [--admin-listen ADDR:PORT|off] [--log-format text|json]
-                                 [--config FILE]
-                                 [--access-log FILE] [--prefetch N|auto]
-                                 [--cors ORIGIN]... [--cors-max-age SECONDS]
 
         Requests:
           with --origin http://host:port   GET /path is the origin's /path (reverse proxy)
@@ -65,76 +49,9 @@ enum ServeCommand: Command {
         freshness information is reused for at most half its target duration. After a media
         playlist or a segment is served, the next segments are prefetched (--prefetch); a
         request a player waits on goes before prefetch at the per-origin connection limit.
-
-        OPTIONS:
-          --cache-dir DIR        The cache directory (default: $XDG_CACHE_HOME/sparsecache, or
-                                 ~/.cache/sparsecache)
-          --listen ADDR:PORT     Where to listen (default 127.0.0.1:8080; a bare port means
-                                 127.0.0.1; IPv6 as [::1]:8080). Anything but loopback lets
-                                 other machines use this proxy and, in URL mode, fetch any URL
-                                 through it.
-          --max-size SIZE        The cache directory's budget; least recently used resources
-                                 are evicted beyond it (default: a quarter of the free space of
-                                 its file system at start, at least 64 MiB; printed at start)
-          --max-resource-size SIZE
-                                 Resources longer than this (as the origin states their
-                                 length) are passed on, not stored (default 256G)
-          --small-object-size SIZE
-                                 Complete answers with a length up to this are kept as records
-                                 in the small-object logs (DIR/objects; one shared fdatasync,
-                                 no file per answer); larger ones as sparse files (default 64K,
-                                 at most the 64 KiB segment; 0: every answer a sparse file)
-          --origin URL           Reverse-proxy mode: the http(s) origin every path is fetched from
-          --allow-origin PATTERN URL mode: also fetch from this origin although it is loopback,
-                                 private or local (refused by default: no server-side request
-                                 forgery). HOST, HOST:PORT or *.DOMAIN; repeatable
-          --server-name NAME     A Host name this server answers besides loopback and the
-                                 listen address (others get 421, against DNS rebinding);
-                                 repeatable. Listening beyond loopback, the check applies only
-                                 once a name is given
-          --max-connections N    Connection slots (default 256). When all are taken, a newcomer
-                                 takes the slot of the connection that has waited longest
-                                 without a request; 503 only when every slot is busy
-          --max-connections-per-client N
-                                 Slots one client address may hold (default 128)
-          --max-body-size SIZE   The largest request body taken; larger ones are answered 413
-                                 (default 64M; to https origins a body is collected first)
-          --underscores-in-headers
-                                 Pass request header fields whose name holds '_' to the
-                                 origin (dropped by default, as nginx does: CGI/WSGI-style
-                                 origins read X_Y as X-Y, so Transfer_Encoding would smuggle
-                                 a request). Names that read as Content-Length,
-                                 Transfer-Encoding or a hop-by-hop field are dropped even so
-          --prefetch N           HLS and DASH segments fetched ahead of each player; 0: off
-                                 (default auto: 1 to 8, from the origin's speed over the
-                                 stream's, 3 until measured)
-          --cors ORIGIN          Web pages from ORIGIN (scheme://host[:port], as a browser
-                                 sends it in Origin; * for any page) may read the answers:
-                                 every answer gets Access-Control-Allow-Origin and
-                                 Access-Control-Expose-Headers (the origin's own
-                                 Access-Control-* fields are replaced), and CORS preflights
-                                 are answered here, with the origin down too. Repeatable.
-                                 Without it the origin's fields pass as sent and OPTIONS goes
-                                 to the origin (docs/STREAMING.md)
-          --cors-max-age SECONDS How long a browser keeps a preflight's answer (default 86400)
-          --quiet                No request log
-          --config FILE          Options from FILE, one per line without the dashes
-                                 ("max-size 20G", "quiet"; # comments); the command line
-                                 wins. SIGHUP reads it again and applies max-size,
-                                 log-format, access-log and quiet; other changes need a restart
-          --admin-listen ADDR:PORT
-                                 The admin listener: GET /metrics (Prometheus), GET /status
-                                 and /resources (JSON), POST /purge?key=URL, /budget?bytes=N,
-                                 /evict?bytes=N, /prefetch?url=URL, /pin?key=URL (default
-                                 127.0.0.1 on a free port, written to DIR/serve.admin for
-                                 'sparsecache stats' and 'ls'; 'off' for none).
-                                 No authentication: keep it on loopback or a private network.
-          --log-format FORMAT    text (default) or json: one JSON object per line with a
-                                 request id, the time, and the cache outcome
-          --access-log FILE      The request log goes to FILE (appended) instead of stdout;
-                                 SIGHUP reopens it (after logrotate moved it)
-          -h, --help             Show this help
-
+        """
+    static let options = ServeOptions.all
+    static let notes = """
         One line per request goes to stdout: client, method, target, range, status, body bytes,
         bytes from the cache (hit) and from the origin (miss), duration, and what the cache made
         of it (hit, stale, revalidated, miss, pass, error). Credentials in URLs are hidden. SIGINT or SIGTERM
@@ -147,51 +64,53 @@ enum ServeCommand: Command {
         """
 
     static func run(_ commandLine: ParsedArguments) async throws -> Int32 {
-        let configPath = commandLine.options["--config"]
+        let configPath = commandLine.value(ServeOptions.config)
         let arguments = try configPath.map { ServeConfig.merged(commandLine, over: try ServeConfig.load($0, spec: spec)) } ?? commandLine
         var options = HTTPServer.Options()
-        (options.host, options.port) = try parseListen(arguments.options["--listen"] ?? "127.0.0.1:8080", option: "--listen")
-        if let text = arguments.options["--max-connections"] {
-            guard let count = Int(text), count > 0 else { throw UsageError("invalid --max-connections '\(text)': use a positive number") }
+        (options.host, options.port) = try parseListen(arguments.value(ServeOptions.listen) ?? "", option: ServeOptions.listen.name)
+        if let text = arguments.value(ServeOptions.maxConnections) {
+            guard let count = Int(text), count > 0 else {
+                throw UsageError("invalid \(ServeOptions.maxConnections.name) '\(text)': use a positive number")
+            }
             options.maximumConnections = count
         }
-        if let text = arguments.options["--max-connections-per-client"] {
+        if let text = arguments.value(ServeOptions.maxConnectionsPerClient) {
             guard let count = Int(text), count > 0 else {
-                throw UsageError("invalid --max-connections-per-client '\(text)': use a positive number")
+                throw UsageError("invalid \(ServeOptions.maxConnectionsPerClient.name) '\(text)': use a positive number")
             }
             options.maximumConnectionsPerAddress = count
         }
-        let allowed = arguments.repeated["--allow-origin", default: []]
+        let allowed = arguments.values(ServeOptions.allowOrigin)
         for pattern in allowed where OriginAddressPolicy.Pattern(pattern) == nil {
-            throw UsageError("invalid --allow-origin '\(pattern)': use HOST, HOST:PORT or *.DOMAIN, e.g. 127.0.0.1:9000")
+            throw UsageError("invalid \(ServeOptions.allowOrigin.name) '\(pattern)': use HOST, HOST:PORT or *.DOMAIN, e.g. 127.0.0.1:9000")
         }
-        let hostCheck = HostCheck(listenHost: options.host, names: arguments.repeated["--server-name", default: []])
-        if let size = try arguments.size("--max-body-size") { options.maximumBodySize = size }
-        options.underscoresInFieldNames = arguments.has("--underscores-in-headers")
-        let origin = try arguments.options["--origin"].map(parseOrigin)
-        let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
-        let maximumResourceLength = try arguments.size("--max-resource-size")
-        let smallObjectSize = try arguments.size("--small-object-size")
+        let hostCheck = HostCheck(listenHost: options.host, names: arguments.values(ServeOptions.serverName))
+        if let size = try arguments.size(ServeOptions.maxBodySize) { options.maximumBodySize = size }
+        options.underscoresInFieldNames = arguments.has(ServeOptions.underscoresInHeaders)
+        let origin = try arguments.value(ServeOptions.origin).map(parseOrigin)
+        let directory = arguments.value(ServeOptions.cacheDirectory) ?? defaultCacheDirectory()
+        let maximumResourceLength = try arguments.size(ServeOptions.maxResourceSize)
+        let smallObjectSize = try arguments.size(ServeOptions.smallObjectSize)
         if let smallObjectSize, smallObjectSize > Int64(SparseFileOptions.defaultSegmentSize) {
             throw UsageError(
-                "invalid --small-object-size \(smallObjectSize): at most the segment size, \(SparseFileOptions.defaultSegmentSize) bytes")
+                "invalid \(ServeOptions.smallObjectSize.name) \(smallObjectSize): at most the segment size, \(SparseFileOptions.defaultSegmentSize) bytes")
         }
-        let givenBudget = try arguments.size("--max-size")
+        let givenBudget = try arguments.size(ServeOptions.maxSize)
         let budget = givenBudget ?? DefaultBudget.compute(directory: directory) ?? .max
-        let quiet = arguments.has("--quiet")
+        let quiet = arguments.has(ServeOptions.quiet)
         var streaming = StreamingOptions()
-        if let text = arguments.options["--prefetch"], text != "auto" {
+        if let text = arguments.value(ServeOptions.prefetch), text != "auto" {
             guard let count = Int(text), (0...100).contains(count) else {
-                throw UsageError("invalid --prefetch '\(text)': use a number of segments from 0 (off) to 100, or auto")
+                throw UsageError("invalid \(ServeOptions.prefetch.name) '\(text)': use a number of segments from 0 (off) to 100, or auto")
             }
             streaming.prefetchSegments = count
         }
         let cors = try corsPolicy(arguments)
-        let adminListen = arguments.options["--admin-listen"] ?? "127.0.0.1:0"
-        let admin = adminListen == "off" ? nil : try parseListen(adminListen, option: "--admin-listen")
+        let adminListen = arguments.value(ServeOptions.adminListen) ?? ""
+        let admin = adminListen == "off" ? nil : try parseListen(adminListen, option: ServeOptions.adminListen.name)
         RequestLog.setFormat(json: try logFormat(arguments), quiet: quiet)
 
-        if let path = arguments.options["--access-log"] { try RequestLog.open(path) }
+        if let path = arguments.value(ServeOptions.accessLog) { try RequestLog.open(path) }
         // Before anything is in flight: a signal from here on shuts down gracefully.
         try ShutdownSignals.install(hangup: true)
         noteIfNewCacheDirectory(directory, command: name)
@@ -325,28 +244,28 @@ enum ServeCommand: Command {
 
     /// `--cors` (repeatable) and `--cors-max-age`; nil without `--cors`.
     static func corsPolicy(_ arguments: ParsedArguments) throws -> CORSPolicy? {
-        let origins = arguments.repeated["--cors", default: []]
+        let origins = arguments.values(ServeOptions.cors)
         for origin in origins where origin != "*" && CORSPolicy.normalizedOrigin(origin) == nil {
             throw UsageError(
-                "invalid --cors '\(origin)': use * or an origin as a browser sends it, scheme://host[:port] without a path, "
+                "invalid \(ServeOptions.cors.name) '\(origin)': use * or an origin as a browser sends it, scheme://host[:port] without a path, "
                     + "e.g. https://player.example.com or http://127.0.0.1:3000")
         }
         var maxAge = CORSPolicy.defaultMaxAge
-        if let text = arguments.options["--cors-max-age"] {
+        if let text = arguments.given(ServeOptions.corsMaxAge) {
             guard let seconds = Int(text), seconds >= 0 else {
-                throw UsageError("invalid --cors-max-age '\(text)': use a number of seconds, 0 or more")
+                throw UsageError("invalid \(ServeOptions.corsMaxAge.name) '\(text)': use a number of seconds, 0 or more")
             }
-            guard !origins.isEmpty else { throw UsageError("--cors-max-age needs --cors") }
+            guard !origins.isEmpty else { throw UsageError("\(ServeOptions.corsMaxAge.name) needs \(ServeOptions.cors.name)") }
             maxAge = seconds
         }
         return origins.isEmpty ? nil : CORSPolicy(origins: origins, maxAge: maxAge)
     }
 
     static func logFormat(_ arguments: ParsedArguments) throws -> Bool {
-        switch arguments.options["--log-format"] ?? "text" {
+        switch arguments.value(ServeOptions.logFormat) ?? "" {
         case "text": return false
         case "json": return true
-        case let other: throw UsageError("invalid --log-format '\(other)': use text or json")
+        case let other: throw UsageError("invalid \(ServeOptions.logFormat.name) '\(other)': use text or json")
         }
     }
 
@@ -359,7 +278,7 @@ enum ServeCommand: Command {
         do {
             next = ServeConfig.merged(commandLine, over: try ServeConfig.load(path, spec: spec))
             json = try logFormat(next)
-            _ = try next.size("--max-size")
+            _ = try next.size(ServeOptions.maxSize)
         } catch let error as UsageError {
             RequestLog.problem("SIGHUP: \(error.message); nothing changed")
             return running
@@ -368,7 +287,7 @@ enum ServeCommand: Command {
             return running
         }
         var applied: [String] = []
-        if let budget = try? next.size("--max-size"), next.options["--max-size"] != running.options["--max-size"] {
+        if let budget = try? next.size(ServeOptions.maxSize), next.given(ServeOptions.maxSize) != running.given(ServeOptions.maxSize) {
             do {
                 try await store.setBudget(budget)
                 applied.append("budget \(SizeParser.describe(budget))")
@@ -376,7 +295,7 @@ enum ServeCommand: Command {
                 RequestLog.problem("SIGHUP: the budget stays: \(error)")
             }
         }
-        if let path = next.options["--access-log"], path != running.options["--access-log"] {
+        if let path = next.value(ServeOptions.accessLog), path != running.value(ServeOptions.accessLog) {
             do {
                 try RequestLog.open(path)
                 applied.append("access log \(path)")
@@ -386,8 +305,8 @@ enum ServeCommand: Command {
         } else {
             RequestLog.reopen()
         }
-        RequestLog.setFormat(json: json, quiet: next.has("--quiet"))
-        let restart = Set(next.options.keys).union(running.options.keys).subtracting(ServeConfig.live)
+        RequestLog.setFormat(json: json, quiet: next.has(ServeOptions.quiet))
+        let restart = Set(next.options.keys).union(running.options.keys).subtracting(ServeOptions.live)
             .filter { next.options[$0] != running.options[$0] || next.repeated[$0] != running.repeated[$0] }.sorted()
         RequestLog.problem(
             "SIGHUP: \(path) read again" + (applied.isEmpty ? "" : "; now \(applied.joined(separator: ", "))")
@@ -420,7 +339,7 @@ enum ServeCommand: Command {
         guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), ["http", "https"].contains(scheme), url.host != nil,
             url.query == nil
         else {
-            throw UsageError("invalid --origin '\(text)': use an http:// or https:// URL without a query, e.g. http://127.0.0.1:8000")
+            throw UsageError("invalid \(ServeOptions.origin.name) '\(text)': use an http:// or https:// URL without a query, e.g. http://127.0.0.1:8000")
         }
         return url
     }

@@ -7,9 +7,6 @@ import SparseCache
 /// can change while serving: the budget (`max-size`), the log (`log-format`, `access-log`,
 /// `quiet`); an option that changed and needs a restart is named on stderr.
 enum ServeConfig {
-    /// The options a SIGHUP applies; the others need a restart.
-    static let live: Set<String> = ["--max-size", "--log-format", "--access-log", "--quiet"]
-
     /// The file's options as arguments of `spec`. Throws a usage error naming the line.
     static func load(_ path: String, spec: ArgumentSpec) throws -> ParsedArguments {
         let text: String

@@ -1,3 +1,4 @@
+import Foundation
 import SparseCache
 
 #if canImport(Glibc)
@@ -13,32 +14,30 @@ enum SparseCacheTool {
         CommandEntry(StatsCommand.self),
     ]
 
-    static let help = """
-        OVERVIEW: sparsecache - a crash-safe cache for large resources that arrive in pieces
+    /// The top-level options (each command declares its own).
+    static let version = CLIOption.flag("--version", help: "Print the version and the index format")
+    static let completionScript = CLIOption.value(
+        "--generate-completion-script", "SHELL", completion: .words(CompletionScript.Shell.allCases.map(\.rawValue)),
+        help: "Print a completion script for bash, zsh or fish, made from every command's options (docs/CLI.md says where to put it)")
+    static let manual = CLIOption.flag("--generate-manual", help: "Print the manual page (roff), made from the same declarations as this help")
+    static let options = [version, completionScript, manual]
 
-        Each resource is a sparse data file plus an index beside it ('<file>.scidx') holding a
-        segment bitmap with a CRC32C per segment. A byte is served once its segment is durable.
+    static var help: String {
+        let width = commands.map(\.name.count).max() ?? 0
+        return """
+            OVERVIEW: sparsecache - a crash-safe cache for large resources that arrive in pieces
 
-        USAGE: sparsecache <command> [options]
+            Each resource is a sparse data file plus an index beside it ('<file>.scidx') holding a
+            segment bitmap with a CRC32C per segment. A byte is served once its segment is durable.
 
-        COMMANDS:
-          write     Write bytes into a resource at an offset (creates it if needed)
-          read      Read present bytes from a resource
-          verify    Check every checksum and the data file after a crash; --repair fixes
-          info      Show length, segment size, present ranges and metadata
-          demo      Fill a synthetic resource the way a player would (no network needed)
-          ls        List the resources of a cache directory
-          evict     Evict resources from a cache directory (by key or down to a size)
-          clear     Remove every resource from a cache directory
-          fetch     Download a URL into a cache directory by Range requests (resumes)
-          serve     Serve a cache directory over HTTP to players, filling it from origins
-          stats     What a running serve is doing: requests, hits, bytes, store, in flight
+            USAGE: sparsecache <command> [options]
 
-        OPTIONS:
-          -h, --help    Show help; 'sparsecache <command> --help' for a command
+            COMMANDS:
 
-        \(ExitStatus.helpText)
-        """
+            """ + commands.map { "  " + $0.name.padding(toLength: width + 4, withPad: " ", startingAt: 0) + $0.abstract + "\n" }.joined()
+            + "\nOPTIONS:\n" + HelpFormatter.entry("-h, --help", "Show help; 'sparsecache <command> --help' for a command")
+            + options.map { HelpFormatter.entry($0.synopsis, $0.fullHelp) }.joined() + "\n" + ExitStatus.helpText
+    }
 
     static func run(_ arguments: [String]) async -> Int32 {
         guard let name = arguments.first else {
@@ -49,8 +48,21 @@ enum SparseCacheTool {
             Output.print(help)
             return ExitStatus.ok
         }
-        if name == "--version" {
+        if name == version.name {
             Output.print("sparsecache 0.1.0 (index format 1)")
+            return ExitStatus.ok
+        }
+        if name == manual.name {
+            Output.print(ManualPage.render())
+            return ExitStatus.ok
+        }
+        if name == completionScript.name || name.hasPrefix(completionScript.name + "=") {
+            let value = name.contains("=") ? String(name.drop { $0 != "=" }.dropFirst()) : arguments.dropFirst().first
+            guard let value, let shell = CompletionScript.Shell(rawValue: value) else {
+                Output.error("sparsecache: \(completionScript.name) needs one of: bash, zsh, fish")
+                return ExitStatus.usage
+            }
+            Output.write(CompletionScript.render(for: shell), to: 1)
             return ExitStatus.ok
         }
         guard let command = commands.first(where: { $0.name == name }) else {
@@ -62,44 +74,90 @@ enum SparseCacheTool {
             Output.print(command.help)
             return ExitStatus.ok
         }
+        // With --json, an error is a JSON object on stdout as well (the report's place), with
+        // the same exit status; the sentence still goes to stderr.
+        let json = command.options.contains { $0.name == "--json" } && rest.contains("--json")
         do {
             let parsed = try ArgumentParser.parse(rest, spec: command.spec)
             return try await command.run(parsed)
         } catch let error as UsageError {
-            Output.error("sparsecache \(name): \(error.message)\nSee 'sparsecache \(name) --help'.")
-            return ExitStatus.usage
+            return fail(name, error.message, code: "usage", status: ExitStatus.usage, json: json, hint: "\nSee 'sparsecache \(name) --help'.")
         } catch let error as SparseCacheError {
-            Output.error("sparsecache \(name): \(error)")
-            return ExitStatus.of(error)
+            // An unusable index met by another verb: verify says what can be recovered.
+            let hint =
+                error.code == .corruptIndex && name != VerifyCommand.name
+                ? "\n'sparsecache verify <file>' says what can be recovered; 'verify --repair' recovers it." : ""
+            return fail(name, "\(error)", code: error.code.rawValue, status: ExitStatus.of(error), json: json, hint: hint)
         } catch {
-            Output.error("sparsecache \(name): \(error)")
-            return ExitStatus.software
+            return fail(name, "\(error)", code: "software", status: ExitStatus.software, json: json)
         }
+    }
+
+    /// Reports a failed command on stderr and, with `--json`, as `{"error", "code", "status"}` on
+    /// stdout; returns the exit status.
+    static func fail(_ command: String, _ message: String, code: String, status: Int32, json: Bool, hint: String = "") -> Int32 {
+        Output.error("sparsecache \(command): \(message)\(hint)")
+        if json {
+            let object: [String: Any] = ["error": message, "code": code, "status": Int(status), "command": command]
+            if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) {
+                Output.print(String(decoding: data, as: UTF8.self))
+            }
+        }
+        return status
     }
 }
 
-/// A command's entry points as plain values (calling static members through an existential
-/// metatype crashes the Swift 6.3 compiler in SILGen).
+/// A command's declarations and entry point as plain values (calling static members through
+/// an existential metatype crashes the Swift 6.3 compiler in SILGen).
 struct CommandEntry: Sendable {
     let name: String
-    let help: String
-    let spec: ArgumentSpec
+    let abstract: String
+    let overview: String
+    let usage: [String]
+    let positionals: [CLIArgument]
+    let options: [CLIOption]
+    let notes: String
     let run: @Sendable (ParsedArguments) async throws -> Int32
 
     init<C: Command>(_: C.Type) {
         name = C.name
-        help = C.help
-        spec = C.spec
+        abstract = C.abstract
+        overview = C.overview
+        usage = C.usage
+        positionals = C.positionals
+        options = C.options
+        notes = C.notes
         run = { try await C.run($0) }
     }
+
+    var spec: ArgumentSpec { ArgumentSpec(positionals: positionals, options: options) }
+    var help: String { HelpFormatter.help(for: self) }
 }
 
-/// A verb of the CLI.
+/// A verb of the CLI. Its options are declared once, in ``options``; the parser's spec, its
+/// help, the completions and the manual page come from them.
 protocol Command: SendableMetatype {
     static var name: String { get }
-    static var help: String { get }
-    static var spec: ArgumentSpec { get }
+    /// One line for the list of commands.
+    static var abstract: String { get }
+    /// The help's OVERVIEW: a first line, then paragraphs.
+    static var overview: String { get }
+    /// USAGE lines, each after "sparsecache "; generated from the declarations unless a
+    /// command has alternatives to show.
+    static var usage: [String] { get }
+    static var positionals: [CLIArgument] { get }
+    static var options: [CLIOption] { get }
+    /// What the help says after OPTIONS (notes, EXIT STATUS).
+    static var notes: String { get }
     static func run(_ arguments: ParsedArguments) async throws -> Int32
+}
+
+extension Command {
+    static var usage: [String] { [HelpFormatter.usage(name: name, positionals: positionals, options: options)] }
+    static var positionals: [CLIArgument] { [] }
+    static var notes: String { "" }
+    /// The parser's spec, from the declarations.
+    static var spec: ArgumentSpec { ArgumentSpec(positionals: positionals, options: options) }
 }
 
 /// Exit statuses, from sysexits(3), the same in every verb.
@@ -107,6 +165,9 @@ enum ExitStatus {
     static let ok: Int32 = 0
     /// `read`: the range is not (fully) present. An answer, not a failure.
     static let notPresent: Int32 = 1
+    /// `verify --repair`: damage was found and repaired (fsck's "errors corrected"), so
+    /// `verify --repair && next` goes on.
+    static let corrected: Int32 = 1
     /// EX_USAGE: a malformed command line or an argument that does not fit the resource.
     static let usage: Int32 = 64
     /// EX_DATAERR: bad data. A damaged segment or index, no usable index state, an index
@@ -132,7 +193,7 @@ enum ExitStatus {
     /// The lines of `EXIT STATUS:` shared by every help text.
     static let helpText = """
         EXIT STATUS (sysexits, the same for every command): 0 ok, 1 'read': not present,
-          64 usage error, 65 bad data (damage found, unusable index), 66 no such file,
+          'verify --repair': damage repaired, 64 usage error, 65 bad data (damage found, unusable index), 66 no such file,
           resource, key or cache directory, 69 origin unreachable, 73 would overwrite a file,
           74 I/O error, 75 locked by another process (or the resource changed on its
           origin), 76 the origin answered with an error, 77 permission denied.

@@ -4,39 +4,36 @@ import SparseCache
 /// `sparsecache stats [--cache-dir DIR] [--json | --metrics]`
 enum StatsCommand: Command {
     static let name = "stats"
-    static let spec = ArgumentSpec(options: ["--cache-dir"], flags: ["--json", "--metrics"])
-    static let help = """
-        OVERVIEW: Show what a running `sparsecache serve` is doing.
+    static let abstract = "What a running serve is doing: requests, hits, bytes, store, in flight"
+    static let overview = """
+        Show what a running `sparsecache serve` is doing.
 
         Asks the server that owns the cache directory, on its admin listener (the address is in
         DIR/serve.admin): requests and hits, bytes from the cache and from origins, what is in
         flight, the store against its budget. Exits 69 when no server runs on the directory
         (or it was started with --admin-listen off).
-
-        USAGE: sparsecache stats [--cache-dir DIR] [--json | --metrics]
-
-        OPTIONS:
-          --cache-dir DIR   The cache directory (default: $XDG_CACHE_HOME/sparsecache, or
-                            ~/.cache/sparsecache)
-          --json            The server's status as JSON (GET /status)
-          --metrics         The Prometheus metrics as the server exposes them (GET /metrics)
-          -h, --help        Show this help
         """
+    static let usage = ["stats [--cache-dir DIR] [--json | --metrics]"]
+    static let json = CLIOption.json("The server's status as JSON (GET /status)")
+    static let metrics = CLIOption.flag("--metrics", help: "The Prometheus metrics as the server exposes them (GET /metrics)")
+    static let options = [CLIOption.cacheDirectory, json, metrics]
 
     static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
-        let json = arguments.has("--json"), metrics = arguments.has("--metrics")
-        guard !(json && metrics) else { throw UsageError("give at most one of --json and --metrics") }
+        let directory = arguments.value(.cacheDirectory) ?? defaultCacheDirectory()
+        let json = arguments.has(Self.json), metrics = arguments.has(Self.metrics)
+        guard !(json && metrics) else { throw UsageError("give at most one of \(Self.json.name) and \(Self.metrics.name)") }
         guard let address = RunningServer.address(in: directory, file: RunningServer.adminFile) else {
-            Output.error("sparsecache stats: no running server with an admin listener on \(directory) (no serve.admin there)")
-            return ExitStatus.originUnavailable
+            return SparseCacheTool.fail(
+                name, "no running server with an admin listener on \(directory) (no serve.admin there)", code: "originUnavailable",
+                status: ExitStatus.originUnavailable, json: json)
         }
         let body: [UInt8]
         do {
             body = try await RunningServer.get(metrics ? "/metrics" : "/status", at: address)
         } catch {
-            Output.error("sparsecache stats: the admin listener at \(address.host):\(address.port) did not answer: \(error)")
-            return ExitStatus.originUnavailable
+            return SparseCacheTool.fail(
+                name, "the admin listener at \(address.host):\(address.port) did not answer: \(error)", code: "originUnavailable",
+                status: ExitStatus.originUnavailable, json: json)
         }
         if json || metrics {
             Output.write(String(decoding: body, as: UTF8.self), to: 1)

@@ -35,9 +35,9 @@ func noteIfNewCacheDirectory(_ directory: String, command: String) {
 /// `sparsecache ls [--cache-dir DIR] [--json]`
 enum ListCommand: Command {
     static let name = "ls"
-    static let spec = ArgumentSpec(options: ["--cache-dir"], flags: ["--json"])
-    static let help = """
-        OVERVIEW: List the resources in a cache directory, each printed as it is read.
+    static let abstract = "List the resources of a cache directory"
+    static let overview = """
+        List the resources in a cache directory, each printed as it is read.
 
         While `sparsecache serve` runs on the directory, the list comes from the server (its
         admin listener, GET /resources): last accesses as of now. Otherwise the directory is
@@ -46,21 +46,15 @@ enum ListCommand: Command {
         from their logs' hint files. FILE is the data file in DIR/resources (its index is
         FILE.scidx), or objects/LOG@OFFSET for a small object. The order is the store's (sparse
         resources, then small objects), not by age.
-
-        USAGE: sparsecache ls [--cache-dir DIR] [--json]
-
-        OPTIONS:
-          --cache-dir DIR   The cache directory (default: $XDG_CACHE_HOME/sparsecache, or
-                            ~/.cache/sparsecache)
-          --json            Print JSON, one entry per line as read: directory, budget, entries
-                            (key, name, length, presentBytes, allocatedBytes, lastAccess in ns
-                            since 1970, pinnedPrefix, isOpen), then allocatedBytes, presentBytes
-          -h, --help        Show this help
         """
+    static let json = CLIOption.json(
+        "Print JSON, one entry per line as read: directory, budget, entries (key, name, length, presentBytes, "
+            + "allocatedBytes, lastAccess in ns since 1970, pinnedPrefix, isOpen), then allocatedBytes, presentBytes")
+    static let options = [CLIOption.cacheDirectory, json]
 
     static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
-        let printer = ListPrinter(directory: directory, json: arguments.has("--json"))
+        let directory = arguments.value(.cacheDirectory) ?? defaultCacheDirectory()
+        let printer = ListPrinter(directory: directory, json: arguments.has(json))
         if let admin = RunningServer.address(in: directory, file: RunningServer.adminFile) {
             let name = "\(admin.host):\(admin.port)"
             do {
@@ -88,9 +82,9 @@ enum ListCommand: Command {
 /// `sparsecache evict [--cache-dir DIR] (--key K | --to-size SIZE)`
 enum EvictCommand: Command {
     static let name = "evict"
-    static let spec = ArgumentSpec(options: ["--cache-dir", "--key", "--to-size"])
-    static let help = """
-        OVERVIEW: Evict resources from a cache directory.
+    static let abstract = "Evict resources from a cache directory (by key or down to a size)"
+    static let overview = """
+        Evict resources from a cache directory.
 
         With --key, removes that resource. With --to-size, removes least-recently-used
         resources (keeping pinned prefixes first) until the directory takes at most SIZE on
@@ -100,22 +94,17 @@ enum EvictCommand: Command {
         while it keeps serving. A key ending in `*` drops every key with that prefix (through
         the server only).
         An unknown key or a directory that is not a cache directory is an error (exit 66).
-
-        USAGE: sparsecache evict [--cache-dir DIR] (--key K | --to-size SIZE)
-
-        OPTIONS:
-          --cache-dir DIR   The cache directory (default: $XDG_CACHE_HOME/sparsecache, or
-                            ~/.cache/sparsecache)
-          --key K           Remove the resource with this key
-          --to-size SIZE    Evict down to SIZE bytes on disk (K, M, G, T suffixes)
-          -h, --help        Show this help
         """
+    static let usage = ["evict [--cache-dir DIR] (--key K | --to-size SIZE)"]
+    static let key = CLIOption.value("--key", "K", help: "Remove the resource with this key")
+    static let toSize = CLIOption.value("--to-size", "SIZE", help: "Evict down to SIZE bytes on disk (K, M, G, T suffixes)")
+    static let options = [CLIOption.cacheDirectory, key, toSize]
 
     static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
-        let key = arguments.options["--key"]
-        let size = try arguments.size("--to-size")
-        guard (key == nil) != (size == nil) else { throw UsageError("give exactly one of --key and --to-size") }
+        let directory = arguments.value(.cacheDirectory) ?? defaultCacheDirectory()
+        let key = arguments.value(Self.key)
+        let size = try arguments.size(toSize)
+        guard (key == nil) != (size == nil) else { throw UsageError("give exactly one of \(Self.key.name) and \(toSize.name)") }
         let evicted: [String]
         do {
             evicted = try await withStore(directory) { store in
@@ -160,24 +149,18 @@ enum EvictCommand: Command {
 /// `sparsecache clear [--cache-dir DIR]`
 enum ClearCommand: Command {
     static let name = "clear"
-    static let spec = ArgumentSpec(options: ["--cache-dir"])
-    static let help = """
-        OVERVIEW: Remove every resource from a cache directory.
+    static let abstract = "Remove every resource from a cache directory"
+    static let overview = """
+        Remove every resource from a cache directory.
 
         Takes the directory's lock: fails with exit 75 while a cache or proxy owns it. Files in
         the directory that sparsecache did not make are left alone. A directory that is not a
         cache directory is an error (exit 66).
-
-        USAGE: sparsecache clear [--cache-dir DIR]
-
-        OPTIONS:
-          --cache-dir DIR   The cache directory (default: $XDG_CACHE_HOME/sparsecache, or
-                            ~/.cache/sparsecache)
-          -h, --help        Show this help
         """
+    static let options = [CLIOption.cacheDirectory]
 
     static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        let directory = arguments.options["--cache-dir"] ?? defaultCacheDirectory()
+        let directory = arguments.value(.cacheDirectory) ?? defaultCacheDirectory()
         let removed = try await withStore(directory) { try await $0.clear() }
         Output.print("removed \(removed.count) resources from \(directory)")
         return ExitStatus.ok

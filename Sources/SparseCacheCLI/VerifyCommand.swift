@@ -4,9 +4,9 @@ import SparseCache
 /// `sparsecache verify (<file> | --cache-dir DIR) [--repair] [--json]`
 enum VerifyCommand: Command {
     static let name = "verify"
-    static let spec = ArgumentSpec(positionals: ["file"], optionalPositionals: 1, options: ["--cache-dir"], flags: ["--repair", "--json"])
-    static let help = """
-        OVERVIEW: Check a resource, or a whole cache directory, after a crash.
+    static let abstract = "Check every checksum and the data file after a crash; --repair fixes"
+    static let overview = """
+        Check a resource, or a whole cache directory, after a crash.
 
         Checks every index checksum (both superblock copies, the checkpoint, each journal
         record), every present segment's CRC32C against the bytes on disk, and that the data
@@ -21,34 +21,39 @@ enum VerifyCommand: Command {
         totals. Without --repair it takes no lock and changes nothing, so it can run beside a
         'serve' of the same directory: each resource is checked as committed when it is
         reached, and catalog lag and temporary files are then expected.
+        """
+    static let usage = ["verify <file> [--repair] [--json]", "verify --cache-dir DIR [--repair] [--json]"]
+    static let positionals = [CLIArgument(name: "file", help: "The resource's data file", isOptional: true)]
 
-        USAGE: sparsecache verify <file> [--repair] [--json]
-               sparsecache verify --cache-dir DIR [--repair] [--json]
-
-        ARGUMENTS:
-          <file>            The resource's data file
-
-        OPTIONS:
-          --cache-dir DIR   Check every resource of this cache directory instead
-          --repair          Drop damaged segments from the index and punch their holes, fold a
-                            torn or damaged journal into a fresh checkpoint, and rewrite an
-                            invalid superblock copy. The resource stays usable; dropped
-                            segments are simply missing. Takes the resource's write lock. With
-                            --cache-dir, also removes resources whose index is unusable and the
-                            leftover files, and rewrites the catalog from the indexes; takes
-                            the directory's lock, so stop a 'serve' of it first (exit 75).
-          --json            Print the report as JSON
-          -h, --help        Show this help
-
+    static let cacheDirectory = CLIOption.value(
+        "--cache-dir", "DIR", completion: .directory, help: "Check every resource of this cache directory instead")
+    static let repair = CLIOption.flag(
+        "--repair",
+        help: "Drop damaged segments from the index and punch their holes, fold a torn or damaged journal into a fresh "
+            + "checkpoint, and rewrite an invalid superblock copy. The resource stays usable; dropped segments are simply "
+            + "missing. Takes the resource's write lock. With --cache-dir, also removes resources whose index is unusable "
+            + "and the leftover files, and rewrites the catalog from the indexes; takes the directory's lock, so stop a "
+            + "'serve' of it first (exit 75).")
+    static let json = CLIOption.json("Print the report as JSON")
+    static let options = [cacheDirectory, repair, json]
+    static let notes = """
         Progress goes to stderr when it is a terminal.
 
-        EXIT STATUS: 0 clean, 65 damage found (repaired or not) or no usable index, 66 no such
-                     file or cache directory, 74 I/O error, 75 locked (--repair while another
-                     process writes the resource or owns the directory), 77 permission denied.
+        With --json, an error is printed as {"error": ..., "code": ..., "status": ...} on stdout
+        too, with the same exit status.
+
+        EXIT STATUS (as fsck's: 'verify --repair && next' goes on once the damage is repaired):
+          0 clean (leftovers of a crash, such as a torn last journal record or bytes written but
+            never committed, are noted and, with --repair, cleaned: still 0)
+          1 --repair: damage was found and repaired; the resource or directory is consistent
+            now (dropped segments are missing and get fetched or written again)
+          65 damage found and left (without --repair), or an index nothing can be read from
+          66 no such file or cache directory, 74 I/O error, 75 locked (--repair while another
+          process writes the resource or owns the directory), 77 permission denied.
         """
 
     static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        let directory = arguments.options["--cache-dir"]
+        let directory = arguments.value(Self.cacheDirectory)
         switch (arguments.positionals.first, directory) {
         case (nil, nil): throw UsageError("missing <file> (or --cache-dir DIR)")
         case (.some, .some): throw UsageError("give a <file> or --cache-dir, not both")
@@ -58,9 +63,10 @@ enum VerifyCommand: Command {
     }
 
     private static func verifyFile(_ path: String, arguments: ParsedArguments) async throws -> Int32 {
-        let json = arguments.has("--json")
+        let json = arguments.has(Self.json)
         let showProgress = !json && Output.isTerminal(2)
-        let report = try await Verifier.verify(path: path, repair: arguments.has("--repair")) { checked, total in
+        try await BlockingExecutor.cliIO.run { try checkNotADirectory(path) }
+        let report = try await Verifier.verify(path: path, repair: arguments.has(repair)) { checked, total in
             if showProgress {
                 Output.status("verify: \(percent(checked, of: total)) (\(SizeParser.describe(checked)) of \(SizeParser.describe(total)))")
             }
@@ -71,13 +77,13 @@ enum VerifyCommand: Command {
         } else {
             printReport(report)
         }
-        return report.isClean ? ExitStatus.ok : ExitStatus.dataError
+        return status(clean: report.isClean, repaired: report.repaired)
     }
 
     private static func verifyDirectory(_ directory: String, arguments: ParsedArguments) async throws -> Int32 {
-        let json = arguments.has("--json")
+        let json = arguments.has(Self.json)
         let showProgress = Output.isTerminal(2)
-        let report = try await StoreVerifier.verify(directory: directory, repair: arguments.has("--repair")) {
+        let report = try await StoreVerifier.verify(directory: directory, repair: arguments.has(repair)) {
             resource, resources, checked, total in
             if showProgress {
                 Output.status(
@@ -90,7 +96,27 @@ enum VerifyCommand: Command {
         } else {
             printDirectoryReport(report)
         }
-        return report.isClean ? ExitStatus.ok : ExitStatus.dataError
+        return status(clean: report.isClean, repaired: report.repaired)
+    }
+
+    /// A directory given as the file: says whether it is a cache directory, which is checked
+    /// with --cache-dir.
+    private static func checkNotADirectory(_ path: String) throws {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue,
+            !FileManager.default.fileExists(atPath: SparseFile.indexPath(for: path))
+        else { return }
+        let isCache = (try? SparseStore.requireCacheDirectory(path, operation: "verify")) != nil
+        throw SparseCacheError(
+            .notFound, operation: "verify", path: path,
+            detail: isCache
+                ? "is a cache directory, not a resource: check it with 'sparsecache verify --cache-dir \(path)'"
+                : "is a directory, not a resource's data file (a cache directory is checked with --cache-dir DIR)")
+    }
+
+    /// fsck's convention: 0 clean, 1 damage repaired, an error status for damage left.
+    static func status(clean: Bool, repaired: Bool) -> Int32 {
+        clean ? ExitStatus.ok : repaired ? ExitStatus.corrected : ExitStatus.dataError
     }
 
     /// The report as sorted, pretty JSON with "clean" added.

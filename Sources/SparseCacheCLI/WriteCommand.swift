@@ -5,50 +5,47 @@ import Synchronization
     import Glibc
 #endif
 
-/// `sparsecache write <file> --offset N [--size TOTAL] [--segment-size S] [--input PATH]`
+/// `sparsecache write <file> --offset N [options]`
 enum WriteCommand: Command {
     static let name = "write"
-    static let spec = ArgumentSpec(
-        positionals: ["file"], options: ["--offset", "--size", "--segment-size", "--input"])
-    static let help = """
-        OVERVIEW: Write bytes into a resource at an offset, commit, and report what became present.
+    static let abstract = "Write bytes into a resource at an offset (creates it if needed)"
+    static let overview = """
+        Write bytes into a resource at an offset, commit, and report what became present.
 
         Creates the resource (data file plus '<file>.scidx') when it does not exist. Bytes of
         segments that the input does not complete are not kept: they are listed so they can be
         written again together with their neighbours. A long input is committed as it goes
         (every 8 MiB and every second), so a crash keeps what was committed; SIGINT or SIGTERM
         commits what was written, says what the resource holds and exits 130 or 143.
-
-        USAGE: sparsecache write <file> --offset N [--size TOTAL] [--segment-size S] [--input PATH]
-
-        ARGUMENTS:
-          <file>                The resource's data file
-
-        OPTIONS:
-          --offset N            Where the input's first byte goes (required)
-          --size TOTAL          The resource length, when known (required once for the last
-                                segment to complete; must match if already set)
-          --segment-size S      Segment size for a new resource: a power of two from 4K to 16M
-                                (default 64K); must match an existing resource's
-          --input PATH          Read the bytes from PATH instead of standard input
-          -h, --help            Show this help
-
-        Sizes accept K, M, G and T suffixes (binary: 64K = 65536).
         """
+    static let positionals = [CLIArgument(name: "file", help: "The resource's data file")]
+
+    static let offset = CLIOption.value("--offset", "N", required: true, help: "Where the input's first byte goes")
+    static let size = CLIOption.value(
+        "--size", "TOTAL",
+        help: "The resource length, when known (required once for the last segment to complete; must match if already set)")
+    static let segmentSize = CLIOption.value(
+        "--segment-size", "S", default: SizeParser.shortForm(Int64(SparseFileOptions.defaultSegmentSize)),
+        help: "Segment size for a new resource: a power of two from 4K to 16M; must match an existing resource's")
+    static let input = CLIOption.value(
+        "--input", "PATH", completion: .file, help: "Read the bytes from PATH instead of standard input")
+    static let options = [offset, size, segmentSize, input]
+    static let notes = "Sizes accept K, M, G and T suffixes (binary: 64K = 65536)."
 
     static func run(_ arguments: ParsedArguments) async throws -> Int32 {
         let path = arguments.positionals[0]
-        guard let offset = try arguments.size("--offset") else { throw UsageError("--offset is required") }
+        guard let offset = try arguments.size(Self.offset) else { throw UsageError("\(Self.offset.name) is required") }
         var options = SparseFileOptions()
-        options.length = try arguments.size("--size")
-        options.segmentSize = try arguments.size("--segment-size").map { Int($0) }
+        options.length = try arguments.size(Self.size)
+        // Only when given: an existing resource keeps its own, a new one gets the engine's default.
+        if arguments.given(segmentSize) != nil { options.segmentSize = try arguments.size(segmentSize).map { Int($0) } }
         // As the library commits on its own: every 8 MiB or second, so a kill or a crash in the
         // middle of a long stream keeps what was committed.
         options.commitPolicy = .automatic
         if let size = options.segmentSize, !(SparseFileOptions.segmentSizes.contains(size) && size.nonzeroBitCount == 1) {
             throw UsageError("--segment-size must be a power of two from 4K to 16M, got \(size)")
         }
-        let input = try InputStream(path: arguments.options["--input"])
+        let input = try InputStream(path: arguments.value(Self.input))
         defer { input.close() }
         // A failed write that created the resource and committed nothing removes it again:
         // a failed command leaves nothing behind.
@@ -67,6 +64,8 @@ enum WriteCommand: Command {
         var skipped = 0
         var dropped: [Range<Int64>] = []
         var position = offset
+        // On a terminal, a line that says how far a long write (a pipe) has come.
+        let progress = Output.isTerminal(2) ? WriteProgress() : nil
         do {
             while let chunk = try await input.next(maximum: 4 << 20) {
                 let result = try await file.write(chunk, at: position)
@@ -75,8 +74,11 @@ enum WriteCommand: Command {
                 dropped.append(contentsOf: result.dropped)
                 position += Int64(chunk.count)
                 written.count.store(position - offset, ordering: .relaxed)
+                if let progress, progress.due() { progress.draw(written: position - offset, committed: await file.presentBytes) }
             }
             try await file.commit()
+            progress?.draw(written: position - offset, committed: await file.presentBytes)
+            progress?.finish()
         } catch {
             let keptNothing = await file.presentBytes == 0
             try? await file.close()
@@ -103,6 +105,30 @@ enum WriteCommand: Command {
         }
         Output.print(summary)
         return ExitStatus.ok
+    }
+}
+
+/// The progress line of a write on a terminal: bytes read so far, the rate, and the bytes the
+/// resource holds committed (durable and claimed). Drawn at most four times a second.
+private final class WriteProgress {
+    private let started = ContinuousClock.now
+    private var lastDraw: ContinuousClock.Instant?
+
+    func due() -> Bool {
+        lastDraw.map { ContinuousClock.now - $0 >= .milliseconds(250) } ?? true
+    }
+
+    func draw(written: Int64, committed: Int64) {
+        lastDraw = ContinuousClock.now
+        let elapsed = ContinuousClock.now - started
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let rate = seconds > 0 ? ", " + SizeParser.describe(Int64(Double(written) / seconds)) + "/s" : ""
+        Output.status("write: \(SizeParser.describe(written)) read\(rate), \(SizeParser.describe(committed)) committed")
+    }
+
+    /// Ends the line, so the report starts on a line of its own.
+    func finish() {
+        Output.write("\n", to: 2)
     }
 }
 

@@ -430,7 +430,8 @@ struct CLITests {
         #expect(bad.status == 65 && bad.stdout.isEmpty, "\(context)\n\(bad)")
 
         let repair = try await CLI.run(["verify", resource, "--repair"])
-        #expect(repair.status == 65, "\(context)\n\(repair)")
+        // fsck's convention: 1, damage repaired.
+        #expect(repair.status == 1, "\(context)\n\(repair)")
         #expect(repair.out.contains("repaired"), "\(context)\n\(repair)")
         let after = try await CLI.run(["verify", resource])
         #expect(after.status == 0 && after.out.hasSuffix("clean\n"), "\(context)\n\(after)")
@@ -490,7 +491,7 @@ struct CLITests {
         #expect(refused.err.contains("verify --repair"), "\(refused)")
 
         let repair = try await CLI.run(["verify", resource, "--repair"])
-        #expect(repair.status == 65 && repair.out.contains("repaired"), "\(repair)")
+        #expect(repair.status == 1 && repair.out.contains("repaired"), "\(repair)")
         let after = try await CLI.run(["verify", resource])
         #expect(after.status == 0, "\(after)")
         let info = try await CLI.run(["info", resource, "--json"])
@@ -535,7 +536,7 @@ struct CLITests {
         #expect(!damaged.out.contains("\nclean"), "\(damaged)")
 
         let repair = try await CLI.run(["verify", resource, "--repair"])
-        #expect(repair.status == 65 && repair.out.contains("repaired"), "\(repair)")
+        #expect(repair.status == 1 && repair.out.contains("repaired"), "\(repair)")
         // Committed bytes are never called "written but never committed".
         #expect(!repair.out.contains("reclaimed:") && !repair.out.contains("the rest is intact"), "\(repair)")
         #expect(repair.out.contains("freed: 1048576 bytes"), "\(repair)")
@@ -558,7 +559,11 @@ struct CLITests {
         for arguments in [["info", nothing], ["read", nothing], ["verify", nothing], ["info", nothing, "--json"]] {
             let result = try await CLI.run(arguments)
             #expect(result.status == 66, "\(result)")
-            #expect(result.stdout.isEmpty, "\(result)")
+            if arguments.contains("--json") {
+                #expect(try result.json()["code"] as? String == "notFound", "\(result)")
+            } else {
+                #expect(result.stdout.isEmpty, "\(result)")
+            }
             #expect(result.err.contains(nothing), "\(result)")
         }
         #expect(!FileManager.default.fileExists(atPath: nothing) && !FileManager.default.fileExists(atPath: nothing + ".scidx"))
@@ -609,7 +614,7 @@ struct CLITests {
         #expect(write.err.contains("is a directory"), "\(write)")
     }
 
-    @Test("a corrupt index: exit 65 for every command", arguments: [
+    @Test("a corrupt index: exit 65 for every command but verify --repair, which rebuilds it (exit 1)", arguments: [
         ["info"], ["info", "--json"], ["read"], ["verify"], ["verify", "--repair"], ["write", "--offset", "0", "--input"],
     ])
     func corruptIndex(command: [String]) async throws {
@@ -625,8 +630,20 @@ struct CLITests {
         var arguments = [command[0], resource] + command.dropFirst()
         if command[0] == "write" { arguments.append(try scratch.write("input", [UInt8](repeating: 1, count: 10))) }
         let result = try await CLI.run(arguments)
+        if command == ["verify", "--repair"] {
+            // The one command that rewrites it: rebuilt from what the region still holds, the
+            // damaged index kept beside it; exit 1, damage repaired.
+            #expect(result.status == 1 && result.out.contains("the index was rebuilt from"), "seed \(random.seed)\n\(result)")
+            #expect(try [UInt8](Data(contentsOf: URL(fileURLWithPath: index + ".damaged")).prefix(8192)) == garbage, "\(result)")
+            return
+        }
         #expect(result.status == 65, "seed \(random.seed)\n\(result)")
-        #expect(result.stdout.isEmpty, "\(result)")
+        // With --json the error is a JSON object on stdout; otherwise stdout stays empty.
+        if arguments.contains("--json") {
+            #expect(try result.json()["code"] as? String == "corruptIndex", "\(result)")
+        } else {
+            #expect(result.stdout.isEmpty, "\(result)")
+        }
         #expect(result.err.contains(index), "\(result)")
         #expect(try [UInt8](Data(contentsOf: URL(fileURLWithPath: index)).prefix(8192)) == garbage, "the command rewrote a corrupt index")
     }
@@ -772,7 +789,7 @@ struct CLITests {
         let first = try await holder.finish()
         #expect(first.status == 0, "\(first)")
         let repaired = try await CLI.run(["verify", resource, "--repair"])
-        #expect(repaired.status == 65 && repaired.out.contains("repaired"), "\(repaired)")
+        #expect(repaired.status == 1 && repaired.out.contains("repaired"), "\(repaired)")
         let clean = try await CLI.run(["verify", resource])
         #expect(clean.status == 0, "\(clean)")
     }

@@ -100,13 +100,23 @@ public actor ProgressiveCache {
     }
 
     /// Brings `range` (the whole resource when nil) into the cache without reading it back,
-    /// calling `progress` after every commit. Returns when all of it is present.
+    /// calling `progress` after every commit, and at least once: a range already cached gets
+    /// one call, with what is present. Returns when all of it is present.
     public func prefetch(
         _ source: any RangeSource, range: Range<Int64>? = nil, progress: (@Sendable (FillProgress) -> Void)? = nil
     ) async throws {
-        // A small object is whole already.
-        if await isSmallObject(source.key) { return }
-        try await serve(source, range: range, deliver: nil, progress: progress)
+        guard let progress else {
+            // A small object is whole already.
+            if await isSmallObject(source.key) { return }
+            return try await serve(source, range: range, deliver: nil, progress: nil)
+        }
+        let called = CalledOnce()
+        let counted: @Sendable (FillProgress) -> Void = { update in
+            called.mark()
+            progress(update)
+        }
+        if await !isSmallObject(source.key) { try await serve(source, range: range, deliver: nil, progress: counted) }
+        if !called.happened { progress(try await self.progress(key: source.key, from: range?.lowerBound ?? 0)) }
     }
 
     /// The cache's view of `key` now: present bytes, length, and the present run from `offset`.
@@ -289,4 +299,14 @@ extension ProgressiveCache {
         guard let loop = LoopExecutor.current else { return Task { try await operation() } }
         return Task(executorPreference: loop) { try await operation() }
     }
+}
+
+/// Whether a callback ran (``ProgressiveCache/prefetch(_:range:progress:)`` calls its progress
+/// closure once itself when the fetch never did).
+private final class CalledOnce: Sendable {
+    private let flag = Lock(false)
+
+    func mark() { flag.withLock { $0 = true } }
+
+    var happened: Bool { flag.withLock { $0 } }
 }

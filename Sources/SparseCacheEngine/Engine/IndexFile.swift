@@ -407,7 +407,7 @@ final class IndexFile: @unchecked Sendable {
     /// the records between were committed and damaged since (media damage); replay goes on from
     /// it, and the segments the rebuilt state claims are settled against `evidence`
     /// (``settle(_:state:namedSince:evidence:)``).
-    private static func replayJournal(
+    static func replayJournal(
         _ fd: some IndexByteSource, block: Superblock, fileSize: Int64, scanLimit: Int64, evidence: DataEvidence?,
         state: inout IndexState, report: inout RecoveryReport
     ) throws -> (end: Int64, sequence: UInt64) {

@@ -117,9 +117,15 @@ extension SparseFile {
         }
         unserve(stillPresent)
         EngineMetrics.corruptSegments.add(stillPresent.count)
+        // Says what was done and nothing more: a read-only open cannot change the index.
+        let done =
+            mode == .readWrite
+            ? "they are no longer served, and the next commit drops them from the index so they can be written again"
+            : "they are not served by this open, but the index still names them (opened read-only): a writable open "
+                + "that reads them, or a repair (Verifier.verify(path:repair:), 'sparsecache verify --repair'), drops them"
         throw SparseCacheError(
             .corruptData, operation: "read", path: path, offset: range.lowerBound, length: Int64(range.count),
-            detail: "stored bytes do not match their CRC32C; the segments were dropped", segments: stillPresent)
+            detail: "stored bytes do not match their CRC32C; \(done)", segments: stillPresent)
     }
 
     private struct Fetched: Sendable {

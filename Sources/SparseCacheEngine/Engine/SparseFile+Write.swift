@@ -14,6 +14,19 @@ extension SparseFile {
         try await write(bytes, at: offset, applyingCommitPolicy: true)
     }
 
+    /// Writes any contiguous bytes: `Data`, an `UnsafeRawBufferPointer`, an `ArraySlice`, a
+    /// `ContiguousArray` (the `[UInt8]` ``write(_:at:)`` says what a write does). A `[UInt8]`
+    /// goes through as it is, without a copy; other bytes are copied once, into the array the
+    /// write hands to the resource's queue (it outlives this call, and a caller's buffer may not).
+    /// The copy is made on the caller's side, before the call enters the actor, so bytes that
+    /// are not `Sendable` (a raw buffer) can be passed.
+    @discardableResult
+    nonisolated(nonsending) public func write<Bytes: Collection<UInt8>>(_ bytes: Bytes, at offset: Int64) async throws -> WriteResult {
+        if let array = bytes as? [UInt8] { return try await write(array, at: offset, applyingCommitPolicy: true) }
+        let array = bytes.withContiguousStorageIfAvailable { Array($0) } ?? Array(bytes)
+        return try await write(array, at: offset, applyingCommitPolicy: true)
+    }
+
     /// ``write(_:at:)``, without the commit policy when `applyingCommitPolicy` is false: for a
     /// writer that commits on its own and bounds what it leaves uncommitted (the HTTP fill's
     /// write-back, which commits beside its writes rather than inside them).

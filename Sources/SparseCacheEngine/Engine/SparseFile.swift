@@ -210,6 +210,28 @@ public actor SparseFile {
         var reader: DispatchReadChannel
     }
 
+    /// The error for a path whose index does not exist, saying what is there instead: nothing,
+    /// a directory, a data file alone, or what a write interrupted before its first commit
+    /// leaves (the data file and the unfinished `NAME.scidx.tmp`), which holds nothing to recover.
+    package static func noResource(_ path: String, operation: String) throws -> SparseCacheError {
+        let indexPath = Self.indexPath(for: path)
+        let indexName = FileSystem.fileName(of: indexPath)
+        let data = try FileSystem.status(ofPath: path)
+        let detail: String
+        if try FileSystem.exists(IndexFile.temporaryPath(for: indexPath)) {
+            detail = "nothing was ever committed to it: a write was interrupted before its first commit ('\(indexName).tmp' is "
+                + "its unfinished index, and no byte is claimed); there is nothing to recover. Write it again (the write "
+                + "starts it afresh), or remove '\(FileSystem.fileName(of: path))' and '\(indexName).tmp'"
+        } else if data?.isDirectory == true {
+            detail = "is a directory, not a resource's data file (no index '\(indexName)' beside it)"
+        } else if data != nil {
+            detail = "no index '\(indexName)' beside it: not a sparsecache resource"
+        } else {
+            detail = "no such resource (neither the data file nor its index '\(indexName)' exists)"
+        }
+        return SparseCacheError(.notFound, operation: operation, path: path, detail: detail)
+    }
+
     private static func openBlocking(path: String, mode: AccessMode, options: SparseFileOptions) throws -> Opened {
         let indexPath = Self.indexPath(for: path)
         let indexExists = try FileSystem.exists(indexPath)
@@ -223,13 +245,7 @@ public actor SparseFile {
                     detail: "length \(length) is over the largest supported length \(IndexState.maximumLength(shift: shift))")
             }
         }
-        if !indexExists, !create {
-            let dataExists = try FileSystem.exists(path)
-            throw SparseCacheError(
-                .notFound, operation: "open", path: path,
-                detail: dataExists ? "no index '\(FileSystem.fileName(of: indexPath))' beside it: not a sparsecache resource"
-                    : "no such resource")
-        }
+        if !indexExists, !create { throw try noResource(path, operation: "open") }
         let dataFile: FileDescriptor
         do {
             dataFile = try FileDescriptor.open(
@@ -240,7 +256,11 @@ public actor SparseFile {
         do {
             if mode == .readWrite, try !dataFile.tryLock(exclusive: true, patience: FileDescriptor.lockPatience) {
                 throw SparseCacheError(
-                    .locked, operation: "open", path: path, detail: "locked by another process (open for writing)")
+                    .locked, operation: "open", path: path,
+                    detail: dataFile.lockIsHeldByThisProcess()
+                        ? "already open for writing in this process (one SparseFile per resource: share it, or close "
+                            + "the other before opening again)"
+                        : "locked by another process (open for writing)")
             }
             var pending = IndexChange()
             let index: IndexFile

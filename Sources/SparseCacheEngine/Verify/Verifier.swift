@@ -18,15 +18,42 @@ public enum Verifier {
         let indexPath = SparseFile.indexPath(for: path)
         // Recovery validates the superblocks, the checkpoint and every journal record; the data
         // file settles what a journal damaged in the middle leaves in doubt.
-        let (index, state, recovery) = try await io.run {
+        let openIndex: @Sendable () throws -> (IndexFile, IndexState, IndexFile.RecoveryReport) = {
+            if try !FileSystem.exists(indexPath) { throw try SparseFile.noResource(path, operation: "verify") }
             // A data file that cannot be opened fails the data check below, with its own error
             // (after the index's: a path without an index is no resource).
             let data = try? FileDescriptor.open(path, access: .readOnly)
             defer { data?.close() }
             return try IndexFile.open(path: indexPath, access: .readOnly, evidence: data.map(DataEvidence.reading))
         }
+        var salvaged: String?
+        let opened: (IndexFile, IndexState, IndexFile.RecoveryReport)
+        do {
+            opened = try await io.run(openIndex)
+        } catch let error as SparseCacheError where error.code == .corruptIndex {
+            // Both superblock copies unusable: say what a repair can recover, or recover it.
+            guard let salvage = try await io.run({ try salvageIndex(path: path, indexPath: indexPath) }) else { throw error }
+            guard repair else {
+                throw SparseCacheError(
+                    .corruptIndex, operation: "verify", path: indexPath,
+                    detail: (error.detail ?? "no usable superblock") + ". What --repair can recover: " + salvage.summary
+                        + "; it rebuilds the index from that (the damaged one is kept as '\(FileSystem.fileName(of: indexPath)).damaged')")
+            }
+            try await io.run { try IndexFile.rebuild(path: indexPath, from: salvage) }
+            salvaged =
+                "both superblock copies were unusable (\(error.detail ?? "")); the index was rebuilt from " + salvage.summary
+                + "; the damaged index is kept as '\(FileSystem.fileName(of: indexPath)).damaged'. Whatever the lost state held "
+                + "beyond this (a later checkpoint or journal records no slot's salt validates) cannot be known: fetch or write "
+                + "it again"
+            opened = try await io.run(openIndex)
+        }
+        let (index, state, recovery) = opened
         index.close()
         var report = try await io.run { try checkData(path: path, state: state, recovery: recovery, progress: progress) }
+        if let salvaged {
+            report.indexDamage.insert(salvaged, at: 0)
+            report.repaired = true
+        }
         guard repair else { return report }
         var options = SparseFileOptions()
         options.create = false
@@ -34,7 +61,13 @@ public enum Verifier {
         options.requireDataFileCoversIndex = false
         // A writable open also frees the blocks of segments written but never committed.
         let file = try await SparseFile.open(path, mode: .readWrite, options: options)
-        report.reclaimedBytes = file.recovery.reclaimedBytes
+        // After a salvage, the blocks the rebuilt index does not name held committed data
+        // nothing can claim any more: freed, not "never committed".
+        if salvaged != nil {
+            report.freedLostBytes = file.recovery.reclaimedBytes
+        } else {
+            report.reclaimedBytes = file.recovery.reclaimedBytes
+        }
         guard !report.isClean || recovery.slotProblems.contains(where: { $0 != nil }) || recovery.journalTail != nil
             || recovery.rebuiltCheckpoint != nil || recovery.journalDamage != nil
         else {
@@ -62,6 +95,14 @@ public enum Verifier {
             try await reopened.close()
         }
         return report
+    }
+
+    /// ``IndexFile/salvage(path:evidence:)`` with the data file as evidence; nil when a
+    /// superblock copy is usable (the error was something else) or the data file cannot be read.
+    private static func salvageIndex(path: String, indexPath: String) throws -> IndexFile.Salvage? {
+        guard let data = try? FileDescriptor.open(path, access: .readOnly) else { return nil }
+        defer { data.close() }
+        return try IndexFile.salvage(path: indexPath, evidence: .reading(data))
     }
 
     private static func checkData(

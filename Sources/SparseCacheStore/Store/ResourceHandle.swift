@@ -23,6 +23,27 @@ public final class ResourceHandle: Sendable {
         try await write(bytes, at: offset, applyingCommitPolicy: true)
     }
 
+    /// Writes any contiguous bytes (`Data`, an `UnsafeRawBufferPointer`, an `ArraySlice`);
+    /// see ``SparseFile/write(_:at:)``. A `[UInt8]` is not copied; other bytes are copied once.
+    @discardableResult
+    nonisolated(nonsending) public func write<Bytes: Collection<UInt8>>(_ bytes: Bytes, at offset: Int64) async throws -> WriteResult {
+        let array = bytes as? [UInt8] ?? (bytes.withContiguousStorageIfAvailable { Array($0) } ?? Array(bytes))
+        return try await write(array, at: offset, applyingCommitPolicy: true)
+    }
+
+    /// Makes everything written through the handle so far present (readable), durably: the
+    /// data is fdatasync'ed, then the index that names it is committed and synced (see
+    /// ``SparseFile/commit()``). The store's ``StoreOptions/commitPolicy`` also commits on its
+    /// own (by default every 8 MiB or second), and the last ``release()`` commits; call this
+    /// when the bytes must be readable, or survive a crash, now.
+    ///
+    /// - Throws: `.needsReopen` when a sync failed: the segments since the last good sync are
+    ///   not claimed. `.io` for other write errors (the change stays pending for the next
+    ///   commit); `.closed`.
+    public func commit() async throws {
+        try await file.commit()
+    }
+
     /// See ``SparseFile/write(_:at:applyingCommitPolicy:)``.
     @discardableResult
     package func write(_ bytes: [UInt8], at offset: Int64, applyingCommitPolicy: Bool) async throws -> WriteResult {

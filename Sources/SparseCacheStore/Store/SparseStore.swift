@@ -160,7 +160,9 @@ public actor SparseStore {
             guard try lock.tryLock(exclusive: true, patience: FileDescriptor.lockPatience) else {
                 throw SparseCacheError(
                     .locked, operation: "open store", path: directory,
-                    detail: "cache directory is in use by another process")
+                    detail: lock.lockIsHeldByThisProcess()
+                        ? "cache directory is already open in this process (one SparseStore per directory: share it)"
+                        : "cache directory is in use by another process")
             }
             let (entries, report) = try scan(directory: directory)
             return (lock, entries, report)
@@ -282,6 +284,7 @@ public actor SparseStore {
     /// Every resource with its sizes and last access, least recently used first, plus totals.
     /// Answered from memory.
     public func summary() async -> StoreSummary {
+        await learnLengthsOfOpenResources()
         let small = await smallObjects.entries()
         var summary = Self.summarize(directory: directory, budget: budget, entries: Array(entries.values) + small, open: Set(live.keys))
         // The logs' headers and dead records count too: the budget sees them.
@@ -289,6 +292,23 @@ public actor SparseStore {
         summary.housekeepingFailures = housekeepingFailures
         summary.evictions = evictions
         return summary
+    }
+
+    /// Copies into the entries the lengths that open resources learned since they were opened
+    /// (a fill learns it from the origin's first answer; the entry hears of it otherwise only
+    /// at the last release), so a summary shows the length, and the percentage, of a resource
+    /// still open.
+    private func learnLengthsOfOpenResources() async {
+        let unknown = live.compactMap { key, resource in entries[key]?.length == nil ? (key, resource.file) : nil }
+        for (key, file) in unknown {
+            guard let length = await file.length else { continue }
+            // Re-checked after the await: the entry may have been removed or made anew.
+            if var entry = entries[key], entry.length == nil, live[key]?.file === file {
+                entry.length = length
+                entries[key] = entry
+                markCatalogDirty()
+            }
+        }
     }
 
     /// The totals of ``summary()`` without its entries (`entries` empty, ``StoreSummary/resources``

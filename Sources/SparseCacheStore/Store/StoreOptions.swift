@@ -39,12 +39,16 @@ public struct StoreEntry: Sendable, Equatable, Codable {
     public var presentBytes: Int64
     /// Disk space taken (data blocks and index).
     public var allocatedBytes: Int64
-    /// Last open, read or write, in nanoseconds since 1970 (persisted across restarts).
-    public var lastAccess: Int64
+    /// Last open, read or write, in nanoseconds since 1970: the order eviction follows (each
+    /// access moves it at least one past the last). ``lastAccessTime`` is its public face.
+    package var lastAccess: Int64
     /// Bytes at the start kept when the resource is evicted.
     public var pinnedPrefix: Int64
     /// Open by a reader or writer right now (never evicted while open).
     public var isOpen: Bool
+
+    /// Last open, read or write (persisted across restarts).
+    public var lastAccessTime: WallClockTime { WallClockTime(nanosecondsSince1970: lastAccess) }
 
     /// Present bytes as a percentage of the length (nil while unknown).
     public var percentPresent: Double? {
