@@ -298,7 +298,11 @@ extension SparseStore {
         let firstEvictable = Int((entry.pinnedPrefix + size - 1) / size)
         let present = await file.presentSegments()
         let victims = ranges.flatMap { range in
-            present.flatMap { run in Array(max(run.lowerBound, range.lowerBound, firstEvictable)..<max(min(run.upperBound, range.upperBound), firstEvictable)) }
+            present.flatMap { run -> [Int] in
+                let lower = max(run.lowerBound, range.lowerBound, firstEvictable)
+                let upper = min(run.upperBound, range.upperBound)
+                return lower < upper ? Array(lower..<upper) : []
+            }
         }
         do {
             if !victims.isEmpty { try await file.discard(segments: victims) }
