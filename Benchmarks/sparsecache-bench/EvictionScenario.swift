@@ -41,7 +41,7 @@ enum EvictionScenario {
                 format: "%.3f  %.3f  %.3f  %.3f      %.3f    %.3f", lru.originShare, sfifo.originShare, min.originShare, sfifoToLRU, minToLRU, peak)
             let line = label.padding(toLength: 14, withPad: " ", startingAt: 0) + numbers
             say(line)
-            result.notes.append("scenario 16 simulated \(label): origin/asked " + line)
+            result.notes.append("scenario 16 simulated, origin/asked of LRU sfifo MIN, sfifo/LRU, MIN/LRU, peak/budget: " + line)
             if label == "default" {
                 result.targets.append(
                     TargetCheck(
@@ -155,7 +155,7 @@ enum EvictionScenario {
                     format: "%.3f              %.3f      %.3f           %.3f", Double(real) / Double(totals.asked), sim.originShare, agreement,
                     Double(peak) / Double(budget))
             say(line)
-            result.notes.append("scenario 16 replay \(generator.views) views, " + line)
+            result.notes.append("scenario 16 replay of \(generator.views) views, policy, origin/asked real and simulated, real/simulated, peak/budget: " + line)
             result.targets.append(
                 TargetCheck(
                     name: "real replay / simulator, origin bytes, \(policy.rawValue)", target: "0.95-1.05", measured: Table.format(agreement),

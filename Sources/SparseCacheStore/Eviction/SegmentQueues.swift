@@ -5,7 +5,8 @@
 /// The shape is S3-FIFO's (Yang et al., SOSP 2023) applied to segment runs instead of whole
 /// objects:
 /// - bytes written (a miss) enter the small queue, unless the ghost list remembers them
-///   (they were evicted from the small queue not long ago), then they enter the main queue;
+///   (they were evicted from the small queue not long ago) or they continue a main-queue run
+///   of the same resource (a player going on past a popular head): then the main queue;
 /// - a read of present bytes (a hit) raises their use count (at most 3) and moves nothing;
 /// - eviction takes from the small queue while it holds more than ``smallShare`` of the
 ///   tracked segments, else from the main queue. A small-queue run that was used moves to
@@ -85,8 +86,10 @@ package struct SegmentQueues: Sendable {
         var added: [Run] = []
         for piece in Self.subtract(list.map(\.segments), from: segments) {
             let remembered = ghost.take(key: key, segments: piece)
+            // A player going on past a head that earned its place: those bytes follow it.
+            let continues = list.contains { $0.queue == .main && $0.segments.upperBound == piece.lowerBound }
             clock += 1
-            let run = Run(segments: piece, queue: remembered ? .main : .small, frequency: 0, sequence: clock)
+            let run = Run(segments: piece, queue: remembered || continues ? .main : .small, frequency: 0, sequence: clock)
             added.append(run)
             count(run, sign: 1)
             push(run, key: key)
