@@ -13,7 +13,7 @@ enum ServeCommand: Command {
         options: [
             "--cache-dir", "--listen", "--max-size", "--origin", "--max-connections", "--max-connections-per-client", "--allow-origin",
             "--server-name", "--max-resource-size", "--max-body-size", "--admin-listen", "--log-format", "--access-log", "--prefetch",
-            "--config", "--small-object-size", "--cors", "--cors-max-age",
+            "--config", "--small-object-size", "--cors", "--cors-max-age", "--eviction",
         ],
         flags: ["--quiet", "--underscores-in-headers"])
     static let help = """
@@ -29,6 +29,7 @@ enum ServeCommand: Command {
                                  [--origin URL] [--allow-origin PATTERN]... [--server-name NAME]...
                                  [--max-resource-size SIZE] [--max-body-size SIZE] [--small-object-size SIZE]
                                  [--max-connections N] [--max-connections-per-client N] [--quiet]
+                                 [--eviction lru|sfifo]
                                  [--underscores-in-headers]
                                  [--admin-listen ADDR:PORT|off] [--log-format text|json]
                                  [--config FILE]
@@ -72,9 +73,13 @@ enum ServeCommand: Command {
                                  127.0.0.1; IPv6 as [::1]:8080). Anything but loopback lets
                                  other machines use this proxy and, in URL mode, fetch any URL
                                  through it.
-          --max-size SIZE        The cache directory's budget; least recently used resources
-                                 are evicted beyond it (default: a quarter of the free space of
-                                 its file system at start, at least 64 MiB; printed at start)
+          --max-size SIZE        The cache directory's budget; --eviction chooses what goes
+                                 beyond it (default: a quarter of the free space of its file
+                                 system at start, at least 64 MiB; printed at start)
+          --eviction POLICY      sfifo (default): segment runs in a small and a main FIFO
+                                 queue, so bytes asked for once go before bytes asked for
+                                 again and a video's cold tail before its head; lru: whole
+                                 least recently used resources (docs/EVICTION.md)
           --max-resource-size SIZE
                                  Resources longer than this (as the origin states their
                                  length) are passed on, not stored (default 256G)
@@ -177,6 +182,7 @@ enum ServeCommand: Command {
         }
         let givenBudget = try arguments.size("--max-size")
         let budget = givenBudget ?? DefaultBudget.compute(directory: directory) ?? .max
+        let eviction = try evictionPolicy(arguments)
         let quiet = arguments.has("--quiet")
         var streaming = StreamingOptions()
         if let text = arguments.options["--prefetch"], text != "auto" {
@@ -195,6 +201,7 @@ enum ServeCommand: Command {
         try ShutdownSignals.install(hangup: true)
         noteIfNewCacheDirectory(directory, command: name)
         var storeOptions = StoreOptions(budget: budget)
+        storeOptions.eviction = eviction
         // Housekeeping that fails without failing a request (an eviction, a background release)
         // is logged as it happens, whatever --quiet says.
         storeOptions.log = { line in RequestLog.problem(line) }
