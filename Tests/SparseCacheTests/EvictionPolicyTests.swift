@@ -158,4 +158,19 @@ struct EvictionPolicyTests {
         #expect(kept == 8 * 16384, "kept \(kept) bytes of the popular resource after a restart")
         try await reopened.close()
     }
+
+    @Test("reads made without the handle (the proxy's quick hits) count as uses of exactly the segments they covered")
+    func readsWithoutTheHandle() async throws {
+        let directory = try TemporaryDirectory("sfifo-quick-uses")
+        defer { directory.remove() }
+        let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 1 << 30, eviction: .sfifo))
+        try await write(store, "clip", segments: 8)
+        let handle = try await store.open(key: "clip")
+        await handle.noteUse(reading: [16384..<(3 * 16384), (5 * 16384)..<(5 * 16384 + 1)])
+        let runs = await store.queues.runs["clip"] ?? []
+        let used = runs.filter { $0.frequency > 0 }.map(\.segments)
+        #expect(used == [1..<3, 5..<6], "\(runs)")
+        try await handle.release()
+        try await store.close()
+    }
 }
