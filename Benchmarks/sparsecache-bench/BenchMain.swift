@@ -21,9 +21,11 @@ enum BenchMain {
         (SmallObjectScenario.number, SmallObjectScenario.name, SmallObjectScenario.run),
         (CatalogScaleScenario.number, CatalogScaleScenario.name, CatalogScaleScenario.run),
         (HitScenario.number, HitScenario.name, HitScenario.run),
+        (EvictionScenario.number, EvictionScenario.name, EvictionScenario.run),
     ]
 
     static func run(_ arguments: [String]) async -> Int32 {
+        if arguments.first == "trace" { return TraceCommand.run(Array(arguments.dropFirst())) }
         if arguments.first == "--probe-open" { return await ScaleScenario.probe(Array(arguments.dropFirst())) }
         if arguments.first == "--probe-small-objects" { return await CatalogScaleScenario.probe(Array(arguments.dropFirst())) }
         let options: BenchOptions

@@ -15,6 +15,8 @@ struct BenchOptions: Sendable {
     var keep = false
     /// Scenario 14: also measure 10^6 (and every power of ten up to this) small objects.
     var scaleMaximum: Int?
+    /// Scenario 16: views in the trace replayed through the proxy (default 300; 30 in smoke mode).
+    var traceViews: Int?
 
     static let usage = """
         OVERVIEW: sparsecache side by side with raw syscalls and the designs it replaces.
@@ -23,6 +25,7 @@ struct BenchOptions: Sendable {
         reports min / median / max over the repetitions and the ratio to the raw baseline.
 
         USAGE: sparsecache-bench [--quick | --smoke] [--json PATH] [--dir PATH] [--only N,...] [--scale-max N]
+                                 [--trace-views N]
 
         OPTIONS:
           --quick         Smaller sizes, 7 repetitions (about 2 minutes)
@@ -31,9 +34,11 @@ struct BenchOptions: Sendable {
           --json PATH     Write every result as JSON to PATH
           --dir PATH      Parent of the scratch directory (default /var/tmp; never a tmpfs
                           unless you ask for one). The scratch directory is removed at the end.
-          --only N,...    Run only these scenarios (1-15)
+          --only N,...    Run only these scenarios (1-16)
           --scale-max N   Scenario 14 also at 10^6 small objects (and each power of ten up
                           to N): about 4.4 GB of logs and a few minutes per 10^6
+          --trace-views N Scenario 16 replays a trace of N views through the proxy (default
+                          300, about 2 GiB asked; 1500 is about 9 GiB)
           --reps N        Override the repetition count (at least 1)
           --keep          Keep the scratch directory
           -h, --help      Show this help
@@ -54,6 +59,9 @@ struct BenchOptions: Sendable {
                                               per object at 10^4, 10^5 (10^6 with --scale-max)
                                           15  cached hits against nginx: warm first byte, CPU per
                                               1 KiB hit, 2,000 4 KiB objects under wrk
+                                          16  eviction on video traces: LRU, sfifo and Belady's
+                                              MIN simulated, and a real replay per policy
+          (sparsecache-bench trace --help: the simulator alone, on any trace)
         """
 
     struct UsageError: Error, CustomStringConvertible {
@@ -84,6 +92,11 @@ struct BenchOptions: Sendable {
                     throw UsageError(description: "--scale-max needs a number of objects of at least 1000000")
                 }
                 options.scaleMaximum = count
+            case "--trace-views":
+                guard let count = Int(try value(argument)), count >= 1 else {
+                    throw UsageError(description: "--trace-views needs a positive integer")
+                }
+                options.traceViews = count
             case "--reps":
                 guard let count = Int(try value(argument)), count >= 1 else {
                     throw UsageError(description: "--reps needs a positive integer")
@@ -91,8 +104,8 @@ struct BenchOptions: Sendable {
                 options.repetitionsOverride = count
             case "--only":
                 let numbers = try value(argument).split(separator: ",").map { Int($0) }
-                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...15).contains($0) } ?? false }) else {
-                    throw UsageError(description: "--only takes scenario numbers from 1 to 15, e.g. --only 1,3")
+                guard !numbers.isEmpty, numbers.allSatisfy({ $0.map { (1...16).contains($0) } ?? false }) else {
+                    throw UsageError(description: "--only takes scenario numbers from 1 to 16, e.g. --only 1,3")
                 }
                 options.only = Set(numbers.compactMap { $0 })
             default:

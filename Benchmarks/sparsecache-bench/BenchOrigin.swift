@@ -57,6 +57,16 @@ struct BenchOrigin {
         }
     }
 
+    /// Body bytes the origin sent for every path, from its access log.
+    static func totalBodyBytes(in log: String) -> Int64 {
+        guard let text = try? String(contentsOfFile: log, encoding: .utf8) else { return 0 }
+        return text.split(separator: "\n").reduce(Int64(0)) { total, line in
+            let fields = line.split(separator: " ", maxSplits: 4)
+            guard fields.count >= 4, let bytes = Int64(fields[3]) else { return total }
+            return total + bytes
+        }
+    }
+
     private static func writeResource(_ path: String, length: Int64, seed: UInt64) throws {
         var random = SplitMix64(seed: seed)
         let chunk = random.bytes(1 << 20)

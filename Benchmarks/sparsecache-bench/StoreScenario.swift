@@ -107,6 +107,8 @@ enum StoreScenario {
     static var options: StoreOptions {
         var options = StoreOptions(budget: 1 << 40)
         options.commitPolicy = .manual
+        // The row measures removing least-recently-used resources.
+        options.eviction = .lru
         return options
     }
 

@@ -96,6 +96,7 @@ enum ServeCommand: Command {
                 "invalid \(ServeOptions.smallObjectSize.name) \(smallObjectSize): at most the segment size, \(SparseFileOptions.defaultSegmentSize) bytes")
         }
         let givenBudget = try arguments.size(ServeOptions.maxSize)
+        let eviction = try evictionPolicy(arguments)
         let budget = givenBudget ?? DefaultBudget.compute(directory: directory) ?? .max
         let quiet = arguments.has(ServeOptions.quiet)
         var streaming = StreamingOptions()
@@ -115,6 +116,7 @@ enum ServeCommand: Command {
         try ShutdownSignals.install(hangup: true)
         noteIfNewCacheDirectory(directory, command: name)
         var storeOptions = StoreOptions(budget: budget)
+        storeOptions.eviction = eviction
         // Housekeeping that fails without failing a request (an eviction, a background release)
         // is logged as it happens, whatever --quiet says.
         storeOptions.log = { line in RequestLog.problem(line) }

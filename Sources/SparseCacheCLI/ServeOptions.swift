@@ -12,7 +12,12 @@ enum ServeOptions {
     static let maxSize = CLIOption.value(
         "--max-size", "SIZE",
         defaultDescription: "a quarter of the free space of its file system at start, at least 64 MiB; printed at start",
-        help: "The cache directory's budget; least recently used resources are evicted beyond it")
+        help: "The cache directory's budget; --eviction chooses what goes beyond it")
+    static let eviction = CLIOption.value(
+        "--eviction", "POLICY", default: EvictionPolicy.defaultPolicy.rawValue,
+        completion: .words(EvictionPolicy.allCases.map(\.rawValue)),
+        help: "sfifo: segment runs in a small and a main FIFO queue, so bytes asked for once go before bytes asked for "
+            + "again and a video's cold tail before its head; lru: whole least recently used resources (docs/EVICTION.md)")
     static let maxResourceSize = CLIOption.value(
         "--max-resource-size", "SIZE", default: SizeParser.shortForm(CachingProxy.defaultMaximumResourceLength),
         help: "Resources longer than this (as the origin states their length) are passed on, not stored")
@@ -80,7 +85,7 @@ enum ServeOptions {
 
     /// Every option, in the order of the help.
     static let all = [
-        cacheDirectory, listen, maxSize, maxResourceSize, smallObjectSize, origin, allowOrigin, serverName, maxConnections,
+        cacheDirectory, listen, maxSize, eviction, maxResourceSize, smallObjectSize, origin, allowOrigin, serverName, maxConnections,
         maxConnectionsPerClient, maxBodySize, underscoresInHeaders, prefetch, cors, corsMaxAge, quiet, config, adminListen,
         logFormat, accessLog,
     ]

@@ -16,7 +16,7 @@ struct BenchSmokeTests {
         let json = scratch.file("report.json")
         let run = try await CLI.run(binary: binary, ["--smoke", "--json", json, "--dir", scratch.path])
         #expect(run.status == 0, "stderr: \(run.err)")
-        for scenario in 1...15 {
+        for scenario in 1...16 {
             #expect(run.out.contains("\n## \(scenario). "), "scenario \(scenario) missing from the table")
         }
         #expect(run.out.contains("## targets"), "no target summary")
@@ -35,7 +35,7 @@ struct BenchSmokeTests {
         let leftovers = try FileManager.default.contentsOfDirectory(atPath: scratch.path).filter { $0 != "report.json" }
         #expect(leftovers.isEmpty, "left behind: \(leftovers)")
 
-        let usage = try await CLI.run(binary: binary, ["--only", "16"])
-        #expect(usage.status == 64 && usage.err.contains("1 to 15"), "\(usage)")
+        let usage = try await CLI.run(binary: binary, ["--only", "17"])
+        #expect(usage.status == 64 && usage.err.contains("1 to 16"), "\(usage)")
     }
 }

@@ -15,8 +15,11 @@ func keyedBytes(_ key: String, _ range: Range<Int64>) -> [UInt8] {
 }
 
 extension StoreOptions {
+    /// Whole-resource LRU: the suites built on this check eviction against an LRU model
+    /// (EvictionPolicyTests sets sfifo).
     static func testing(budget: Int64, segmentSize: Int = 16384) -> StoreOptions {
         var options = StoreOptions(budget: budget)
+        options.eviction = .lru
         options.segmentSize = segmentSize
         options.commitPolicy = .manual
         options.catalogSaveDelay = .milliseconds(50)

@@ -56,7 +56,7 @@ extension ProgressiveCache {
 
     /// Whether quick answers used `resource` since it went idle, recently enough to keep it
     /// open: the kept-open time then counts from the last of them, and the store hears of the
-    /// use (its recency decides eviction).
+    /// use and of the byte ranges sent (its eviction policy counts them as reads).
     func keptForQuickHits(_ resource: FillResource) -> Bool {
         guard let hit = quickHits[resource.key], hit.view != nil, let handle = resource.handle else { return false }
         let last = hit.lastUse.load(ordering: .relaxed)
@@ -64,7 +64,8 @@ extension ProgressiveCache {
         let used = QuickHits.epoch + .nanoseconds(last)
         guard used > resource.idleSince else { return false }
         resource.idleSince = used
-        _ = onLoop { await handle.noteUse() }
+        let sent = hit.takeSentRanges()
+        _ = onLoop { await handle.noteUse(reading: sent) }
         return ContinuousClock.now - used < options.keepOpen
     }
 }

@@ -30,6 +30,11 @@ final class QuickHits: Sendable {
         /// ``QuickHits/epoch`` (0: never): the cache keeps the resource open while it is used,
         /// and tells the store of the use.
         let lastUse = Atomic<Int64>(0)
+        /// The byte ranges of a resource quick answers sent since the cache last took them
+        /// (``takeSentRanges()``), for the store's eviction policy, which counts uses of
+        /// segments: at most ``sentRangesLimit``, consecutive ones joined.
+        private let sentRanges = Lock<[Range<Int64>]>([])
+        static let sentRangesLimit = 16
 
         /// The stored head encoded for quick answers, made at the first (``encodedHead(via:)``).
         private let encoded = Lock<EncodedHead>(.notYet)
@@ -52,6 +57,26 @@ final class QuickHits: Sendable {
             let made = QuickHead(head.replayed, via: via.element)
             encoded.withLock { $0 = .made(made, pseudonym: via.pseudonym) }
             return made
+        }
+
+        /// Notes that a quick answer sent `range` of the resource.
+        func noteSent(_ range: Range<Int64>) {
+            guard !range.isEmpty, view != nil else { return }
+            sentRanges.withLock { ranges in
+                if let last = ranges.last, last.upperBound == range.lowerBound {
+                    ranges[ranges.count - 1] = last.lowerBound..<range.upperBound
+                } else if ranges.count < Self.sentRangesLimit {
+                    ranges.append(range)
+                }
+            }
+        }
+
+        /// The ranges noted since the last call.
+        func takeSentRanges() -> [Range<Int64>] {
+            sentRanges.withLock { ranges in
+                defer { ranges = [] }
+                return ranges
+            }
         }
 
         /// The resource's view; nil for a small object.

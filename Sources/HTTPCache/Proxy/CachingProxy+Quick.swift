@@ -97,6 +97,7 @@ extension CachingProxy {
             }
         }
         let bytes = request.method == "HEAD" ? 0 : Int64(range.count)
+        if bytes > 0 { hit.noteSent(range) }
         reply.noteCache(outcome: "hit", hitBytes: bytes)
         cache.count {
             $0.bytesFromCache += bytes

@@ -74,6 +74,13 @@ public final class ResourceHandle: Sendable {
         await store.touch(key)
     }
 
+    /// ``noteUse()`` for reads of `ranges` made without the handle: the segments count as read
+    /// (their recency, and a use under ``EvictionPolicy/sfifo``).
+    package func noteUse(reading ranges: [Range<Int64>]) async {
+        guard !ranges.isEmpty else { return await store.touch(key) }
+        for range in ranges { await store.noteRead(key: key, range: range) }
+    }
+
     /// Unpins the resource. The last release commits and closes it, after which it may be
     /// evicted. Calling it again does nothing.
     public func release() async throws {

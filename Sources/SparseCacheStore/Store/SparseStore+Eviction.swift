@@ -100,9 +100,7 @@ extension SparseStore {
             progress = false
             // Least recently used first, sorted once per round: every candidate is re-checked
             // after each await below, so a resource opened meanwhile is never touched.
-            let order = entries.values
-                .filter { live[$0.key] == nil && !lockedKeys.contains($0.key) }
-                .sorted { ($0.lastAccess, $0.key) < ($1.lastAccess, $1.key) }
+            let order = LeastRecentlyUsed.order(entries.values.filter { live[$0.key] == nil && !lockedKeys.contains($0.key) })
             for candidate in order where candidate.pinnedPrefix > 0 && candidate.presentBytes > candidate.pinnedPrefix {
                 guard await excess(target: target) > 0 else { break }
                 if try await trimToPrefix(key: candidate.key) {
@@ -120,15 +118,15 @@ extension SparseStore {
                 // Progress is disk given back: a pass that only moved records must end.
                 if smallObjects.diskBytes < before { progress = true }
             }
-            var need = await excess(target: target)
-            var victims: [String] = []
-            for candidate in order where need > 0 {
-                guard live[candidate.key] == nil, !lockedKeys.contains(candidate.key), let entry = entries[candidate.key],
-                    entry.pinnedPrefix != .max
-                else { continue }
-                victims.append(candidate.key)
-                need -= entry.allocatedBytes
+            if options.eviction == .sfifo {
+                let (removed, freed) = try await evictSegmentRuns(target: target, order: order)
+                evicted += removed
+                if freed { progress = true }
+                if progress { continue }
             }
+            let need = await excess(target: target)
+            let victims = LeastRecentlyUsed.victims(
+                in: order.compactMap { entries[$0.key] }, need: need, isHeld: { live[$0] != nil || lockedKeys.contains($0) })
             if !victims.isEmpty {
                 let removed = try await removeClosedResources(victims)
                 evicted += removed
@@ -157,6 +155,7 @@ extension SparseStore {
         for entry in victims {
             entries[entry.key] = nil
             keyByName[entry.name] = nil
+            queues.noteRemoved(key: entry.key)
         }
         markCatalogDirty()
         return victims.map(\.key)
@@ -184,6 +183,7 @@ extension SparseStore {
             throw error
         }
         await refresh(key: key, from: file)
+        queues.noteDiscarded(key: key, segments: firstDropped..<Int.max)
         if var updated = entries[key] {
             // Present bytes now fit the prefix: it is no longer a trim candidate.
             updated.presentBytes = min(updated.presentBytes, updated.pinnedPrefix)
@@ -220,11 +220,98 @@ extension SparseStore {
             guard count > 0 else { continue }
             let victims = Array(coldest.prefix(count))
             try await resource.file.discard(segments: victims)
-            for segment in victims { live[key]?.segmentTouch[segment] = nil }
+            for segment in victims {
+                live[key]?.segmentTouch[segment] = nil
+                queues.noteDiscarded(key: key, segments: segment..<(segment + 1))
+            }
             let before = entries[key]?.allocatedBytes ?? 0
             await refresh(key: key, from: resource.file)
             freed += max(Int64(count) * size, before - (entries[key]?.allocatedBytes ?? 0))
         }
         return freed > 0
+    }
+
+    /// The ``EvictionPolicy/sfifo`` part of a pass: closed resources the queues do not track
+    /// (found on disk, or from a catalog without runs) go first, least recently used first;
+    /// then the runs the queues give up, a batch at a time. A resource left with no run is
+    /// deleted whole. Returns the keys trimmed or removed and whether any disk was freed.
+    private func evictSegmentRuns(target: Int64, order: [StoreEntry]) async throws -> ([String], Bool) {
+        var touched: [String] = []
+        var freed = false
+        let untracked = order.filter { queues.runs[$0.key] == nil && $0.pinnedPrefix != .max }
+        if !untracked.isEmpty {
+            let victims = LeastRecentlyUsed.victims(
+                in: untracked.compactMap { entries[$0.key] }, need: await excess(target: target),
+                isHeld: { live[$0] != nil || lockedKeys.contains($0) || queues.runs[$0] != nil })
+            let removed = try await removeClosedResources(victims)
+            touched += removed
+            freed = freed || !removed.isEmpty
+        }
+        var need = await excess(target: target)
+        while need > 0 {
+            let segmentSize = Int64(options.segmentSize)
+            // One batch: victims worth the bytes needed now, grouped by resource. A run's
+            // resource is held while open or locked, or when it is pinned whole.
+            var batch: [String: [Range<Int>]] = [:]
+            var planned: Int64 = 0
+            while planned < need {
+                let limit = Int((need - planned + segmentSize - 1) / segmentSize)
+                guard let victim = queues.takeVictim(limit: limit, isHeld: { key in
+                    live[key] != nil || lockedKeys.contains(key) || (entries[key]?.pinnedPrefix ?? 0) == .max
+                }) else { break }
+                batch[victim.key, default: []].append(victim.segments)
+                planned += Int64(victim.segments.count) * segmentSize
+            }
+            guard !batch.isEmpty else { break }
+            var wholly: [String] = []
+            for (key, ranges) in batch.sorted(by: { $0.key < $1.key }) {
+                if queues.runs[key] == nil, (entries[key]?.pinnedPrefix ?? 0) == 0 {
+                    wholly.append(key)
+                } else if try await discardClosed(key: key, segments: ranges) {
+                    touched.append(key)
+                    freed = true
+                }
+            }
+            let removed = try await removeClosedResources(wholly)
+            touched += removed
+            freed = freed || !removed.isEmpty
+            let left = await excess(target: target)
+            // Victims that named only absent segments free nothing: ask for more, but stop
+            // when the queues are out of victims (the caller falls back to whole resources).
+            need = left
+        }
+        return (touched, freed)
+    }
+
+    /// Discards `segments` of a closed resource, never below its pinned prefix. Returns false
+    /// when it was open, gone, or nothing was dropped.
+    private func discardClosed(key: String, segments ranges: [Range<Int>]) async throws -> Bool {
+        await lockKey(key)
+        defer { unlockKey(key) }
+        // Re-check after the await: the resource may have been opened or removed meanwhile.
+        guard live[key] == nil, let entry = entries[key] else { return false }
+        var reopen = SparseFileOptions()
+        reopen.create = false
+        reopen.commitPolicy = .manual
+        let file = try await SparseFile.open(resourcesDirectory + "/" + entry.name, options: reopen)
+        let size = Int64(file.segmentSize)
+        let firstEvictable = Int((entry.pinnedPrefix + size - 1) / size)
+        let present = await file.presentSegments()
+        let victims = ranges.flatMap { range in
+            present.flatMap { run -> [Int] in
+                let lower = max(run.lowerBound, range.lowerBound, firstEvictable)
+                let upper = min(run.upperBound, range.upperBound)
+                return lower < upper ? Array(lower..<upper) : []
+            }
+        }
+        do {
+            if !victims.isEmpty { try await file.discard(segments: victims) }
+            try await file.close()
+        } catch {
+            try? await file.close()
+            throw error
+        }
+        await refresh(key: key, from: file)
+        return !victims.isEmpty
     }
 }

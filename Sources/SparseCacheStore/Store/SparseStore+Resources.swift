@@ -77,6 +77,7 @@ extension SparseStore {
                 try? await file.close()
                 keyByName[entry.name] = await file.metadata.key
                 entries[key] = nil
+                queues.noteRemoved(key: key)
             } catch let error as SparseCacheError
                 where [.corruptIndex, .unsupportedVersion, .corruptData, .notFound].contains(error.code)
             {
@@ -84,6 +85,7 @@ extension SparseStore {
                 try await deleteFiles(name: entry.name)
                 entries[key] = nil
                 keyByName[entry.name] = nil
+                queues.noteRemoved(key: key)
             }
         }
         let (name, file) = try await createFile(key: key, length: length, contentType: contentType)
@@ -189,7 +191,9 @@ extension SparseStore {
             let shift = Int64(file.segmentSize.trailingZeroBitCount)
             touchClock += 1
             for range in result.completed {
-                live[key]?.touch(Int(range.lowerBound >> shift)..<Int((range.upperBound + (1 << shift) - 1) >> shift), at: touchClock)
+                let segments = Int(range.lowerBound >> shift)..<Int((range.upperBound + (1 << shift) - 1) >> shift)
+                live[key]?.touch(segments, at: touchClock)
+                if options.eviction == .sfifo { queues.noteWritten(key: key, segments: segments) }
             }
         }
         markCatalogDirty()
@@ -204,7 +208,9 @@ extension SparseStore {
         guard let file = live[key]?.file, !range.isEmpty else { return }
         let shift = Int64(file.segmentSize.trailingZeroBitCount)
         touchClock += 1
-        live[key]?.touch(Int(range.lowerBound >> shift)..<Int((range.upperBound - 1) >> shift) + 1, at: touchClock)
+        let segments = Int(range.lowerBound >> shift)..<Int((range.upperBound - 1) >> shift) + 1
+        live[key]?.touch(segments, at: touchClock)
+        if options.eviction == .sfifo { queues.noteRead(key: key, segments: segments) }
         touch(key)
     }
 
@@ -248,6 +254,7 @@ extension SparseStore {
         try await deleteFiles(name: entry.name)
         entries[key] = nil
         keyByName[entry.name] = nil
+        queues.noteRemoved(key: key)
         markCatalogDirty()
     }
 

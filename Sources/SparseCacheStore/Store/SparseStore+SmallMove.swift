@@ -48,6 +48,7 @@ extension SparseStore {
         try await deleteFiles(name: entry.name)
         entries[key] = nil
         keyByName[entry.name] = nil
+        queues.noteRemoved(key: key)
         markCatalogDirty()
         return true
     }

@@ -45,6 +45,8 @@ public actor SparseStore {
     /// A queued budget pass that has not started: concurrent callers of `enforceBudget` join it.
     var pendingEnforcement: Task<[String], Error>?
     var touchClock: UInt64 = 0
+    /// The ``EvictionPolicy/sfifo`` policy's state (empty under ``EvictionPolicy/lru``).
+    var queues = SegmentQueues()
     var isClosed = false
     /// Housekeeping that failed without failing its caller, counted since the store opened.
     public private(set) var housekeepingFailures = HousekeepingFailures()
@@ -97,7 +99,7 @@ public actor SparseStore {
 
     init(
         directory: String, options: StoreOptions, lockFile: FileDescriptor, entries: [StoreEntry], startup: StartupReport,
-        io: BlockingExecutor, smallObjects: SmallObjectStore
+        io: BlockingExecutor, smallObjects: SmallObjectStore, runs: [String: [SegmentQueues.Run]] = [:]
     ) {
         self.smallObjects = smallObjects
         self.directory = directory
@@ -109,6 +111,10 @@ public actor SparseStore {
         self.startup = startup
         self.entries = StoreEntries(entries, presence: presence)
         self.keyByName = Dictionary(self.entries.values.map { ($0.name, $0.key) }, uniquingKeysWith: { first, _ in first })
+        if options.eviction == .sfifo {
+            for (key, list) in runs where self.entries[key] != nil { queues.restore(key: key, runs: list) }
+            queues.finishRestore()
+        }
     }
 
     deinit {
@@ -134,7 +140,7 @@ public actor SparseStore {
                 detail: "segment size \(options.segmentSize) is not a power of two from 4 KiB to 16 MiB")
         }
         let io = BlockingExecutor(label: "sparsecache.store")
-        let (lock, entries, report) = try await io.run { try openBlocking(directory: directory) }
+        let (lock, entries, report, runs) = try await io.run { try openBlocking(directory: directory) }
         let smallObjects: SmallObjectStore
         do {
             smallObjects = try await SmallObjectStore.open(directory: directory + "/" + objectsDirectoryName, options: options.smallObjects)
@@ -143,7 +149,8 @@ public actor SparseStore {
             throw error
         }
         let store = SparseStore(
-            directory: directory, options: options, lockFile: lock, entries: entries, startup: report, io: io, smallObjects: smallObjects)
+            directory: directory, options: options, lockFile: lock, entries: entries, startup: report, io: io, smallObjects: smallObjects,
+            runs: runs)
         if report.indexesRead + report.orphansRemoved + report.damagedRemoved > 0 || !report.catalogFound {
             await store.markCatalogDirty()
         }
@@ -151,7 +158,7 @@ public actor SparseStore {
         return store
     }
 
-    private static func openBlocking(directory: String) throws -> (FileDescriptor, [StoreEntry], StartupReport) {
+    private static func openBlocking(directory: String) throws -> (FileDescriptor, [StoreEntry], StartupReport, [String: [SegmentQueues.Run]]) {
         try FileSystem.createDirectory(directory)
         let resources = directory + "/resources"
         try FileSystem.createDirectory(resources)
@@ -164,8 +171,9 @@ public actor SparseStore {
                         ? "cache directory is already open in this process (one SparseStore per directory: share it)"
                         : "cache directory is in use by another process")
             }
-            let (entries, report) = try scan(directory: directory)
-            return (lock, entries, report)
+            var runs: [String: [SegmentQueues.Run]] = [:]
+            let (entries, report) = try scan(directory: directory, runs: &runs)
+            return (lock, entries, report, runs)
         } catch {
             lock.close()
             throw error
@@ -176,9 +184,18 @@ public actor SparseStore {
     /// indexes of resources the catalog does not know, deletes orphaned data files and
     /// resources whose index is unusable, refreshes allocated sizes with one stat per file.
     static func scan(directory: String, removing: Bool = true) throws -> ([StoreEntry], StartupReport) {
+        var runs: [String: [SegmentQueues.Run]] = [:]
+        return try scan(directory: directory, removing: removing, runs: &runs)
+    }
+
+    /// ``scan(directory:removing:)`` that also hands back the eviction policy's runs the
+    /// catalog kept.
+    static func scan(directory: String, removing: Bool = true, runs: inout [String: [SegmentQueues.Run]]) throws -> ([StoreEntry], StartupReport) {
         let resources = directory + "/resources"
         var report = StartupReport()
-        let catalog = try StoreCatalog.load(directory: directory)
+        let loaded = try StoreCatalog.loadWithRuns(directory: directory)
+        let catalog = loaded?.entries
+        runs = loaded?.runs ?? [:]
         report.catalogFound = catalog != nil
         let files = try ResourceFiles(directory: directory)
         let names = Set(files.resources)
@@ -407,6 +424,7 @@ public actor SparseStore {
         guard catalogDirty else { return }
         catalogDirty = false
         let snapshot = Array(entries.values)
+        let runs = queues.runs
         let directory = self.directory
         let io = self.io
         // The task (on this actor) clears its own entry as it ends: a waiter that looked again
@@ -414,7 +432,7 @@ public actor SparseStore {
         // other save starts before then (each waits above), so the entry is this task's.
         let task = Task {
             defer { self.catalogSaving = nil }
-            try await io.run { try StoreCatalog.save(snapshot, directory: directory) }
+            try await io.run { try StoreCatalog.save(snapshot, runs: runs, directory: directory) }
         }
         catalogSaving = task
         do {

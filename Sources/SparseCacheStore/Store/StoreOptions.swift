@@ -3,7 +3,7 @@ import SparseCacheEngine
 /// How a ``SparseStore`` manages its directory.
 public struct StoreOptions: Sendable {
     /// The most disk space (bytes actually allocated: data blocks plus indexes) the store's
-    /// resources may take. Least-recently-used resources are evicted past it.
+    /// resources may take. Past it, ``eviction`` chooses what goes.
     public var budget: Int64
     /// Keep at least this much free space on the file system, evicting more if needed.
     public var minimumFreeSpace: Int64?
@@ -22,6 +22,11 @@ public struct StoreOptions: Sendable {
     /// ``SparseStore/housekeepingFailures``). Called on the store's actor: hand the line off,
     /// do not block.
     public var log: (@Sendable (String) -> Void)?
+    /// What goes when the store is over its budget: whole least-recently-used resources
+    /// (``EvictionPolicy/lru``) or segment runs in FIFO queues with a ghost list
+    /// (``EvictionPolicy/sfifo``, the default). Either never evicts an open resource's bytes
+    /// while closed ones can go, nor a pinned prefix.
+    public var eviction = EvictionPolicy.defaultPolicy
     /// How the small-object logs are laid out and committed.
     public var smallObjects = SmallObjectOptions()
 
@@ -49,6 +54,20 @@ public struct StoreEntry: Sendable, Equatable, Codable {
 
     /// Last open, read or write (persisted across restarts).
     public var lastAccessTime: WallClockTime { WallClockTime(nanosecondsSince1970: lastAccess) }
+
+    package init(
+        key: String, name: String, length: Int64?, presentBytes: Int64, allocatedBytes: Int64, lastAccess: Int64, pinnedPrefix: Int64,
+        isOpen: Bool
+    ) {
+        self.key = key
+        self.name = name
+        self.length = length
+        self.presentBytes = presentBytes
+        self.allocatedBytes = allocatedBytes
+        self.lastAccess = lastAccess
+        self.pinnedPrefix = pinnedPrefix
+        self.isOpen = isOpen
+    }
 
     /// Present bytes as a percentage of the length (nil while unknown).
     public var percentPresent: Double? {
