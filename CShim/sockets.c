@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "cshim.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -59,6 +60,55 @@ int sc_tcp_local_port(int fd) {
     return -1;
 }
 
+/// `address:port`, `[v6]:port`, as getnameinfo with NI_NUMERICHOST | NI_NUMERICSERV would
+/// give it, without its formatting machinery (every accepted client is named here); an IPv6
+/// address with a scope (link-local) goes through getnameinfo, which adds `%interface`.
+static void format_peer(const struct sockaddr_storage *address, socklen_t length, char *peer, size_t peer_size) {
+    char host[INET6_ADDRSTRLEN + 2];
+    unsigned port = 0;
+    const char *written = NULL;
+    if (address->ss_family == AF_INET) {
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)address;
+        written = inet_ntop(AF_INET, &v4->sin_addr, host, sizeof host);
+        port = ntohs(v4->sin_port);
+    } else if (address->ss_family == AF_INET6 && ((const struct sockaddr_in6 *)address)->sin6_scope_id == 0) {
+        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)address;
+        host[0] = '[';
+        written = inet_ntop(AF_INET6, &v6->sin6_addr, host + 1, sizeof host - 2);
+        if (written != NULL) strcat(host, "]");
+        port = ntohs(v6->sin6_port);
+    } else {
+        char name[NI_MAXHOST], service[NI_MAXSERV];
+        if (getnameinfo((const struct sockaddr *)address, length, name, sizeof name, service, sizeof service,
+                        NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+            snprintf(peer, peer_size, address->ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", name, service);
+        } else {
+            snprintf(peer, peer_size, "?");
+        }
+        return;
+    }
+    if (written == NULL) {
+        snprintf(peer, peer_size, "?");
+        return;
+    }
+    // host, ':' and the port's digits, written by hand.
+    char digits[6];
+    int count = 0;
+    do {
+        digits[count++] = (char)('0' + port % 10);
+        port /= 10;
+    } while (port > 0);
+    size_t used = strlen(host);
+    if (used + 1 + (size_t)count + 1 > peer_size) {
+        snprintf(peer, peer_size, "?");
+        return;
+    }
+    memcpy(peer, host, used);
+    peer[used++] = ':';
+    while (count > 0) peer[used++] = digits[--count];
+    peer[used] = 0;
+}
+
 int sc_tcp_accept(int fd, char *peer, size_t peer_size) {
     struct sockaddr_storage address;
     socklen_t length = sizeof address;
@@ -66,15 +116,7 @@ int sc_tcp_accept(int fd, char *peer, size_t peer_size) {
     if (client < 0) return -1;
     int one = 1;
     setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (peer != NULL && peer_size > 0) {
-        char host[NI_MAXHOST], service[NI_MAXSERV];
-        if (getnameinfo((struct sockaddr *)&address, length, host, sizeof host, service, sizeof service,
-                        NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
-            snprintf(peer, peer_size, address.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, service);
-        } else {
-            snprintf(peer, peer_size, "?");
-        }
-    }
+    if (peer != NULL && peer_size > 0) format_peer(&address, length, peer, peer_size);
     return client;
 }
 

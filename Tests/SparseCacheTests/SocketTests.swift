@@ -20,6 +20,29 @@ struct SocketTests {
         return (client, try await accepted)
     }
 
+    @Test("an accepted client is named address:port, an IPv6 one [address]:port, as the access log and the per-address limit read it")
+    func peerNames() async throws {
+        for host in ["127.0.0.1", "::1"] {
+            let listener: TCPListener
+            do {
+                listener = try TCPListener(host: host, port: 0)
+            } catch {
+                continue  // No IPv6 on this machine.
+            }
+            defer { listener.close() }
+            async let accepted = listener.accept()
+            let client = try await TCPConnection.connect(host: host, port: listener.port, resolver: BlockingExecutor(label: "test"))
+            let server = try await accepted
+            let bracketed = host.contains(":") ? "[\(host)]" : host
+            #expect(server.peer.wholeMatch(of: /(.+):(\d+)/)?.1 == Substring(bracketed), "\(server.peer)")
+            let port = Int(server.peer.split(separator: ":").last ?? "") ?? 0
+            #expect(port > 0 && port < 65536, "\(server.peer)")
+            #expect(ConnectionSlots.address(ofPeer: server.peer) == bracketed)
+            client.close()
+            server.close()
+        }
+    }
+
     @Test("a numeric address needs no resolver: 127.0.0.1 and ::1 resolve while the resolver's queue is stuck; a name still goes to it")
     func numericWithoutResolver() async throws {
         let stuck = BlockingExecutor(label: "stuck resolver")
@@ -216,6 +239,10 @@ struct SocketReactorTests {
                 }
             }
             while !holding.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(1)) }
+            // Clients of other tests must not make the busy loop look the least loaded: the
+            // loop that accepts hands a client to the loop serving the fewest.
+            loops[busy].clients.add(1_000_000, ordering: .relaxed)
+            defer { loops[busy].clients.subtract(1_000_000, ordering: .relaxed) }
             let exchange = await RawHTTP.exchange(port: server.port, "GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout: .seconds(30))
             release.store(true, ordering: .releasing)
             await blocker.value

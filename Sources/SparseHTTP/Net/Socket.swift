@@ -113,12 +113,14 @@ final class TCPListener: Sendable {
     /// The next client. Throws `.closed` once the listener is closed.
     func accept(on index: Int = 0) async throws -> TCPConnection {
         let watch = watches[index]
-        var peer = [CChar](repeating: 0, count: 128)
         while true {
-            // Errno is taken inside the call: giving the descriptor back may change it.
-            let accepted = descriptor.use { fd -> (fd: Int32, errno: Int32) in
-                let accepted = sc_tcp_accept(fd, &peer, peer.count)
-                return (accepted, accepted < 0 ? errno : 0)
+            // Errno is taken inside the call: giving the descriptor back may change it. The
+            // peer's name is written on the stack (`[::ffff:255.255.255.255]:65535` fits).
+            let accepted = descriptor.use { fd -> (fd: Int32, errno: Int32, peer: String) in
+                withUnsafeTemporaryAllocation(of: CChar.self, capacity: 80) { peer in
+                    let accepted = sc_tcp_accept(fd, peer.baseAddress!, peer.count)
+                    return (accepted, accepted < 0 ? errno : 0, accepted >= 0 ? String(cString: peer.baseAddress!) : "")
+                }
             }
             guard let accepted else {
                 // Closed meanwhile: the readiness throws the reason.
@@ -126,7 +128,7 @@ final class TCPListener: Sendable {
                 throw SparseCacheError(.closed, operation: "accept", path: "port \(port)", detail: "the listener is closed")
             }
             if accepted.fd >= 0 {
-                return TCPConnection(fd: accepted.fd, peer: String(decoding: peer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self), acceptedBy: watch.reactor)
+                return TCPConnection(fd: accepted.fd, peer: accepted.peer, acceptedBy: watch.reactor)
             }
             switch accepted.errno {
             case EAGAIN, EWOULDBLOCK: try await watch.readable.wait()
