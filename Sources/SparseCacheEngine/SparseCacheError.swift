@@ -59,6 +59,10 @@ public struct SparseCacheError: Error, Sendable, CustomStringConvertible, Equata
     /// For `.origin` and `.originUnavailable`: the HTTP status the origin answered, when it
     /// answered one (a proxy passes a 404 on as a 404).
     public var httpStatus: Int?
+    /// For `.originUnavailable`: the origin took too long (no answer, or a body that stopped
+    /// coming) rather than being unreachable. A proxy answers it 504, not 502, and does not
+    /// retry it.
+    public var timedOut = false
 
     public init(
         _ code: Code, operation: String, path: String? = nil, offset: Int64? = nil,

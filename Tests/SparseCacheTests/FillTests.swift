@@ -677,6 +677,7 @@ struct FillTests {
             _ = try await collect(fixture.cache.read(impatient, range: 0..<100_000))
         }
         #expect(timedOut?.description.lowercased().contains("timed out") == true, "\(String(describing: timedOut))")
+        #expect(timedOut?.timedOut == true && timedOut?.isTimeout == true, "marked as a timeout: \(String(describing: timedOut))")
         try await fixture.close()
     }
 

@@ -102,14 +102,17 @@ struct ProxyRulesTests {
     @Test("the proxy's own error pages: 502 unreachable, 504 timeout, never the origin URL or a cache path (RFC 9110 15.6.3, 15.6.5)")
     func ownErrorPages() {
         let secret = "http://10.1.2.3:8081/internal/path.bin"
+        func timedOut(_ detail: String) -> SparseCacheError {
+            var error = SparseCacheError(.originUnavailable, operation: "fetch", path: secret, detail: detail)
+            error.timedOut = true
+            return error
+        }
         let cases: [(SparseCacheError, Int)] = [
             (SparseCacheError(.originUnavailable, operation: "connect", path: "10.1.2.3", errno: 111, detail: "connection refused"), 502),
-            (
-                SparseCacheError(
-                    .originUnavailable, operation: "fetch", path: secret, detail: "timed out: no answer from the origin within 30 seconds"),
-                504
-            ),
-            (SparseCacheError(.originUnavailable, operation: "fetch", path: secret, detail: "timed out waiting for the origin"), 504),
+            (timedOut("timed out: no answer from the origin within 30 seconds"), 504),
+            (timedOut("timed out waiting for the origin"), 504),
+            // Told by its mark, not its words.
+            (SparseCacheError(.originUnavailable, operation: "fetch", path: secret, detail: "timed out, or so the text says"), 502),
             (SparseCacheError(.origin, operation: "fetch", path: secret, detail: "206 with a missing or malformed Content-Range ''"), 502),
             (SparseCacheError(.io, operation: "pwrite", path: "/var/cache/sparsecache/ab/cd.data", detail: "No space left on device"), 500),
         ]

@@ -335,9 +335,11 @@ package actor HTTPExchange {
             // is disarmed: no late close of that wait can reach the connection in the pool.
             if answer.arrivedBody != nil { answer.handBack() }
             return answer
-        } catch let error as SparseCacheError where error.code == .closed && error.detail == headTimedOut {
-            throw SparseCacheError(
+        } catch let error as SparseCacheError where error.code == .closed && error.timedOut {
+            var timedOut = SparseCacheError(
                 .originUnavailable, operation: "fetch", path: name, detail: "timed out: no answer from the origin within \(timeout)")
+            timedOut.timedOut = true
+            throw timedOut
         }
     }
 
@@ -402,8 +404,9 @@ package actor HTTPExchange {
         _ limit: Duration, of timeout: Duration? = nil, name: String, late: @escaping @Sendable (T) -> Void = { _ in },
         _ operation: @escaping @Sendable () async throws -> T
     ) async throws -> T {
-        let timedOut = SparseCacheError(
+        var timedOut = SparseCacheError(
             .originUnavailable, operation: "fetch", path: name, detail: "timed out: no answer from the origin within \(timeout ?? limit)")
+        timedOut.timedOut = true
         guard limit > .zero else { throw timedOut }
         return try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask { try await operation() }
@@ -480,7 +483,7 @@ package actor HTTPExchange {
         } catch {
             framing = .done
             end(closing: "the response failed")
-            throw Self.mapped(error, name: name)
+            throw Self.mapped(error, name: name, cancelled: lifecycle.withLock { $0.cancelled })
         }
     }
 
@@ -527,14 +530,16 @@ package actor HTTPExchange {
 
     /// Socket errors as fetch errors: a connection closed at its deadline is a timeout, one
     /// closed by ``cancel()`` a cancellation, any other socket failure a cut connection.
-    private static func mapped(_ error: Error, name: String) -> Error {
+    private static func mapped(_ error: Error, name: String, cancelled: Bool = false) -> Error {
         guard let error = error as? SparseCacheError else { return error }
         switch error.code {
         case .origin, .originUnavailable: return error
-        case .closed where error.detail == cancelled: return CancellationError()
-        case .closed where error.detail == timedOut:
-            return SparseCacheError(
+        case .closed where cancelled: return CancellationError()
+        case .closed where error.timedOut:
+            var timedOut = SparseCacheError(
                 .originUnavailable, operation: "fetch", path: name, detail: "timed out: the origin sent nothing for too long")
+            timedOut.timedOut = true
+            return timedOut
         default:
             return SparseCacheError(
                 .originUnavailable, operation: "fetch", path: name, errno: error.errno, detail: "the connection was cut")

@@ -197,7 +197,9 @@ package final class ResponseStream: Sendable {
                 NSURLErrorCannotDecodeContentData, NSURLErrorCannotParseResponse, NSURLErrorBadServerResponse:
                 return SparseCacheError(.origin, operation: "fetch", path: key, detail: nsError.localizedDescription)
             case NSURLErrorTimedOut:
-                return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "timed out waiting for the origin")
+                var timedOut = SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "timed out waiting for the origin")
+                timedOut.timedOut = true
+                return timedOut
             case NSURLErrorCannotConnectToHost:
                 return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "connection refused")
             case NSURLErrorNetworkConnectionLost:

@@ -97,7 +97,7 @@ final class OriginDeadlines: Sendable {
         state.withLock { state in
             for (token, armed) in state.armed where armed.deadline <= now {
                 state.armed[token] = nil
-                armed.connection.close(armed.reason)
+                armed.connection.close(armed.reason, timedOut: true)
             }
             if state.armed.isEmpty, state.ticking {
                 state.ticking = false

@@ -361,8 +361,11 @@ final class TCPConnection: Sendable {
     fileprivate var socketError: Int32 { descriptor.use { sc_socket_error($0) } ?? EBADF }
 
     /// Fails every wait with `reason` and closes the socket once no call uses it.
-    func close(_ reason: String = "the connection is closed") {
-        let error = SparseCacheError(.closed, operation: "connection", path: peer, detail: reason)
+    /// Closes the connection: a wait in progress, and every later call, fails with `.closed`
+    /// and `reason` (marked ``SparseCacheError/timedOut`` when a deadline closed it).
+    func close(_ reason: String = "the connection is closed", timedOut: Bool = false) {
+        var error = SparseCacheError(.closed, operation: "connection", path: peer, detail: reason)
+        error.timedOut = timedOut
         watch.close(error)
     }
 }
