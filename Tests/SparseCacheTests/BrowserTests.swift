@@ -1,0 +1,145 @@
+// Real browser tests: Debian's chromium, headless, with no driver. The status page is
+// rendered with `--dump-dom`; a small player of our own (fetch + MediaSource) plays a DASH
+// stream through `serve --cors '*'` from a page on another port, as web players do, and
+// reports what happened by asking its own server for `/result/<outcome>`. Skipped, saying
+// so, where chromium is not installed (.ci/run installs it).
+import Foundation
+import LoopbackOrigins
+import Testing
+
+enum Chromium {
+    static let path = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].first { FileManager.default.isExecutableFile(atPath: $0) }
+    static let skipped: Comment = "chromium is not installed (apt-get install chromium; .ci/run does this): browser tests skipped"
+
+    /// Flags for a headless run in a test: its own profile, no sandbox (CI runs as root), no
+    /// GPU, no first-run work, media that plays without a gesture.
+    static func arguments(profile: String) -> [String] {
+        [
+            "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check", "--user-data-dir=" + profile,
+            "--autoplay-policy=no-user-gesture-required", "--disable-background-networking",
+        ]
+    }
+
+    /// The DOM of `url` once loaded, as chromium serialises it.
+    static func dumpDOM(_ url: String) async throws -> String {
+        let profile = try TemporaryDirectory("chromium-profile")
+        defer { profile.remove() }
+        let result = try await ChildProcess.run("timeout", ["120", path ?? "chromium"] + arguments(profile: profile.path) + ["--dump-dom", url])
+        if result.status != 0 { throw OriginFailure("chromium --dump-dom exited \(result.status): \(result.errorText.suffix(2000))") }
+        return result.text
+    }
+
+    /// Opens `url` and waits until `done` answers something (polled), then closes the browser.
+    static func open<T: Sendable>(_ url: String, until done: @escaping @Sendable () -> T?) async throws -> T? {
+        let profile = try TemporaryDirectory("chromium-profile")
+        defer { profile.remove() }
+        let browser = Task {
+            try await ChildProcess.run("timeout", ["120", path ?? "chromium"] + arguments(profile: profile.path) + [url])
+        }
+        defer { browser.cancel() }
+        let deadline = ContinuousClock.now + Duration.seconds(100)
+        while ContinuousClock.now < deadline {
+            if let outcome = done() { return outcome }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        return nil
+    }
+}
+
+@Suite("Real browser (headless Chromium)", .serialized, .timeLimit(.minutes(6)), .enabled(if: Chromium.path != nil, Chromium.skipped))
+struct BrowserTests {
+    @Test("The status page renders in Chromium with a segment map per resource")
+    func statusPage() async throws {
+        try await StatusPageTests.knownCache("browser-status") { admin, _ in
+            let dom = try await Chromium.dumpDOM(admin + "/")
+            let rows = StatusPageTests.rows(dom)
+            #expect(rows.count == 3, "\(dom.prefix(3000))")
+            for (key, cells) in rows {
+                #expect(cells.components(separatedBy: "<svg class=\"segment-map\"").count == 2, "one segment map for \(key)")
+                #expect(cells.contains("<rect class=\"present\""), "present runs drawn for \(key)")
+            }
+            #expect(rows.contains { $0.cells.contains("data-runs=\"2\"") }, "the partial resource's two runs")
+        }
+    }
+
+    /// The player: fetches the manifest (for the codec) and every segment with `fetch`, appends
+    /// them to a MediaSource, plays to the end, and reports `played-<tenths of a second>` or
+    /// `failed-<what>` to the server of the page.
+    static func playerPage(proxy: String, segments: [String], header: Bool) -> String {
+        let names = segments.map { "\"\($0)\"" }.joined(separator: ", ")
+        return """
+            <!DOCTYPE html><html><body><video id="video" muted></video><script>
+            const base = "\(proxy)/dash/";
+            const names = [\(names)];
+            const headers = \(header ? "{ \"X-Player-Token\": \"secret\" }" : "{}");
+            const report = (what) => fetch("/result/" + what.replace(/[^A-Za-z0-9.-]+/g, "_"));
+            async function get(name) {
+                const response = await fetch(base + name, { headers });
+                if (!response.ok) throw new Error(name + " HTTP " + response.status);
+                return response;
+            }
+            async function play() {
+                const manifest = await (await get("manifest.mpd")).text();
+                const codecs = (manifest.match(/codecs="([^"]+)"/) || [])[1];
+                const video = document.getElementById("video");
+                const source = new MediaSource();
+                video.src = URL.createObjectURL(source);
+                await new Promise((resolve) => source.addEventListener("sourceopen", resolve, { once: true }));
+                const buffer = source.addSourceBuffer('video/mp4; codecs="' + codecs + '"');
+                for (const name of names) {
+                    const bytes = await (await get(name)).arrayBuffer();
+                    buffer.appendBuffer(bytes);
+                    await new Promise((resolve) => buffer.addEventListener("updateend", resolve, { once: true }));
+                }
+                source.endOfStream();
+                video.playbackRate = 4;
+                await video.play();
+                await new Promise((resolve, reject) => {
+                    video.addEventListener("ended", resolve, { once: true });
+                    video.addEventListener("error", () => reject(new Error("media error " + video.error.code)), { once: true });
+                });
+                await report("played-" + Math.round(video.currentTime * 10));
+            }
+            play().catch((error) => report("failed-" + error));
+            </script></body></html>
+            """
+    }
+
+    @Test(
+        "A web player on another port plays a DASH stream through serve --cors '*' from an origin that sends no CORS fields; a player that sends a custom header (preflighted) plays it with the origin down"
+    )
+    func playThroughCORS() async throws {
+        let files = try TemporaryDirectory("browser-origin")
+        defer { files.remove() }
+        try await StreamingTests.makeStream(
+            files.file("dash"), seconds: 3, ["-pix_fmt", "yuv420p", "-profile:v", "baseline", "-f", "dash", "-seg_duration", "1", files.file("dash/manifest.mpd")])
+        let segments = try FileManager.default.contentsOfDirectory(atPath: files.file("dash"))
+        let media = ["init-stream0.m4s"] + segments.filter { $0.hasPrefix("chunk-stream0-") }.sorted()
+        // nginx sends no Access-Control-* field: without the proxy's, the browser refuses.
+        let origin = try await OriginServer.nginx(root: files.path, locations: "expires 1h;")
+        defer { origin.stop() }
+        let scratch = try CLIScratch("browser-cors")
+        let (server, proxy) = try await ProxyCLITests.serve(cacheDir: scratch.file("cache"), origin: origin.baseURL, extra: ["--cors", "*"])
+        defer { server.kill() }
+        // The pages come from another port: every request to the proxy is cross-origin.
+        let pages = try TemporaryDirectory("browser-pages")
+        defer { pages.remove() }
+        try Self.playerPage(proxy: proxy, segments: media, header: false).write(toFile: pages.file("plain.html"), atomically: true, encoding: .utf8)
+        try Self.playerPage(proxy: proxy, segments: media, header: true).write(toFile: pages.file("token.html"), atomically: true, encoding: .utf8)
+        let pageServer = try await OriginServer.nginx(root: pages.path, locations: "types { text/html html; }")
+        defer { pageServer.stop() }
+        // The players' reports, in order.
+        @Sendable func outcome(_ index: Int) -> String? {
+            let reports = pageServer.requests().map(\.path).filter { $0.hasPrefix("/result/") }.map { String($0.dropFirst("/result/".count)) }
+            return reports.indices.contains(index) ? reports[index] : nil
+        }
+
+        let plain = try await Chromium.open(pageServer.baseURL.absoluteString + "/plain.html") { outcome(0) }
+        #expect(plain?.hasPrefix("played-") == true, "the plain player: \(plain ?? "no result")")
+        #expect(origin.requests().contains { $0.path == "/dash/\(media.last!)" }, "the segments came through the proxy")
+
+        origin.stop()
+        let preflighted = try await Chromium.open(pageServer.baseURL.absoluteString + "/token.html") { outcome(1) }
+        #expect(preflighted?.hasPrefix("played-") == true, "the preflighted player with the origin down: \(preflighted ?? "no result")")
+    }
+}
