@@ -263,6 +263,34 @@ struct StreamingTests {
         await proxy.stop()
     }
 
+    @Test("Prefetch: a playlist a page on another origin may not read (no Access-Control-Allow-Origin for it) starts no prefetch; the same playlist read by that page does")
+    func refusedPlaylistPrefetchesNothing() async throws {
+        let files = try TemporaryDirectory("prefetch-refused")
+        defer { files.remove() }
+        try await Self.hls(files.file("vod"), fmp4: false, seconds: 4)
+        // nginx sends no CORS fields: a browser refuses the playlist to a page on another origin.
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        var streaming = StreamingOptions()
+        streaming.prefetchSegments = 2
+        func fetched() -> [String] { origin.requests().map(\.path).filter { $0.hasSuffix(".ts") } }
+        let refused = try await ProxyFixture(origin: origin.baseURL, streaming: streaming)
+        let playlist = try await Curl.run(refused.baseURL + "/vod/index.m3u8", ["-H", "Origin: http://player.example"])
+        #expect(playlist.status == 200 && playlist.headers["access-control-allow-origin"] == nil, "\(playlist)")
+        // What the prefetch would have asked for by now (it starts at once), it has not.
+        try await Task.sleep(for: .seconds(1))
+        #expect(fetched().isEmpty, "nothing prefetched for a refused playlist: \(fetched())")
+        #expect(refused.proxy.streaming.prefetcher.windows.isEmpty)
+        await refused.stop()
+
+        // The same page, listed with --cors: it reads the playlist, and its segments come.
+        let allowed = try await ProxyFixture(origin: origin.baseURL, streaming: streaming, cors: CORSPolicy(origins: ["http://player.example"]))
+        let read = try await Curl.run(allowed.baseURL + "/vod/index.m3u8", ["-H", "Origin: http://player.example"])
+        #expect(read.status == 200 && read.headers["access-control-allow-origin"] == "http://player.example", "\(read)")
+        #expect(try await Self.eventually { fetched().count >= 2 }, "the first two segments are prefetched: \(fetched())")
+        await allowed.stop()
+    }
+
     /// A live playlist of `segments` 1-second segments, as a packager writes it.
     static func livePlaylist(_ segments: Int, ended: Bool) -> String {
         var text = "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXT-X-MEDIA-SEQUENCE:0\n"
