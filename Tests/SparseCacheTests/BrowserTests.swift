@@ -24,7 +24,8 @@ enum Chromium {
     static func dumpDOM(_ url: String) async throws -> String {
         let profile = try TemporaryDirectory("chromium-profile")
         defer { profile.remove() }
-        let result = try await ChildProcess.run("timeout", ["120", path ?? "chromium"] + arguments(profile: profile.path) + ["--dump-dom", url])
+        let result = try await ChildProcess.run(
+            "timeout", ["120", path ?? "chromium"] + arguments(profile: profile.path) + ["--dump-dom", url])
         if result.status != 0 { throw OriginFailure("chromium --dump-dom exited \(result.status): \(result.errorText.suffix(2000))") }
         return result.text
     }
@@ -112,25 +113,31 @@ struct BrowserTests {
         let files = try TemporaryDirectory("browser-origin")
         defer { files.remove() }
         try await StreamingTests.makeStream(
-            files.file("dash"), seconds: 3, ["-pix_fmt", "yuv420p", "-profile:v", "baseline", "-f", "dash", "-seg_duration", "1", files.file("dash/manifest.mpd")])
+            files.file("dash"), seconds: 3,
+            ["-pix_fmt", "yuv420p", "-profile:v", "baseline", "-f", "dash", "-seg_duration", "1", files.file("dash/manifest.mpd")])
         let segments = try FileManager.default.contentsOfDirectory(atPath: files.file("dash"))
         let media = ["init-stream0.m4s"] + segments.filter { $0.hasPrefix("chunk-stream0-") }.sorted()
         // nginx sends no Access-Control-* field: without the proxy's, the browser refuses.
         let origin = try await OriginServer.nginx(root: files.path, locations: "expires 1h;")
         defer { origin.stop() }
         let scratch = try CLIScratch("browser-cors")
-        let (server, proxy) = try await ProxyCLITests.serve(cacheDir: scratch.file("cache"), origin: origin.baseURL, extra: ["--cors", "*"])
+        let (server, proxy) = try await ProxyCLITests.serve(
+            cacheDir: scratch.file("cache"), origin: origin.baseURL, extra: ["--cors", "*"])
         defer { server.kill() }
         // The pages come from another port: every request to the proxy is cross-origin.
         let pages = try TemporaryDirectory("browser-pages")
         defer { pages.remove() }
-        try Self.playerPage(proxy: proxy, segments: media, header: false).write(toFile: pages.file("plain.html"), atomically: true, encoding: .utf8)
-        try Self.playerPage(proxy: proxy, segments: media, header: true).write(toFile: pages.file("token.html"), atomically: true, encoding: .utf8)
+        try Self.playerPage(proxy: proxy, segments: media, header: false).write(
+            toFile: pages.file("plain.html"), atomically: true, encoding: .utf8)
+        try Self.playerPage(proxy: proxy, segments: media, header: true).write(
+            toFile: pages.file("token.html"), atomically: true, encoding: .utf8)
         let pageServer = try await OriginServer.nginx(root: pages.path, locations: "types { text/html html; }")
         defer { pageServer.stop() }
         // The players' reports, in order.
         @Sendable func outcome(_ index: Int) -> String? {
-            let reports = pageServer.requests().map(\.path).filter { $0.hasPrefix("/result/") }.map { String($0.dropFirst("/result/".count)) }
+            let reports = pageServer.requests().map(\.path).filter { $0.hasPrefix("/result/") }.map {
+                String($0.dropFirst("/result/".count))
+            }
             return reports.indices.contains(index) ? reports[index] : nil
         }
 

@@ -16,7 +16,9 @@ import Testing
 
 @Suite("proxy CORS", .serialized, .timeLimit(.minutes(6)))
 struct ProxyCORSTests {
-    @Test("Whether a page may read an answer: no Origin or the proxy's own, the origin's Access-Control-Allow-Origin, or the policy's instead")
+    @Test(
+        "Whether a page may read an answer: no Origin or the proxy's own, the origin's Access-Control-Allow-Origin, or the policy's instead"
+    )
     func pageMayRead() {
         func request(_ fields: [(String, String)]) -> HTTPRequestHead {
             HTTPRequestHead(method: "GET", target: "/a.m3u8", headers: HTTPHeaders(fields))
@@ -24,7 +26,9 @@ struct ProxyCORSTests {
         let page = ("Origin", "https://player.example")
         let host = ("Host", "cdn.example:8080")
         #expect(CORSPolicy.pageMayRead(request([host]), allowOrigin: nil, policy: nil), "no Origin: not a cross-origin read")
-        #expect(CORSPolicy.pageMayRead(request([host, ("Origin", "http://cdn.example:8080")]), allowOrigin: nil, policy: nil), "the proxy's own origin")
+        #expect(
+            CORSPolicy.pageMayRead(request([host, ("Origin", "http://cdn.example:8080")]), allowOrigin: nil, policy: nil),
+            "the proxy's own origin")
         #expect(!CORSPolicy.pageMayRead(request([host, page]), allowOrigin: nil, policy: nil))
         #expect(CORSPolicy.pageMayRead(request([host, page]), allowOrigin: "*", policy: nil))
         #expect(CORSPolicy.pageMayRead(request([host, page]), allowOrigin: "https://player.example", policy: nil))

@@ -65,7 +65,8 @@ struct StatusPageTests {
             #expect(!html.contains("src=\"http") && !html.contains("href=\"http"), "nothing fetched from elsewhere")
             #expect(html.contains("id=\"bytes\""), "totals")
             let rows = Self.rows(html)
-            #expect(rows.map { URL(string: $0.key)?.lastPathComponent ?? "" }.sorted() == ["partial.bin", "small.bin", "whole.bin"], "\(rows)")
+            #expect(
+                rows.map { URL(string: $0.key)?.lastPathComponent ?? "" }.sorted() == ["partial.bin", "small.bin", "whole.bin"], "\(rows)")
             for (key, cells) in rows {
                 #expect(cells.components(separatedBy: "<svg class=\"segment-map\"").count == 2, "one segment map for \(key)")
             }
@@ -99,8 +100,11 @@ struct StatusPageTests {
         let byRecent = entries.sorted { ($0.lastAccess, $0.allocatedBytes, $0.key) > ($1.lastAccess, $1.allocatedBytes, $1.key) }
         for page in 0..<26 {
             let range = min(entries.count, page * StatusPage.pageSize)..<min(entries.count, (page + 1) * StatusPage.pageSize)
-            #expect(StatusPage.select(entries, order: .size, page: page).map(\.key) == bySize[range].map(\.key), "seed \(seed), page \(page)")
-            #expect(StatusPage.select(entries, order: .recent, page: page).map(\.key) == byRecent[range].map(\.key), "seed \(seed), page \(page)")
+            #expect(
+                StatusPage.select(entries, order: .size, page: page).map(\.key) == bySize[range].map(\.key), "seed \(seed), page \(page)")
+            #expect(
+                StatusPage.select(entries, order: .recent, page: page).map(\.key) == byRecent[range].map(\.key),
+                "seed \(seed), page \(page)")
         }
     }
 }

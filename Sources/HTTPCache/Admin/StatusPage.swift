@@ -90,7 +90,8 @@ struct StatusPage {
         } else {
             html += "<table id=\"fills\"><tr><th>resource</th><th>fetches</th><th>readers</th></tr>\n"
             for fill in filling {
-                html += "<tr><td class=\"key\">\(escape(fill.key))</td><td class=\"n\">\(fill.fetches)</td><td class=\"n\">\(fill.readers)</td></tr>\n"
+                html +=
+                    "<tr><td class=\"key\">\(escape(fill.key))</td><td class=\"n\">\(fill.fetches)</td><td class=\"n\">\(fill.readers)</td></tr>\n"
             }
             html += "</table>\n"
         }
@@ -115,7 +116,8 @@ struct StatusPage {
             }
             let present = entry.percentPresent.map { String(format: "%.1f%%", $0) } ?? "?"
             let used = lastUse(entry.lastAccess)
-            html += "<tr class=\"resource\"><td class=\"key\">\(escape(entry.key))</td><td class=\"n\">\(entry.length.map(bytes) ?? "?")</td>"
+            html +=
+                "<tr class=\"resource\"><td class=\"key\">\(escape(entry.key))</td><td class=\"n\">\(entry.length.map(bytes) ?? "?")</td>"
             html += "<td class=\"n\">\(present)</td><td>\(used)</td><td class=\"n\">\(row.hits.map(String.init) ?? "")</td>"
             html += "<td>\(map(row, entry: entry))</td></tr>\n"
         }
