@@ -87,6 +87,21 @@ struct StatusPageTests {
         }
     }
 
+    @Test("A segment map of a million runs is at most about twice its width in rectangles, and says how many runs there are")
+    func boundedMap() {
+        let length: Int64 = 1 << 40
+        let ranges = (0..<1_000_000).map { Int64($0) << 20..<(Int64($0) << 20) + 65536 }
+        let entry = StoreEntry(
+            key: "k", name: "n", length: length, presentBytes: 0, allocatedBytes: 0, lastAccess: 0, pinnedPrefix: 0, isOpen: false)
+        let svg = StatusPage.map(StatusPage.Row(entry: entry, hits: nil, map: (length, ranges)), entry: entry)
+        let rectangles = svg.components(separatedBy: "<rect class=\"present\"").count - 1
+        #expect(rectangles >= 1 && rectangles <= 2 * Int(StatusPage.mapWidth) + 1, "\(rectangles) rectangles")
+        #expect(svg.contains("data-runs=\"1000000\""))
+        // Runs far apart stay apart.
+        let two = StatusPage.map(StatusPage.Row(entry: entry, hits: nil, map: (length, [0..<1, (length / 2)..<length])), entry: entry)
+        #expect(two.components(separatedBy: "<rect class=\"present\"").count - 1 == 2)
+    }
+
     @Test("A page of resources is chosen without sorting everything, and is what a full sort gives, in both orders, on every page")
     func selection() {
         let seed = testSeed(431)

@@ -146,13 +146,28 @@ struct StatusPage {
         svg += " aria-label=\"\(ranges.count) present runs\" data-runs=\"\(ranges.count)\">"
         svg += "<rect class=\"missing\" width=\"\(Int(width))\" height=\"12\"/>"
         guard length > 0 else { return svg + "</svg>" }
-        for range in ranges {
+        for range in drawn(ranges, length: length) {
             let x = Double(range.lowerBound) / Double(length) * width
             let w = max(0.5, Double(range.count) / Double(length) * width)
             svg += "<rect class=\"present\" x=\"\(format(x))\" width=\"\(format(w))\" height=\"12\">"
             svg += "<title>bytes \(range.lowerBound)-\(range.upperBound - 1)</title></rect>"
         }
         return svg + "</svg>"
+    }
+
+    /// The runs as drawn: runs closer than half a pixel apart are one (a resource of millions
+    /// of runs is at most about twice ``mapWidth`` rectangles).
+    static func drawn(_ ranges: [Range<Int64>], length: Int64) -> [Range<Int64>] {
+        let gap = max(1, Int64(Double(length) / (2 * mapWidth)))
+        var merged: [Range<Int64>] = []
+        for range in ranges {
+            if let last = merged.last, range.lowerBound - last.upperBound < gap {
+                merged[merged.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
+            } else {
+                merged.append(range)
+            }
+        }
+        return merged
     }
 
     private static func format(_ value: Double) -> String { String(format: "%.2f", value) }
