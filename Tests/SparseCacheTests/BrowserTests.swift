@@ -63,15 +63,16 @@ struct BrowserTests {
         }
     }
 
-    /// The player: fetches the manifest (for the codec) and every segment with `fetch`, appends
-    /// them to a MediaSource, plays to the end, and reports `played-<tenths of a second>` or
-    /// `failed-<what>` to the server of the page.
-    static func playerPage(proxy: String, segments: [String], header: Bool) -> String {
-        let names = segments.map { "\"\($0)\"" }.joined(separator: ", ")
+    /// The player: fetches the manifest (for each Representation's type and codec) and, for
+    /// each of its streams side by side (video and audio, as dash.js does), every segment with
+    /// `fetch`, appends them to a MediaSource, plays to the end, and reports
+    /// `played-<tenths of a second>` or `failed-<what>` to the server of the page.
+    static func playerPage(proxy: String, streams: [[String]], header: Bool) -> String {
+        let lists = streams.map { "[" + $0.map { "\"\($0)\"" }.joined(separator: ", ") + "]" }.joined(separator: ", ")
         return """
             <!DOCTYPE html><html><body><video id="video" muted></video><script>
             const base = "\(proxy)/dash/";
-            const names = [\(names)];
+            const streams = [\(lists)];
             const headers = \(header ? "{ \"X-Player-Token\": \"secret\" }" : "{}");
             const report = (what) => fetch("/result/" + what.replace(/[^A-Za-z0-9.-]+/g, "_"));
             async function get(name) {
@@ -79,19 +80,23 @@ struct BrowserTests {
                 if (!response.ok) throw new Error(name + " HTTP " + response.status);
                 return response;
             }
-            async function play() {
-                const manifest = await (await get("manifest.mpd")).text();
-                const codecs = (manifest.match(/codecs="([^"]+)"/) || [])[1];
-                const video = document.getElementById("video");
-                const source = new MediaSource();
-                video.src = URL.createObjectURL(source);
-                await new Promise((resolve) => source.addEventListener("sourceopen", resolve, { once: true }));
-                const buffer = source.addSourceBuffer('video/mp4; codecs="' + codecs + '"');
+            async function feed(buffer, names) {
                 for (const name of names) {
                     const bytes = await (await get(name)).arrayBuffer();
                     buffer.appendBuffer(bytes);
                     await new Promise((resolve) => buffer.addEventListener("updateend", resolve, { once: true }));
                 }
+            }
+            async function play() {
+                const manifest = await (await get("manifest.mpd")).text();
+                const types = [...manifest.matchAll(/<Representation[^>]*>/g)].map((element) =>
+                    element[0].match(/mimeType="([^"]+)"/)[1] + '; codecs="' + element[0].match(/codecs="([^"]+)"/)[1] + '"');
+                const video = document.getElementById("video");
+                const source = new MediaSource();
+                video.src = URL.createObjectURL(source);
+                await new Promise((resolve) => source.addEventListener("sourceopen", resolve, { once: true }));
+                const buffers = streams.map((names, index) => source.addSourceBuffer(types[index]));
+                await Promise.all(streams.map((names, index) => feed(buffers[index], names)));
                 source.endOfStream();
                 video.playbackRate = 4;
                 await video.play();
@@ -113,10 +118,16 @@ struct BrowserTests {
         let files = try TemporaryDirectory("browser-origin")
         defer { files.remove() }
         try await StreamingTests.makeStream(
-            files.file("dash"), seconds: 3,
+            files.file("dash"), seconds: 3, audio: true,
             ["-pix_fmt", "yuv420p", "-profile:v", "baseline", "-f", "dash", "-seg_duration", "1", files.file("dash/manifest.mpd")])
-        let segments = try FileManager.default.contentsOfDirectory(atPath: files.file("dash"))
-        let media = ["init-stream0.m4s"] + segments.filter { $0.hasPrefix("chunk-stream0-") }.sorted()
+        let listed = try FileManager.default.contentsOfDirectory(atPath: files.file("dash"))
+        // Video and audio: init and segments of each.
+        let streams = (0...1).map { stream in
+            ["init-stream\(stream).m4s"] + listed.filter { $0.hasPrefix("chunk-stream\(stream)-") }.sorted()
+        }
+        let segmentBytes = try streams.joined().reduce(Int64(0)) { total, name in
+            total + ((try FileManager.default.attributesOfItem(atPath: files.file("dash/" + name))[.size] as? Int64) ?? 0)
+        }
         // nginx sends no Access-Control-* field: without the proxy's, the browser refuses.
         let origin = try await OriginServer.nginx(root: files.path, locations: "expires 1h;")
         defer { origin.stop() }
@@ -127,9 +138,9 @@ struct BrowserTests {
         // The pages come from another port: every request to the proxy is cross-origin.
         let pages = try TemporaryDirectory("browser-pages")
         defer { pages.remove() }
-        try Self.playerPage(proxy: proxy, segments: media, header: false).write(
+        try Self.playerPage(proxy: proxy, streams: streams, header: false).write(
             toFile: pages.file("plain.html"), atomically: true, encoding: .utf8)
-        try Self.playerPage(proxy: proxy, segments: media, header: true).write(
+        try Self.playerPage(proxy: proxy, streams: streams, header: true).write(
             toFile: pages.file("token.html"), atomically: true, encoding: .utf8)
         let pageServer = try await OriginServer.nginx(root: pages.path, locations: "types { text/html html; }")
         defer { pageServer.stop() }
@@ -143,7 +154,10 @@ struct BrowserTests {
 
         let plain = try await Chromium.open(pageServer.baseURL.absoluteString + "/plain.html") { outcome(0) }
         #expect(plain?.hasPrefix("played-") == true, "the plain player: \(plain ?? "no result")")
-        #expect(origin.requests().contains { $0.path == "/dash/\(media.last!)" }, "the segments came through the proxy")
+        // A cold play, prefetch and player side by side: each segment byte once from the origin.
+        let originBytes = origin.requests().filter { $0.path.hasSuffix(".m4s") }.reduce(Int64(0)) { $0 + $1.bytes }
+        #expect(
+            originBytes == segmentBytes, "origin bytes for segments \(originBytes), segment bytes \(segmentBytes): \(origin.requests())")
 
         origin.stop()
         let preflighted = try await Chromium.open(pageServer.baseURL.absoluteString + "/token.html") { outcome(1) }
