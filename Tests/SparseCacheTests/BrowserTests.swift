@@ -30,20 +30,28 @@ enum Chromium {
         return result.text
     }
 
-    /// Opens `url` and waits until `done` answers something (polled), then closes the browser.
+    /// Opens `url` and waits until `done` answers something (polled), then closes the browser
+    /// and waits for it to exit.
     static func open<T: Sendable>(_ url: String, until done: @escaping @Sendable () -> T?) async throws -> T? {
         let profile = try TemporaryDirectory("chromium-profile")
         defer { profile.remove() }
+        // A child inherits the test process's blocked signals (SIGTERM among them): the browser
+        // runs under a wrapper that unblocks them, so that stopping it stops it.
+        let unblocked = "import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execvp(sys.argv[1], sys.argv[1:])"
         let browser = Task {
-            try await ChildProcess.run("timeout", ["120", path ?? "chromium"] + arguments(profile: profile.path) + [url])
+            try await ChildProcess.run(
+                "python3", ["-c", unblocked, "timeout", "-k", "5", "120", path ?? "chromium"] + arguments(profile: profile.path) + [url])
         }
-        defer { browser.cancel() }
+        var outcome: T?
         let deadline = ContinuousClock.now + Duration.seconds(100)
         while ContinuousClock.now < deadline {
-            if let outcome = done() { return outcome }
+            outcome = done()
+            if outcome != nil { break }
             try await Task.sleep(for: .milliseconds(100))
         }
-        return nil
+        browser.cancel()
+        _ = try? await browser.value
+        return outcome
     }
 }
 
