@@ -181,6 +181,35 @@ struct CutThroughTests {
         try await fixture.close()
     }
 
+    @Test("a reader that leaves while a short whole answer (200) arrives: the fetch reads it to the resource's end, nothing is sent twice")
+    func wholeAnswerInFlightIsTaken() async throws {
+        let seed = testSeed(186)
+        var random = SplitMix64(seed: seed)
+        // A segment of a stream, prefetched as a whole 200 and given up on (the session moved)
+        // while it arrived: the origin has sent all of it.
+        let bytes = random.bytes(3 << 16 + 4321)
+        let source = HoldingSource(bytes, hold: 16 << 10)
+        let fixture = try await FillFixture("cut-through-whole-in-flight", options: .testing)
+        let cache = fixture.cache
+        var read: [UInt8] = []
+        for try await chunk in cache.read(source) {
+            read += chunk
+            if read.count >= 16 << 10 { break }
+        }
+        #expect(read == Array(bytes[0..<read.count]), "seed \(seed)")
+        let deadline = ContinuousClock.now + Duration.seconds(120).asHangGuard
+        while await !cache.fetchesUnwanted(key: source.key) {
+            guard ContinuousClock.now < deadline else { throw OriginFailure("the fetch was never left alone") }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        source.release()
+        try await fixture.settled()
+        #expect(try await collect(cache.read(source)) == bytes, "seed \(seed)")
+        #expect(source.requests == [nil], "one request, the first: \(source.requests)")
+        #expect(source.sent == bytes.count, "the origin sent \(source.sent) bytes for \(bytes.count): \(source.requests)")
+        try await fixture.close()
+    }
+
     @Test("the memory a fill holds is bounded: an origin faster than the disk waits for the write-back")
     func boundedMemory() async throws {
         let seed = testSeed(182)

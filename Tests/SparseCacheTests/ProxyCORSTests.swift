@@ -16,6 +16,29 @@ import Testing
 
 @Suite("proxy CORS", .serialized, .timeLimit(.minutes(6)))
 struct ProxyCORSTests {
+    @Test(
+        "Whether a page may read an answer: no Origin or the proxy's own, the origin's Access-Control-Allow-Origin, or the policy's instead"
+    )
+    func pageMayRead() {
+        func request(_ fields: [(String, String)]) -> HTTPRequestHead {
+            HTTPRequestHead(method: "GET", target: "/a.m3u8", headers: HTTPHeaders(fields))
+        }
+        let page = ("Origin", "https://player.example")
+        let host = ("Host", "cdn.example:8080")
+        #expect(CORSPolicy.pageMayRead(request([host]), allowOrigin: nil, policy: nil), "no Origin: not a cross-origin read")
+        #expect(
+            CORSPolicy.pageMayRead(request([host, ("Origin", "http://cdn.example:8080")]), allowOrigin: nil, policy: nil),
+            "the proxy's own origin")
+        #expect(!CORSPolicy.pageMayRead(request([host, page]), allowOrigin: nil, policy: nil))
+        #expect(CORSPolicy.pageMayRead(request([host, page]), allowOrigin: "*", policy: nil))
+        #expect(CORSPolicy.pageMayRead(request([host, page]), allowOrigin: "https://player.example", policy: nil))
+        #expect(!CORSPolicy.pageMayRead(request([host, page]), allowOrigin: "https://other.example", policy: nil))
+        // The policy replaces the origin's fields.
+        #expect(!CORSPolicy.pageMayRead(request([host, page]), allowOrigin: "*", policy: CORSPolicy(origins: ["https://other.example"])))
+        #expect(CORSPolicy.pageMayRead(request([host, page]), allowOrigin: nil, policy: CORSPolicy(origins: ["https://player.example"])))
+        #expect(CORSPolicy.pageMayRead(request([host, page]), allowOrigin: nil, policy: CORSPolicy(origins: ["*"])))
+    }
+
     static let page = ["-H", "Origin: https://player.example"]
     static let exposed = "Content-Range, Content-Length, Accept-Ranges, Age, Cache-Status, ETag"
 

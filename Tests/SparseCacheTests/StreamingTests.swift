@@ -15,13 +15,14 @@ import Testing
 struct StreamingTests {
     /// Encodes a short test picture (25 fps, a key frame every second) and writes it with
     /// ffmpeg's `muxer` arguments into `directory`.
-    static func makeStream(_ directory: String, seconds: Int = 4, _ muxer: [String]) async throws {
+    static func makeStream(_ directory: String, seconds: Int = 4, audio: Bool = false, _ muxer: [String]) async throws {
         try ProxyCLITests.requireFFmpeg()
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let sound = audio ? ["-f", "lavfi", "-i", "sine=frequency=440:duration=\(seconds)", "-c:a", "aac"] : []
         let made = try await ChildProcess.run(
             "ffmpeg",
             [
-                "-v", "error", "-nostdin", "-f", "lavfi", "-i", "testsrc=duration=\(seconds):size=320x180:rate=25", "-c:v", "libx264",
+                "-v", "error", "-nostdin", "-f", "lavfi", "-i", "testsrc=duration=\(seconds):size=320x180:rate=25"] + sound + ["-c:v", "libx264",
                 "-preset", "ultrafast", "-g", "25", "-keyint_min", "25", "-sc_threshold", "0",
             ] + muxer)
         if made.status != 0 { throw OriginFailure("ffmpeg could not make the stream: \(made.errorText)") }
@@ -228,6 +229,66 @@ struct StreamingTests {
         // At most revalidated (nginx's fresh Last-Modified gives no heuristic lifetime).
         #expect(bodies(3) == prefetched, "the player's segment came from the cache: \(origin.requests().map(\.path))")
         await proxy.stop()
+    }
+
+    @Test("DASH with video and audio: a player plays one Representation of each AdaptationSet at once, and each is prefetched; neither stops the other's prefetch")
+    func dashAudioAndVideo() async throws {
+        let files = try TemporaryDirectory("dash-av")
+        defer { files.remove() }
+        try await Self.makeStream(files.file("dash"), seconds: 6, audio: true, ["-f", "dash", "-seg_duration", "1", files.file("dash/manifest.mpd")])
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        var streaming = StreamingOptions()
+        streaming.prefetchSegments = 2
+        let proxy = try await ProxyFixture(origin: origin.baseURL, streaming: streaming)
+        func fetched(_ stream: Int, _ number: Int) -> Bool {
+            origin.requests().contains { $0.path == "/dash/chunk-stream\(stream)-0000\(number).m4s" }
+        }
+        let manifest = try await Curl.run(proxy.baseURL + "/dash/manifest.mpd")
+        #expect(manifest.status == 200 && manifest.text.contains("AdaptationSet"), "\(manifest)")
+        // As a player does: video and audio side by side.
+        for stream in 0...1 {
+            let first = try await Curl.run(proxy.baseURL + "/dash/chunk-stream\(stream)-00001.m4s")
+            #expect(first.status == 200 && first.body.count > 0, "\(first)")
+        }
+        #expect(
+            try await Self.eventually { (0...1).allSatisfy { fetched($0, 2) && fetched($0, 3) } },
+            "the next two segments of both streams are prefetched: \(origin.requests().map(\.path))")
+        #expect(proxy.proxy.streaming.prefetcher.windows.count == 2, "one session per AdaptationSet: \(proxy.proxy.streaming.prefetcher.windows)")
+        // The player goes on with video: the audio session stays.
+        let third = try await Curl.run(proxy.baseURL + "/dash/chunk-stream0-00003.m4s")
+        #expect(third.status == 200)
+        #expect(try await Self.eventually { fetched(0, 4) }, "the video window moves with the player")
+        #expect(proxy.proxy.streaming.prefetcher.windows.count == 2, "\(proxy.proxy.streaming.prefetcher.windows)")
+        await proxy.stop()
+    }
+
+    @Test("Prefetch: a playlist a page on another origin may not read (no Access-Control-Allow-Origin for it) starts no prefetch; the same playlist read by that page does")
+    func refusedPlaylistPrefetchesNothing() async throws {
+        let files = try TemporaryDirectory("prefetch-refused")
+        defer { files.remove() }
+        try await Self.hls(files.file("vod"), fmp4: false, seconds: 4)
+        // nginx sends no CORS fields: a browser refuses the playlist to a page on another origin.
+        let origin = try await OriginServer.nginx(root: files.path)
+        defer { origin.stop() }
+        var streaming = StreamingOptions()
+        streaming.prefetchSegments = 2
+        func fetched() -> [String] { origin.requests().map(\.path).filter { $0.hasSuffix(".ts") } }
+        let refused = try await ProxyFixture(origin: origin.baseURL, streaming: streaming)
+        let playlist = try await Curl.run(refused.baseURL + "/vod/index.m3u8", ["-H", "Origin: http://player.example"])
+        #expect(playlist.status == 200 && playlist.headers["access-control-allow-origin"] == nil, "\(playlist)")
+        // What the prefetch would have asked for by now (it starts at once), it has not.
+        try await Task.sleep(for: .seconds(1))
+        #expect(fetched().isEmpty, "nothing prefetched for a refused playlist: \(fetched())")
+        #expect(refused.proxy.streaming.prefetcher.windows.isEmpty)
+        await refused.stop()
+
+        // The same page, listed with --cors: it reads the playlist, and its segments come.
+        let allowed = try await ProxyFixture(origin: origin.baseURL, streaming: streaming, cors: CORSPolicy(origins: ["http://player.example"]))
+        let read = try await Curl.run(allowed.baseURL + "/vod/index.m3u8", ["-H", "Origin: http://player.example"])
+        #expect(read.status == 200 && read.headers["access-control-allow-origin"] == "http://player.example", "\(read)")
+        #expect(try await Self.eventually { fetched().count >= 2 }, "the first two segments are prefetched: \(fetched())")
+        await allowed.stop()
     }
 
     /// A live playlist of `segments` 1-second segments, as a packager writes it.

@@ -8,6 +8,7 @@ import SparseHTTP
 ///
 /// | request | answer |
 /// |---|---|
+/// | `GET /` | the status page (HTML, reloads itself): totals, fills in progress, resources with their segment maps, `?order=size` (default) or `recent`, `&page=N` (``StatusPage``) |
 /// | `GET /metrics` | the Prometheus text exposition (``MetricsExposition``) |
 /// | `GET /status` | JSON: the store, what is in flight, connections, request totals |
 /// | `GET /resources` | JSON: every stored resource with its live last access (`sparsecache ls` beside a server), streamed one entry per line (``StoreListing``) |
@@ -34,6 +35,8 @@ public final class AdminService: Sendable {
     public func handle(_ request: HTTPRequestHead, _ response: HTTPResponseWriter) async throws {
         let (path, query) = Self.split(request.target)
         switch (request.method, path) {
+        case ("GET", "/"), ("HEAD", "/"):
+            try await send(response, type: "text/html; charset=utf-8", body: Array(await statusPage(query).utf8))
         case ("GET", "/metrics"), ("HEAD", "/metrics"):
             try await send(response, type: "text/plain; version=0.0.4; charset=utf-8", body: Array(await metricsText().utf8))
         case ("GET", "/status"), ("HEAD", "/status"):
@@ -88,15 +91,34 @@ public final class AdminService: Sendable {
             } catch {
                 try await refuse(response, 502, "prefetch of \(text) failed: \(error)")
             }
-        case (_, "/metrics"), (_, "/status"), (_, "/resources"), (_, "/purge"), (_, "/budget"), (_, "/evict"), (_, "/prefetch"),
+        case (_, "/"), (_, "/metrics"), (_, "/status"), (_, "/resources"), (_, "/purge"), (_, "/budget"), (_, "/evict"), (_, "/prefetch"),
             (_, "/pin"),
             (_, "/unpin"):
             try await refuse(response, 405, "method \(request.method) not allowed on \(path)")
         default:
             try await refuse(
                 response, 404,
-                "no such admin endpoint \(path): use /metrics, /status, /resources, /purge, /budget, /evict, /prefetch, /pin or /unpin")
+                "no such admin endpoint \(path): use /, /metrics, /status, /resources, /purge, /budget, /evict, /prefetch, /pin or /unpin")
         }
+    }
+
+    /// The status page for a request's query (`order`, `page`).
+    func statusPage(_ query: [String: String]) async -> String {
+        let order = query["order"].flatMap(StatusPage.Order.init(rawValue:)) ?? .size
+        let snapshot = await proxy.cache.store.listingSnapshot()
+        let pages = max(1, (snapshot.count + StatusPage.pageSize - 1) / StatusPage.pageSize)
+        let page = min(max(0, query["page"].flatMap(Int.init) ?? 0), pages - 1)
+        let origin = proxy.origin.map { String($0.absoluteString.reversed().drop { $0 == "/" }.reversed()) }
+        var rows: [StatusPage.Row] = []
+        for entry in StatusPage.select(snapshot, order: order, page: page) {
+            let target = origin.flatMap { entry.key.hasPrefix($0) ? String(entry.key.dropFirst($0.count)) : nil }
+            rows.append(
+                StatusPage.Row(
+                    entry: entry, hits: target.flatMap { metrics.hits(target: $0) }, map: await proxy.cache.presentRanges(key: entry.key)))
+        }
+        return StatusPage.render(
+            status: await status(), rows: rows, filling: await proxy.cache.filling(limit: 20), order: order, page: page,
+            total: snapshot.count)
     }
 
     public func metricsText() async -> String {

@@ -171,11 +171,13 @@ extension ProgressiveCache {
                     if Task.isCancelled || resource.fetches[id].map({ $0.unwanted && $0.interest <= 0 }) == true {
                         // Nobody wants the rest: stop at the end of the segment being received
                         // (its bytes are on their way already, paid for; a segment left partial
-                        // would be asked for again, whole, by the next reader of it). A range
-                        // answer with at most ``answerInFlight`` left is read to its end: the
-                        // origin has sent that much already, and cut here it would be sent twice.
+                        // would be asked for again, whole, by the next reader of it). An answer
+                        // with at most ``answerInFlight`` left (to its end for a range, to the
+                        // resource's end for a whole one: a prefetched segment stopped while its
+                        // 200 arrives) is read to its end: the origin has sent that much already,
+                        // and cut here it would be sent twice when the player asks for it.
                         let shift = Int64(file.segmentShift)
-                        if whole || end - position > Self.answerInFlight { end = min(end, ((position >> shift) + 1) << shift) }
+                        if (whole ? length : end) - position > Self.answerInFlight { end = min(end, ((position >> shift) + 1) << shift) }
                         stopping = true
                     }
                     guard resource.generation == generation else { return }

@@ -30,6 +30,10 @@ public final class ProxyMetrics: Sendable {
     }
 
     private let state = Lock(Snapshot())
+    /// Hits by request target (path and query), for the status page: at most ``hitTargets``
+    /// targets, so memory stays bounded with a million resources (a full table starts over).
+    private let hitsByTarget = Lock(BoundedTable<Int>(capacity: hitTargets))
+    static let hitTargets = 65_536
 
     public init() {}
 
@@ -40,7 +44,13 @@ public final class ProxyMetrics: Sendable {
             state.bytesFromOrigin += entry.cacheMissBytes
             if !entry.complete { state.incomplete += 1 }
         }
+        if entry.cacheOutcome == "hit" {
+            hitsByTarget.withLock { table in table.set((table[entry.target] ?? 0) + 1, for: entry.target) }
+        }
     }
+
+    /// Hits of requests for `target` recorded (nil: none, or forgotten).
+    public func hits(target: String) -> Int? { hitsByTarget.withLock { $0[target] } }
 
     public var snapshot: Snapshot { state.withLock { $0 } }
 }

@@ -16,7 +16,10 @@ import Foundation
 /// and a Representation with only `SegmentBase` (one file, fetched by ranges as it is read).
 struct DASHSegments: Sendable {
     /// Representation id -> its segments, and each segment's duration in seconds (0 unknown).
-    private(set) var representations: [(id: String, segments: [URL], durations: [Double])] = []
+    /// `set` names the Representation's AdaptationSet (its `id`, else its place in the
+    /// manifest): a player plays one Representation of each set at once (video and audio),
+    /// and switches only among the Representations of one set.
+    private(set) var representations: [(id: String, set: String, segments: [URL], durations: [Double])] = []
 
     /// Enumerating stops past this many segments per Representation: a timeline of a few bytes
     /// can name millions (`r="9999999"`), and the prefetcher keeps every URL of the 64 media
@@ -30,10 +33,11 @@ struct DASHSegments: Sendable {
         let presentation = mpd.attributes["mediaPresentationDuration"].flatMap(Self.seconds)
         let dynamic = mpd.attributes["type"] == "dynamic"
         let mpdBase = Self.base(of: mpd, over: manifest.url)
-        for period in mpd.children(named: "Period") {
+        for (periodIndex, period) in mpd.children(named: "Period").enumerated() {
             let periodBase = Self.base(of: period, over: mpdBase)
             let periodDuration = period.attributes["duration"].flatMap(Self.seconds) ?? presentation
-            for adaptation in period.children(named: "AdaptationSet") {
+            for (adaptationIndex, adaptation) in period.children(named: "AdaptationSet").enumerated() {
+                let set = "\(periodIndex)." + (adaptation.attributes["id"] ?? "#\(adaptationIndex)")
                 let adaptationBase = Self.base(of: adaptation, over: periodBase)
                 for representation in adaptation.children(named: "Representation") {
                     guard let id = representation.attributes["id"] else { continue }
@@ -53,7 +57,7 @@ struct DASHSegments: Sendable {
                             periodDuration: periodDuration, dynamic: dynamic)
                     }
                     let kept = segments.prefix(Self.maximumSegments)
-                    if !kept.isEmpty { representations.append((id, kept.map(\.0), kept.map(\.1))) }
+                    if !kept.isEmpty { representations.append((id, set, kept.map(\.0), kept.map(\.1))) }
                 }
             }
         }

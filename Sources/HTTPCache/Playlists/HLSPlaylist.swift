@@ -19,6 +19,10 @@ struct HLSPlaylist: Sendable {
     private(set) var durations: [Double] = []
     /// Variant streams and renditions a master playlist names.
     private(set) var variants: [URL] = []
+    /// Which of them a player switches among, by URL: the variant streams (`EXT-X-STREAM-INF`)
+    /// are one group, the renditions of each `EXT-X-MEDIA` `TYPE` and `GROUP-ID` another (a
+    /// player plays a variant and an audio rendition at once).
+    private(set) var switchGroups: [URL: String] = [:]
     /// `EXT-X-TARGETDURATION`, in seconds.
     private(set) var targetDuration: Int64?
     /// `EXT-X-ENDLIST`: no segment will be added (a VOD or an ended event).
@@ -49,12 +53,15 @@ struct HLSPlaylist: Sendable {
                     let media = URL(string: uri, relativeTo: url)?.absoluteURL
                 {
                     variants.append(media)
+                    let type = Self.attribute("TYPE", in: line) ?? ""
+                    switchGroups[media] = "media " + type + " " + (Self.attribute("GROUP-ID", in: line) ?? "")
                 }
                 continue
             }
             guard let resolved = URL(string: line, relativeTo: url)?.absoluteURL else { continue }
             if nextIsVariant {
                 variants.append(resolved)
+                switchGroups[resolved] = switchGroups[resolved] ?? "variants"
             } else {
                 segments.append(resolved)
                 durations.append(duration)

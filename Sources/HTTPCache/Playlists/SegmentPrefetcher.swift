@@ -77,7 +77,8 @@ final class SegmentPrefetcher: Sendable {
         let key = hls.url.absoluteString
         if hls.isMaster {
             state.withLock { state in
-                for variant in hls.variants { state.groups[variant.absoluteString] = key }
+                // Audio renditions play beside a video variant: each switch group is a stream of its own.
+                for variant in hls.variants { state.groups[variant.absoluteString] = key + "#" + (hls.switchGroups[variant] ?? "") }
             }
             return
         }
@@ -122,16 +123,18 @@ final class SegmentPrefetcher: Sendable {
     }
 
     /// A DASH manifest went out to a client: remembers each Representation's segments, as
-    /// media playlists of one group (the manifest). Which one the player plays shows with its
-    /// first segment request (``requested(_:proxy:exchange:)``), which starts the session.
+    /// media playlists of one group per AdaptationSet (a player plays one Representation of
+    /// each set at once: video and audio are two sessions, and switching happens within a set).
+    /// Which one the player plays shows with its first segment request
+    /// (``requested(_:proxy:exchange:)``), which starts the session.
     func servedManifest(_ dash: DASHManifest) {
         guard options.prefetches else { return }
-        let group = dash.url.absoluteString
+        let manifest = dash.url.absoluteString
         let representations = DASHSegments(dash).representations
         guard !representations.isEmpty else { return }
         state.withLock { state in
-            for (id, segments, durations) in representations {
-                Self.register(&state, key: group + "#" + id, segments: segments, durations: durations, group: group)
+            for (id, set, segments, durations) in representations {
+                Self.register(&state, key: manifest + "#" + id, segments: segments, durations: durations, group: manifest + "#set " + set)
             }
         }
     }

@@ -84,6 +84,23 @@ public struct CORSPolicy: Sendable {
         return origin
     }
 
+    /// Whether the browser that sent `request` lets its page read the answer (the Fetch
+    /// standard's CORS check), given the answer's own `Access-Control-Allow-Origin`
+    /// (`allowOrigin`) and the proxy's policy, which replaces the origin's when there is one.
+    /// A request without `Origin`, or from a page of the proxy's own origin (its `Host`), is
+    /// not a cross-origin read: true.
+    static func pageMayRead(_ request: HTTPRequestHead, allowOrigin: String?, policy: CORSPolicy?) -> Bool {
+        guard let origin = request.header("origin") else { return true }
+        if let host = request.header("host"), let separator = origin.range(of: "://"),
+            origin[separator.upperBound...].lowercased() == host.lowercased()
+        {
+            return true
+        }
+        if let policy { return policy.allowedOrigin(for: request) != nil }
+        guard let allowed = allowOrigin else { return false }
+        return allowed == "*" || (normalizedOrigin(allowed).map { $0 == normalizedOrigin(origin) } ?? false)
+    }
+
     /// The fields of an answer to `request`: `headers` without the `Access-Control-*` ones,
     /// then the proxy's (`Access-Control-Allow-Origin` and `Access-Control-Expose-Headers` for
     /// an allowed origin; `Vary: Origin` when origins are listed and `headers` vary on less).

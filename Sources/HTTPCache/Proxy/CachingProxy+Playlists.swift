@@ -109,8 +109,12 @@ extension CachingProxy {
         let references = ProxyReferences(origin: origin)
         let text = playlist.hls?.rewritten(references) ?? playlist.dash?.rewritten(references) ?? ""
         noteReferences(in: playlist)
-        if let hls = playlist.hls { streaming.prefetcher.servedPlaylist(hls, proxy: self, exchange: exchange) }
-        if let dash = playlist.dash { streaming.prefetcher.servedManifest(dash) }
+        // A page on another origin that may not read the playlist never asks for its segments
+        // (its browser refused the answer): nothing is prefetched for it.
+        if CORSPolicy.pageMayRead(exchange.request, allowOrigin: head.headers["access-control-allow-origin"], policy: cors) {
+            if let hls = playlist.hls { streaming.prefetcher.servedPlaylist(hls, proxy: self, exchange: exchange) }
+            if let dash = playlist.dash { streaming.prefetcher.servedManifest(dash) }
+        }
         var stored = head.headers
         for name in ["age", "accept-ranges", "transfer-encoding", "content-length", "content-range", "last-modified"]
             + ["content-md5", "digest", "content-digest", "repr-digest"]

@@ -359,6 +359,22 @@ public actor SparseFile {
         return StoredSummary(metadata: state.metadata, length: state.length, presentBytes: state.presentBytes)
     }
 
+    /// The present byte ranges its committed index names, read as ``storedSummary(path:)`` is
+    /// (no lock, no data file). Blocking. A commit running beside it is fine: the index is read
+    /// as it validates (the valid slot with the highest generation, then the journal).
+    package static func storedPresentRanges(path: String) throws -> (length: Int64?, ranges: [Range<Int64>]) {
+        let (index, state, _) = try IndexFile.open(path: indexPath(for: path), access: .readOnly)
+        index.close()
+        let shift = Int64(state.segmentShift)
+        let ranges = state.present.setRuns.map { run -> Range<Int64> in
+            let start = Int64(run.lowerBound) << shift
+            var end = Int64(run.upperBound) << shift
+            if let length = state.length { end = min(end, length) }
+            return start..<max(start, end)
+        }
+        return (state.length, ranges)
+    }
+
     package struct StoredSummary: Sendable {
         package var metadata: ResourceMetadata
         package var length: Int64?
