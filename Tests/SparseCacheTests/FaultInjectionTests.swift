@@ -13,6 +13,7 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import SparseCacheTesting
 #endif
 
 @Suite("Fault injection")
