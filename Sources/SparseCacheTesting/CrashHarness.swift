@@ -76,7 +76,7 @@ public enum CrashHarness {
             child.kill()
         }
         let waited = try await BlockingExecutor(label: "sparsecache-testing.crash-harness").run { child.wait() }
-        let timedOut = killer.isCancelled == false && child.wasKilled
+        let timedOut = child.wasKilled
         killer.cancel()
         let output = child.readOutput()
         let acknowledged = output.split(separator: "\n", omittingEmptySubsequences: false).compactMap { line in
