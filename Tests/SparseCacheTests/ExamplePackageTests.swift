@@ -18,10 +18,14 @@ struct ExamplePackageTests {
     func examplePackagePasses() async throws {
         let root = ArchitectureTests.root
         // A scratch path under .build: ignored by git, kept between runs so a second run only
-        // rebuilds what changed.
+        // rebuilds what changed. One compile job: the build runs beside the other suites, whose
+        // servers and clients need the second core.
         let result = try await ChildProcess.run(
             "swift",
-            ["test", "--package-path", root + "/Examples/FaultInjectionExample", "--scratch-path", root + "/.build/examples"])
+            [
+                "test", "--package-path", root + "/Examples/FaultInjectionExample", "--scratch-path", root + "/.build/examples",
+                "--jobs", "1",
+            ])
         let output = result.text + result.errorText
         #expect(result.status == 0, "swift test of the example failed (\(result.status)):\n\(output.suffix(4000))")
         let lines = output.split(separator: "\n")
