@@ -2,7 +2,7 @@ import SparseCacheEngine
 import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A child started with posix_spawn, its output in temporary files (a pipe could fill), its

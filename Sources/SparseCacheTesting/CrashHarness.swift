@@ -1,7 +1,7 @@
 import SparseCacheEngine
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Runs code that is meant to crash in a child process, so the crash ends the child and not

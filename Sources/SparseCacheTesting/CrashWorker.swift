@@ -1,7 +1,7 @@
 import SparseCacheEngine
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The child side of ``CrashHarness``: closures registered under names, one of which a small

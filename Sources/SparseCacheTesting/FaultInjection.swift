@@ -2,7 +2,7 @@ import CShim
 import SparseCacheEngine
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Fault injection in the syscall shim: every pread, pwrite, fsync, fdatasync, ftruncate,

@@ -85,7 +85,8 @@ extension PowerLoss {
         do {
             let prefix = directory.hasSuffix("/") ? directory : directory + "/"
             let rule = try FaultInjection.add(
-                FaultRule(FaultOperation.syncs, pathPrefix: prefix, trigger: .nth(n + 1), snapshot: snapshots, variants: variants, seed: seed))
+                FaultRule(
+                    FaultOperation.syncs, pathPrefix: prefix, trigger: .nth(n + 1), snapshot: snapshots, variants: variants, seed: seed))
             return PowerCut(rule: rule, snapshots: snapshots, index: n, variants: variants)
         } catch {
             end()

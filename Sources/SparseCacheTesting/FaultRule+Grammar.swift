@@ -2,7 +2,7 @@ import CShim
 import SparseCacheEngine
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The one grammar of rules: the text `SPARSECACHE_FAULTS` takes is parsed by the same C

@@ -83,7 +83,11 @@ public final class FaultScope: Sendable {
 
     /// Removes every rule of the scope (also done when the scope is released).
     public func removeAll() {
-        for id in rules.withLock({ rules in defer { rules = [] }; return rules }) { FaultInjection.remove(id) }
+        let removed = rules.withLock { rules in
+            defer { rules = [] }
+            return rules
+        }
+        for id in removed { FaultInjection.remove(id) }
     }
 
     /// Runs `body` inside the scope: its calls, and those of tasks it starts, are the ones the

@@ -2,7 +2,7 @@ import CShim
 import SparseCacheEngine
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Power-loss simulation over the files of one directory.

@@ -8,7 +8,7 @@ import Testing
 @testable import SparseCacheEngine
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The harness's child: Tests/crash-worker, built beside the test bundle.

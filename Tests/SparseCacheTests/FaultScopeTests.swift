@@ -8,7 +8,7 @@ import Testing
 @testable import SparseCacheEngine
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Lets two parallel tests wait until both have their rules set, so each one's I/O runs while

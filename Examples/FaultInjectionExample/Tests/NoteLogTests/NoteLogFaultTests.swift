@@ -5,7 +5,7 @@ import SparseCacheTesting
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 func temporaryDirectory() throws -> String {
