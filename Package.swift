@@ -5,6 +5,8 @@ let package = Package(
     name: "sparsecache",
     products: [
         .library(name: "SparseCache", targets: ["SparseCache"]),
+        // Fault injection, power-loss snapshots and the crash harness, for users' own tests.
+        .library(name: "SparseCacheTesting", targets: ["SparseCacheTesting"]),
         .executable(name: "sparsecache", targets: ["SparseCacheCLI"]),
         .executable(name: "sparsecache-bench", targets: ["SparseCacheBench"]),
         .executable(name: "sparsecache-stress", targets: ["SparseCacheStress"]),
@@ -28,9 +30,12 @@ let package = Package(
         .target(
             name: "SparseCache", dependencies: ["HTTPCache", "SparseHTTP", "SparseCacheStore", "SparseCacheEngine"],
             path: "Sources/SparseCache"),
+        // The test hooks' public face: fault rules (scoped to a test), power-loss snapshots,
+        // the crash harness. The engine keeps the seam (`package`), the main product none of it.
+        .target(name: "SparseCacheTesting", dependencies: ["SparseCacheEngine", "CShim"], path: "Sources/SparseCacheTesting"),
         .executableTarget(name: "SparseCacheCLI", dependencies: ["SparseCache"], path: "Sources/SparseCacheCLI"),
         .executableTarget(
-            name: "SparseCacheBench", dependencies: ["SparseCache", "CShim", "LoopbackOrigins", "SeededRandom"],
+            name: "SparseCacheBench", dependencies: ["SparseCache", "SparseCacheTesting", "CShim", "LoopbackOrigins", "SeededRandom"],
             path: "Benchmarks/sparsecache-bench"),
         // Writes and commits forever, printing an acknowledgement per commit: the crash tests
         // SIGKILL it at random moments (Tests/SparseCacheTests/CrashKillTests.swift).
@@ -40,10 +45,14 @@ let package = Package(
         .target(name: "LoopbackOrigins", path: "Tests/LoopbackOrigins"),
         // The seeded generator every workload replays from (tests, benchmarks, stress writer).
         .target(name: "SeededRandom", path: "Tests/SeededRandom"),
+        // Runs CrashWorker closures in a child process for the crash harness tests.
+        .executableTarget(
+            name: "SparseCacheCrashWorker", dependencies: ["SparseCache", "SparseCacheTesting"], path: "Tests/crash-worker"),
         .testTarget(
             name: "SparseCacheTests",
             dependencies: [
-                "SparseCache", "SparseCacheEngine", "SparseCacheStore", "SparseHTTP", "HTTPCache", "CShim", "LoopbackOrigins",
+                "SparseCache", "SparseCacheEngine", "SparseCacheStore", "SparseHTTP", "HTTPCache", "SparseCacheTesting", "CShim",
+                "LoopbackOrigins",
                 "SeededRandom",
             ],
             path: "Tests/SparseCacheTests"),

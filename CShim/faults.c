@@ -20,7 +20,7 @@
 atomic_int sc_faults_armed = 0;
 
 #define MAX_RULES 64
-#define MAX_PATH_MATCH 512
+#define MAX_PATH_MATCH SC_FAULT_TEXT_MAX
 
 // Counters by rule id, kept after the rule is removed. Ids are handed out once per process
 // (sweeps add tens of thousands), so they live in chunks allocated as ids are handed out and
@@ -38,6 +38,7 @@ typedef struct rule_slot {
     int64_t id;  // 0: free
     sc_fault_rule rule;
     char path[MAX_PATH_MATCH];
+    char prefix[MAX_PATH_MATCH];
     char snapshot_dir[MAX_PATH_MATCH];
     int64_t matches;  // since the counters were last reset
     rule_counters *counters;
@@ -51,6 +52,10 @@ static int64_t next_id = 1;
 static int counting = 0;
 static int64_t calls[SC_OP_COUNT];
 static int64_t operation_index = 0;
+// Rules set with a scope, and the function that names the caller's scope (both read before
+// the table lock: the provider is Swift code reading a task-local value).
+static atomic_int scoped_rules = 0;
+static _Atomic(int64_t (*)(void)) scope_provider = NULL;
 
 /// The counters of rule `id`, or NULL for an id never handed out.
 static rule_counters *counters_of(int64_t id) {
@@ -90,10 +95,12 @@ sc_fault_rule sc_fault_rule_default(void) {
     return rule;
 }
 
-int64_t sc_faults_add(const sc_fault_rule *rule, const char *path_substring, const char *snapshot_dir) {
+int64_t sc_faults_add(const sc_fault_rule *rule, const char *path_substring, const char *path_prefix,
+                      const char *snapshot_dir) {
     if (rule == NULL || rule->ops == 0 || rule->ops >= (1u << SC_OP_COUNT) || rule->trigger < 0 ||
         rule->trigger > SC_TRIGGER_PROBABILITY || rule->n < 0 || rule->probability < 0 ||
         rule->probability > 1 || (path_substring && strlen(path_substring) >= MAX_PATH_MATCH) ||
+        (path_prefix && strlen(path_prefix) >= MAX_PATH_MATCH) ||
         (snapshot_dir && strlen(snapshot_dir) >= MAX_PATH_MATCH) ||
         (rule->snapshot_variants > 0 && (snapshot_dir == NULL || snapshot_dir[0] == 0))) {
         errno = EINVAL;
@@ -113,8 +120,10 @@ int64_t sc_faults_add(const sc_fault_rule *rule, const char *path_substring, con
         slot->counters = counters_of(id);
         slot->rule = *rule;
         if (path_substring) strcpy(slot->path, path_substring);
+        if (path_prefix) strcpy(slot->prefix, path_prefix);
         if (snapshot_dir) strcpy(slot->snapshot_dir, snapshot_dir);
         slot->random_state = rule->seed ^ 0x9E3779B97F4A7C15ull;
+        if (rule->scope != 0) atomic_fetch_add(&scoped_rules, 1);
         rule_count++;
         break;
     }
@@ -129,6 +138,7 @@ int sc_faults_remove(int64_t id) {
     pthread_mutex_lock(&table_lock);
     for (int i = 0; i < MAX_RULES; i++) {
         if (rules[i].id == id && id != 0) {
+            if (rules[i].rule.scope != 0) atomic_fetch_sub(&scoped_rules, 1);
             rules[i].id = 0;
             rule_count--;
             found = 0;
@@ -143,6 +153,7 @@ void sc_faults_clear(void) {
     pthread_mutex_lock(&table_lock);
     for (int i = 0; i < MAX_RULES; i++) rules[i].id = 0;
     rule_count = 0;
+    atomic_store(&scoped_rules, 0);
     rearm_locked();
     pthread_mutex_unlock(&table_lock);
 }
@@ -202,6 +213,8 @@ void sc_faults_reset_counters(void) {
 
 int sc_faults_is_armed(void) { return atomic_load_explicit(&sc_faults_armed, memory_order_relaxed); }
 
+void sc_faults_set_scope_provider(int64_t (*provider)(void)) { atomic_store(&scope_provider, provider); }
+
 // MARK: - Deciding
 
 /// What the rules that fired on one call ask for, merged (first rule wins per field).
@@ -241,19 +254,26 @@ static void decide(int op, const char *path, int fd, decision *d) {
     d->torn_bytes = -1;
     char resolved[4096];
     int have_path = path != NULL;
+    int64_t scope = 0;
+    if (atomic_load(&scoped_rules) > 0) {
+        int64_t (*provider)(void) = atomic_load(&scope_provider);
+        if (provider) scope = provider();
+    }
     pthread_mutex_lock(&table_lock);
     calls[op]++;
     d->op_index = operation_index++;
     for (int i = 0; i < MAX_RULES; i++) {
         rule_slot *slot = &rules[i];
         if (slot->id == 0 || !(slot->rule.ops & (1u << op))) continue;
-        if (slot->path[0]) {
+        if (slot->rule.scope != 0 && slot->rule.scope != scope) continue;
+        if (slot->path[0] || slot->prefix[0]) {
             if (!have_path) {
                 path_of_fd(fd, resolved, sizeof resolved);
                 path = resolved;
                 have_path = 1;
             }
-            if (strstr(path, slot->path) == NULL) continue;
+            if (slot->path[0] && strstr(path, slot->path) == NULL) continue;
+            if (slot->prefix[0] && strncmp(path, slot->prefix, strlen(slot->prefix)) != 0) continue;
         }
         slot->matches++;
         slot->counters->matches = slot->matches;
@@ -550,9 +570,11 @@ static int parse_int(const char *text, int64_t *out) {
 }
 
 /// Parses one rule ("ops:key=value:flag..."). Returns 0 or -1 with a message.
-static int parse_rule(char *text, sc_fault_rule *rule, char *path, char *dir, char *error, size_t error_size) {
+static int parse_rule(char *text, sc_fault_rule *rule, char *path, char *prefix, char *dir, char *error,
+                      size_t error_size) {
     *rule = sc_fault_rule_default();
     path[0] = 0;
+    prefix[0] = 0;
     dir[0] = 0;
     int has_effect = 0, has_trigger = 0;
     char *save = NULL;
@@ -578,8 +600,13 @@ static int parse_rule(char *text, sc_fault_rule *rule, char *path, char *dir, ch
         if (value) *value++ = 0;
         int64_t number = 0;
         int bad = 0;
-        if (strcmp(field, "path") == 0 && value) {
-            if (strlen(value) >= MAX_PATH_MATCH) bad = 1; else strcpy(path, value);
+        if ((strcmp(field, "path") == 0 || strcmp(field, "prefix") == 0) && value) {
+            char *target = field[1] == 'a' ? path : prefix;
+            if (target[0]) {
+                snprintf(error, error_size, "'%s=' given twice (at '%s=%s')", field, field, value);
+                return -1;
+            }
+            if (strlen(value) >= MAX_PATH_MATCH || value[0] == 0) bad = 1; else strcpy(target, value);
         } else if (strcmp(field, "nth") == 0 && value) {
             bad = parse_int(value, &number) || number < 1;
             rule->trigger = SC_TRIGGER_NTH;
@@ -655,7 +682,7 @@ static int parse_rule(char *text, sc_fault_rule *rule, char *path, char *dir, ch
         }
     }
     if (has_trigger > 1) {
-        snprintf(error, error_size, "more than one trigger (nth, after, every, prob)");
+        snprintf(error, error_size, "more than one trigger (nth=, after=, every, prob=)");
         return -1;
     }
     if (!has_effect) {
@@ -669,6 +696,27 @@ static int parse_rule(char *text, sc_fault_rule *rule, char *path, char *dir, ch
     return 0;
 }
 
+int sc_faults_parse_rule(const char *text, sc_fault_rule *rule, char *path, char *prefix, char *dir,
+                         char *error, size_t error_size) {
+    if (text == NULL || rule == NULL || path == NULL || prefix == NULL || dir == NULL) {
+        snprintf(error, error_size, "internal: missing buffer");
+        return -1;
+    }
+    while (*text == ' ' || *text == '\n' || *text == '\t') text++;
+    if (strchr(text, ';') != NULL) {
+        snprintf(error, error_size, "one rule expected, found ';' (add each rule on its own)");
+        return -1;
+    }
+    char *copy = strdup(text);
+    if (copy == NULL) {
+        snprintf(error, error_size, "out of memory");
+        return -1;
+    }
+    int result = parse_rule(copy, rule, path, prefix, dir, error, error_size);
+    free(copy);
+    return result;
+}
+
 int sc_faults_parse(const char *spec, int64_t *ids, int max_ids, char *error, size_t error_size) {
     if (spec == NULL) spec = "";
     char *copy = strdup(spec);
@@ -678,6 +726,7 @@ int sc_faults_parse(const char *spec, int64_t *ids, int max_ids, char *error, si
     }
     sc_fault_rule parsed[MAX_RULES];
     static char paths[MAX_RULES][MAX_PATH_MATCH];
+    static char prefixes[MAX_RULES][MAX_PATH_MATCH];
     static char dirs[MAX_RULES][MAX_PATH_MATCH];
     static pthread_mutex_t parse_lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&parse_lock);
@@ -693,7 +742,7 @@ int sc_faults_parse(const char *spec, int64_t *ids, int max_ids, char *error, si
             break;
         }
         char message[400];
-        if (parse_rule(text, &parsed[count], paths[count], dirs[count], message, sizeof message) != 0) {
+        if (parse_rule(text, &parsed[count], paths[count], prefixes[count], dirs[count], message, sizeof message) != 0) {
             snprintf(error, error_size, "rule %d: %s", count + 1, message);
             failed = 1;
             break;
@@ -703,7 +752,8 @@ int sc_faults_parse(const char *spec, int64_t *ids, int max_ids, char *error, si
     int added = 0;
     if (!failed) {
         for (int i = 0; i < count; i++) {
-            int64_t id = sc_faults_add(&parsed[i], paths[i][0] ? paths[i] : NULL, dirs[i][0] ? dirs[i] : NULL);
+            int64_t id = sc_faults_add(&parsed[i], paths[i][0] ? paths[i] : NULL, prefixes[i][0] ? prefixes[i] : NULL,
+                                       dirs[i][0] ? dirs[i] : NULL);
             if (id < 0) {
                 snprintf(error, error_size, "rule %d: the fault table is full", i + 1);
                 failed = 1;

@@ -1,6 +1,7 @@
 import CShim
 import Foundation
 import SparseCache
+import SparseCacheTesting
 
 /// Scenario 8: what the fault-injection seam costs. Every data and index syscall of the engine
 /// goes through a shim wrapper that checks whether fault injection is armed. This measures

@@ -197,9 +197,9 @@ int sc_signal_pipe(const int *signals, int count);
 //
 // A table of rules the wrappers above consult before each call. With no rule set, no counting
 // and no power-loss recording, every wrapper pays one relaxed atomic load and a predicted
-// branch. Rules come from the Swift API (Sources/SparseCacheEngine/Faults) or, at process
-// start, from the SPARSECACHE_FAULTS environment variable (syntax in docs/DURABILITY.md,
-// "Fault injection for your own tests").
+// branch. Rules come from the testing product's Swift API (Sources/SparseCacheTesting; the
+// engine's part is the scope a task carries, Sources/SparseCacheEngine/Faults) or, at process
+// start, from the SPARSECACHE_FAULTS environment variable (grammar in docs/TESTING.md).
 
 /// Operations a rule can match (bit n of sc_fault_rule.ops is operation n).
 enum {
@@ -225,6 +225,8 @@ enum {
 
 /// The exit status of the `crash` effect, unless the rule sets its own.
 enum { SC_FAULT_CRASH_STATUS = 86 };
+/// The size of a rule's path filter and snapshot directory buffers (with the final NUL).
+enum { SC_FAULT_TEXT_MAX = 512 };
 
 /// One rule. Effects combine: e.g. torn_bytes + crash writes the first bytes, then exits.
 typedef struct sc_fault_rule {
@@ -242,15 +244,23 @@ typedef struct sc_fault_rule {
     int64_t torn_bytes;         ///< >= 0: pwrite puts only this many bytes in the file, then
                                 ///<       reports `error` if set, else full success
     int64_t delay_us;           ///< > 0: sleep this long before the call
+    int64_t scope;              ///< != 0: only calls made while the scope provider answers this
 } sc_fault_rule;
 
 /// A rule with no effect and trigger AFTER 0 (fires on every call).
 sc_fault_rule sc_fault_rule_default(void);
-/// Adds a rule; `path_substring` (may be NULL) restricts it to files whose path contains it
-/// (descriptor calls resolve the path through /proc/self/fd); `snapshot_dir` is where
-/// snapshot variants go. Returns the rule id (> 0), or -1 with errno EINVAL (a bad rule),
+/// Adds a rule; `path_substring` (may be NULL) restricts it to files whose path contains it,
+/// `path_prefix` (may be NULL) to files whose path starts with it (descriptor calls resolve
+/// the path through /proc/self/fd); `snapshot_dir` is where snapshot variants go. Returns the rule id (> 0), or -1 with errno EINVAL (a bad rule),
 /// ENOSPC (every rule slot taken, or the process used up its ids) or ENOMEM.
-int64_t sc_faults_add(const sc_fault_rule *rule, const char *path_substring, const char *snapshot_dir);
+int64_t sc_faults_add(const sc_fault_rule *rule, const char *path_substring, const char *path_prefix,
+                      const char *snapshot_dir);
+/// Parses one rule of SPARSECACHE_FAULTS syntax ("ops:key=value:flag...") without adding it:
+/// writes the rule, its path filters (`path=`, `prefix=`) and its snapshot directory, each
+/// empty when absent (buffers of SC_FAULT_TEXT_MAX bytes). Returns 0, or -1 with a message
+/// naming the token that does not parse.
+int sc_faults_parse_rule(const char *text, sc_fault_rule *rule, char *path, char *prefix, char *dir,
+                         char *error, size_t error_size);
 /// Parses SPARSECACHE_FAULTS syntax and adds its rules. Returns how many were added and
 /// writes their ids (up to max_ids); on a syntax error adds nothing, writes a message to
 /// `error` and returns -1.
@@ -280,6 +290,10 @@ void sc_faults_set_counting(int on);
 void sc_faults_reset_counters(void);
 /// 1 when the slow path is armed.
 int sc_faults_is_armed(void);
+/// Sets the function that names the scope the calling thread or task is in (0: none). A rule
+/// with a non-zero `scope` matches only calls made while it answers that scope. The provider
+/// is called on the slow path only, while some scoped rule is set, before the table lock.
+void sc_faults_set_scope_provider(int64_t (*provider)(void));
 
 // MARK: - Power-loss simulation (CShim/powerloss.c)
 

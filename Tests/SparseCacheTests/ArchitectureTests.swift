@@ -14,7 +14,9 @@ struct ArchitectureTests {
 
     /// Targets beside the stack: test support, the benchmark, the crash writer and the tests. They
     /// may use any layer; no layer may use them.
-    static let besideTheStack: Set = ["SeededRandom", "LoopbackOrigins", "SparseCacheBench", "SparseCacheStress", "SparseCacheTests"]
+    static let besideTheStack: Set = [
+        "SeededRandom", "LoopbackOrigins", "SparseCacheBench", "SparseCacheStress", "SparseCacheCrashWorker", "SparseCacheTests",
+    ]
 
     /// The module names between the layer markers of docs/ARCHITECTURE.md, bottom first.
     static func documentedLayers() throws -> [String] {
@@ -73,7 +75,11 @@ struct ArchitectureTests {
     @Test("the package's target graph only goes down the documented layers")
     func targetGraph() async throws {
         let layers = try Self.documentedLayers()
-        #expect(layers == ["CShim", "SparseCacheEngine", "SparseCacheStore", "SparseHTTP", "HTTPCache", "SparseCache", "SparseCacheCLI"])
+        #expect(
+            layers == [
+                "CShim", "SparseCacheEngine", "SparseCacheStore", "SparseHTTP", "HTTPCache", "SparseCache", "SparseCacheTesting",
+                "SparseCacheCLI",
+            ])
         let graph = try await Self.describedTargets()
         #expect(Set(layers).isSubset(of: graph.keys), "every documented layer is a target: \(graph.keys.sorted())")
         let problems = Self.layeringProblems(graph: graph, layers: layers)
@@ -131,6 +137,22 @@ struct ArchitectureTests {
             }
         }
         #expect(problems.isEmpty, "\(problems)")
+    }
+
+    @Test("the test hooks are public only in SparseCacheTesting: `import SparseCache` does not bring them")
+    func testHooksOnlyInTheTestingProduct() throws {
+        let hooks = try Regex(#"public\s+(final\s+)?(enum|struct|class|func)\s+(FaultInjection|FaultRule|FaultOperation|PowerLoss|FaultScope|CrashHarness|CrashWorker|withFaultScope)\b"#)
+        var leaked: [String] = []
+        var declared: Set<String> = []
+        for (module, path) in try Self.sourceFiles() {
+            let text = try String(contentsOfFile: path, encoding: .utf8)
+            guard text.contains(hooks) else { continue }
+            if module == "SparseCacheTesting" { declared.insert(String(path.split(separator: "/").last!)) } else { leaked.append(String(path.dropFirst(Self.root.count + 1))) }
+        }
+        #expect(leaked.isEmpty, "public test hooks outside SparseCacheTesting: \(leaked)")
+        #expect(declared.isSuperset(of: ["FaultInjection.swift", "FaultRule.swift", "PowerLoss.swift", "FaultScope.swift", "CrashHarness.swift"]))
+        let umbrella = try String(contentsOfFile: Self.root + "/Sources/SparseCache/SparseCache.swift", encoding: .utf8)
+        #expect(!umbrella.contains("SparseCacheTesting"), "the umbrella module re-exports the testing product")
     }
 
     @Test("HTTP wire handling (CRLF framing, header-field syntax) lives only in SparseHTTP")

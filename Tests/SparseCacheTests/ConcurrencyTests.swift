@@ -3,6 +3,7 @@
 // syncs never hold the cooperative pool.
 import Foundation
 import SeededRandom
+import SparseCacheTesting
 import Synchronization
 import Testing
 

@@ -16,6 +16,7 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import SparseCacheTesting
 #endif
 
 @Suite("Crash: real process kills")

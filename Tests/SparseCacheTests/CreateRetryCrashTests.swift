@@ -4,6 +4,7 @@
 // commit (29 of 40 simulated cuts). Since issue 18 that fsync is the first commit's. Power-loss recording is one per process, so this lives in the serialized
 // power-loss suite.
 import Foundation
+import SparseCacheTesting
 import Testing
 
 @testable import HTTPCache

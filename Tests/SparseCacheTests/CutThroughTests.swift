@@ -4,6 +4,7 @@
 // little fetched past it.
 import Foundation
 import SeededRandom
+import SparseCacheTesting
 import Testing
 
 @testable import HTTPCache

@@ -14,6 +14,7 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import SparseCacheTesting
 #endif
 
 @Suite("Fault sweep: fail every I/O call")

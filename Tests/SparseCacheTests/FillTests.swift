@@ -4,6 +4,7 @@
 import Foundation
 import LoopbackOrigins
 import SeededRandom
+import SparseCacheTesting
 import Testing
 
 @testable import HTTPCache

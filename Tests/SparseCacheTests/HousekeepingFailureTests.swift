@@ -12,6 +12,7 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import SparseCacheTesting
 #endif
 
 /// The lines a store logs.

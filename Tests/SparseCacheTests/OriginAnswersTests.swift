@@ -4,6 +4,7 @@
 // every test checks what the client got and the origin's request log.
 import Foundation
 import SparseCache
+import SparseCacheTesting
 import Testing
 
 @Suite("Origin answers (issue 16)", .serialized, .timeLimit(.minutes(8)))

@@ -14,6 +14,7 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import SparseCacheTesting
 #endif
 
 @Suite("Read paths: page cache first, DispatchIO for the rest")

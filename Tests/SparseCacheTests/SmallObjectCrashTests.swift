@@ -7,6 +7,7 @@
 import CShim
 import Foundation
 import SeededRandom
+import SparseCacheTesting
 import Testing
 
 @_spi(Locking) @testable import SparseCacheEngine

@@ -2,6 +2,7 @@
 // CRC32C, a torn tail cut on open, a damaged record never served, compaction and LRU eviction.
 import Foundation
 import SeededRandom
+import SparseCacheTesting
 import Testing
 
 @_spi(Locking) @testable import SparseCacheEngine

@@ -2,6 +2,7 @@
 // durability across reopen, argument checking, locking, and damage on disk.
 import Foundation
 import SeededRandom
+import SparseCacheTesting
 import Testing
 
 @testable import HTTPCache

@@ -1,6 +1,7 @@
 // A crash or a power cut at every I/O call of a store eviction. Power-loss recording is one
 // per process, so this lives in the serialized power-loss suite.
 import Foundation
+import SparseCacheTesting
 import Testing
 
 @testable import HTTPCache

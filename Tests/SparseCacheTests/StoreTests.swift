@@ -2,6 +2,7 @@
 // restart, concurrency, crash leftovers, two processes, and bad input.
 import Foundation
 import SeededRandom
+import SparseCacheTesting
 import Testing
 
 @testable import HTTPCache

@@ -6,6 +6,7 @@
 import CShim
 import Foundation
 import SeededRandom
+import SparseCacheTesting
 import Testing
 
 @testable import HTTPCache

@@ -20,9 +20,17 @@ public struct BlockingExecutor: Sendable {
     /// The closure is `@Sendable` and created here, in a nonisolated function, so it never
     /// inherits an actor's isolation (which libdispatch on Linux would trap on).
     public func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
+        // A fault scope of the caller's task holds on the queue's thread too.
+        let scope = FaultScopeBinding.toCarry
+        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, Error>) in
             queue.async { @Sendable in
-                continuation.resume(with: Result { try work() })
+                if scope == 0 {
+                    continuation.resume(with: Result { try work() })
+                } else {
+                    FaultScopeBinding.$current.withValue(scope) {
+                        continuation.resume(with: Result { try work() })
+                    }
+                }
             }
         }
     }

@@ -68,13 +68,16 @@ final class DispatchReadChannel: @unchecked Sendable {
         let path = self.path
         let descriptor = source
         let faultsArmed = sc_faults_is_armed() != 0
+        let scope = FaultScopeBinding.toCarry
         return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[UInt8], Error>) in
             if faultsArmed {
                 // libdispatch issues its own preads, which the shim never sees: the fault table is
                 // consulted here instead, on the channel's queue (a delay rule then takes that
                 // queue's thread, as a slow device would, never a cooperative one).
                 queue.async { @Sendable in
-                    let injected = sc_fault_check_read(descriptor, offset, Int64(length))
+                    let injected = FaultScopeBinding.$current.withValue(scope) {
+                        sc_fault_check_read(descriptor, offset, Int64(length))
+                    }
                     if injected != 0 {
                         continuation.resume(throwing: SparseCacheError(
                             .io, operation: "read", path: path, offset: offset, length: Int64(length), errno: injected))

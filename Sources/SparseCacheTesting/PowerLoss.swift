@@ -1,7 +1,8 @@
 import CShim
+import SparseCacheEngine
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Power-loss simulation over the files of one directory.
@@ -15,6 +16,8 @@ import Glibc
 /// that grew since the last sync may be torn; directory changes since the last directory fsync
 /// persist as a random prefix. The live files are never touched, so a test can keep running
 /// and take a snapshot at every I/O call of a workload.
+///
+/// One directory per process at a time: tests that record run in a serialized suite.
 public enum PowerLoss {
     /// Starts recording changes to the files directly in `directory`; their current contents
     /// count as durable.
@@ -29,34 +32,49 @@ public enum PowerLoss {
     /// Stops recording and forgets every pending change.
     public static func end() { sc_powerloss_end() }
 
-    /// Writes the directory as it could look after a power cut now into `destination` (an
-    /// existing, empty directory). `processCrash` keeps every completed call instead (what a
-    /// killed process leaves behind: the page cache survives).
+    /// Writes the directory as it could look after a power cut now into `destination`, which
+    /// is created (with its parents) when missing. `processCrash` keeps every completed call
+    /// instead (what a killed process leaves behind: the page cache survives).
+    ///
+    /// - Throws: `.invalidArgument` when no recording is on; `.io` when `destination` cannot
+    ///   be created or written.
     public static func snapshot(into destination: String, seed: UInt64, processCrash: Bool = false) throws {
+        try makeDirectory(destination)
         guard sc_powerloss_snapshot(destination, seed, processCrash ? 1 : 0) == 0 else {
-            throw SparseCacheError(.io, operation: "power loss snapshot", path: destination, errno: errno)
+            let reason = errno
+            if reason == EINVAL {
+                throw SparseCacheError(
+                    .invalidArgument, operation: "power loss snapshot", path: destination,
+                    detail: "nothing is recorded: call PowerLoss.begin(directory:) first")
+            }
+            throw SparseCacheError(.io, operation: "power loss snapshot", path: destination, errno: reason)
         }
     }
 
     /// Takes snapshots before matching calls: `variants` directories named `<directory>/<k>-<v>`
     /// before the rule's k-th match (from 0; see ``FaultInjection/matches(_:)``); variant 0 is
-    /// a process crash, the others power cuts seeded from `seed`, `k` and `v`. Remove the rule
-    /// with ``FaultInjection/remove(_:)``.
+    /// a process crash, the others power cuts seeded from `seed`, `k` and `v`. `directory` is
+    /// created when missing. Remove the rule with ``FaultInjection/remove(_:)``.
     @discardableResult
     public static func snapshotBefore(
         _ operations: Set<FaultOperation> = FaultOperation.mutating, pathContains: String? = nil,
-        trigger: FaultRule.Trigger = .after(0), into directory: String, variants: Int, seed: UInt64
+        trigger: FaultRule.Trigger = .every, into directory: String, variants: Int, seed: UInt64
     ) throws -> FaultInjection.RuleID {
-        var raw = FaultRule(operations, trigger: trigger).raw
-        raw.snapshot_variants = Int32(variants)
-        raw.seed = seed
-        let id = sc_faults_add(&raw, pathContains, directory)
-        guard id > 0 else {
-            throw SparseCacheError(.invalidArgument, operation: "power loss snapshot rule", path: directory, detail: "invalid rule")
-        }
-        return FaultInjection.RuleID(rawValue: id)
+        try FaultInjection.add(
+            FaultRule(operations, pathContains: pathContains, trigger: trigger, snapshot: directory, variants: variants, seed: seed))
     }
 
     /// Unsynced changes currently remembered.
     public static var pendingChanges: Int { Int(sc_powerloss_pending()) }
+
+    /// Creates `path` and its missing parents (mode 0755).
+    static func makeDirectory(_ path: String) throws {
+        var prefix = path.hasPrefix("/") ? "" : "."
+        for component in path.split(separator: "/") {
+            prefix += "/" + component
+            if mkdir(prefix, 0o755) != 0 && errno != EEXIST {
+                throw SparseCacheError(.io, operation: "create directory", path: prefix, errno: errno)
+            }
+        }
+    }
 }
