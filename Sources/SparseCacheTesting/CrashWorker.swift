@@ -1,4 +1,4 @@
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 
 #if canImport(Glibc)
     import Glibc

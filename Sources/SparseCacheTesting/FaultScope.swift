@@ -1,4 +1,4 @@
-import SparseCacheEngine
+@_spi(Locking) import SparseCacheEngine
 import Synchronization
 
 /// Fault rules limited to one test: to the calls made by a task (and the tasks it starts),

@@ -5,7 +5,7 @@ import SparseCacheTesting
 import Synchronization
 import Testing
 
-@testable import SparseCacheEngine
+@_spi(Locking) @testable import SparseCacheEngine
 
 #if canImport(Glibc)
     import Glibc
