@@ -65,9 +65,16 @@ struct CacheStatus: Sendable, Equatable {
 /// The fields a proxy adds to every answer it gives: its `Via` element after the origin's
 /// (RFC 9110, section 7.6.3) and the `Cache-Status`.
 func proxyFields(_ headers: HTTPHeaders, status: CacheStatus, via element: String) -> [(String, String)] {
-    // One pass over the stored fields (every answer from the cache makes these).
+    var fields = fieldsWithVia(headers, via: element, room: 1)
+    fields.append(("Cache-Status", status.value))
+    return fields
+}
+
+/// `headers` without their `Via` fields, then one `Via` of theirs and `element`, in one pass
+/// (every answer from the cache makes these); `room` more fields reserved.
+func fieldsWithVia(_ headers: HTTPHeaders, via element: String, room: Int = 0) -> [(String, String)] {
     var fields: [(String, String)] = []
-    fields.reserveCapacity(headers.count + 2)
+    fields.reserveCapacity(headers.count + 1 + room)
     var via = ""
     for field in headers {
         if field.hasName("via") {
@@ -77,6 +84,5 @@ func proxyFields(_ headers: HTTPHeaders, status: CacheStatus, via element: Strin
         }
     }
     fields.append(("Via", via + element))
-    fields.append(("Cache-Status", status.value))
     return fields
 }

@@ -23,17 +23,7 @@ final class QuickHead: Sendable {
     init?(_ stored: HTTPHeaders, via: String) {
         guard !stored.contains("content-range") else { return nil }
         // The order of proxyFields and storedFields, which the handler's head follows.
-        var fields: [(String, String)] = []
-        var vias = ""
-        for field in stored {
-            if field.hasName("via") {
-                vias += field.value + ", "
-            } else {
-                fields.append((field.name, field.value))
-            }
-        }
-        fields.append(("Via", vias + via))
-        self.stored = HTTPHeadEncoding.encodeFields(fields)
+        self.stored = HTTPHeadEncoding.encodeFields(fieldsWithVia(stored, via: via))
         var representation = [("Accept-Ranges", "bytes")]
         if !stored.contains("content-type") { representation.append(("Content-Type", "application/octet-stream")) }
         self.representation = HTTPHeadEncoding.encodeFields(representation)
