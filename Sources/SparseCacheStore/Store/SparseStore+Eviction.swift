@@ -161,16 +161,22 @@ extension SparseStore {
         return victims.map(\.key)
     }
 
+    /// A closed resource opened for eviction to drop segments of: never created, committed
+    /// only when asked.
+    private func openClosed(_ entry: StoreEntry) async throws -> SparseFile {
+        var reopen = SparseFileOptions()
+        reopen.create = false
+        reopen.commitPolicy = .manual
+        return try await SparseFile.open(resourcesDirectory + "/" + entry.name, options: reopen)
+    }
+
     /// Drops everything of a closed resource beyond its pinned prefix. Returns false when
     /// nothing could be dropped.
     private func trimToPrefix(key: String) async throws -> Bool {
         await lockKey(key)
         defer { unlockKey(key) }
         guard live[key] == nil, let entry = entries[key] else { return false }
-        var reopen = SparseFileOptions()
-        reopen.create = false
-        reopen.commitPolicy = .manual
-        let file = try await SparseFile.open(resourcesDirectory + "/" + entry.name, options: reopen)
+        let file = try await openClosed(entry)
         let firstDropped = Int((entry.pinnedPrefix + Int64(file.segmentSize) - 1) / Int64(file.segmentSize))
         let beyond = await file.presentSegments().flatMap { run in
             Array(max(run.lowerBound, firstDropped)..<max(run.upperBound, firstDropped))
@@ -290,10 +296,7 @@ extension SparseStore {
         defer { unlockKey(key) }
         // Re-check after the await: the resource may have been opened or removed meanwhile.
         guard live[key] == nil, let entry = entries[key] else { return false }
-        var reopen = SparseFileOptions()
-        reopen.create = false
-        reopen.commitPolicy = .manual
-        let file = try await SparseFile.open(resourcesDirectory + "/" + entry.name, options: reopen)
+        let file = try await openClosed(entry)
         let size = Int64(file.segmentSize)
         let firstEvictable = Int((entry.pinnedPrefix + size - 1) / size)
         let present = await file.presentSegments()
