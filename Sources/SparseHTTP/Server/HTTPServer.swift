@@ -3,7 +3,7 @@ import Dispatch
 @_spi(Locking) import SparseCacheEngine
 import Synchronization
 
-/// A small HTTP/1.1 server: an accept loop, one task per connection reading request heads
+/// A small HTTP/1.1 server: an accept loop on every event loop, one task per connection reading request heads
 /// (``HTTPRequestParser``) and handing each to a handler with its ``HTTPRequestBody`` and an
 /// ``HTTPResponseWriter``, and a watchdog that closes connections past their deadline.
 ///

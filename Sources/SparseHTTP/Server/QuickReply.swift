@@ -89,13 +89,9 @@ public struct QuickReply: ~Copyable {
     /// for a HEAD request), in one `sendmsg`, without waiting. Call it once; the rest of the
     /// body follows with ``sendBody(_:)``.
     public mutating func send(status: Int, headers: [(String, String)], contentLength: Int64, body: UnsafeRawBufferPointer) {
-        precondition(!sent, "a quick reply sends one response")
-        sent = true
-        self.status = status
-        announced = contentLength
         let head = HTTPResponseWriter.encodedHead(status: status, headers: headers, contentLength: contentLength, chunked: false, closes: closes)
         head.withUnsafeBytes { head in
-            start(head, request.method == "HEAD" ? UnsafeRawBufferPointer(start: nil, count: 0) : body)
+            send(status: status, encodedHead: head, contentLength: contentLength, body: body)
         }
     }
 
