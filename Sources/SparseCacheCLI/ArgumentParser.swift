@@ -1,3 +1,5 @@
+import SparseCacheEngine
+
 /// What a command accepts, generated from its declarations: option names that take a value,
 /// flags, and positional names.
 struct ArgumentSpec: Sendable {
@@ -129,16 +131,5 @@ enum SizeParser {
     }
 
     /// 1536 -> "1.5 KiB".
-    static func describe(_ bytes: Int64) -> String {
-        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
-        var value = Double(bytes)
-        var unit = 0
-        while value >= 1024, unit < units.count - 1 {
-            value /= 1024
-            unit += 1
-        }
-        if unit == 0 { return "\(bytes) B" }
-        let rounded = (value * 10).rounded() / 10
-        return "\(rounded) \(units[unit])"
-    }
+    static func describe(_ bytes: Int64) -> String { ByteCountText.describe(bytes) }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import SparseCacheEngine
 import SparseCacheStore
 
 /// The admin listener's page at `/`: one HTML document, made here whole (inline CSS and SVG,
@@ -187,16 +188,7 @@ struct StatusPage {
         return out
     }
 
-    static func bytes(_ count: Int64) -> String {
-        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
-        var value = Double(count)
-        var unit = 0
-        while value >= 1024, unit < units.count - 1 {
-            value /= 1024
-            unit += 1
-        }
-        return unit == 0 ? "\(count) B" : String(format: "%.1f %@", value, units[unit])
-    }
+    static func bytes(_ count: Int64) -> String { ByteCountText.describe(count) }
 
     private static func percent(_ ratio: Double) -> String { String(format: "%.1f%%", ratio * 100) }
 
