@@ -11,6 +11,22 @@ let swiftOnPath: Bool = (ProcessInfo.processInfo.environment["PATH"] ?? "").spli
 
 @Suite("the example package: fault injection from another package")
 struct ExamplePackageTests {
+    /// Removes the example's scratch directory when a source file of the project was added or
+    /// removed since its last build: SwiftPM keeps the plan of a path dependency there and does
+    /// not see a new file in it (the build then fails with "cannot find ... in scope").
+    static func forgetScratchIfFilesChanged(root: String, scratch: String) throws {
+        let files = (FileManager.default.enumerator(atPath: root + "/Sources")?.allObjects as? [String] ?? [])
+            .filter { $0.hasSuffix(".swift") || $0.hasSuffix(".c") || $0.hasSuffix(".h") }.sorted()
+        let cshim = (FileManager.default.enumerator(atPath: root + "/CShim")?.allObjects as? [String] ?? []).sorted()
+        let list = (files + ["--"] + cshim).joined(separator: "\n")
+        let stamp = scratch + "/project-files"
+        if (try? String(contentsOfFile: stamp, encoding: .utf8)) != list {
+            try? FileManager.default.removeItem(atPath: scratch)
+            try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+            try list.write(toFile: stamp, atomically: true, encoding: .utf8)
+        }
+    }
+
     @Test(
         "Examples/FaultInjectionExample builds against the project by path and its torn-write, sync-error and crash tests pass",
         .enabled(if: swiftOnPath, "skipped: `swift` is not on PATH, so the example package cannot be built"),
@@ -20,6 +36,7 @@ struct ExamplePackageTests {
         // A scratch path under .build: ignored by git, kept between runs so a second run only
         // rebuilds what changed. One compile job: the build runs beside the other suites, whose
         // servers and clients need the second core.
+        try Self.forgetScratchIfFilesChanged(root: root, scratch: root + "/.build/examples")
         let result = try await ChildProcess.run(
             "swift",
             [
