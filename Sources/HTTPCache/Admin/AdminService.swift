@@ -20,19 +20,19 @@ import SparseHTTP
 ///
 /// It has no authentication of its own: it is for the machine (or the private network) it
 /// listens on, as Varnish's admin port and nginx's stub_status are.
-public final class AdminService: Sendable {
-    public let proxy: CachingProxy
-    public let metrics: ProxyMetrics
+package final class AdminService: Sendable {
+    package let proxy: CachingProxy
+    package let metrics: ProxyMetrics
     private let connections: @Sendable () -> (open: Int, rejected: Int)
     private let started = Date()
 
-    public init(proxy: CachingProxy, metrics: ProxyMetrics, connections: @escaping @Sendable () -> (open: Int, rejected: Int)) {
+    package init(proxy: CachingProxy, metrics: ProxyMetrics, connections: @escaping @Sendable () -> (open: Int, rejected: Int)) {
         self.proxy = proxy
         self.metrics = metrics
         self.connections = connections
     }
 
-    public func handle(_ request: HTTPRequestHead, _ response: HTTPResponseWriter) async throws {
+    package func handle(_ request: HTTPRequestHead, _ response: HTTPResponseWriter) async throws {
         let (path, query) = Self.split(request.target)
         switch (request.method, path) {
         case ("GET", "/"), ("HEAD", "/"):
@@ -121,7 +121,7 @@ public final class AdminService: Sendable {
             total: snapshot.count)
     }
 
-    public func metricsText() async -> String {
+    package func metricsText() async -> String {
         let store = await proxy.cache.store.totals()
         let activity = await proxy.cache.activity
         let connections = connections()
@@ -131,34 +131,34 @@ public final class AdminService: Sendable {
     }
 
     /// What `POST /evict` answers.
-    public struct Evicted: Codable, Sendable {
-        public var evicted: [String]
-        public var resources: Int
-        public var allocatedBytes: Int64
+    package struct Evicted: Codable, Sendable {
+        package var evicted: [String]
+        package var resources: Int
+        package var allocatedBytes: Int64
     }
 
     /// What `GET /status` answers (and `sparsecache stats` prints).
-    public struct Status: Codable, Sendable {
-        public var uptimeSeconds: Int
-        public var origin: String?
-        public var directory: String
-        public var budgetBytes: Int64
-        public var allocatedBytes: Int64
-        public var presentBytes: Int64
-        public var resources: Int
-        public var evictions: Int
-        public var openResources: Int
-        public var fetchesInFlight: Int
-        public var readers: Int
-        public var connections: Int
-        public var requests: Int
-        public var hits: Int
-        public var bytesFromCache: Int64
-        public var bytesFromOrigin: Int64
-        public var originRequests: Int
+    package struct Status: Codable, Sendable {
+        package var uptimeSeconds: Int
+        package var origin: String?
+        package var directory: String
+        package var budgetBytes: Int64
+        package var allocatedBytes: Int64
+        package var presentBytes: Int64
+        package var resources: Int
+        package var evictions: Int
+        package var openResources: Int
+        package var fetchesInFlight: Int
+        package var readers: Int
+        package var connections: Int
+        package var requests: Int
+        package var hits: Int
+        package var bytesFromCache: Int64
+        package var bytesFromOrigin: Int64
+        package var originRequests: Int
     }
 
-    public func status() async -> Status {
+    package func status() async -> Status {
         let store = await proxy.cache.store.totals()
         let activity = await proxy.cache.activity
         let requests = metrics.snapshot

@@ -11,11 +11,11 @@ import SparseHTTP
 extension HTTPRangeSource {
     /// A request body to send: its chunks in order from `next` (nil at the end), and its
     /// length when known (sent as `Content-Length`; else the body goes chunked).
-    public struct RequestBody: Sendable {
-        public var length: Int64?
-        public var next: @Sendable () async throws -> [UInt8]?
+    package struct RequestBody: Sendable {
+        package var length: Int64?
+        package var next: @Sendable () async throws -> [UInt8]?
 
-        public init(length: Int64?, next: @escaping @Sendable () async throws -> [UInt8]?) {
+        package init(length: Int64?, next: @escaping @Sendable () async throws -> [UInt8]?) {
             self.length = length
             self.next = next
         }
@@ -25,7 +25,7 @@ extension HTTPRangeSource {
     static let bodyMethods: Set<String> = ["POST", "PUT", "PATCH"]
 
     /// The methods that may be sent twice with the same effect (RFC 9110, section 9.2.2).
-    public static let idempotentMethods: Set<String> = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"]
+    package static let idempotentMethods: Set<String> = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"]
 
     /// Sends `method` to the source's URL with `forwarding`'s fields (sent as they are: the
     /// client's conditionals and Range included) and `body`, and returns the origin's answer
@@ -43,7 +43,7 @@ extension HTTPRangeSource {
     /// client's (the server's connection limit bounds them), and a proxy that invalidates after
     /// the answer must not hold a fill slot meanwhile: the invalidation waits for a fill of the
     /// same key in flight, which may be waiting for that very slot.
-    public func send(_ method: String, forwarding: Forwarding, body: RequestBody?, maximumBody: Int64) async throws -> OriginAnswer {
+    package func send(_ method: String, forwarding: Forwarding, body: RequestBody?, maximumBody: Int64) async throws -> OriginAnswer {
         ProxyMetrics.originRequests.add()
         if isDirect {
             return try await sendDirect(method, forwarding: forwarding, body: body)

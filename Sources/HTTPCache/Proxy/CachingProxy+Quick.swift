@@ -16,7 +16,7 @@ extension CachingProxy {
     /// ranges, a byte not committed (yet), a page not in memory, a segment that fails its check (the handler's read
     /// drops it), a body over ``quickBodyLimit``. The answer is the one the handler would give,
     /// field for field (`Cache-Status: sparsecache; hit; ttl=N`).
-    public func answerQuickly(_ request: HTTPRequestHead, _ reply: inout QuickReply) -> Bool {
+    package func answerQuickly(_ request: HTTPRequestHead, _ reply: inout QuickReply) -> Bool {
         guard cache.options.quickHits, origin != nil, request.method == "GET" || request.method == "HEAD", !via.isLoop(request.headers),
             case .success(let route) = route(for: request.target), let hit = cache.quickHits[route.key]
         else { return false }

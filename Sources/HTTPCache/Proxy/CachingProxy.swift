@@ -43,14 +43,14 @@ public final class CachingProxy: Sendable {
     /// reverse-proxy mode, where the operator chose the origin.
     let addressPolicy: OriginAddressPolicy?
     /// Longer resources are passed on unstored (``HTTPRangeSource/Forwarding/maximumLength``).
-    public let maximumResourceLength: Int64?
+    package let maximumResourceLength: Int64?
     /// This proxy's name in `Via`, and its loop detection.
-    public let via = ProxyVia()
+    package let via = ProxyVia()
     /// Playlists and segment prefetch (CachingProxy+Playlists, docs/STREAMING.md).
     let streaming: StreamingState
     /// Cross-origin access added to every answer, and preflights answered here (`--cors`);
     /// nil: the origin's fields pass as they are and `OPTIONS` goes to the origin.
-    public let cors: CORSPolicy?
+    package let cors: CORSPolicy?
 
     /// The default ``maximumResourceLength``: 256 GiB (the largest disk images and model files),
     /// whose index costs at most 512 KiB of memory with 64 KiB segments.

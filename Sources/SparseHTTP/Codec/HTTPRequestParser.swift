@@ -9,17 +9,17 @@ import SparseCacheEngine
 /// one, no `%00` in the target's path. A body is framed by `Content-Length` (digits only; repeated values must be
 /// equal) or by `Transfer-Encoding: chunked`, never both (RFC 9112, section 6.3: a request with
 /// both is refused, as nginx does, since two parsers could disagree on where it ends).
-public enum HTTPRequestParser {
-    public struct Limits: Sendable {
-        public var requestLine = 8 * 1024
+package enum HTTPRequestParser {
+    package struct Limits: Sendable {
+        package var requestLine = 8 * 1024
         /// The whole head: request line and header fields.
-        public var head = 32 * 1024
-        public var fields = 100
+        package var head = 32 * 1024
+        package var fields = 100
 
-        public init() {}
+        package init() {}
     }
 
-    public enum Result: Sendable, Equatable {
+    package enum Result: Sendable, Equatable {
         /// More bytes are needed.
         case incomplete
         /// A complete head, how many bytes it took (its body, then the next request, start
@@ -29,7 +29,7 @@ public enum HTTPRequestParser {
         case invalid(status: Int, reason: String)
     }
 
-    public static func parse(_ bytes: some Collection<UInt8>, limits: Limits = Limits()) -> Result {
+    package static func parse(_ bytes: some Collection<UInt8>, limits: Limits = Limits()) -> Result {
         // In place when the bytes are contiguous (the server's buffer is an array): a request's
         // head is looked at without copying it.
         if let result = bytes.withContiguousStorageIfAvailable({ parse(UnsafeBufferPointer(rebasing: $0.prefix(limits.head + 4)), limits: limits) }) {

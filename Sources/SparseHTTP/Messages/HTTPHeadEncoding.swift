@@ -4,7 +4,7 @@
 /// so no value can inject a line.
 extension HTTPRequestHead {
     /// The head as sent: `METHOD target HTTP/1.x`, the fields, an empty line.
-    public func encoded() -> [UInt8] {
+    package func encoded() -> [UInt8] {
         HTTPHeadEncoding.encode(startLine: "\(method) \(target) HTTP/1.\(minorVersion)", headers: headers)
     }
 }
@@ -12,13 +12,13 @@ extension HTTPRequestHead {
 extension HTTPResponseHead {
     /// The head as sent: `HTTP/1.x status reason`, the fields, an empty line. An empty reason
     /// phrase is sent as the standard one for the status.
-    public func encoded() -> [UInt8] {
+    package func encoded() -> [UInt8] {
         let phrase = reason.isEmpty ? Self.standardReason(for: status) : HTTPSyntax.sanitizedFieldValue(reason)
         return HTTPHeadEncoding.encode(startLine: "HTTP/1.\(minorVersion) \(status) \(phrase)", headers: headers)
     }
 
     /// The reason phrase RFC 9110 (section 15) gives a status, or a generic one for its class.
-    public static func standardReason(for status: Int) -> String {
+    package static func standardReason(for status: Int) -> String {
         switch status {
         case 100: "Continue"
         case 200: "OK"

@@ -22,7 +22,7 @@ public struct HTTPRequestHead: Sendable, Equatable {
 
     /// Whether the connection stays open after the response (HTTP/1.1 unless `Connection:
     /// close`; HTTP/1.0 only with `Connection: keep-alive`), RFC 9112, section 9.3.
-    public var keepAlive: Bool {
+    package var keepAlive: Bool {
         minorVersion >= 1
             ? !headers.containsListElement(of: "connection", "close") : headers.containsListElement(of: "connection", "keep-alive")
     }

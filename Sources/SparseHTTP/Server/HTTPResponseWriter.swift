@@ -53,13 +53,13 @@ public final class HTTPResponseWriter: Sendable {
     /// Whether a head is on its way to the client. False while one is held for its first body
     /// bytes and nothing has gone out: a handler that fails before the body can still answer
     /// with an error, which replaces the held head (a client must never get an empty reply).
-    public var headSent: Bool { state.withLock { $0.headSent && $0.pendingHead == nil } }
+    package var headSent: Bool { state.withLock { $0.headSent && $0.pendingHead == nil } }
     /// Body bytes written so far.
-    public var bodyBytes: Int64 { state.withLock { $0.bodyBytes } }
+    package var bodyBytes: Int64 { state.withLock { $0.bodyBytes } }
     /// The connection closes after this response.
-    public var closesConnection: Bool { state.withLock { $0.closes } }
+    package var closesConnection: Bool { state.withLock { $0.closes } }
     /// The client's address, as `host:port`.
-    public var peer: String { connection.peer }
+    package var peer: String { connection.peer }
     /// Whether the body is complete: a connection whose response fell short must close, since
     /// the client can no longer tell where the next response starts.
     var isComplete: Bool {
@@ -76,7 +76,7 @@ public final class HTTPResponseWriter: Sendable {
     var cacheOutcome: String? { state.withLock { $0.cacheOutcome } }
 
     /// Counts body bytes by where they came from, for the request log.
-    public func countCacheBytes(hit: Int64 = 0, miss: Int64 = 0) {
+    package func countCacheBytes(hit: Int64 = 0, miss: Int64 = 0) {
         state.withLock {
             $0.cacheHitBytes += hit
             $0.cacheMissBytes += miss
@@ -85,12 +85,12 @@ public final class HTTPResponseWriter: Sendable {
 
     /// What a cache made of the request (`hit`, `miss`, `stale`, ...), for the log and the
     /// metrics.
-    public func setCacheOutcome(_ outcome: String) {
+    package func setCacheOutcome(_ outcome: String) {
         state.withLock { $0.cacheOutcome = outcome }
     }
 
     /// A short text for the request log (an error's reason, say).
-    public func setNote(_ note: String) {
+    package func setNote(_ note: String) {
         state.withLock { $0.note = note }
     }
 
@@ -98,7 +98,7 @@ public final class HTTPResponseWriter: Sendable {
     /// (before `Date`, `Server` and the framing are added): fields a handler adds to each of
     /// its answers, whoever writes the head (the handler, or the server answering for it after
     /// it failed), as nginx's `add_header`. Interim (1xx) heads are sent as they are.
-    public func rewriteHeads(_ rewrite: @escaping @Sendable ([(String, String)]) -> [(String, String)]) {
+    package func rewriteHeads(_ rewrite: @escaping @Sendable ([(String, String)]) -> [(String, String)]) {
         state.withLock { $0.rewrite = rewrite }
     }
 
