@@ -99,17 +99,17 @@ public enum FaultInjection {
 
     /// Calls of `operation` seen while the slow path was armed (a rule set, counting on, or
     /// power-loss recording), in the whole process.
-    package static func callCount(_ operation: FaultOperation) -> Int { Int(sc_faults_calls(operation.rawValue)) }
+    static func callCount(_ operation: FaultOperation) -> Int { Int(sc_faults_calls(operation.rawValue)) }
 
     /// All calls seen while armed: the index the next call gets. Tests record it when a
     /// commit returns, to know which crash points must keep that commit.
-    package static var operationCount: Int { Int(sc_faults_operation_count()) }
+    static var operationCount: Int { Int(sc_faults_operation_count()) }
 
     /// Counts calls without any rule set.
-    package static func setCounting(_ on: Bool) { sc_faults_set_counting(on ? 1 : 0) }
+    static func setCounting(_ on: Bool) { sc_faults_set_counting(on ? 1 : 0) }
 
-    package static func resetCounters() { sc_faults_reset_counters() }
+    static func resetCounters() { sc_faults_reset_counters() }
 
     /// Whether calls currently take the slow path.
-    package static var isArmed: Bool { sc_faults_is_armed() != 0 }
+    static var isArmed: Bool { sc_faults_is_armed() != 0 }
 }

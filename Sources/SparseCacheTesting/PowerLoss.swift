@@ -65,7 +65,7 @@ public enum PowerLoss {
     }
 
     /// Unsynced changes currently remembered.
-    package static var pendingChanges: Int { Int(sc_powerloss_pending()) }
+    static var pendingChanges: Int { Int(sc_powerloss_pending()) }
 
     /// Creates `path` and its missing parents (mode 0755).
     static func makeDirectory(_ path: String) throws {

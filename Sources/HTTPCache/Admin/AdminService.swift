@@ -121,7 +121,7 @@ package final class AdminService: Sendable {
             total: snapshot.count)
     }
 
-    package func metricsText() async -> String {
+    func metricsText() async -> String {
         let store = await proxy.cache.store.totals()
         let activity = await proxy.cache.activity
         let connections = connections()

@@ -45,7 +45,7 @@ package final class ConnectionLimiter: Sendable {
 
         package func promote() { promoted.store(true, ordering: .releasing) }
 
-        package var isPromoted: Bool { promoted.load(ordering: .acquiring) }
+        var isPromoted: Bool { promoted.load(ordering: .acquiring) }
     }
 
     /// The priority a request of the current task takes now.

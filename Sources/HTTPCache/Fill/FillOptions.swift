@@ -49,7 +49,7 @@ public struct FillOptions: Sendable {
     /// The largest first chunk of a read from the file: the response head waits for it (they
     /// leave in one send), so it is one segment rather than a whole ``readChunk`` to read and
     /// check. Measured on a warm 1 MiB range: the first byte left 0.4 ms earlier.
-    package var firstReadChunk = 64 << 10
+    var firstReadChunk = 64 << 10
 
     /// How much of `end - position` the next read from the file takes: ``firstReadChunk`` for
     /// a read's first chunk, ``readChunk`` after.
@@ -130,11 +130,11 @@ public struct FillStatistics: Sendable, Equatable {
     /// ``FillOptions/arrivedLimit`` plus one network chunk).
     package var mostArrived: Int64 = 0
     /// Times a fill stopped receiving until the write-back caught up (its memory was full).
-    package var writeBackWaits = 0
+    var writeBackWaits = 0
     /// Answers stored as small objects, and small objects that could not be stored (the log
     /// write or its sync failed: the client had its answer, the cache did not keep it).
-    package var smallObjectsStored = 0
-    package var smallObjectFailures = 0
+    var smallObjectsStored = 0
+    var smallObjectFailures = 0
     public var retries = 0
     /// Background transfers (read-ahead, prefetch) that gave their connection to a request a
     /// client waits on, and asked again from their last byte.

@@ -25,7 +25,7 @@ extension HTTPRangeSource {
     static let bodyMethods: Set<String> = ["POST", "PUT", "PATCH"]
 
     /// The methods that may be sent twice with the same effect (RFC 9110, section 9.2.2).
-    package static let idempotentMethods: Set<String> = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"]
+    static let idempotentMethods: Set<String> = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"]
 
     /// Sends `method` to the source's URL with `forwarding`'s fields (sent as they are: the
     /// client's conditionals and Range included) and `body`, and returns the origin's answer

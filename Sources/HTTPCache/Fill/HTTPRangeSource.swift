@@ -196,7 +196,7 @@ public final class HTTPRangeSource: RangeSource {
         /// The same fields for a request the proxy makes on its own behalf (a background
         /// revalidation, a prefetch): its interim responses go to nobody (RFC 9110, section
         /// 15.2 asks a proxy to forward those of requests it did not generate itself).
-        package var withoutInterim: Forwarding {
+        var withoutInterim: Forwarding {
             var copy = self
             copy.interim = nil
             return copy

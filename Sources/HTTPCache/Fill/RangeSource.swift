@@ -81,7 +81,7 @@ public struct ContentValidator: Sendable, Equatable, Hashable {
 
     /// Whether parts of the representation may be combined into one stored response (RFC 9111
     /// section 3.4): a strong entity tag, or a Last-Modified date that is strong.
-    package var isStrong: Bool {
+    var isStrong: Bool {
         if let etag, !etag.hasPrefix("W/") { return true }
         return lastModifiedIsStrong
     }
@@ -89,7 +89,7 @@ public struct ContentValidator: Sendable, Equatable, Hashable {
     /// Whether `lastModified` is a strong validator: at least a second older than the `Date`
     /// of the response that carried it, so no second change can hide in the same second
     /// (RFC 9110 section 8.8.2.2). Without a `Date` it is weak.
-    package var lastModifiedIsStrong: Bool {
+    var lastModifiedIsStrong: Bool {
         guard let modified = lastModified.flatMap(HTTPDate.parse), let sent = date.flatMap(HTTPDate.parse) else { return false }
         return modified + 1 <= sent
     }

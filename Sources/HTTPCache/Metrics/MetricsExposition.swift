@@ -5,7 +5,7 @@ import SparseHTTP
 /// The metrics of a running `sparsecache serve` in the Prometheus text exposition format
 /// (version 0.0.4): names by Prometheus conventions (`_total` for counters, `_bytes` and
 /// `_seconds` for units), one `# HELP` and `# TYPE` per family.
-package struct MetricsExposition: Sendable {
+struct MetricsExposition: Sendable {
     private var text = ""
 
     /// Everything one scrape shows: the proxy's requests, the fill's origin traffic, the

@@ -8,7 +8,7 @@ package final class ProxyMetrics: Sendable {
     /// Requests to origins (fills, revalidations, requests passed on), over the whole process.
     package static let originRequests = Counter()
     /// Origin requests that got no answer (connection refused or cut, timeout).
-    package static let originFailures = Counter()
+    static let originFailures = Counter()
 
     package struct RequestKey: Hashable, Sendable, Comparable {
         package var status: Int
@@ -26,7 +26,7 @@ package final class ProxyMetrics: Sendable {
         /// Responses cut short (the client went away, or the origin did).
         package var incomplete = 0
 
-        package var totalRequests: Int { requests.values.reduce(0, +) }
+        var totalRequests: Int { requests.values.reduce(0, +) }
     }
 
     private let state = Lock(Snapshot())

@@ -46,7 +46,7 @@ package struct CachePolicy: Sendable, Equatable {
     /// request that brought it carried `Cookie`. A page built for one client's session with
     /// only a `Last-Modified` would otherwise be fresh for the next client (web cache
     /// deception: `/account/x.css` answered with the account page).
-    package let allowsHeuristicFreshness: Bool
+    let allowsHeuristicFreshness: Bool
 
     // Everything a stored response is asked on every hit is worked out here, once: a cached
     // small range is answered thousands of times a second, each time with the same dates.
@@ -104,7 +104,7 @@ package struct CachePolicy: Sendable, Equatable {
     // MARK: Storing (section 3)
 
     /// Statuses whose responses may be given heuristic freshness (RFC 9110, section 15.1).
-    package static let heuristicallyCacheable: Set<Int> = [200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501]
+    static let heuristicallyCacheable: Set<Int> = [200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501]
 
     /// Statuses this cache knows the semantics of (section 3): what `must-understand` asks for.
     /// Other final statuses (a 299, a 599) are stored only with explicit freshness and without

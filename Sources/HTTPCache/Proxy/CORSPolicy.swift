@@ -120,7 +120,7 @@ public struct CORSPolicy: Sendable {
 
     /// A CORS preflight (an `OPTIONS` request with `Origin` and `Access-Control-Request-Method`):
     /// answered by the proxy, never sent to the origin.
-    package func isPreflight(_ request: HTTPRequestHead) -> Bool {
+    func isPreflight(_ request: HTTPRequestHead) -> Bool {
         request.method == "OPTIONS" && request.headers.contains("origin") && request.headers.contains("access-control-request-method")
     }
 

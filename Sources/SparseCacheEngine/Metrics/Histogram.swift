@@ -25,14 +25,14 @@ package final class Histogram: Sendable {
     }
 
     /// Bounds from 100 µs to about 13 s, doubling: fdatasync on an SSD to a stalled disk.
-    package static let syncBounds: [Double] = (0..<18).map { 0.000_1 * Double(1 << $0) }
+    static let syncBounds: [Double] = (0..<18).map { 0.000_1 * Double(1 << $0) }
 
     package init(bounds: [Double] = Histogram.syncBounds) {
         self.bounds = bounds
         state = Lock(Snapshot(buckets: Array(repeating: 0, count: bounds.count)))
     }
 
-    package func observe(_ seconds: Double) {
+    func observe(_ seconds: Double) {
         let bucket = bounds.firstIndex { seconds <= $0 }
         state.withLock { state in
             if let bucket { state.buckets[bucket] += 1 }

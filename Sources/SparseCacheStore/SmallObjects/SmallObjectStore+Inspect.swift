@@ -4,7 +4,7 @@ import SparseCacheEngine
 /// for `sparsecache ls` and `verify --cache-dir`.
 extension SmallObjectStore {
     /// What one log file holds, checked record by record.
-    package struct FileCheck: Sendable, Equatable {
+    struct FileCheck: Sendable, Equatable {
         package var name: String
         package var size: Int64
         package var records = 0
@@ -14,11 +14,11 @@ extension SmallObjectStore {
         /// cut at the next open.
         package var tornTailBytes: Int64 = 0
         /// Why the file header is unusable (the next open deletes the file), if it is.
-        package var headerProblem: String?
+        var headerProblem: String?
     }
 
     /// Every log file of `directory`, checked (an empty list when there is no such directory).
-    package static func checkFiles(directory: String) throws -> [FileCheck] {
+    static func checkFiles(directory: String) throws -> [FileCheck] {
         try readFiles(directory: directory).checks
     }
 
@@ -110,7 +110,7 @@ extension SmallObjectStore {
 
     /// The live objects now, shared copy-on-write with the store (no copy unless the store
     /// changes while it is held): a listing made entry by entry outside the actor.
-    package struct EntrySnapshot: Sendable, Sequence {
+    struct EntrySnapshot: Sendable, Sequence {
         let index: [String: Location]
 
         package var count: Int { index.count }
@@ -127,5 +127,5 @@ extension SmallObjectStore {
     }
 
     /// See ``EntrySnapshot``.
-    package func entrySnapshot() -> EntrySnapshot { EntrySnapshot(index: index) }
+    func entrySnapshot() -> EntrySnapshot { EntrySnapshot(index: index) }
 }

@@ -68,7 +68,7 @@ package actor SmallObjectStore {
     var liveBytes: [UInt32: Int64] = [:]
     /// Body bytes of every live object (what a listing's totals call present), kept as the
     /// index changes so totals need no pass over a million keys.
-    package internal(set) var liveBodyBytes: Int64 = 0
+    var liveBodyBytes: Int64 = 0
     /// Tombstones in each file, by key with their sequence: copied forward by compaction while
     /// another file could still hold a record they remove.
     var tombstones: [UInt32: [String: UInt64]] = [:]
@@ -97,7 +97,7 @@ package actor SmallObjectStore {
     /// so they never get a hint from this process (the next open scans them whole).
     var failedFiles: Set<UInt32> = []
     /// Hints that could not be written (each costs one scan at the next open).
-    package internal(set) var hintFailures = 0
+    var hintFailures = 0
     /// Hint writing: a read of the sealed log and a small synced write, kept off the queue of
     /// appends so no batch waits behind it.
     nonisolated let hintIO = BlockingExecutor(label: "sparsecache.smallobjects.hints")
@@ -135,14 +135,14 @@ package actor SmallObjectStore {
         /// Bytes after the last valid record of a file (unsynced writes torn by a crash).
         package var tornTailBytes: Int64 = 0
         /// Files whose header was unusable (their records cannot be checked), deleted.
-        package var damagedFiles = 0
+        var damagedFiles = 0
         /// Logs rebuilt from their hint file (no body read).
         package var hintedFiles = 0
         /// Logs read and checked whole (no usable hint: the file appended to, a hint missing
         /// or refused).
         package var scannedFiles = 0
         /// Hints written by open for sealed logs that had none.
-        package var hintsWritten = 0
+        var hintsWritten = 0
     }
 
     /// Disk bytes of every log file now.
@@ -555,7 +555,7 @@ package actor SmallObjectStore {
     package nonisolated var openLogDescriptors: Int { descriptors.count }
 
     /// Bytes of live records.
-    package var liveByteCount: Int64 { liveBytes.values.reduce(0, +) }
+    var liveByteCount: Int64 { liveBytes.values.reduce(0, +) }
 
     /// How many objects are stored.
     package var count: Int { index.count }

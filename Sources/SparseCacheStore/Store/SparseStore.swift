@@ -75,10 +75,10 @@ public actor SparseStore {
     }
 
     /// The small-object logs' directory inside the store's.
-    package static let objectsDirectoryName = "objects"
+    static let objectsDirectoryName = "objects"
 
     /// Keys longer than this (in UTF-8 bytes) are refused.
-    package static let maximumKeyLength = 8192
+    static let maximumKeyLength = 8192
 
     /// What opening a directory found.
     package struct StartupReport: Sendable, Equatable {
@@ -88,7 +88,7 @@ public actor SparseStore {
         /// Data files without an index (a crash during creation or eviction), deleted.
         package var orphansRemoved = 0
         /// Resources whose index could not be used, deleted.
-        package var damagedRemoved = 0
+        var damagedRemoved = 0
         /// Files in `resources` that this store does not make, left alone.
         package var foreignFiles = 0
         package var catalogFound = false

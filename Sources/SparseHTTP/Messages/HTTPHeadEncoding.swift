@@ -18,7 +18,7 @@ extension HTTPResponseHead {
     }
 
     /// The reason phrase RFC 9110 (section 15) gives a status, or a generic one for its class.
-    package static func standardReason(for status: Int) -> String {
+    static func standardReason(for status: Int) -> String {
         switch status {
         case 100: "Continue"
         case 200: "OK"

@@ -57,7 +57,7 @@ public final class HTTPResponseWriter: Sendable {
     /// Body bytes written so far.
     package var bodyBytes: Int64 { state.withLock { $0.bodyBytes } }
     /// The connection closes after this response.
-    package var closesConnection: Bool { state.withLock { $0.closes } }
+    var closesConnection: Bool { state.withLock { $0.closes } }
     /// The client's address, as `host:port`.
     package var peer: String { connection.peer }
     /// Whether the body is complete: a connection whose response fell short must close, since
@@ -90,7 +90,7 @@ public final class HTTPResponseWriter: Sendable {
     }
 
     /// A short text for the request log (an error's reason, say).
-    package func setNote(_ note: String) {
+    func setNote(_ note: String) {
         state.withLock { $0.note = note }
     }
 

@@ -33,8 +33,8 @@ public final class HTTPServer: Sendable {
         /// A kept-alive connection with no request in this time is closed.
         public var idleTimeout: Duration = .seconds(60)
         /// A client that takes no response bytes for this long is dropped.
-        package var sendTimeout: Duration = .seconds(60)
-        package var parserLimits = HTTPRequestParser.Limits()
+        var sendTimeout: Duration = .seconds(60)
+        var parserLimits = HTTPRequestParser.Limits()
         /// The largest request body taken: a longer announced one is answered 413 at once, a
         /// chunked one fails with 413 when it gets there.
         public var maximumBodySize: Int64 = 64 << 20
@@ -44,7 +44,7 @@ public final class HTTPServer: Sendable {
         package var bodyMinimumRate: Int64 = 500
         /// What the server reads and drops of a body the handler left unread, to keep the
         /// connection; a longer rest closes it instead.
-        package var bodyDrainLimit: Int64 = 1 << 20
+        var bodyDrainLimit: Int64 = 1 << 20
         /// Whether request fields whose name holds `_` reach the handler. Off by default: they
         /// are dropped, as nginx does (`underscores_in_headers off`), since gateways that read
         /// `_` as `-` would take `Transfer_Encoding` for the framing. On, they are kept, except
