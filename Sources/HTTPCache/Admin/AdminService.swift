@@ -35,23 +35,23 @@ package final class AdminService: Sendable {
     package func handle(_ request: HTTPRequestHead, _ response: HTTPResponseWriter) async throws {
         let (path, query) = Self.split(request.target)
         switch (request.method, path) {
-        case ("GET", "/"), ("HEAD", "/"):
+        case (.get, "/"), (.head, "/"):
             try await send(response, type: "text/html; charset=utf-8", body: Array(await statusPage(query).utf8))
-        case ("GET", "/metrics"), ("HEAD", "/metrics"):
+        case (.get, "/metrics"), (.head, "/metrics"):
             try await send(response, type: "text/plain; version=0.0.4; charset=utf-8", body: Array(await metricsText().utf8))
-        case ("GET", "/status"), ("HEAD", "/status"):
+        case (.get, "/status"), (.head, "/status"):
             try await sendJSON(response, await status())
-        case ("GET", "/resources"), ("HEAD", "/resources"):
+        case (.get, "/resources"), (.head, "/resources"):
             // The live catalog: last accesses as the server knows them now (the catalog file
             // on disk is saved now and then), what `sparsecache ls` shows beside a server.
             try await sendListing(response)
-        case ("POST", "/purge"):
+        case (.post, "/purge"):
             guard let key = query["key"], !key.isEmpty else {
                 return try await refuse(response, 400, "POST /purge needs ?key=<URL> (or <URL>* for a prefix)")
             }
             let dropped = try await proxy.purge(key: key)
             try await sendJSON(response, ["key": key, "purged": String(dropped)], status: dropped == 0 ? 404 : 200)
-        case ("POST", "/budget"):
+        case (.post, "/budget"):
             guard let text = query["bytes"], let bytes = Int64(text), bytes > 0 else {
                 return try await refuse(response, 400, "POST /budget needs ?bytes=<positive number of bytes>")
             }
@@ -61,7 +61,7 @@ package final class AdminService: Sendable {
                 return try await refuse(response, 400, "\(error)")
             }
             try await sendJSON(response, await status())
-        case ("POST", "/evict"):
+        case (.post, "/evict"):
             guard let text = query["bytes"], let bytes = Int64(text), bytes >= 0 else {
                 return try await refuse(response, 400, "POST /evict needs ?bytes=<size on disk to evict down to>")
             }
@@ -70,7 +70,7 @@ package final class AdminService: Sendable {
             let evicted = try await proxy.cache.store.evict(toSize: bytes)
             let left = await proxy.cache.store.totals()
             try await sendJSON(response, Evicted(evicted: evicted, resources: left.resourceCount, allocatedBytes: left.allocatedBytes))
-        case ("POST", "/pin"), ("POST", "/unpin"):
+        case (.post, "/pin"), (.post, "/unpin"):
             guard let key = query["key"], !key.isEmpty else { return try await refuse(response, 400, "POST \(path) needs ?key=<URL>") }
             do {
                 if path == "/pin" { try await proxy.cache.store.pin(key: key) } else { try await proxy.cache.store.unpin(key: key) }
@@ -78,7 +78,7 @@ package final class AdminService: Sendable {
                 return try await refuse(response, 404, "not cached: \(key)")
             }
             try await sendJSON(response, ["key": key, "pinned": path == "/pin" ? "true" : "false"])
-        case ("POST", "/prefetch"):
+        case (.post, "/prefetch"):
             guard let text = query["url"], let url = URL(string: text), let scheme = url.scheme?.lowercased(),
                 scheme == "http" || scheme == "https", url.host != nil
             else {

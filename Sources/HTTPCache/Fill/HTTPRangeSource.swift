@@ -294,7 +294,7 @@ public final class HTTPRangeSource: RangeSource {
         if let limit = forwarding.maximumLength, let length, length > limit {
             return "not stored: the resource (\(length) bytes) is longer than the maximum resource size (\(limit) bytes)"
         }
-        if status == 304 || status < 200 { return "status \(status) is passed on" }
+        if status == 304 || HTTPStatus(status).isInformational { return "status \(status) is passed on" }
         if status != 200, status != 206 {
             guard let contentLength, contentLength <= StoredHead.maximumOtherBody else {
                 return "status \(status) with a body of unknown or large size is passed on"
@@ -304,7 +304,7 @@ public final class HTTPRangeSource: RangeSource {
         if stored.isTooLarge { return "header fields too large to store" }
         // The request's target plays no part in the rules (as for the stored head's own policy):
         // no URL path is worked out for it.
-        let policy = stored.policy.answering(HTTPRequestHead(method: "GET", target: "/", headers: forwarding.headers))
+        let policy = stored.policy.answering(HTTPRequestHead(method: .get, target: "/", headers: forwarding.headers))
         if let reason = policy.storability.reason { return "not stored: \(reason)" }
         // A page that is stale at once and cannot be revalidated would be fetched again for
         // every request: passed on, as nginx does with what it has no lifetime for.

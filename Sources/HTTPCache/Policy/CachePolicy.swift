@@ -116,8 +116,8 @@ package struct CachePolicy: Sendable, Equatable {
     package var storability: (storable: Bool, reason: String?) {
         let directives = responseDirectives
         let requestDirectives = CacheControl(request.headers)
-        guard request.method == "GET" else { return (false, "method \(request.method)") }
-        guard response.status >= 200 else { return (false, "interim status") }
+        guard request.method == .get else { return (false, "method \(request.method)") }
+        guard !HTTPStatus(response.status).isInformational else { return (false, "interim status") }
         // must-understand (section 5.2.2.3): stored only with a status this cache understands,
         // and then it overrides no-store. Without it any final status may be stored (section 3).
         let mustUnderstand = directives.contains("must-understand")
@@ -220,7 +220,7 @@ package struct CachePolicy: Sendable, Equatable {
     }
 
     package func use(for newRequest: HTTPRequestHead, now: Int64) -> Use {
-        guard newRequest.method == "GET" || newRequest.method == "HEAD", varyMatches(newRequest) else { return .mismatch }
+        guard newRequest.method.isGetOrHead, varyMatches(newRequest) else { return .mismatch }
         let directives = responseDirectives
         let requestDirectives = CacheControl(newRequest.headers)
         let age = currentAge(now: now)

@@ -54,7 +54,7 @@ package final class StoredHead: Sendable, Equatable {
         replayed = kept.keeping { field in !field.hasName("age") && !field.hasName("accept-ranges") }
         // The request target plays no part in the rules; the stored fields do.
         policy = CachePolicy(
-            request: HTTPRequestHead(method: "GET", target: "/", headers: varyRequest),
+            request: HTTPRequestHead(method: .get, target: "/", headers: varyRequest),
             endToEnd: HTTPResponseHead(status: self.status, headers: kept), requestTime: requestTime, responseTime: responseTime,
             heuristic: heuristicFreshness)
     }

@@ -121,7 +121,7 @@ public struct CORSPolicy: Sendable {
     /// A CORS preflight (an `OPTIONS` request with `Origin` and `Access-Control-Request-Method`):
     /// answered by the proxy, never sent to the origin.
     func isPreflight(_ request: HTTPRequestHead) -> Bool {
-        request.method == "OPTIONS" && request.headers.contains("origin") && request.headers.contains("access-control-request-method")
+        request.method == .options && request.headers.contains("origin") && request.headers.contains("access-control-request-method")
     }
 
     /// The fields of a preflight's answer (a 204): for an allowed origin, the origin, the

@@ -17,7 +17,7 @@ extension CachingProxy {
     /// drops it), a body over ``quickBodyLimit``. The answer is the one the handler would give,
     /// field for field (`Cache-Status: sparsecache; hit; ttl=N`).
     package func answerQuickly(_ request: HTTPRequestHead, _ reply: inout QuickReply) -> Bool {
-        guard cache.options.quickHits, origin != nil, request.method == "GET" || request.method == "HEAD", !via.isLoop(request.headers),
+        guard cache.options.quickHits, origin != nil, request.method.isGetOrHead, !via.isLoop(request.headers),
             case .success(let route) = route(for: request.target), let hit = cache.quickHits[route.key]
         else { return false }
         let head = hit.head
@@ -79,7 +79,7 @@ extension CachingProxy {
             if let cors { headers = cors.apply(headers, for: request) }
             replyHead = .fields(headers)
         }
-        if range.isEmpty || request.method == "HEAD" {
+        if range.isEmpty || request.method == .head {
             replyHead.send(status: code, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(start: nil, count: 0), &reply)
         } else {
             switch hit.bytes {
@@ -96,7 +96,7 @@ extension CachingProxy {
                 replyHead.send(status: code, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(rebasing: buffer[part]), &reply)
             }
         }
-        let bytes = request.method == "HEAD" ? 0 : Int64(range.count)
+        let bytes = request.method == .head ? 0 : Int64(range.count)
         if bytes > 0 { hit.noteSent(range) }
         reply.noteCache(outcome: "hit", hitBytes: bytes)
         cache.count {

@@ -94,7 +94,7 @@ package enum HTTPRequestParser {
             }
             fields.append(HTTPHeaderField(name: string(name), value: string(value)))
         }
-        let request = HTTPRequestHead(method: string(method), target: string(target), minorVersion: minor, headers: HTTPHeaders(fields))
+        let request = HTTPRequestHead(method: Self.method(method), target: string(target), minorVersion: minor, headers: HTTPHeaders(fields))
         if minor == 1, request.header("host") == nil { return .invalid(status: 400, reason: "HTTP/1.1 request without Host") }
         // RFC 9112, section 3.2: more than one Host is a 400.
         if request.headers.lazy.filter({ $0.hasName("host") }).count > 1 { return .invalid(status: 400, reason: "more than one Host field") }
@@ -155,6 +155,15 @@ package enum HTTPRequestParser {
             return .invalid(status: 400, reason: "malformed HTTP version")
         }
         return .valid((method, target, minor))
+    }
+
+    /// The method of a request line: the byte-for-byte (case-sensitive, RFC 9110 section 9.1)
+    /// match among the common ones, whose tokens are constants; any other token as it is.
+    private static func method(_ bytes: Bytes) -> HTTPMethod {
+        if bytes.elementsEqual("GET".utf8) { return .get }
+        if bytes.elementsEqual("HEAD".utf8) { return .head }
+        if bytes.elementsEqual("POST".utf8) { return .post }
+        return HTTPMethod(rawValue: string(bytes))
     }
 
     private static func string(_ bytes: Bytes) -> String {

@@ -1,7 +1,7 @@
 /// An HTTP/1.x request head: what ``HTTPRequestParser`` reads from a client, and what the
 /// origin client sends (``encoded()``).
 public struct HTTPRequestHead: Sendable, Equatable {
-    public var method: String
+    public var method: HTTPMethod
     /// The request-target exactly as sent: a path (`/movie.mp4?url=...`), `*`, or an
     /// absolute `http://` URL (from a client that uses this server as its HTTP proxy).
     public var target: String
@@ -10,7 +10,7 @@ public struct HTTPRequestHead: Sendable, Equatable {
     /// Header fields in order, names as sent.
     public var headers: HTTPHeaders
 
-    public init(method: String, target: String, minorVersion: Int = 1, headers: HTTPHeaders = []) {
+    public init(method: HTTPMethod, target: String, minorVersion: Int = 1, headers: HTTPHeaders = []) {
         self.method = method
         self.target = target
         self.minorVersion = minorVersion

@@ -4,7 +4,7 @@ import SparseCacheEngine
 /// One line of the request log.
 public struct HTTPLogEntry: Sendable, CustomStringConvertible {
     public var peer: String
-    public var method: String
+    public var method: HTTPMethod
     public var target: String
     /// The request's Range header, if any.
     public var range: String?
@@ -42,7 +42,7 @@ public struct HTTPLogEntry: Sendable, CustomStringConvertible {
     /// form.
     public var json: String {
         var fields: [(String, String)] = [
-            ("id", String(id)), ("time", String(format: "%.3f", time)), ("peer", Self.quoted(peer)), ("method", Self.quoted(method)),
+            ("id", String(id)), ("time", String(format: "%.3f", time)), ("peer", Self.quoted(peer)), ("method", Self.quoted(method.rawValue)),
             ("target", Self.quoted(CredentialRedaction.redacting(target))), ("range", range.map(Self.quoted) ?? "null"),
             ("status", String(status)), ("bytes", String(bytes)), ("hit_bytes", String(cacheHitBytes)),
             ("miss_bytes", String(cacheMissBytes)),

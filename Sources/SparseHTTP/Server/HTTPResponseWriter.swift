@@ -63,7 +63,7 @@ public final class HTTPResponseWriter: Sendable {
     /// Whether the body is complete: a connection whose response fell short must close, since
     /// the client can no longer tell where the next response starts.
     var isComplete: Bool {
-        let isHead = request.method == "HEAD"
+        let isHead = request.method == .head
         return state.withLock { state in
             guard state.headSent else { return false }
             if isHead { return true }
@@ -121,7 +121,7 @@ public final class HTTPResponseWriter: Sendable {
     /// first byte (a stored answer removed under its reader) answers with an error instead.
     public func writeHead(status: Int, headers: [(String, String)] = [], contentLength: Int64?, withFirstBody: Bool = false) async throws {
         let bodiless = (100...199).contains(status) || status == 204 || status == 304
-        let hold = withFirstBody && (contentLength ?? 1) > 0 && request.method != "HEAD" && !bodiless
+        let hold = withFirstBody && (contentLength ?? 1) > 0 && request.method != .head && !bodiless
         let chunked = contentLength == nil && !bodiless && request.minorVersion >= 1
         // Interim responses already on their way go out first, whole (RFC 9110, section 15.2:
         // they precede the final response); the head is claimed only with none in flight.
@@ -135,7 +135,7 @@ public final class HTTPResponseWriter: Sendable {
                 state.headSent = true
                 state.status = status
                 state.announced = bodiless ? 0 : contentLength
-                state.chunked = chunked && request.method != "HEAD"
+                state.chunked = chunked && request.method != .head
                 // An HTTP/1.0 client learns where a body of unknown length ends from the close.
                 if contentLength == nil, !bodiless, !chunked { state.closes = true }
                 let bytes = Self.encodedHead(
@@ -173,7 +173,7 @@ public final class HTTPResponseWriter: Sendable {
     /// Sends part of the body (nothing for a HEAD request, whose handler need not call this).
     /// Throws when it would run past the announced length.
     public func writeBody(_ bytes: [UInt8]) async throws {
-        let isHead = request.method == "HEAD"
+        let isHead = request.method == .head
         let (head, chunked) = try state.withLock { state -> ([UInt8]?, Bool) in
             guard state.headSent, !state.finished, state.bodyBytes + Int64(bytes.count) <= state.announced ?? .max else {
                 throw SparseCacheError(

@@ -80,7 +80,7 @@ package struct QuickReply: ~Copyable {
     /// Whether the whole response went out or is in ``rest``: a reply cut short (a failed
     /// send, ``abandon()``, a body shorter than announced) closes the connection.
     var isComplete: Bool {
-        sent && !failed && !cut && (request.method == "HEAD" || bodyBytes == announced)
+        sent && !failed && !cut && (request.method == .head || bodyBytes == announced)
     }
 
     /// Sends the head (with `Date`, `Server`, `Content-Length` and `Connection` added as
@@ -103,14 +103,14 @@ package struct QuickReply: ~Copyable {
         sent = true
         self.status = status
         announced = contentLength
-        start(head, request.method == "HEAD" ? UnsafeRawBufferPointer(start: nil, count: 0) : body)
+        start(head, request.method == .head ? UnsafeRawBufferPointer(start: nil, count: 0) : body)
     }
 
     /// Sends more of the body announced by ``send(status:headers:contentLength:body:)``, without
     /// waiting (nothing for a HEAD request).
     package mutating func sendBody(_ body: UnsafeRawBufferPointer) {
         precondition(sent, "the head goes first")
-        guard request.method != "HEAD", !failed, !cut else { return }
+        guard request.method != .head, !failed, !cut else { return }
         precondition(bodyBytes + Int64(body.count) <= announced, "body bytes past the announced length")
         transmit(UnsafeRawBufferPointer(start: nil, count: 0), body)
     }
