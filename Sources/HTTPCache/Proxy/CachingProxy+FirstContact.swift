@@ -61,7 +61,7 @@ extension CachingProxy {
     /// stops it. Returns false, having sent nothing, for anything else.
     private func sendKept(_ kept: (info: ContentInfo, body: [UInt8]), _ exchange: Exchange) async throws -> Bool {
         let request = exchange.request
-        guard let head = kept.info.stored, request.method == .get, request.header("range") == nil,
+        guard let head = kept.info.stored, request.method == "GET", request.header("range") == nil,
             head.status != 200 || Self.playlistKind(contentType: head.headers["content-type"], path: exchange.target) == nil
         else { return false }
         let stored = head.replayed
