@@ -126,7 +126,7 @@ extension CachingProxy {
         let firstEnd = min(range.upperBound, view.span(of: range.lowerBound..<(range.lowerBound + 1)).upperBound)
         guard firstEnd == range.upperBound || view.isResident(range) else { return .notSent }
         let buffer = reply.scratch(Int(span.count))
-        guard case .read(let at) = view.read(range.lowerBound..<firstEnd, into: buffer) else { return .notSent }
+        guard case .read(let at) = view.read(range.lowerBound..<firstEnd, into: buffer, continuing: false) else { return .notSent }
         let first = Int(firstEnd - range.lowerBound)
         head.send(status: status, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(rebasing: buffer[at..<(at + first)]), &reply)
         guard firstEnd < range.upperBound else { return .sent }

@@ -22,18 +22,21 @@ public struct HTTPMethod: RawRepresentable, Hashable, Sendable, CustomStringConv
     /// The token.
     public var description: String { rawValue }
 
-    public static let get = HTTPMethod(rawValue: "GET")
-    public static let head = HTTPMethod(rawValue: "HEAD")
-    public static let post = HTTPMethod(rawValue: "POST")
-    public static let put = HTTPMethod(rawValue: "PUT")
-    public static let delete = HTTPMethod(rawValue: "DELETE")
-    public static let connect = HTTPMethod(rawValue: "CONNECT")
-    public static let options = HTTPMethod(rawValue: "OPTIONS")
-    public static let trace = HTTPMethod(rawValue: "TRACE")
+    // The constants are computed: a literal token costs nothing to make, where a stored
+    // static would be a lazily initialized global behind an accessor call at every use.
+
+    public static var get: HTTPMethod { HTTPMethod(rawValue: "GET") }
+    public static var head: HTTPMethod { HTTPMethod(rawValue: "HEAD") }
+    public static var post: HTTPMethod { HTTPMethod(rawValue: "POST") }
+    public static var put: HTTPMethod { HTTPMethod(rawValue: "PUT") }
+    public static var delete: HTTPMethod { HTTPMethod(rawValue: "DELETE") }
+    public static var connect: HTTPMethod { HTTPMethod(rawValue: "CONNECT") }
+    public static var options: HTTPMethod { HTTPMethod(rawValue: "OPTIONS") }
+    public static var trace: HTTPMethod { HTTPMethod(rawValue: "TRACE") }
     /// RFC 5789.
-    public static let patch = HTTPMethod(rawValue: "PATCH")
+    public static var patch: HTTPMethod { HTTPMethod(rawValue: "PATCH") }
     /// Not in RFC 9110: the removal request of Varnish, Squid and nginx's cache purge module.
-    package static let purge = HTTPMethod(rawValue: "PURGE")
+    package static var purge: HTTPMethod { HTTPMethod(rawValue: "PURGE") }
 
     /// Safe (RFC 9110, section 9.2.1): read-only by definition; GET, HEAD, OPTIONS and TRACE.
     public var isSafe: Bool { self == .get || self == .head || self == .options || self == .trace }
