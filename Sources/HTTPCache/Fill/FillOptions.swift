@@ -114,13 +114,13 @@ public struct FillProgress: Sendable, Equatable {
 }
 
 /// What a ``ProgressiveCache`` has asked its origins for (for tests, logs and the CLI).
-public struct FillStatistics: Sendable, Equatable {
+package struct FillStatistics: Sendable, Equatable {
     /// Requests sent, first contact and retries included.
-    public var requests = 0
+    package var requests = 0
     /// Body bytes received from origins (bytes skipped before a range's start included).
-    public var bytesReceived: Int64 = 0
+    package var bytesReceived: Int64 = 0
     /// Bytes handed to readers from the cache without waiting for a fetch.
-    public var bytesFromCache: Int64 = 0
+    package var bytesFromCache: Int64 = 0
     /// Hits answered on the event loop (``CachingProxy/answerQuickly(_:_:)``).
     package var quickAnswers = 0
     /// Bytes handed to readers from memory as they arrived, before they were present
@@ -135,7 +135,7 @@ public struct FillStatistics: Sendable, Equatable {
     /// write or its sync failed: the client had its answer, the cache did not keep it).
     var smallObjectsStored = 0
     var smallObjectFailures = 0
-    public var retries = 0
+    package var retries = 0
     /// Background transfers (read-ahead, prefetch) that gave their connection to a request a
     /// client waits on, and asked again from their last byte.
     package var yields = 0
@@ -152,5 +152,5 @@ public struct FillStatistics: Sendable, Equatable {
     /// (``SparseStore/housekeepingFailures``, ``StoreOptions/log``).
     package var releaseFailures = 0
 
-    public init() {}
+    package init() {}
 }

@@ -59,7 +59,7 @@ public actor ProgressiveCache {
     private nonisolated let counters = Lock(FillStatistics())
 
     /// Totals over every resource.
-    public nonisolated var statistics: FillStatistics { counters.withLock { $0 } }
+    package nonisolated var statistics: FillStatistics { counters.withLock { $0 } }
 
     /// What is going on now: resources open, range fetches running, readers attached.
     package struct Activity: Sendable, Equatable {
