@@ -4,7 +4,14 @@ import PackageDescription
 let package = Package(
     name: "sparsecache",
     products: [
+        // Everything through one import.
         .library(name: "SparseCache", targets: ["SparseCache"]),
+        // One layer each, for a program that needs only that much (docs/LIBRARY.md, "Products"):
+        // each brings the layers below it, never those above.
+        .library(name: "SparseCacheEngine", targets: ["SparseCacheEngine"]),
+        .library(name: "SparseCacheStore", targets: ["SparseCacheStore"]),
+        .library(name: "SparseHTTP", targets: ["SparseHTTP"]),
+        .library(name: "HTTPCache", targets: ["HTTPCache"]),
         // Fault injection, power-loss snapshots and the crash harness, for users' own tests.
         .library(name: "SparseCacheTesting", targets: ["SparseCacheTesting"]),
         .executable(name: "sparsecache", targets: ["SparseCacheCLI"]),

@@ -36,7 +36,7 @@ enum RunningServer {
     static func purge(_ key: String, at server: (host: String, port: Int)) async throws -> (Int, String) {
         let hostField = server.host.contains(":") ? "[\(server.host)]:\(server.port)" : "\(server.host):\(server.port)"
         let request = HTTPRequestHead(
-            method: "PURGE", target: key, headers: HTTPHeaders([("Host", hostField), ("Connection", "close")]))
+            method: .purge, target: key, headers: HTTPHeaders([("Host", hostField), ("Connection", "close")]))
         let exchange = try await HTTPExchange.start(
             host: server.host, port: server.port, request: request.encoded(), name: "\(hostField)", timeout: .seconds(30),
             resolver: { BlockingExecutor(label: "sparsecache.evict") }, pool: nil)
@@ -49,7 +49,7 @@ enum RunningServer {
 
     /// `GET path` from the server: the body of a 2xx answer, else an error naming the status.
     static func get(_ path: String, at server: (host: String, port: Int)) async throws -> [UInt8] {
-        try await ask("GET", path, at: server)
+        try await ask(.get, path, at: server)
     }
 
     /// `GET path` from the server, handing each piece of the body of a 2xx answer to `body` as
@@ -57,7 +57,7 @@ enum RunningServer {
     /// status otherwise.
     static func stream(_ path: String, at server: (host: String, port: Int), _ body: ([UInt8]) throws -> Void) async throws {
         let hostField = server.host.contains(":") ? "[\(server.host)]:\(server.port)" : "\(server.host):\(server.port)"
-        let request = HTTPRequestHead(method: "GET", target: path, headers: HTTPHeaders([("Host", hostField), ("Connection", "close")]))
+        let request = HTTPRequestHead(method: .get, target: path, headers: HTTPHeaders([("Host", hostField), ("Connection", "close")]))
         let exchange = try await HTTPExchange.start(
             host: server.host, port: server.port, request: request.encoded(), name: hostField, timeout: .seconds(30),
             resolver: { BlockingExecutor(label: "sparsecache.admin") }, pool: nil)
@@ -76,10 +76,10 @@ enum RunningServer {
 
     /// `POST path` (no body) to the server: the body of a 2xx answer.
     static func post(_ path: String, at server: (host: String, port: Int)) async throws -> [UInt8] {
-        try await ask("POST", path, at: server)
+        try await ask(.post, path, at: server)
     }
 
-    private static func ask(_ method: String, _ path: String, at server: (host: String, port: Int)) async throws -> [UInt8] {
+    private static func ask(_ method: HTTPMethod, _ path: String, at server: (host: String, port: Int)) async throws -> [UInt8] {
         let hostField = server.host.contains(":") ? "[\(server.host)]:\(server.port)" : "\(server.host):\(server.port)"
         let request = HTTPRequestHead(method: method, target: path, headers: HTTPHeaders([("Host", hostField), ("Connection", "close")]))
         let exchange = try await HTTPExchange.start(

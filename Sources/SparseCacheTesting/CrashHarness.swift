@@ -22,14 +22,14 @@ import SparseCacheEngine
 /// ```
 public enum CrashHarness {
     /// The environment variable naming the ``CrashWorker`` closure a child runs.
-    public static let closureVariable = "SPARSECACHE_CRASH_CLOSURE"
+    static let closureVariable = "SPARSECACHE_CRASH_CLOSURE"
     /// Set in every child the harness starts (crash rules are allowed there).
-    public static let childVariable = "SPARSECACHE_CRASH_CHILD"
+    static let childVariable = "SPARSECACHE_CRASH_CHILD"
     /// Lines of the child's standard output that start with this are acknowledgements.
     public static let acknowledgementPrefix = "sparsecache-ack "
 
     /// Whether this process is a child started by the harness.
-    public static var isChild: Bool { getenv(childVariable) != nil }
+    static var isChild: Bool { getenv(childVariable) != nil }
 
     /// How a child ended and what it said.
     public struct Outcome: Sendable, CustomStringConvertible {

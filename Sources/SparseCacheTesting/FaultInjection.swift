@@ -91,25 +91,25 @@ public enum FaultInjection {
 
     /// Calls the rule matched (its operations, path and scope), fired or not. Tests record it
     /// when a commit returns: a snapshot rule's snapshot `k` is taken before its k-th match.
-    public static func matches(_ id: RuleID) -> Int { Int(sc_faults_matches(id.rawValue)) }
+    package static func matches(_ id: RuleID) -> Int { Int(sc_faults_matches(id.rawValue)) }
 
     /// Calls sleeping in the rule's ``FaultRule/delay`` right now. A test that must know a call
     /// really waits (its thread taken, not merely slow) watches this.
-    public static func delaying(_ id: RuleID) -> Int { Int(sc_faults_delaying(id.rawValue)) }
+    package static func delaying(_ id: RuleID) -> Int { Int(sc_faults_delaying(id.rawValue)) }
 
     /// Calls of `operation` seen while the slow path was armed (a rule set, counting on, or
     /// power-loss recording), in the whole process.
-    public static func callCount(_ operation: FaultOperation) -> Int { Int(sc_faults_calls(operation.rawValue)) }
+    static func callCount(_ operation: FaultOperation) -> Int { Int(sc_faults_calls(operation.rawValue)) }
 
     /// All calls seen while armed: the index the next call gets. Tests record it when a
     /// commit returns, to know which crash points must keep that commit.
-    public static var operationCount: Int { Int(sc_faults_operation_count()) }
+    static var operationCount: Int { Int(sc_faults_operation_count()) }
 
     /// Counts calls without any rule set.
-    public static func setCounting(_ on: Bool) { sc_faults_set_counting(on ? 1 : 0) }
+    static func setCounting(_ on: Bool) { sc_faults_set_counting(on ? 1 : 0) }
 
-    public static func resetCounters() { sc_faults_reset_counters() }
+    static func resetCounters() { sc_faults_reset_counters() }
 
     /// Whether calls currently take the slow path.
-    public static var isArmed: Bool { sc_faults_is_armed() != 0 }
+    static var isArmed: Bool { sc_faults_is_armed() != 0 }
 }

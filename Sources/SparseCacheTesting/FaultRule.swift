@@ -74,37 +74,37 @@ public struct FaultRule: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
-    public var operations: Set<FaultOperation>
+    package var operations: Set<FaultOperation>
     /// Matches only files whose path contains this text (descriptor calls resolve the path of
     /// the descriptor); nil matches every file.
-    public var pathContains: String?
+    package var pathContains: String?
     /// Matches only files whose path starts with this text (a directory: end it with `/`).
-    public var pathPrefix: String?
-    public var trigger: Trigger
+    package var pathPrefix: String?
+    package var trigger: Trigger
     /// Stop firing after this many fires (nil: no limit).
-    public var maxFires: Int?
+    package var maxFires: Int?
     /// Fail the call with this errno (without making it, unless `tornBytes` is set).
-    public var error: Int32?
+    package var error: Int32?
     /// pread/pwrite transfer at most this many bytes (a short read or write).
-    public var shortBytes: Int?
+    package var shortBytes: Int?
     /// pwrite puts only this many bytes into the file, then reports `error` when set, else
     /// success for the whole buffer (a lying device, or a crash mid-write with `crash`).
-    public var tornBytes: Int?
+    package var tornBytes: Int?
     /// Sleep this long before the call.
-    public var delay: Duration?
+    package var delay: Duration?
     /// `_exit` with this status after the other effects (``FaultInjection/crashStatus`` for
     /// plain `crash`): the process dies at that point, stdio unflushed, no atexit handlers.
     /// Adding such a rule in a test process is refused unless asked for: run it in a child
     /// with ``CrashHarness``.
-    public var crashStatus: Int32?
+    package var crashStatus: Int32?
     /// Write power-loss snapshots of the recorded directory (``PowerLoss/begin(directory:)``)
     /// into `<snapshot>/<k>-<v>` before the k-th matching call (from 0).
-    public var snapshot: String?
+    package var snapshot: String?
     /// Snapshots per matching call: variant 0 is what a process crash leaves, the others power
     /// cuts seeded from ``seed``, k and v.
-    public var variants: Int
+    package var variants: Int
     /// The seed of snapshot variants (a probability trigger carries its own).
-    public var seed: UInt64?
+    package var seed: UInt64?
 
     public init(
         _ operations: Set<FaultOperation>, pathContains: String? = nil, pathPrefix: String? = nil, trigger: Trigger = .every,

@@ -56,7 +56,7 @@ public enum PowerLoss {
     /// a process crash, the others power cuts seeded from `seed`, `k` and `v`. `directory` is
     /// created when missing. Remove the rule with ``FaultInjection/remove(_:)``.
     @discardableResult
-    public static func snapshotBefore(
+    package static func snapshotBefore(
         _ operations: Set<FaultOperation> = FaultOperation.mutating, pathContains: String? = nil,
         trigger: FaultRule.Trigger = .every, into directory: String, variants: Int, seed: UInt64
     ) throws -> FaultInjection.RuleID {
@@ -65,7 +65,7 @@ public enum PowerLoss {
     }
 
     /// Unsynced changes currently remembered.
-    public static var pendingChanges: Int { Int(sc_powerloss_pending()) }
+    static var pendingChanges: Int { Int(sc_powerloss_pending()) }
 
     /// Creates `path` and its missing parents (mode 0755).
     static func makeDirectory(_ path: String) throws {

@@ -12,7 +12,7 @@ struct CachePolicyTests {
     /// `date` in seconds since 1970.
     static let t0: Int64 = 1_795_428_000
 
-    static func request(_ fields: [(String, String)] = [], method: String = "GET") -> HTTPRequestHead {
+    static func request(_ fields: [(String, String)] = [], method: HTTPMethod = .get) -> HTTPRequestHead {
         HTTPRequestHead(method: method, target: "/a", headers: HTTPHeaders([("Host", "origin")] + fields))
     }
 

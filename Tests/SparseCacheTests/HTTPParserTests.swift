@@ -219,7 +219,7 @@ struct HTTPParserTests {
                 accepted += 1
                 let used = Array(input.prefix(consumed))
                 let wellFormed = consumed <= input.count && used.suffix(4) == [13, 10, 13, 10]
-                    && !head.method.isEmpty && head.method.utf8.allSatisfy(HTTPSyntax.isTokenByte)
+                    && !head.method.rawValue.isEmpty && head.method.rawValue.utf8.allSatisfy(HTTPSyntax.isTokenByte)
                     && (head.target.hasPrefix("/") || head.target == "*" || head.target.lowercased().hasPrefix("http://")
                         || (head.method == "CONNECT" && head.target.contains(":") && !head.target.contains("/")))
                 let stable = HTTPRequestParser.parse(used) == .request(head, consumed: consumed, body: framing)

@@ -4,6 +4,10 @@ import Foundation
 import SparseCache
 import Testing
 
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
 @Suite("The library as its users call it")
 struct LibraryUseTests {
     /// Deterministic content.
@@ -84,6 +88,50 @@ struct LibraryUseTests {
         #expect(entry.percentPresent == 100, "\(entry)")
         await cache.shutdown()
         try await store.close()
+    }
+
+    @Test("docs/LIBRARY.md's proxy example: a handler that turns some methods away and passes the rest to CachingProxy; GET is cached")
+    func proxyExample() async throws {
+        let directory = try TemporaryDirectory("library-proxy-example")
+        let content = Self.bytes(100_000)
+        var originOptions = HTTPServer.Options()
+        originOptions.port = 0
+        let origin = try HTTPServer.start(options: originOptions) { request, _, response in
+            // Any other method is answered too: only the proxy's handler turns POST away.
+            guard request.method == .get else { return try await response.respond(status: 200, message: "done") }
+            try await response.writeHead(status: 200, headers: [("Cache-Control", "max-age=60")], contentLength: Int64(content.count))
+            try await response.writeBody(content)
+            try await response.finishBody()
+        }
+        let store = try await SparseStore.open(directory: directory.path, options: StoreOptions(budget: 1 << 30))
+        let cache = ProgressiveCache(store: store)
+
+        var options = HTTPServer.Options()
+        options.port = 0
+        let proxy = CachingProxy(cache: cache, origin: URL(string: "http://127.0.0.1:\(origin.port)")!)
+        let server = try HTTPServer.start(options: options, log: { _ in }) { request, body, response in
+            if request.method == .post || request.method == HTTPMethod(rawValue: "PROPFIND") {
+                return try await response.respond(status: 405, message: "not here")
+            }
+            try await proxy.handle(request, body, response)
+        }
+        let url = URL(string: "http://127.0.0.1:\(server.port)/movie.bin")!
+        for _ in 0..<2 {
+            let (data, answer) = try await URLSession.shared.data(from: url)
+            #expect((answer as? HTTPURLResponse)?.statusCode == 200)
+            #expect(Array(data) == content)
+        }
+        var post = URLRequest(url: url)
+        post.httpMethod = "POST"
+        let (_, refused) = try await URLSession.shared.data(for: post)
+        #expect((refused as? HTTPURLResponse)?.statusCode == 405)
+        #expect(await store.summary().entries.first?.presentBytes == Int64(content.count))
+
+        await server.shutdown()
+        await proxy.shutdown()
+        await cache.shutdown()
+        try await store.close()
+        await origin.shutdown()
     }
 
     @Test("prefetch of a range already cached calls its progress closure once, with what is present")

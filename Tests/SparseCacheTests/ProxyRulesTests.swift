@@ -14,7 +14,7 @@ struct ProxyRulesTests {
     static let earlier = "Mon, 23 Nov 2026 09:00:00 GMT"
     static let later = "Mon, 23 Nov 2026 11:00:00 GMT"
 
-    static func request(_ fields: [(String, String)], method: String = "GET") -> HTTPRequestHead {
+    static func request(_ fields: [(String, String)], method: HTTPMethod = .get) -> HTTPRequestHead {
         HTTPRequestHead(method: method, target: "/a", headers: HTTPHeaders(fields))
     }
 
@@ -47,7 +47,7 @@ struct ProxyRulesTests {
             ([("If-Match", "\"v2\""), ("If-None-Match", "\"v1\"")], "GET", .failed),
         ]
         for (fields, method, expected) in rows {
-            let got = Precondition.evaluate(Self.request(fields, method: method), etag: etag, lastModified: Self.lastModified)
+            let got = Precondition.evaluate(Self.request(fields, method: HTTPMethod(rawValue: method)), etag: etag, lastModified: Self.lastModified)
             #expect(got == expected, "\(method) \(fields): \(got), expected \(expected)")
         }
         #expect(Precondition.evaluate(Self.request([("If-Match", "*")]), etag: nil, lastModified: nil) == .failed)

@@ -20,38 +20,38 @@ import SparseHTTP
 ///
 /// It has no authentication of its own: it is for the machine (or the private network) it
 /// listens on, as Varnish's admin port and nginx's stub_status are.
-public final class AdminService: Sendable {
-    public let proxy: CachingProxy
-    public let metrics: ProxyMetrics
+package final class AdminService: Sendable {
+    package let proxy: CachingProxy
+    package let metrics: ProxyMetrics
     private let connections: @Sendable () -> (open: Int, rejected: Int)
     private let started = Date()
 
-    public init(proxy: CachingProxy, metrics: ProxyMetrics, connections: @escaping @Sendable () -> (open: Int, rejected: Int)) {
+    package init(proxy: CachingProxy, metrics: ProxyMetrics, connections: @escaping @Sendable () -> (open: Int, rejected: Int)) {
         self.proxy = proxy
         self.metrics = metrics
         self.connections = connections
     }
 
-    public func handle(_ request: HTTPRequestHead, _ response: HTTPResponseWriter) async throws {
+    package func handle(_ request: HTTPRequestHead, _ response: HTTPResponseWriter) async throws {
         let (path, query) = Self.split(request.target)
         switch (request.method, path) {
-        case ("GET", "/"), ("HEAD", "/"):
+        case (.get, "/"), (.head, "/"):
             try await send(response, type: "text/html; charset=utf-8", body: Array(await statusPage(query).utf8))
-        case ("GET", "/metrics"), ("HEAD", "/metrics"):
+        case (.get, "/metrics"), (.head, "/metrics"):
             try await send(response, type: "text/plain; version=0.0.4; charset=utf-8", body: Array(await metricsText().utf8))
-        case ("GET", "/status"), ("HEAD", "/status"):
+        case (.get, "/status"), (.head, "/status"):
             try await sendJSON(response, await status())
-        case ("GET", "/resources"), ("HEAD", "/resources"):
+        case (.get, "/resources"), (.head, "/resources"):
             // The live catalog: last accesses as the server knows them now (the catalog file
             // on disk is saved now and then), what `sparsecache ls` shows beside a server.
             try await sendListing(response)
-        case ("POST", "/purge"):
+        case (.post, "/purge"):
             guard let key = query["key"], !key.isEmpty else {
                 return try await refuse(response, 400, "POST /purge needs ?key=<URL> (or <URL>* for a prefix)")
             }
             let dropped = try await proxy.purge(key: key)
             try await sendJSON(response, ["key": key, "purged": String(dropped)], status: dropped == 0 ? 404 : 200)
-        case ("POST", "/budget"):
+        case (.post, "/budget"):
             guard let text = query["bytes"], let bytes = Int64(text), bytes > 0 else {
                 return try await refuse(response, 400, "POST /budget needs ?bytes=<positive number of bytes>")
             }
@@ -61,7 +61,7 @@ public final class AdminService: Sendable {
                 return try await refuse(response, 400, "\(error)")
             }
             try await sendJSON(response, await status())
-        case ("POST", "/evict"):
+        case (.post, "/evict"):
             guard let text = query["bytes"], let bytes = Int64(text), bytes >= 0 else {
                 return try await refuse(response, 400, "POST /evict needs ?bytes=<size on disk to evict down to>")
             }
@@ -70,7 +70,7 @@ public final class AdminService: Sendable {
             let evicted = try await proxy.cache.store.evict(toSize: bytes)
             let left = await proxy.cache.store.totals()
             try await sendJSON(response, Evicted(evicted: evicted, resources: left.resourceCount, allocatedBytes: left.allocatedBytes))
-        case ("POST", "/pin"), ("POST", "/unpin"):
+        case (.post, "/pin"), (.post, "/unpin"):
             guard let key = query["key"], !key.isEmpty else { return try await refuse(response, 400, "POST \(path) needs ?key=<URL>") }
             do {
                 if path == "/pin" { try await proxy.cache.store.pin(key: key) } else { try await proxy.cache.store.unpin(key: key) }
@@ -78,7 +78,7 @@ public final class AdminService: Sendable {
                 return try await refuse(response, 404, "not cached: \(key)")
             }
             try await sendJSON(response, ["key": key, "pinned": path == "/pin" ? "true" : "false"])
-        case ("POST", "/prefetch"):
+        case (.post, "/prefetch"):
             guard let text = query["url"], let url = URL(string: text), let scheme = url.scheme?.lowercased(),
                 scheme == "http" || scheme == "https", url.host != nil
             else {
@@ -121,7 +121,7 @@ public final class AdminService: Sendable {
             total: snapshot.count)
     }
 
-    public func metricsText() async -> String {
+    func metricsText() async -> String {
         let store = await proxy.cache.store.totals()
         let activity = await proxy.cache.activity
         let connections = connections()
@@ -131,34 +131,34 @@ public final class AdminService: Sendable {
     }
 
     /// What `POST /evict` answers.
-    public struct Evicted: Codable, Sendable {
-        public var evicted: [String]
-        public var resources: Int
-        public var allocatedBytes: Int64
+    package struct Evicted: Codable, Sendable {
+        package var evicted: [String]
+        package var resources: Int
+        package var allocatedBytes: Int64
     }
 
     /// What `GET /status` answers (and `sparsecache stats` prints).
-    public struct Status: Codable, Sendable {
-        public var uptimeSeconds: Int
-        public var origin: String?
-        public var directory: String
-        public var budgetBytes: Int64
-        public var allocatedBytes: Int64
-        public var presentBytes: Int64
-        public var resources: Int
-        public var evictions: Int
-        public var openResources: Int
-        public var fetchesInFlight: Int
-        public var readers: Int
-        public var connections: Int
-        public var requests: Int
-        public var hits: Int
-        public var bytesFromCache: Int64
-        public var bytesFromOrigin: Int64
-        public var originRequests: Int
+    package struct Status: Codable, Sendable {
+        package var uptimeSeconds: Int
+        package var origin: String?
+        package var directory: String
+        package var budgetBytes: Int64
+        package var allocatedBytes: Int64
+        package var presentBytes: Int64
+        package var resources: Int
+        package var evictions: Int
+        package var openResources: Int
+        package var fetchesInFlight: Int
+        package var readers: Int
+        package var connections: Int
+        package var requests: Int
+        package var hits: Int
+        package var bytesFromCache: Int64
+        package var bytesFromOrigin: Int64
+        package var originRequests: Int
     }
 
-    public func status() async -> Status {
+    package func status() async -> Status {
         let store = await proxy.cache.store.totals()
         let activity = await proxy.cache.activity
         let requests = metrics.snapshot

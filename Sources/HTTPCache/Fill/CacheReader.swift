@@ -92,7 +92,7 @@ public final class CacheReader: Sendable {
     /// What the origin said when the resource was opened; `length` is nil while an answer
     /// without a length is still arriving (see ``isLengthKnown``).
     public let info: ContentInfo
-    public let cache: ProgressiveCache
+    package let cache: ProgressiveCache
     public let source: any RangeSource
     /// Where the bytes are.
     private enum Backing: Sendable {
@@ -134,7 +134,7 @@ public final class CacheReader: Sendable {
     }
 
     /// Whether this reader's bytes are a small object's, held whole (no sparse resource).
-    public var isSmallObject: Bool {
+    package var isSmallObject: Bool {
         if case .memory = backing { return true }
         return false
     }

@@ -15,47 +15,47 @@ import SparseHTTP
 /// A lock, not an actor: every request to an origin takes a place and gives it back, and a
 /// place that is free is taken without a suspension; giving it back needs no task of its own.
 /// Continuations are resumed and `onYield` called after the lock is let go.
-public final class ConnectionLimiter: Sendable {
+package final class ConnectionLimiter: Sendable {
     /// How much a client waits on a request.
-    public enum Priority: Int, Sendable, Comparable {
+    package enum Priority: Int, Sendable, Comparable {
         /// Prefetch and read-ahead: nobody waits on it yet.
         case background = 0
         /// A client is waiting for these bytes.
         case waited = 1
 
-        public static func < (lhs: Priority, rhs: Priority) -> Bool { lhs.rawValue < rhs.rawValue }
+        package static func < (lhs: Priority, rhs: Priority) -> Bool { lhs.rawValue < rhs.rawValue }
     }
 
     /// The priority of the current task's requests: fetches started inside
     /// `ConnectionLimiter.$priority.withValue(.background) { ... }` (and the tasks they start)
     /// are background ones.
-    @TaskLocal public static var priority: Priority = .waited
+    @TaskLocal package static var priority: Priority = .waited
 
     /// The promotion of the current task's background requests, when they can be promoted: a
     /// fetch started in the background (read-ahead, prefetch) that a client then waits on
     /// counts as waited-on from then on (``Promotion/promote()``): it is no longer asked to yield,
     /// and its next request queues with the waited-on ones.
-    @TaskLocal public static var promotion: Promotion?
+    @TaskLocal package static var promotion: Promotion?
 
     /// Whether a background fetch has become one a client waits on.
-    public final class Promotion: Sendable {
+    package final class Promotion: Sendable {
         private let promoted = Atomic<Bool>(false)
 
-        public init() {}
+        package init() {}
 
-        public func promote() { promoted.store(true, ordering: .releasing) }
+        package func promote() { promoted.store(true, ordering: .releasing) }
 
-        public var isPromoted: Bool { promoted.load(ordering: .acquiring) }
+        var isPromoted: Bool { promoted.load(ordering: .acquiring) }
     }
 
     /// The priority a request of the current task takes now.
-    public static var effectivePriority: Priority { promotion?.isPromoted == true ? .waited : priority }
+    package static var effectivePriority: Priority { promotion?.isPromoted == true ? .waited : priority }
 
     /// A promotion for requests about to be made in the background (nil when the current task
     /// is waited on): set it as ``promotion`` around them.
     static func newPromotion() -> Promotion? { effectivePriority == .background ? Promotion() : nil }
 
-    public let limit: Int
+    package let limit: Int
 
     private struct Waiter {
         let id: UInt64
@@ -127,14 +127,14 @@ public final class ConnectionLimiter: Sendable {
 
     private let state = Lock(State())
 
-    public init(limit: Int) {
+    package init(limit: Int) {
         precondition(limit > 0, "a limiter needs room for one holder")
         self.limit = limit
     }
 
     /// Waits for a place at the current task's ``priority``. Throws `CancellationError` when
     /// the waiting task is cancelled. Give the place back with ``release()``.
-    public func acquire() async throws {
+    package func acquire() async throws {
         _ = try await acquire(priority: Self.priority, onYield: nil)
     }
 
@@ -142,7 +142,7 @@ public final class ConnectionLimiter: Sendable {
     /// background holder with `onYield` may be asked to give its place up for a waited-on
     /// request: `onYield` then runs once (from the limiter; it must not block), and the holder
     /// still releases its place as usual when it stops.
-    public func acquire(priority: Priority, onYield: (@Sendable () -> Void)?) async throws -> UInt64 {
+    package func acquire(priority: Priority, onYield: (@Sendable () -> Void)?) async throws -> UInt64 {
         let promotion = priority == .background ? Self.promotion : nil
         let (ticket, placed) = state.withLock { state -> (UInt64, Bool) in
             let ticket = state.nextID
@@ -168,13 +168,13 @@ public final class ConnectionLimiter: Sendable {
     }
 
     /// Gives the place to the first waiter of the highest priority, or frees it.
-    public func release() {
+    package func release() {
         state.withLock { $0.giveBack() }?.resume()
     }
 
     /// Gives back the place of `ticket` (from ``acquire(priority:onYield:)``): in one step with
     /// taking it off the yielders, so no waiter asks another holder to yield meanwhile.
-    public func release(ticket: UInt64) {
+    package func release(ticket: UInt64) {
         // The entry taken off comes out of the lock to be dropped (`Yielder`).
         let (next, _) = state.withLock { state -> (CheckedContinuation<Void, Error>?, [Yielder]) in
             var dropped: [Yielder] = []
@@ -199,8 +199,8 @@ public final class ConnectionLimiter: Sendable {
     }
 
     /// Waiters right now (for tests).
-    public var queued: Int { state.withLock { $0.waiters.count } }
+    package var queued: Int { state.withLock { $0.waiters.count } }
 
     /// Holders right now (for tests).
-    public var inUse: Int { state.withLock { $0.holders } }
+    package var inUse: Int { state.withLock { $0.holders } }
 }

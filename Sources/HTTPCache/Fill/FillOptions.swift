@@ -10,20 +10,20 @@ public struct FillOptions: Sendable {
     /// last byte received. Default 5.
     public var retries = 5
     /// The pause before the first retry; it doubles up to ``maximumBackoff``.
-    public var initialBackoff: Duration = .milliseconds(100)
-    public var maximumBackoff: Duration = .seconds(5)
+    package var initialBackoff: Duration = .milliseconds(100)
+    package var maximumBackoff: Duration = .seconds(5)
     /// The write-back starts a commit once this many bytes were written since the last one
     /// began, so a crash or a cancel keeps what arrived. The commit runs beside the next
     /// writes, and covers everything written before it began: a fast origin's megabytes share
     /// one fdatasync. Readers do not wait for it: they get bytes as they arrive
     /// (``arrivedLimit``). Default 1 MiB, one write batch: a slow origin's bytes become present
     /// (and survive a crash) as each megabyte arrives.
-    public var commitEvery: Int64 = 1 << 20
+    package var commitEvery: Int64 = 1 << 20
     /// The most bytes one fill holds in memory received and not yet present (cut-through:
     /// readers take them from there while the write-back writes, syncs and commits them). The
     /// origin is read only as fast as the disk takes the bytes once this is full. Default
     /// 8 MiB, several commits' worth, so receiving goes on while a commit syncs.
-    public var arrivedLimit: Int64 = 8 << 20
+    package var arrivedLimit: Int64 = 8 << 20
     /// The largest span one request asks the origin for. It bounds what a reader that stops
     /// early leaves in flight. Default 16 MiB.
     public var maximumFetch: Int64 = 16 << 20
@@ -38,18 +38,18 @@ public struct FillOptions: Sendable {
     public var readAhead = true
     /// See ``readAhead``. Default 64 KiB (one segment): what a player that seeks and hangs up
     /// at once leaves fetched past its last byte.
-    public var readAheadMinimum: Int64 = 64 << 10
+    package var readAheadMinimum: Int64 = 64 << 10
     /// See ``readAhead``. Default 64: a reader that has read 64 MiB in a row has 1 MiB ahead,
     /// 256 MiB 4 MiB. (Past what the client's socket took: its buffers hold more, unseen.)
-    public var readAheadFraction: Int64 = 64
+    package var readAheadFraction: Int64 = 64
     /// See ``readAhead``. Half of ``HTTPRangeSource/connectionsPerOrigin`` by default.
-    public var readAheadLimit = 3
+    package var readAheadLimit = 3
     /// The largest chunk a reader is handed.
-    public var readChunk = 1 << 20
+    package var readChunk = 1 << 20
     /// The largest first chunk of a read from the file: the response head waits for it (they
     /// leave in one send), so it is one segment rather than a whole ``readChunk`` to read and
     /// check. Measured on a warm 1 MiB range: the first byte left 0.4 ms earlier.
-    public var firstReadChunk = 64 << 10
+    var firstReadChunk = 64 << 10
 
     /// How much of `end - position` the next read from the file takes: ``firstReadChunk`` for
     /// a read's first chunk, ``readChunk`` after.
@@ -62,10 +62,10 @@ public struct FillOptions: Sendable {
     /// The most resources kept open that way (each holds two to four descriptors:
     /// docs/ARCHITECTURE.md, "Open files"); beyond it the one idle the longest closes at once.
     /// `sparsecache serve` sets it from its descriptor limit.
-    public var maximumKeptOpen = 256
+    package var maximumKeptOpen = 256
     /// Keep what each open resource with a stored HTTP head has committed ready for hits
     /// answered on the event loop (``CachingProxy/answerQuickly(_:_:)``).
-    public var quickHits = true
+    package var quickHits = true
     /// Tests only: awaited by a reader right after its read-ahead looked at the resource, one of
     /// the points where other calls on the cache interleave with the reader's (FillStallTests).
     var afterReadAheadLook: (@Sendable () async -> Void)?
@@ -114,43 +114,43 @@ public struct FillProgress: Sendable, Equatable {
 }
 
 /// What a ``ProgressiveCache`` has asked its origins for (for tests, logs and the CLI).
-public struct FillStatistics: Sendable, Equatable {
+package struct FillStatistics: Sendable, Equatable {
     /// Requests sent, first contact and retries included.
-    public var requests = 0
+    package var requests = 0
     /// Body bytes received from origins (bytes skipped before a range's start included).
-    public var bytesReceived: Int64 = 0
+    package var bytesReceived: Int64 = 0
     /// Bytes handed to readers from the cache without waiting for a fetch.
-    public var bytesFromCache: Int64 = 0
+    package var bytesFromCache: Int64 = 0
     /// Hits answered on the event loop (``CachingProxy/answerQuickly(_:_:)``).
-    public var quickAnswers = 0
+    package var quickAnswers = 0
     /// Bytes handed to readers from memory as they arrived, before they were present
     /// (cut-through).
-    public var bytesCutThrough: Int64 = 0
+    package var bytesCutThrough: Int64 = 0
     /// The most bytes one fill held received and not yet present (bounded by
     /// ``FillOptions/arrivedLimit`` plus one network chunk).
-    public var mostArrived: Int64 = 0
+    package var mostArrived: Int64 = 0
     /// Times a fill stopped receiving until the write-back caught up (its memory was full).
-    public var writeBackWaits = 0
+    var writeBackWaits = 0
     /// Answers stored as small objects, and small objects that could not be stored (the log
     /// write or its sync failed: the client had its answer, the cache did not keep it).
-    public var smallObjectsStored = 0
-    public var smallObjectFailures = 0
-    public var retries = 0
+    var smallObjectsStored = 0
+    var smallObjectFailures = 0
+    package var retries = 0
     /// Background transfers (read-ahead, prefetch) that gave their connection to a request a
     /// client waits on, and asked again from their last byte.
-    public var yields = 0
+    package var yields = 0
     /// Of those transfers, the bytes asked for and not yet read when they stopped: what the
     /// origin may have sent for nothing (already on its way when the connection closed).
-    public var yieldedUnread: Int64 = 0
+    package var yieldedUnread: Int64 = 0
     /// Resources found changed on their origin (their cached bytes were dropped).
-    public var invalidations = 0
+    package var invalidations = 0
     /// Resources without a strong validator fetched anew because a reader needed bytes the
     /// answer that filled them did not bring (RFC 9111 section 3.4: never combined with another).
-    public var refetches = 0
+    package var refetches = 0
     /// Handles released in the background whose release failed (the resource's last commit or
     /// close, or the budget pass after it); each is also reported to the store
     /// (``SparseStore/housekeepingFailures``, ``StoreOptions/log``).
-    public var releaseFailures = 0
+    package var releaseFailures = 0
 
-    public init() {}
+    package init() {}
 }

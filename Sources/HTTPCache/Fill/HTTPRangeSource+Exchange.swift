@@ -77,7 +77,7 @@ extension HTTPRangeSource {
     /// `method` and `extra` (fields after all others) serve ``send(_:forwarding:body:maximumBody:)``.
     static func request(
         to endpoint: Endpoint, range: Range<Int64>?, validator: ContentValidator?, key: String, forwarding: Forwarding? = nil,
-        method: String = "GET", extra: [(String, String)] = []
+        method: HTTPMethod = .get, extra: [(String, String)] = []
     ) throws -> [UInt8] {
         guard let target = endpoint.target else {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: key, detail: "the URL cannot be sent as a request target")

@@ -11,21 +11,18 @@ import SparseHTTP
 extension HTTPRangeSource {
     /// A request body to send: its chunks in order from `next` (nil at the end), and its
     /// length when known (sent as `Content-Length`; else the body goes chunked).
-    public struct RequestBody: Sendable {
-        public var length: Int64?
-        public var next: @Sendable () async throws -> [UInt8]?
+    package struct RequestBody: Sendable {
+        package var length: Int64?
+        package var next: @Sendable () async throws -> [UInt8]?
 
-        public init(length: Int64?, next: @escaping @Sendable () async throws -> [UInt8]?) {
+        package init(length: Int64?, next: @escaping @Sendable () async throws -> [UInt8]?) {
             self.length = length
             self.next = next
         }
     }
 
     /// Methods whose requests normally carry content: sent with `Content-Length: 0` without one.
-    static let bodyMethods: Set<String> = ["POST", "PUT", "PATCH"]
-
-    /// The methods that may be sent twice with the same effect (RFC 9110, section 9.2.2).
-    public static let idempotentMethods: Set<String> = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"]
+    static let bodyMethods: Set<HTTPMethod> = [.post, .put, .patch]
 
     /// Sends `method` to the source's URL with `forwarding`'s fields (sent as they are: the
     /// client's conditionals and Range included) and `body`, and returns the origin's answer
@@ -43,7 +40,7 @@ extension HTTPRangeSource {
     /// client's (the server's connection limit bounds them), and a proxy that invalidates after
     /// the answer must not hold a fill slot meanwhile: the invalidation waits for a fill of the
     /// same key in flight, which may be waiting for that very slot.
-    public func send(_ method: String, forwarding: Forwarding, body: RequestBody?, maximumBody: Int64) async throws -> OriginAnswer {
+    package func send(_ method: HTTPMethod, forwarding: Forwarding, body: RequestBody?, maximumBody: Int64) async throws -> OriginAnswer {
         ProxyMetrics.originRequests.add()
         if isDirect {
             return try await sendDirect(method, forwarding: forwarding, body: body)
@@ -51,7 +48,7 @@ extension HTTPRangeSource {
         return try await sendThroughSession(method, forwarding: forwarding, body: body, maximumBody: maximumBody)
     }
 
-    private func sendDirect(_ method: String, forwarding: Forwarding, body: RequestBody?) async throws -> OriginAnswer {
+    private func sendDirect(_ method: HTTPMethod, forwarding: Forwarding, body: RequestBody?) async throws -> OriginAnswer {
         var framing: [(String, String)] = []
         if let body {
             framing.append(body.length.map { ("Content-Length", String($0)) } ?? ("Transfer-Encoding", "chunked"))
@@ -63,7 +60,7 @@ extension HTTPRangeSource {
         let exchange = try await HTTPExchange.start(
             host: endpoint.host, port: endpoint.port, request: request,
             body: body.map { HTTPExchange.RequestBody(length: $0.length, next: $0.next) },
-            idempotent: Self.idempotentMethods.contains(method), name: key, timeout: timeout, resolver: { self.resolver }, pool: pool,
+            idempotent: method.isIdempotent, name: key, timeout: timeout, resolver: { self.resolver }, pool: pool,
             policy: addressPolicy, interim: forwarding.interim)
         let stream = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
         return OriginAnswer(head: exchange.head, body: stream, cancel: { exchange.cancel() }, reason: "method \(method) is forwarded")
@@ -72,11 +69,11 @@ extension HTTPRangeSource {
     /// Through URLSession, with the body collected first (URLSession cannot stream a body from
     /// an async source on Linux).
     private func sendThroughSession(
-        _ method: String, forwarding: Forwarding, body: RequestBody?, maximumBody: Int64
+        _ method: HTTPMethod, forwarding: Forwarding, body: RequestBody?, maximumBody: Int64
     ) async throws -> OriginAnswer {
         try await checkAddressPolicy()
         var request = URLRequest(url: url)
-        request.httpMethod = method
+        request.httpMethod = method.rawValue
         for field in forwarding.headers where !field.hasName("accept-encoding") {
             request.addValue(field.value, forHTTPHeaderField: field.name)
         }

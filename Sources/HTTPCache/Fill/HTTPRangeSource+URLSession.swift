@@ -71,7 +71,7 @@ extension HTTPRangeSource {
         _ url: URL, _ range: Range<Int64>?, validator: ContentValidator?, forwarding: Forwarding?, release: FinishAction
     ) async throws -> RangeResponse {
         var request = URLRequest(url: url)
-        request.httpMethod = "GET"
+        request.httpMethod = HTTPMethod.get.rawValue
         for field in forwarding?.headers ?? [] where !field.hasName("accept-encoding") {
             request.addValue(field.value, forHTTPHeaderField: field.name)
         }

@@ -78,13 +78,24 @@ public final class HTTPRangeSource: RangeSource {
     }
 
     /// Redirects followed before a fetch fails.
-    public static let maximumRedirects = 10
+    package static let maximumRedirects = 10
+
+    /// A source for `url` (`http://` or `https://`); every source of one host and port shares
+    /// one limit of connections (6, as browsers keep per host).
+    ///
+    /// - Parameters:
+    ///   - timeout: how long a fetch waits for the origin's answer, and between its bytes.
+    ///   - transport: which HTTP client fetches (`.automatic`: the own client for `http://`).
+    /// - Throws: `.invalidArgument` when `url` is not an http(s) URL.
+    public convenience init(url: URL, timeout: Duration = .seconds(30), transport: Transport = .automatic) throws {
+        try self.init(url: url, timeout: timeout, limiter: nil, transport: transport, pool: .shared)
+    }
 
     /// - Parameters:
     ///   - limiter: shared by every source of one origin; `HTTPRangeSource.limiter(for:)` keeps
     ///     one per host and port.
-    public convenience init(
-        url: URL, timeout: Duration = .seconds(30), limiter: ConnectionLimiter? = nil, transport: Transport = .automatic
+    package convenience init(
+        url: URL, timeout: Duration = .seconds(30), limiter: ConnectionLimiter?, transport: Transport = .automatic
     ) throws {
         try self.init(url: url, timeout: timeout, limiter: limiter, transport: transport, pool: .shared)
     }
@@ -131,7 +142,7 @@ public final class HTTPRangeSource: RangeSource {
     }
 
     /// Connections per origin (scheme, host and port) for sources made without a limiter.
-    public static let connectionsPerOrigin = OriginConnectionPool.connectionsPerOrigin
+    package static let connectionsPerOrigin = OriginConnectionPool.connectionsPerOrigin
 
     /// Held weakly: a limiter lives as long as a source of its origin does, and the table,
     /// swept as it grows, does not keep an entry for every host a proxy ever fetched from.
@@ -142,7 +153,7 @@ public final class HTTPRangeSource: RangeSource {
     }
 
     /// The limiter shared by every source of `url`'s origin.
-    public static func limiter(for url: URL) -> ConnectionLimiter {
+    package static func limiter(for url: URL) -> ConnectionLimiter {
         let origin = "\(url.scheme ?? "")://\(url.host ?? ""):\(url.port ?? -1)"
         return limiters.withLock { limiters in
             if let existing = limiters.table[origin]?.limiter { return existing }
@@ -164,34 +175,34 @@ public final class HTTPRangeSource: RangeSource {
     }
 
     /// A request made on behalf of a proxy's client, with the rules of a shared cache.
-    public struct Forwarding: Sendable {
+    package struct Forwarding: Sendable {
         /// The client's request fields to send on: end-to-end ones only, and none of those the
         /// source writes itself (`Host`, `Range`, `If-Range`, the other conditionals).
-        public var headers: HTTPHeaders
+        package var headers: HTTPHeaders
         /// Every answer is to be passed on, none stored: the request is the client's own.
-        public var passOn: Bool
+        package var passOn: Bool
         /// A resource longer than this (its Content-Length, or the total of its Content-Range)
         /// is passed on unstored: an origin claiming 8 TiB must not make the cache hold an
         /// index for 8 TiB. Nil: no limit.
-        public var maximumLength: Int64?
+        package var maximumLength: Int64?
         /// The forwarding proxy's `Via` element, added after the client's (RFC 9110, section
         /// 7.6.3): the next proxy, or this one when the request comes back, sees it.
-        public var via: String?
+        package var via: String?
         /// Where interim (1xx) responses to these requests go: the client's writer
         /// (``HTTPResponseWriter/sendInterim(_:)``), which a proxy must hand them to (RFC 9110,
         /// section 15.2). Called as each arrives, before the final response; must not block.
-        public var interim: (@Sendable (HTTPResponseHead) -> Void)?
+        package var interim: (@Sendable (HTTPResponseHead) -> Void)?
 
         /// The same fields for a request the proxy makes on its own behalf (a background
         /// revalidation, a prefetch): its interim responses go to nobody (RFC 9110, section
         /// 15.2 asks a proxy to forward those of requests it did not generate itself).
-        public var withoutInterim: Forwarding {
+        var withoutInterim: Forwarding {
             var copy = self
             copy.interim = nil
             return copy
         }
 
-        public init(headers: HTTPHeaders, passOn: Bool = false, via: String? = nil) {
+        package init(headers: HTTPHeaders, passOn: Bool = false, via: String? = nil) {
             self.headers = headers
             self.passOn = passOn
             self.via = via
@@ -199,7 +210,7 @@ public final class HTTPRangeSource: RangeSource {
 
         /// What of a client's request fields a proxy sends on (RFC 9110, section 7.6.1: never
         /// hop-by-hop ones; the range, the host and the conditionals are the proxy's own).
-        public init(client request: HTTPRequestHead, via: String? = nil) {
+        package init(client request: HTTPRequestHead, via: String? = nil) {
             // One pass over the fields (every request a proxy forwards or looks up makes one).
             headers = request.headers.removingHopByHop().keeping { field in !Self.written.contains { field.hasName($0) } }
             passOn = false
@@ -217,7 +228,7 @@ public final class HTTPRangeSource: RangeSource {
     /// an answer a shared cache may not store (RFC 9111, section 3), a status other than 200,
     /// 206 and 416, and a redirect (not followed) are thrown as ``OriginAnswer``, for the proxy
     /// to hand on as they are.
-    public func fetch(_ range: Range<Int64>?, validator: ContentValidator?, forwarding: Forwarding?) async throws -> RangeResponse {
+    package func fetch(_ range: Range<Int64>?, validator: ContentValidator?, forwarding: Forwarding?) async throws -> RangeResponse {
         if let range, range.isEmpty || range.lowerBound < 0 {
             throw SparseCacheError(.invalidArgument, operation: "fetch", path: key, detail: "empty or negative range \(range)")
         }
@@ -283,7 +294,7 @@ public final class HTTPRangeSource: RangeSource {
         if let limit = forwarding.maximumLength, let length, length > limit {
             return "not stored: the resource (\(length) bytes) is longer than the maximum resource size (\(limit) bytes)"
         }
-        if status == 304 || status < 200 { return "status \(status) is passed on" }
+        if status == 304 || HTTPStatus(status).isInformational { return "status \(status) is passed on" }
         if status != 200, status != 206 {
             guard let contentLength, contentLength <= StoredHead.maximumOtherBody else {
                 return "status \(status) with a body of unknown or large size is passed on"
@@ -293,7 +304,7 @@ public final class HTTPRangeSource: RangeSource {
         if stored.isTooLarge { return "header fields too large to store" }
         // The request's target plays no part in the rules (as for the stored head's own policy):
         // no URL path is worked out for it.
-        let policy = stored.policy.answering(HTTPRequestHead(method: "GET", target: "/", headers: forwarding.headers))
+        let policy = stored.policy.answering(HTTPRequestHead(method: .get, target: "/", headers: forwarding.headers))
         if let reason = policy.storability.reason { return "not stored: \(reason)" }
         // A page that is stale at once and cannot be revalidated would be fetched again for
         // every request: passed on, as nginx does with what it has no lifetime for.

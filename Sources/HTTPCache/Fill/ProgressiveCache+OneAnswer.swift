@@ -26,7 +26,7 @@ extension ProgressiveCache {
     /// a resource of one answer (``isOneAnswer(_:)``) that lacks bytes of `range` no answer in
     /// flight brings cannot give them without combining answers. `.read` for every other
     /// resource. `.refetch` only when nobody else reads the resource.
-    public func oneAnswerPlan(for reader: CacheReader, range: Range<Int64>) async -> OneAnswerPlan {
+    func oneAnswerPlan(for reader: CacheReader, range: Range<Int64>) async -> OneAnswerPlan {
         guard !reader.isSmallObject, let resource = resources[reader.source.key] else { return .read }
         let plan = await oneAnswerPlan(resource, range: range, reach: readOnReach)
         return plan == .refetch && resource.users > 1 ? .passOn : plan
@@ -36,7 +36,7 @@ extension ProgressiveCache {
     /// holds, in one step with the check that nobody else holds it (no await in between, so no
     /// client that attaches meanwhile is cut off), and closes the reader. Returns false, with the
     /// reader still open, when someone else holds it now or a fetch runs.
-    public func dropOneAnswerPart(of reader: CacheReader) async throws -> Bool {
+    func dropOneAnswerPart(of reader: CacheReader) async throws -> Bool {
         let key = reader.source.key
         guard let resource = resources[key], resource.users == 1, resource.fetches.isEmpty, resource.opening == nil,
             resource.handle != nil, isOneAnswer(resource), reader.markClosed()

@@ -49,7 +49,7 @@ extension ProgressiveCache {
     /// segment-aligned start, at most ``FillOptions/maximumFetch`` of it, and the first
     /// read-ahead window when open-ended. A revalidation asks the same, so that its answer, when
     /// it is a new version, is the new resource's first contact.
-    public nonisolated func firstContactRange(for first: FirstRequest) -> Range<Int64>? {
+    nonisolated func firstContactRange(for first: FirstRequest) -> Range<Int64>? {
         guard case .range(let wanted) = first else { return nil }
         let segmentSize = Int64(store.options.segmentSize)
         let shift = Int64(segmentSize.trailingZeroBitCount)

@@ -161,7 +161,7 @@ extension ProgressiveCache {
     /// Closes every resource kept open with no reader and no fetch (instead of after
     /// ``FillOptions/keepOpen``) and waits until the store has them back: before an operator's
     /// eviction, which never deletes an open resource.
-    public func closeIdle() async {
+    package func closeIdle() async {
         for key in Array(resources.keys) { closeIfIdle(key: key, force: true) }
         for release in Array(releases.values) { await release.value }
     }

@@ -307,7 +307,7 @@ extension ProgressiveCache {
     }
 
     /// Waits until every small object on its way to the log is durable (or failed).
-    public func settleAllSmall() async {
+    package func settleAllSmall() async {
         while !smallArriving.isEmpty { await nextSmallBatch() }
     }
 

@@ -5,7 +5,7 @@ extension ProgressiveCache {
     /// The present byte ranges of `key` and its length, for a status page: from the open
     /// resource when it is open here, else from its committed index (not opened, so not
     /// touched). Nil when the key is not a sparse resource in the store.
-    public func presentRanges(key: String) async -> (length: Int64?, ranges: [Range<Int64>])? {
+    package func presentRanges(key: String) async -> (length: Int64?, ranges: [Range<Int64>])? {
         if let file = resources[key]?.handle?.file {
             return (await file.length, await file.presentRanges())
         }
@@ -13,14 +13,14 @@ extension ProgressiveCache {
     }
 
     /// A resource with fetches from the origin running now.
-    public struct Filling: Sendable, Equatable {
-        public var key: String
-        public var fetches: Int
-        public var readers: Int
+    package struct Filling: Sendable, Equatable {
+        package var key: String
+        package var fetches: Int
+        package var readers: Int
     }
 
     /// The resources being filled now (fetches in flight), at most `limit` of them.
-    public func filling(limit: Int) -> [Filling] {
+    package func filling(limit: Int) -> [Filling] {
         var filling: [Filling] = []
         for resource in resources.values where !resource.fetches.isEmpty {
             filling.append(Filling(key: resource.key, fetches: resource.fetches.count, readers: resource.users))

@@ -8,7 +8,7 @@ extension ProgressiveCache {
     /// Opens the resource of `source` only if the store has it (or a reader is bringing it in
     /// now, whose first contact this one then shares); nil otherwise, with no request to the
     /// origin. A shared cache looks before it decides to forward (RFC 9111, section 4).
-    public func openIfStored(_ source: any RangeSource) async throws -> CacheReader? {
+    package func openIfStored(_ source: any RangeSource) async throws -> CacheReader? {
         // A resource moving to the small-object logs is found there once it has moved.
         await settleMove(key: source.key)
         // A small-object first contact in flight decides what the key is: wait for it (its
@@ -65,7 +65,7 @@ extension ProgressiveCache {
     /// longer has the resource, or it was replaced meanwhile (the head is then not the one of
     /// the bytes stored, and is dropped).
     @discardableResult
-    public func updateStoredHead(key: String, _ head: StoredHead) async throws -> Bool {
+    package func updateStoredHead(key: String, _ head: StoredHead) async throws -> Bool {
         if let resource = resources[key], let handle = resource.handle {
             try await Self.store(head, in: handle.file)
             // Re-check after the awaits: a replacement may have come meanwhile.
@@ -108,7 +108,7 @@ extension ProgressiveCache {
     /// A purge, or what an unsafe request or a changed origin means for a stored response
     /// (RFC 9111, section 4.4).
     @discardableResult
-    public func invalidate(key: String) async throws -> Bool {
+    package func invalidate(key: String) async throws -> Bool {
         // A small-object first contact in flight ends first (it becomes a small object or a
         // resource, dropped below), and a small object still being written is removed after
         // it, not before.

@@ -59,16 +59,16 @@ public actor ProgressiveCache {
     private nonisolated let counters = Lock(FillStatistics())
 
     /// Totals over every resource.
-    public nonisolated var statistics: FillStatistics { counters.withLock { $0 } }
+    package nonisolated var statistics: FillStatistics { counters.withLock { $0 } }
 
     /// What is going on now: resources open, range fetches running, readers attached.
-    public struct Activity: Sendable, Equatable {
-        public var openResources = 0
-        public var fetchesInFlight = 0
-        public var readers = 0
+    package struct Activity: Sendable, Equatable {
+        package var openResources = 0
+        package var fetchesInFlight = 0
+        package var readers = 0
     }
 
-    public var activity: Activity {
+    package var activity: Activity {
         var activity = Activity()
         for resource in resources.values where resource.handle != nil || resource.opening != nil {
             activity.openResources += 1

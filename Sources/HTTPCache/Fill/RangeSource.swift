@@ -41,9 +41,13 @@ public struct ContentInfo: Sendable, Equatable {
     public var contentType: String?
     public var validator: ContentValidator
     /// The response head as an HTTP cache stores it, when the source speaks HTTP.
-    public var stored: StoredHead?
+    package var stored: StoredHead?
 
-    public init(length: Int64?, contentType: String? = nil, validator: ContentValidator = ContentValidator(), stored: StoredHead? = nil) {
+    public init(length: Int64?, contentType: String? = nil, validator: ContentValidator = ContentValidator()) {
+        self.init(length: length, contentType: contentType, validator: validator, stored: nil)
+    }
+
+    package init(length: Int64?, contentType: String? = nil, validator: ContentValidator = ContentValidator(), stored: StoredHead?) {
         self.length = length
         self.contentType = contentType
         self.validator = validator
@@ -77,7 +81,7 @@ public struct ContentValidator: Sendable, Equatable, Hashable {
 
     /// Whether parts of the representation may be combined into one stored response (RFC 9111
     /// section 3.4): a strong entity tag, or a Last-Modified date that is strong.
-    public var isStrong: Bool {
+    var isStrong: Bool {
         if let etag, !etag.hasPrefix("W/") { return true }
         return lastModifiedIsStrong
     }
@@ -85,7 +89,7 @@ public struct ContentValidator: Sendable, Equatable, Hashable {
     /// Whether `lastModified` is a strong validator: at least a second older than the `Date`
     /// of the response that carried it, so no second change can hide in the same second
     /// (RFC 9110 section 8.8.2.2). Without a `Date` it is weak.
-    public var lastModifiedIsStrong: Bool {
+    var lastModifiedIsStrong: Bool {
         guard let modified = lastModified.flatMap(HTTPDate.parse), let sent = date.flatMap(HTTPDate.parse) else { return false }
         return modified + 1 <= sent
     }
@@ -95,7 +99,7 @@ public struct ContentValidator: Sendable, Equatable, Hashable {
 
     /// Whether `other` may be the same version: every validator both sides have agrees.
     /// A weak ETag (`W/"..."`) is compared by its opaque part.
-    public func matches(_ other: ContentValidator) -> Bool {
+    package func matches(_ other: ContentValidator) -> Bool {
         if let etag, let theirs = other.etag, Self.opaque(etag) != Self.opaque(theirs) { return false }
         if let lastModified, let theirs = other.lastModified, lastModified != theirs { return false }
         return true

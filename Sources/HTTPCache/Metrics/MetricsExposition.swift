@@ -5,12 +5,12 @@ import SparseHTTP
 /// The metrics of a running `sparsecache serve` in the Prometheus text exposition format
 /// (version 0.0.4): names by Prometheus conventions (`_total` for counters, `_bytes` and
 /// `_seconds` for units), one `# HELP` and `# TYPE` per family.
-public struct MetricsExposition: Sendable {
+struct MetricsExposition: Sendable {
     private var text = ""
 
     /// Everything one scrape shows: the proxy's requests, the fill's origin traffic, the
     /// server's connections, the store's size and the engine's disk timings.
-    public static func render(
+    package static func render(
         requests: ProxyMetrics.Snapshot, fill: FillStatistics, activity: ProgressiveCache.Activity, connections: Int,
         rejectedConnections: Int, store: StoreSummary
     ) -> String {

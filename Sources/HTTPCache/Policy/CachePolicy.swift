@@ -14,15 +14,15 @@ import SparseHTTP
 /// their unqualified forms (Varnish); a response to a request that carried `Cookie` is never
 /// given heuristic freshness, and is stored only with explicit freshness or `public` (nginx
 /// stores nothing without explicit freshness, Varnish passes requests with `Cookie`).
-public struct CachePolicy: Sendable, Equatable {
+package struct CachePolicy: Sendable, Equatable {
     /// The request the stored response answered: its fields decide `Vary` matches.
-    public private(set) var request: HTTPRequestHead
+    package private(set) var request: HTTPRequestHead
     /// The response as stored: its hop-by-hop fields removed (section 3.1).
-    public let response: HTTPResponseHead
+    package let response: HTTPResponseHead
     /// When the request that brought the response was sent (`request_time`, section 4.2.3).
-    public let requestTime: Int64
+    package let requestTime: Int64
     /// When the response was received (`response_time`).
-    public let responseTime: Int64
+    package let responseTime: Int64
     /// The response's cache directives, parsed once: its `CDN-Cache-Control` when that is
     /// present and valid (RFC 9213: this cache is one a CDN operator runs), else its
     /// `Cache-Control`.
@@ -34,7 +34,7 @@ public struct CachePolicy: Sendable, Equatable {
     /// How long the response is fresh after it was generated (section 4.2.1), in seconds: for a
     /// shared cache `s-maxage`, else `max-age`, else `Expires` minus `Date`, else a heuristic.
     /// An invalid or contradictory value gives 0 (stale).
-    public private(set) var freshnessLifetime: Int64
+    package private(set) var freshnessLifetime: Int64
     /// The `Date` of the response, or when it was received when it has none or an invalid one
     /// (section 4.2.3: a cache without a `Date` uses the receipt time).
     let dateValue: Int64
@@ -46,11 +46,11 @@ public struct CachePolicy: Sendable, Equatable {
     /// request that brought it carried `Cookie`. A page built for one client's session with
     /// only a `Last-Modified` would otherwise be fresh for the next client (web cache
     /// deception: `/account/x.css` answered with the account page).
-    public let allowsHeuristicFreshness: Bool
+    let allowsHeuristicFreshness: Bool
 
     // Everything a stored response is asked on every hit is worked out here, once: a cached
     // small range is answered thousands of times a second, each time with the same dates.
-    public init(request: HTTPRequestHead, response: HTTPResponseHead, requestTime: Int64, responseTime: Int64) {
+    package init(request: HTTPRequestHead, response: HTTPResponseHead, requestTime: Int64, responseTime: Int64) {
         var stored = response
         stored.headers = response.headers.removingHopByHop()
         self.init(request: request, endToEnd: stored, requestTime: requestTime, responseTime: responseTime)
@@ -95,7 +95,7 @@ public struct CachePolicy: Sendable, Equatable {
     /// The same rules for the response as the answer to `request`: what only the request
     /// changes (``storability``, `Vary` matches) is asked anew, nothing of the response is
     /// parsed again.
-    public func answering(_ request: HTTPRequestHead) -> CachePolicy {
+    package func answering(_ request: HTTPRequestHead) -> CachePolicy {
         var policy = self
         policy.request = request
         return policy
@@ -104,20 +104,20 @@ public struct CachePolicy: Sendable, Equatable {
     // MARK: Storing (section 3)
 
     /// Statuses whose responses may be given heuristic freshness (RFC 9110, section 15.1).
-    public static let heuristicallyCacheable: Set<Int> = [200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501]
+    static let heuristicallyCacheable: Set<Int> = [200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501]
 
     /// Statuses this cache knows the semantics of (section 3): what `must-understand` asks for.
     /// Other final statuses (a 299, a 599) are stored only with explicit freshness and without
     /// `must-understand`.
-    public static let understood: Set<Int> = heuristicallyCacheable.union([302, 303, 307, 400, 403, 500, 502, 503, 504])
+    package static let understood: Set<Int> = heuristicallyCacheable.union([302, 303, 307, 400, 403, 500, 502, 503, 504])
 
     /// Whether a shared cache may store this response (section 3), and if not, why: the reason
     /// goes into the log and `Cache-Status`.
-    public var storability: (storable: Bool, reason: String?) {
+    package var storability: (storable: Bool, reason: String?) {
         let directives = responseDirectives
         let requestDirectives = CacheControl(request.headers)
-        guard request.method == "GET" else { return (false, "method \(request.method)") }
-        guard response.status >= 200 else { return (false, "interim status") }
+        guard request.method == .get else { return (false, "method \(request.method)") }
+        guard !HTTPStatus(response.status).isInformational else { return (false, "interim status") }
         // must-understand (section 5.2.2.3): stored only with a status this cache understands,
         // and then it overrides no-store. Without it any final status may be stored (section 3).
         let mustUnderstand = directives.contains("must-understand")
@@ -145,7 +145,7 @@ public struct CachePolicy: Sendable, Equatable {
         return (true, nil)
     }
 
-    public var isStorable: Bool { storability.storable }
+    package var isStorable: Bool { storability.storable }
 
     /// Whether an `Expires` field counts for this cache (not beside a valid `CDN-Cache-Control`).
     var hasExpires: Bool { !targeted && response.headers.contains("expires") }
@@ -183,7 +183,7 @@ public struct CachePolicy: Sendable, Equatable {
     /// that knows more about the body than its header fields say: a live HLS playlist is fresh
     /// for at most half its target duration (CachingProxy+Playlists). Explicit freshness
     /// (`s-maxage`, `max-age`, `Expires`) is left as it is.
-    public func limitingHeuristicFreshness(to seconds: Int64) -> CachePolicy {
+    package func limitingHeuristicFreshness(to seconds: Int64) -> CachePolicy {
         let explicit = responseDirectives.seconds("s-maxage") != nil || responseDirectives.seconds("max-age") != nil || hasExpires
         guard !explicit else { return self }
         var limited = self
@@ -192,20 +192,20 @@ public struct CachePolicy: Sendable, Equatable {
     }
 
     /// The longest heuristic lifetime (a day, as Traffic Server's default).
-    public static let heuristicCap: Int64 = 86_400
+    package static let heuristicCap: Int64 = 86_400
 
     /// The response's age now (section 4.2.3), in seconds.
-    public func currentAge(now: Int64) -> Int64 {
+    package func currentAge(now: Int64) -> Int64 {
         initialAge + max(0, now - responseTime)
     }
 
     /// Whether the response is fresh now (section 4.2).
-    public func isFresh(now: Int64) -> Bool { freshnessLifetime > currentAge(now: now) }
+    package func isFresh(now: Int64) -> Bool { freshnessLifetime > currentAge(now: now) }
 
     // MARK: Using it (section 4)
 
     /// What the cache may do with this stored response for `newRequest` at `now`.
-    public enum Use: Sendable, Equatable {
+    package enum Use: Sendable, Equatable {
         /// Send it as it is, with this `Age`.
         case fresh(age: Int64)
         /// Stale, but the request allows it (`max-stale`): send it with this `Age`.
@@ -219,8 +219,8 @@ public struct CachePolicy: Sendable, Equatable {
         case mismatch
     }
 
-    public func use(for newRequest: HTTPRequestHead, now: Int64) -> Use {
-        guard newRequest.method == "GET" || newRequest.method == "HEAD", varyMatches(newRequest) else { return .mismatch }
+    package func use(for newRequest: HTTPRequestHead, now: Int64) -> Use {
+        guard newRequest.method.isGetOrHead, varyMatches(newRequest) else { return .mismatch }
         let directives = responseDirectives
         let requestDirectives = CacheControl(newRequest.headers)
         let age = currentAge(now: now)
@@ -257,7 +257,7 @@ public struct CachePolicy: Sendable, Equatable {
 
     /// Whether a stale response may be sent when the origin cannot be reached or answers 5xx
     /// (`stale-if-error`, RFC 5861 section 4; never past must-revalidate, section 4.2.4).
-    public func mayServeStaleOnError(now: Int64) -> Bool {
+    package func mayServeStaleOnError(now: Int64) -> Bool {
         guard !forbidsStale, case .seconds(let window) = responseDirectives.seconds("stale-if-error") else { return false }
         return currentAge(now: now) - freshnessLifetime <= window
     }
@@ -269,18 +269,18 @@ public struct CachePolicy: Sendable, Equatable {
     }
 
     /// The response's own `no-cache`: it is revalidated before every use, fresh or not.
-    public var alwaysRevalidates: Bool { responseDirectives.contains("no-cache") }
+    package var alwaysRevalidates: Bool { responseDirectives.contains("no-cache") }
 
     /// Whether a stale response may be sent when the origin cannot be reached at all (RFC 9111,
     /// section 4.2.4 allows it to a disconnected cache): not when the response says it must be
     /// revalidated (`must-revalidate`, `proxy-revalidate`, `s-maxage`, `no-cache`). Squid and
     /// Traffic Server serve stale when the origin is down; sparsecache does too, so a cached
     /// video plays on while its origin is away.
-    public var mayServeStaleWhenDisconnected: Bool { !forbidsStale && !alwaysRevalidates }
+    package var mayServeStaleWhenDisconnected: Bool { !forbidsStale && !alwaysRevalidates }
 
     /// The stored response matches `newRequest` on every field its `Vary` names (section 4.1):
     /// values compared after joining repeated fields and normalising whitespace around commas.
-    public func varyMatches(_ newRequest: HTTPRequestHead) -> Bool {
+    package func varyMatches(_ newRequest: HTTPRequestHead) -> Bool {
         if varyNames.isEmpty { return true }
         if varyNames.contains("*") { return false }
         return varyNames.allSatisfy { Self.normalized(request.headers, $0) == Self.normalized(newRequest.headers, $0) }
@@ -295,7 +295,7 @@ public struct CachePolicy: Sendable, Equatable {
 
     /// The conditional fields of a revalidation request (section 4.3.1): `If-None-Match` with
     /// the stored entity tag, `If-Modified-Since` with the stored `Last-Modified`.
-    public var revalidationHeaders: HTTPHeaders {
+    package var revalidationHeaders: HTTPHeaders {
         var fields = HTTPHeaders()
         if let etag = response.headers["etag"] { fields.append(name: "If-None-Match", value: etag) }
         if let lastModified = response.headers["last-modified"] { fields.append(name: "If-Modified-Since", value: lastModified) }
@@ -308,7 +308,7 @@ public struct CachePolicy: Sendable, Equatable {
     ///
     /// Every field of the 304 replaces the stored one of that name, except hop-by-hop fields
     /// and `Content-Length` (the 304 has no body, the stored response does).
-    public func freshened(by notModified: HTTPResponseHead, requestTime: Int64, responseTime: Int64) -> CachePolicy? {
+    package func freshened(by notModified: HTTPResponseHead, requestTime: Int64, responseTime: Int64) -> CachePolicy? {
         guard notModified.status == 304 else { return nil }
         let fresh = notModified.headers.removingHopByHop()
         if let etag = fresh["etag"], let stored = response.headers["etag"], Self.opaque(etag) != Self.opaque(stored) { return nil }

@@ -12,32 +12,32 @@ import SparseHTTP
 /// Immutable, and a class: a head goes with every answer and object on its way through the
 /// cache (in its ``ContentInfo``), and copying one is then a single reference count, not one
 /// for each of its fields and those of its policy.
-public final class StoredHead: Sendable, Equatable {
+package final class StoredHead: Sendable, Equatable {
     /// The status of the stored response: 200 for a representation filled by ranges.
-    public let status: Int
+    package let status: Int
     /// The response's fields without hop-by-hop ones and without the fields that describe one
     /// message's framing (`Content-Length`, and a `206`'s `Content-Range`): those are written
     /// per answer.
-    public let headers: HTTPHeaders
+    package let headers: HTTPHeaders
     /// When the request that brought the response was sent, and when its head arrived (seconds
     /// since 1970; RFC 9111, section 4.2.3).
-    public let requestTime: Int64
-    public let responseTime: Int64
+    package let requestTime: Int64
+    package let responseTime: Int64
     /// The fields of the request that brought the response which its `Vary` names, as sent.
-    public let varyRequest: HTTPHeaders
+    package let varyRequest: HTTPHeaders
     /// Whether the response may be given heuristic freshness: false when the request that
     /// brought it carried `Cookie` (``CachePolicy/allowsHeuristicFreshness``). Kept with the
     /// head, since `varyRequest` keeps no `Cookie` unless `Vary` names it.
-    public let heuristicFreshness: Bool
+    package let heuristicFreshness: Bool
     /// The caching rules for this stored response: the `200` answer to a GET with the stored
     /// request fields (its `Age` is the origin's, which the current age starts from). Made
     /// once per head, not per request: its dates are parsed here.
-    public let policy: CachePolicy
+    package let policy: CachePolicy
     /// The fields an answer from storage repeats: all but `Age` and `Accept-Ranges`, which
     /// each answer writes for itself.
     let replayed: HTTPHeaders
 
-    public init(
+    package init(
         status: Int = 200, headers: HTTPHeaders, requestTime: Int64, responseTime: Int64, varyRequest: HTTPHeaders = [],
         heuristicFreshness: Bool = true
     ) {
@@ -54,14 +54,14 @@ public final class StoredHead: Sendable, Equatable {
         replayed = kept.keeping { field in !field.hasName("age") && !field.hasName("accept-ranges") }
         // The request target plays no part in the rules; the stored fields do.
         policy = CachePolicy(
-            request: HTTPRequestHead(method: "GET", target: "/", headers: varyRequest),
+            request: HTTPRequestHead(method: .get, target: "/", headers: varyRequest),
             endToEnd: HTTPResponseHead(status: self.status, headers: kept), requestTime: requestTime, responseTime: responseTime,
             heuristic: heuristicFreshness)
     }
 
     /// Equal when made of the same response and request fields at the same times (the policy
     /// and the replayed fields follow from those).
-    public static func == (left: StoredHead, right: StoredHead) -> Bool {
+    package static func == (left: StoredHead, right: StoredHead) -> Bool {
         left === right
             || (left.status == right.status && left.headers == right.headers && left.requestTime == right.requestTime
                 && left.responseTime == right.responseTime && left.varyRequest == right.varyRequest
@@ -69,7 +69,7 @@ public final class StoredHead: Sendable, Equatable {
     }
 
     /// The validators, for `If-Range` on the fill's range requests.
-    public var validator: ContentValidator {
+    package var validator: ContentValidator {
         ContentValidator(etag: headers["etag"], lastModified: headers["last-modified"], date: headers["date"])
     }
 
@@ -85,7 +85,7 @@ public final class StoredHead: Sendable, Equatable {
     /// The head kept in `metadata`, or nil when it holds none or a damaged one. A resource
     /// stored before heads were kept gets one from its content type and validators, with
     /// times of 0: it is stale, and revalidated before it is used.
-    public convenience init?(_ metadata: ResourceMetadata) {
+    package convenience init?(_ metadata: ResourceMetadata) {
         guard let text = metadata.user[Self.headersKey] else {
             var headers = HTTPHeaders()
             if let type = metadata.contentType { headers.append(name: "Content-Type", value: type) }
@@ -105,7 +105,7 @@ public final class StoredHead: Sendable, Equatable {
 
     /// `metadata` with this head in it (and its content type and validators in their own
     /// fields, for readers that know only those).
-    public func stored(in metadata: ResourceMetadata) -> ResourceMetadata {
+    package func stored(in metadata: ResourceMetadata) -> ResourceMetadata {
         var metadata = metadata
         metadata.contentType = headers["content-type"]
         metadata.etag = headers["etag"]
@@ -121,11 +121,11 @@ public final class StoredHead: Sendable, Equatable {
     /// The largest body of a status other than 200 that is stored: it must arrive whole in the
     /// first answer (ranges are of 200 representations only), and error pages and redirects
     /// are small.
-    public static let maximumOtherBody: Int64 = 256 * 1024
+    package static let maximumOtherBody: Int64 = 256 * 1024
 
     /// The most header bytes stored with one resource; a response with more is not stored
     /// (the index metadata has a hard limit, ``ResourceMetadata/maximumEncodedSize``).
-    public static let maximumSize = 32 * 1024
+    package static let maximumSize = 32 * 1024
 
     /// Whether the head is larger than ``maximumSize`` once stored: its bytes are counted only
     /// when their lengths alone could pass it.

@@ -34,11 +34,11 @@ public struct CORSPolicy: Sendable {
     static let methods = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS"
 
     /// Every origin may read the answers.
-    public let anyOrigin: Bool
+    package let anyOrigin: Bool
     /// The origins listed, as ``normalizedOrigin(_:)`` writes them.
-    public let origins: Set<String>
+    package let origins: Set<String>
     /// `Access-Control-Max-Age` of preflight answers.
-    public let maxAge: Int
+    package let maxAge: Int
 
     /// - Parameters:
     ///   - origins: `*`, or origins as a browser sends them (`https://host`, `http://host:8080`);
@@ -53,7 +53,7 @@ public struct CORSPolicy: Sendable {
     /// An origin as a browser serializes it in `Origin`: `scheme://host` or
     /// `scheme://host:port`, lowercase, without the scheme's default port; nil for anything
     /// else (a path, a query, credentials, no host).
-    public static func normalizedOrigin(_ text: String) -> String? {
+    package static func normalizedOrigin(_ text: String) -> String? {
         let lowered = text.lowercased()
         guard let separator = lowered.range(of: "://") else { return nil }
         let scheme = lowered[..<separator.lowerBound]
@@ -105,7 +105,7 @@ public struct CORSPolicy: Sendable {
     /// then the proxy's (`Access-Control-Allow-Origin` and `Access-Control-Expose-Headers` for
     /// an allowed origin; `Vary: Origin` when origins are listed and `headers` vary on less).
     /// Both the event loop's answers and the handler's go through here.
-    public func apply(_ headers: [(String, String)], for request: HTTPRequestHead) -> [(String, String)] {
+    package func apply(_ headers: [(String, String)], for request: HTTPRequestHead) -> [(String, String)] {
         var fields = headers.filter { !Self.isCORSField($0.0) }
         if let allowed = allowedOrigin(for: request) {
             fields.append(("Access-Control-Allow-Origin", allowed))
@@ -120,8 +120,8 @@ public struct CORSPolicy: Sendable {
 
     /// A CORS preflight (an `OPTIONS` request with `Origin` and `Access-Control-Request-Method`):
     /// answered by the proxy, never sent to the origin.
-    public func isPreflight(_ request: HTTPRequestHead) -> Bool {
-        request.method == "OPTIONS" && request.headers.contains("origin") && request.headers.contains("access-control-request-method")
+    func isPreflight(_ request: HTTPRequestHead) -> Bool {
+        request.method == .options && request.headers.contains("origin") && request.headers.contains("access-control-request-method")
     }
 
     /// The fields of a preflight's answer (a 204): for an allowed origin, the origin, the

@@ -80,7 +80,7 @@ extension CachingProxy {
                 _ = try? await cache.invalidate(key: key)
                 return .changed(status: 304, response: nil)
             }
-            if answer.head.status < 500 { _ = try? await cache.invalidate(key: key) }
+            if !HTTPStatus(answer.head.status).isServerError { _ = try? await cache.invalidate(key: key) }
             return .answered(answer)
         } catch {
             return .failed(error)
@@ -124,7 +124,7 @@ extension CachingProxy {
             try await fetchAndAnswer(response.map { source.answered(by: $0) } ?? source, exchange)
         case .answered(let answer):
             exchange.status.forwardStatus = answer.head.status
-            if answer.head.status >= 500, policy.mayServeStaleOnError(now: exchange.now) {
+            if HTTPStatus(answer.head.status).isServerError, policy.mayServeStaleOnError(now: exchange.now) {
                 if answer.claim() { answer.cancel() }
                 exchange.status.detail = "stale-if-error"
                 exchange.status.stale = true
@@ -272,7 +272,7 @@ extension CachingProxy {
         do {
             try await response.writeHead(
                 status: answer.head.status, headers: proxyFields(headers, status: exchange.status, via: via.element), contentLength: length)
-            if exchange.request.method == "HEAD" || length == 0 {
+            if exchange.request.method == .head || length == 0 {
                 answer.cancel()
                 return
             }

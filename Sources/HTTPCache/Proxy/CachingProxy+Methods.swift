@@ -6,10 +6,6 @@ import SparseHTTP
 /// answer streamed back, nothing stored; an unsafe method's success invalidates what is stored
 /// for its target (RFC 9111, section 4.4). CONNECT is refused.
 extension CachingProxy {
-    /// The methods that change nothing on the origin (RFC 9110, section 9.2.1): every other one
-    /// invalidates.
-    static let safeMethods: Set<String> = ["GET", "HEAD", "OPTIONS", "TRACE"]
-
     /// `CONNECT` asks for a tunnel: the bytes inside (TLS) cannot be seen, let alone cached.
     func refuseConnect(_ response: HTTPResponseWriter) async throws {
         try await response.respond(
@@ -58,7 +54,8 @@ extension CachingProxy {
             return
         }
         status.forwardStatus = answer.head.status
-        if !Self.safeMethods.contains(request.method), (200..<400).contains(answer.head.status) {
+        // An unsafe method's non-error answer (2xx or 3xx) invalidates (RFC 9111, section 4.4).
+        if !request.method.isSafe, HTTPStatus(answer.head.status).isSuccessful || HTTPStatus(answer.head.status).isRedirection {
             for target in Self.invalidated(by: answer.head, of: url) { await invalidateAll(Self.cacheKey(target)) }
         }
         let exchange = Exchange(

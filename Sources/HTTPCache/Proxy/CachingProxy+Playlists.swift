@@ -142,7 +142,7 @@ extension CachingProxy {
         let body = Array(text.utf8)
         let headers = proxyFields(stored, status: exchange.status, via: via.element) + [("Age", String(age))]
         try await response.writeHead(status: 200, headers: headers, contentLength: Int64(body.count), withFirstBody: true)
-        if exchange.request.method == "HEAD" { return true }
+        if exchange.request.method == .head { return true }
         let fetched = min(Int64(body.count), playlist.missing)
         response.countCacheBytes(hit: Int64(body.count) - fetched, miss: fetched)
         try await response.writeBody(body)

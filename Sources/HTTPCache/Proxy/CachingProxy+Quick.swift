@@ -16,8 +16,8 @@ extension CachingProxy {
     /// ranges, a byte not committed (yet), a page not in memory, a segment that fails its check (the handler's read
     /// drops it), a body over ``quickBodyLimit``. The answer is the one the handler would give,
     /// field for field (`Cache-Status: sparsecache; hit; ttl=N`).
-    public func answerQuickly(_ request: HTTPRequestHead, _ reply: inout QuickReply) -> Bool {
-        guard cache.options.quickHits, origin != nil, request.method == "GET" || request.method == "HEAD", !via.isLoop(request.headers),
+    package func answerQuickly(_ request: HTTPRequestHead, _ reply: inout QuickReply) -> Bool {
+        guard cache.options.quickHits, origin != nil, request.method.isGetOrHead, !via.isLoop(request.headers),
             case .success(let route) = route(for: request.target), let hit = cache.quickHits[route.key]
         else { return false }
         let head = hit.head
@@ -79,7 +79,7 @@ extension CachingProxy {
             if let cors { headers = cors.apply(headers, for: request) }
             replyHead = .fields(headers)
         }
-        if range.isEmpty || request.method == "HEAD" {
+        if range.isEmpty || request.method == .head {
             replyHead.send(status: code, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(start: nil, count: 0), &reply)
         } else {
             switch hit.bytes {
@@ -96,7 +96,7 @@ extension CachingProxy {
                 replyHead.send(status: code, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(rebasing: buffer[part]), &reply)
             }
         }
-        let bytes = request.method == "HEAD" ? 0 : Int64(range.count)
+        let bytes = request.method == .head ? 0 : Int64(range.count)
         if bytes > 0 { hit.noteSent(range) }
         reply.noteCache(outcome: "hit", hitBytes: bytes)
         cache.count {
@@ -126,7 +126,7 @@ extension CachingProxy {
         let firstEnd = min(range.upperBound, view.span(of: range.lowerBound..<(range.lowerBound + 1)).upperBound)
         guard firstEnd == range.upperBound || view.isResident(range) else { return .notSent }
         let buffer = reply.scratch(Int(span.count))
-        guard case .read(let at) = view.read(range.lowerBound..<firstEnd, into: buffer) else { return .notSent }
+        guard case .read(let at) = view.read(range.lowerBound..<firstEnd, into: buffer, continuing: false) else { return .notSent }
         let first = Int(firstEnd - range.lowerBound)
         head.send(status: status, contentLength: Int64(range.count), body: UnsafeRawBufferPointer(rebasing: buffer[at..<(at + first)]), &reply)
         guard firstEnd < range.upperBound else { return .sent }

@@ -61,14 +61,14 @@ extension CachingProxy {
                 headers: [("Content-Range", "bytes */\(length)"), ("Cache-Status", exchange.status.value)])
             return
         }
-        if request.method != "HEAD", !exchange.status.stored, try await answeredApart(reader, range: range, exchange) { return }
+        if request.method != .head, !exchange.status.stored, try await answeredApart(reader, range: range, exchange) { return }
         // For the log: bytes sent that were cached when the request came, and the rest (all of
         // it for a miss: its first contact brought the first bytes for this very request).
-        let missing = request.method == "HEAD" ? [] : try await reader.missingRanges(in: range)
+        let missing = request.method == .head ? [] : try await reader.missingRanges(in: range)
         let fromOrigin = exchange.status.stored ? [range] : missing
         // A cached range follows its head at once: both go out in one send.
         try await response.writeHead(status: status, headers: headers, contentLength: Int64(range.count), withFirstBody: missing.isEmpty)
-        if request.method == "HEAD" { return }
+        if request.method == .head { return }
         let start = range.lowerBound
         try await reader.read(range) { bytes in
             let offset = start + response.bodyBytes
@@ -126,7 +126,7 @@ extension CachingProxy {
     func sendArriving(_ reader: CacheReader, status: Int, headers: [(String, String)], _ exchange: Exchange) async throws {
         let response = exchange.response
         try await response.writeHead(status: status, headers: headers, contentLength: nil)
-        if exchange.request.method == "HEAD" { return }
+        if exchange.request.method == .head { return }
         try await reader.read(0..<Int64.max) { bytes in
             response.countCacheBytes(miss: Int64(bytes.count))
             try await response.writeBody(bytes)

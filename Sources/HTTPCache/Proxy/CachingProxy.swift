@@ -43,14 +43,14 @@ public final class CachingProxy: Sendable {
     /// reverse-proxy mode, where the operator chose the origin.
     let addressPolicy: OriginAddressPolicy?
     /// Longer resources are passed on unstored (``HTTPRangeSource/Forwarding/maximumLength``).
-    public let maximumResourceLength: Int64?
+    package let maximumResourceLength: Int64?
     /// This proxy's name in `Via`, and its loop detection.
-    public let via = ProxyVia()
+    package let via = ProxyVia()
     /// Playlists and segment prefetch (CachingProxy+Playlists, docs/STREAMING.md).
     let streaming: StreamingState
     /// Cross-origin access added to every answer, and preflights answered here (`--cors`);
     /// nil: the origin's fields pass as they are and `OPTIONS` goes to the origin.
-    public let cors: CORSPolicy?
+    package let cors: CORSPolicy?
 
     /// The default ``maximumResourceLength``: 256 GiB (the largest disk images and model files),
     /// whose index costs at most 512 KiB of memory with 64 KiB segments.
@@ -104,7 +104,7 @@ public final class CachingProxy: Sendable {
                 headers: [("Via", via.element), ("Cache-Status", CacheStatus(detail: "loop detected").value)])
             return
         }
-        if request.method == "CONNECT" {
+        if request.method == .connect {
             try await refuseConnect(response)
             return
         }
@@ -116,11 +116,11 @@ public final class CachingProxy: Sendable {
             return
         }
         let key = found.key
-        if request.method == "PURGE" {
+        if request.method == .purge {
             try await purge(key, request, response)
             return
         }
-        guard request.method == "GET" || request.method == "HEAD" else {
+        guard request.method.isGetOrHead else {
             try await forward(request, body, response, url: found.url)
             return
         }
@@ -363,7 +363,7 @@ public final class CachingProxy: Sendable {
     /// with the whole representation). A suffix range (`-n`) cannot be placed before the length
     /// is known, so it asks for the first segment; so does a HEAD, which reads no body.
     static func firstRequest(for request: HTTPRequestHead) -> FirstRequest {
-        if request.method == "HEAD" { return .range(0..<1) }
+        if request.method == .head { return .range(0..<1) }
         guard let header = request.header("range") else { return .whole }
         // Parsed against an unknown (unbounded) length: `a-` runs to Int64.max, and a suffix
         // lands at its very end.

@@ -28,8 +28,8 @@ enum Precondition: Sendable, Equatable {
         if request.headers.contains("if-none-match") {
             let tags = request.headers.listElements("if-none-match")
             let matches = tags.contains("*") ? etag != nil : tags.contains { weakMatch($0, etag) }
-            if matches { return request.method == "GET" || request.method == "HEAD" ? .notModified : .failed }
-        } else if request.method == "GET" || request.method == "HEAD",
+            if matches { return request.method.isGetOrHead ? .notModified : .failed }
+        } else if request.method.isGetOrHead,
             let since = request.header("if-modified-since").flatMap(HTTPDate.parse),
             let modified = modified ?? date.flatMap(HTTPDate.parse)
         {

@@ -17,22 +17,22 @@ import Synchronization
 /// that races a withdrawal or a removal of the files reads the bytes the view names (an
 /// unlinked file keeps them) or bytes that fail the check (a punched hole), never the bytes of
 /// another file that took the descriptor's number.
-public final class CommittedView: Sendable {
+package final class CommittedView: Sendable {
     /// The resource's data file, for messages.
-    public let path: String
+    package let path: String
     /// The resource length in bytes.
-    public let length: Int64
+    package let length: Int64
     /// The bytes present when the view was taken.
-    public let presentBytes: Int64
+    package let presentBytes: Int64
     /// The segment size is `1 << segmentShift` bytes.
-    public let segmentShift: Int
+    package let segmentShift: Int
     private let descriptor: FileDescriptor
     private let present: SegmentBitmap
     private let checksums: SegmentChecksums
     private let current = Atomic<Bool>(true)
 
     /// What ``read(_:into:)`` did.
-    public enum ReadOutcome: Sendable, Equatable {
+    package enum ReadOutcome: Sendable, Equatable {
         /// The bytes of the range start at this offset of the buffer (the read covers whole
         /// segments, so the range starts inside the first one).
         case read(at: Int)
@@ -60,24 +60,24 @@ public final class CommittedView: Sendable {
 
     /// False once the resource withdrew the view: its checksums may no longer be the committed
     /// ones. A holder drops it then and asks the resource again.
-    public var isCurrent: Bool { current.load(ordering: .acquiring) }
+    package var isCurrent: Bool { current.load(ordering: .acquiring) }
 
     func withdraw() { current.store(false, ordering: .releasing) }
 
     /// The bytes a read of `range` covers: its segments, whole (the last one ends with the
     /// resource). A buffer for ``read(_:into:)`` holds at least this many.
-    public func span(of range: Range<Int64>) -> Range<Int64> {
+    package func span(of range: Range<Int64>) -> Range<Int64> {
         let start = (range.lowerBound >> Int64(segmentShift)) << Int64(segmentShift)
         let lastSegment = (range.upperBound - 1) >> Int64(segmentShift)
         return start..<min((lastSegment + 1) << Int64(segmentShift), length)
     }
 
     /// Whether every byte of the resource was present when the view was taken.
-    public var isComplete: Bool { presentBytes == length }
+    package var isComplete: Bool { presentBytes == length }
 
     /// Whether a read of `range` would find its segments in the view and their pages in the
     /// page cache now (cachestat(2): no copy, no I/O).
-    public func isResident(_ range: Range<Int64>) -> Bool {
+    package func isResident(_ range: Range<Int64>) -> Bool {
         guard isCurrent, !range.isEmpty, range.lowerBound >= 0, range.upperBound <= length else { return false }
         let span = span(of: range)
         let first = Int(span.lowerBound >> Int64(segmentShift))
@@ -96,7 +96,7 @@ public final class CommittedView: Sendable {
     ///   from this view while it was current: it reads even if the view was withdrawn since.
     ///   Its bytes are still checked against the view's checksums, so they are the ones the
     ///   answer promised (the version committed when it started), or the read fails.
-    public func read(_ range: Range<Int64>, into buffer: UnsafeMutableRawBufferPointer, continuing: Bool = false) -> ReadOutcome {
+    package func read(_ range: Range<Int64>, into buffer: UnsafeMutableRawBufferPointer, continuing: Bool = false) -> ReadOutcome {
         guard isCurrent || continuing, !range.isEmpty, range.lowerBound >= 0, range.upperBound <= length else { return .unavailable }
         let span = span(of: range)
         let count = Int(span.count)
@@ -128,7 +128,7 @@ extension SparseFile {
     /// A ``CommittedView`` of what is committed now: the same one while nothing was committed
     /// since and it is not withdrawn. Nil while the length is unknown or nothing is present,
     /// once the resource is closing, and after a failed sync.
-    public func committedView() -> CommittedView? {
+    package func committedView() -> CommittedView? {
         if let view = publishedView, view.isCurrent, view.presentBytes == committed.presentBytes { return view }
         guard lifecycle == .open, failure == nil, let length = committed.length, committed.presentBytes > 0 else { return nil }
         let duplicate = sc_dup(dataFile.rawValue)

@@ -83,7 +83,7 @@ extension SparseFile {
     ///
     /// Durability: as ``forceCheckpoint()``; the committed state is unchanged.
     /// - Throws: `.io`, `.needsReopen`, `.closed`, or `.invalidArgument` when opened read-only.
-    public func compactIndex(ifJournalExceeds threshold: Int64) async throws {
+    package func compactIndex(ifJournalExceeds threshold: Int64) async throws {
         try checkWritable("compact index")
         beginOperation()
         defer { endOperation() }

@@ -40,7 +40,7 @@ extension SparseFile {
     /// found them: nothing written, discarded or set since, and an open that created, reclaimed
     /// and healed nothing. A caller that measured the files' blocks before this open knows them
     /// still (a resource only read: the store's close then skips measuring them).
-    public var sizes: (length: Int64?, presentBytes: Int64, leftUnchanged: Bool) {
+    package var sizes: (length: Int64?, presentBytes: Int64, leftUnchanged: Bool) {
         let unchanged = changeCounter == 0 && !recovery.created && recovery.reclaimedBytes == 0 && recovery.corrected.isEmpty
             && !recovery.metDamage
         return (currentLength, committed.presentBytes, unchanged)
@@ -62,13 +62,13 @@ extension SparseFile {
     public func presentSegments() -> [Range<Int>] { committed.present.setRuns }
 
     /// The number of segments the resource has (known length), or covers so far.
-    public var segmentCount: Int {
+    package var segmentCount: Int {
         if let length = currentLength { return IndexState.segmentCount(length: length, shift: segmentShift) }
         return committed.present.count
     }
 
     /// Bytes of complete segments written but not yet committed.
-    public var uncommittedByteCount: Int64 { uncommittedBytes }
+    package var uncommittedByteCount: Int64 { uncommittedBytes }
 
     func byteRange(ofSegments run: Range<Int>) -> Range<Int64> {
         let start = Int64(run.lowerBound) << Int64(segmentShift)

@@ -119,7 +119,7 @@ extension SparseFile {
 
     /// Bytes of incomplete segments held in memory, as absolute byte ranges. They are dropped
     /// when the resource closes.
-    public func incompleteRanges() -> [Range<Int64>] {
+    package func incompleteRanges() -> [Range<Int64>] {
         var ranges = ByteRanges()
         for (segment, partial) in partials {
             let start = Int64(segment) << Int64(segmentShift)

@@ -38,7 +38,7 @@ public actor SparseFile {
     /// thread made it.
     nonisolated let commitIO: BlockingExecutor
     /// What the index said when the resource was opened.
-    public nonisolated let recovery: RecoverySummary
+    package nonisolated let recovery: RecoverySummary
 
     /// The committed state: only these segments are ever served.
     var committed: IndexState
@@ -110,10 +110,10 @@ public actor SparseFile {
     enum Lifecycle { case open, closing, closed }
 
     /// The suffix of the index file beside the data file.
-    public static let indexSuffix = ".scidx"
+    package static let indexSuffix = ".scidx"
 
     /// The index path for a data file path.
-    public static func indexPath(for path: String) -> String { path + indexSuffix }
+    package static func indexPath(for path: String) -> String { path + indexSuffix }
 
     /// The index's paths: under its name, and the temporary name a new resource's index keeps
     /// until the first commit or its close (a resource poisoned before then leaves it there).
@@ -536,43 +536,43 @@ public actor SparseFile {
 }
 
 /// What opening found in the index, in plain values.
-public struct RecoverySummary: Sendable, Equatable {
+package struct RecoverySummary: Sendable, Equatable {
     /// The resource was created by this open.
-    public var created = false
+    package var created = false
 
     /// No commit ever went through the index: created by this open, or opened as creation
     /// left it (the two checkpoints of generations 0 and 1, no journal record). Its names may
     /// not be durable yet (creation syncs no directory).
-    public var neverCommitted: Bool { created || (generation <= 1 && recordsReplayed == 0 && !fellBack) }
+    package var neverCommitted: Bool { created || (generation <= 1 && recordsReplayed == 0 && !fellBack) }
     /// Open found damage of any kind: a bad superblock copy, damaged records, an older state
     /// taken, something lost.
-    public var metDamage: Bool {
+    package var metDamage: Bool {
         slotProblems.contains { $0 != nil } || !damage.isEmpty || fellBack || newestLost != nil || lostSegments > 0
     }
     /// Per superblock slot: nil when valid, else why it was rejected.
-    public var slotProblems: [String?] = [nil, nil]
-    public var generation: UInt64 = 0
-    public var recordsReplayed = 0
+    package var slotProblems: [String?] = [nil, nil]
+    package var generation: UInt64 = 0
+    package var recordsReplayed = 0
     /// A torn last journal record (normal after a crash), if any.
-    public var journalTail: String?
+    package var journalTail: String?
     /// Damage in the index: authentic data that cannot be applied (replay stopped before it),
     /// or journal records damaged while intact later records follow (replay went on past them;
     /// what is lost is in ``lostSegments``).
-    public var damage: [String] = []
+    package var damage: [String] = []
     /// The newest state could not be used and an older one was taken.
-    public var fellBack = false
+    package var fellBack = false
     /// Damage that recovery put right without losing anything: a superblock copy with one
     /// flipped bit, a damaged newest checkpoint rebuilt from the older one and the journals.
     /// A writable open folds it away with fresh checkpoints.
-    public var corrected: [String] = []
+    package var corrected: [String] = []
     /// Present segments (and bytes) of committed state that the state in use lacks.
-    public var lostSegments = 0
-    public var lostBytes: Int64 = 0
+    package var lostSegments = 0
+    package var lostBytes: Int64 = 0
     /// The newest checkpoint was damaged and could not be rebuilt: what happened.
-    public var newestLost: String?
+    package var newestLost: String?
     /// Disk bytes a writable open freed: blocks of segments written but never committed (a
     /// crash, a kill, a full disk), which are not present and were holding space.
-    public var reclaimedBytes: Int64 = 0
+    package var reclaimedBytes: Int64 = 0
 
     init() {}
 

@@ -1,11 +1,11 @@
 /// What the engine measures about itself, for every resource of the process: the numbers an
 /// operator watches to see a disk slow down or go bad (exposed by `sparsecache serve`'s
 /// metrics endpoint).
-public enum EngineMetrics {
+package enum EngineMetrics {
     /// One commit: data fdatasync, journal record, index sync.
-    public static let commitSeconds = Histogram()
+    package static let commitSeconds = Histogram()
     /// One fdatasync(2) of a data or index file.
-    public static let dataSyncSeconds = Histogram()
+    package static let dataSyncSeconds = Histogram()
     /// Present segments whose bytes did not match their CRC32C when read (then dropped).
-    public static let corruptSegments = Counter()
+    package static let corruptSegments = Counter()
 }

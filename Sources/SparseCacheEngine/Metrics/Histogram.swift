@@ -1,38 +1,38 @@
 import Synchronization
 
 /// A count of how often something happened (monotonic, for a `_total` metric).
-public final class Counter: Sendable {
+package final class Counter: Sendable {
     private let count = Atomic<Int>(0)
 
-    public init() {}
+    package init() {}
 
-    public func add(_ amount: Int = 1) { count.add(amount, ordering: .relaxed) }
-    public var value: Int { count.load(ordering: .relaxed) }
+    package func add(_ amount: Int = 1) { count.add(amount, ordering: .relaxed) }
+    package var value: Int { count.load(ordering: .relaxed) }
 }
 
 /// Durations sorted into cumulative buckets, as a Prometheus histogram keeps them: how many
 /// observations were at most each bound, their count and their sum.
-public final class Histogram: Sendable {
+package final class Histogram: Sendable {
     /// The buckets' upper bounds in seconds, ascending (`+Inf` is implied).
-    public let bounds: [Double]
+    package let bounds: [Double]
     private let state: Lock<Snapshot>
 
-    public struct Snapshot: Sendable, Equatable {
+    package struct Snapshot: Sendable, Equatable {
         /// Observations at most `bounds[i]` (not cumulative here; the exposition sums them).
-        public var buckets: [Int]
-        public var count = 0
-        public var sum = 0.0
+        package var buckets: [Int]
+        package var count = 0
+        package var sum = 0.0
     }
 
     /// Bounds from 100 µs to about 13 s, doubling: fdatasync on an SSD to a stalled disk.
-    public static let syncBounds: [Double] = (0..<18).map { 0.000_1 * Double(1 << $0) }
+    static let syncBounds: [Double] = (0..<18).map { 0.000_1 * Double(1 << $0) }
 
-    public init(bounds: [Double] = Histogram.syncBounds) {
+    package init(bounds: [Double] = Histogram.syncBounds) {
         self.bounds = bounds
         state = Lock(Snapshot(buckets: Array(repeating: 0, count: bounds.count)))
     }
 
-    public func observe(_ seconds: Double) {
+    func observe(_ seconds: Double) {
         let bucket = bounds.firstIndex { seconds <= $0 }
         state.withLock { state in
             if let bucket { state.buckets[bucket] += 1 }
@@ -42,15 +42,15 @@ public final class Histogram: Sendable {
     }
 
     /// Runs `work` and observes how long it took, whether it threw or not.
-    public func time<T>(_ work: () throws -> T) rethrows -> T {
+    package func time<T>(_ work: () throws -> T) rethrows -> T {
         let start = ContinuousClock.now
         defer { observe(Self.seconds(ContinuousClock.now - start)) }
         return try work()
     }
 
-    public var snapshot: Snapshot { state.withLock { $0 } }
+    package var snapshot: Snapshot { state.withLock { $0 } }
 
-    public static func seconds(_ duration: Duration) -> Double {
+    package static func seconds(_ duration: Duration) -> Double {
         Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 }

@@ -2,9 +2,9 @@
 /// segment's CRC32C against the bytes on disk, and that the data file agrees with the index
 /// (long enough, no hole under a present segment). With `repair`, damaged segments are dropped
 /// from the index and their blocks freed, so the resource stays usable.
-public enum Verifier {
+package enum Verifier {
     /// Progress callback: bytes checked so far and bytes to check.
-    public typealias Progress = @Sendable (_ checked: Int64, _ total: Int64) -> Void
+    package typealias Progress = @Sendable (_ checked: Int64, _ total: Int64) -> Void
 
     /// Verifies the resource whose data file is at `path`.
     ///
@@ -13,7 +13,7 @@ public enum Verifier {
     ///
     /// - Throws: `.notFound`; `.corruptIndex` / `.unsupportedVersion` when no usable index state
     ///   exists; `.locked` when repairing a resource another process has open; `.io`.
-    public static func verify(path: String, repair: Bool = false, progress: Progress? = nil) async throws -> VerifyReport {
+    package static func verify(path: String, repair: Bool = false, progress: Progress? = nil) async throws -> VerifyReport {
         let io = BlockingExecutor(label: "sparsecache.verify")
         let indexPath = SparseFile.indexPath(for: path)
         // Recovery validates the superblocks, the checkpoint and every journal record; the data

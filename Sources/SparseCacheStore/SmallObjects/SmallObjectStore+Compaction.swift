@@ -11,7 +11,7 @@ extension SmallObjectStore {
     /// before their records are compacted away does not bring them back: an evicted key is as
     /// gone as a removed one, and a later removal of it has nothing to do.
     @discardableResult
-    public func evict(bytes: Int64, olderThan cutoff: Int64 = .max) async throws -> [String] {
+    package func evict(bytes: Int64, olderThan cutoff: Int64 = .max) async throws -> [String] {
         guard bytes > 0, !isClosed else { return [] }
         let before = diskBytes
         let goal = before - bytes

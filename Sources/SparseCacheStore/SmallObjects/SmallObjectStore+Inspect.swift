@@ -4,26 +4,26 @@ import SparseCacheEngine
 /// for `sparsecache ls` and `verify --cache-dir`.
 extension SmallObjectStore {
     /// What one log file holds, checked record by record.
-    public struct FileCheck: Sendable, Equatable {
-        public var name: String
-        public var size: Int64
-        public var records = 0
+    struct FileCheck: Sendable, Equatable {
+        package var name: String
+        package var size: Int64
+        package var records = 0
         /// Bytes between valid records that hold none: damaged records, never served.
-        public var damagedBytes: Int64 = 0
+        package var damagedBytes: Int64 = 0
         /// Bytes after the last valid record: a torn tail (unsynced writes cut by a crash),
         /// cut at the next open.
-        public var tornTailBytes: Int64 = 0
+        package var tornTailBytes: Int64 = 0
         /// Why the file header is unusable (the next open deletes the file), if it is.
-        public var headerProblem: String?
+        var headerProblem: String?
     }
 
     /// Every log file of `directory`, checked (an empty list when there is no such directory).
-    public static func checkFiles(directory: String) throws -> [FileCheck] {
+    static func checkFiles(directory: String) throws -> [FileCheck] {
         try readFiles(directory: directory).checks
     }
 
     /// The live objects of `directory` as store entries (last access 0: it is not kept on disk).
-    public static func inspectEntries(directory: String) throws -> [StoreEntry] {
+    package static func inspectEntries(directory: String) throws -> [StoreEntry] {
         var entries: [StoreEntry] = []
         try forEachEntry(directory: directory) { entries.append($0) }
         return entries
@@ -32,7 +32,7 @@ extension SmallObjectStore {
     /// Calls `body` with each live object of `directory` as a store entry (last access 0),
     /// in no particular order, without building a list of them: for `ls` over a million
     /// objects. Sealed logs are read through their hints (no bodies); the others whole.
-    public static func forEachEntry(directory: String, _ body: (StoreEntry) throws -> Void) throws {
+    package static func forEachEntry(directory: String, _ body: (StoreEntry) throws -> Void) throws {
         for (key, location) in try replayFiles(directory: directory).index {
             try body(entry(key: key, location: location))
         }
@@ -110,22 +110,22 @@ extension SmallObjectStore {
 
     /// The live objects now, shared copy-on-write with the store (no copy unless the store
     /// changes while it is held): a listing made entry by entry outside the actor.
-    public struct EntrySnapshot: Sendable, Sequence {
+    struct EntrySnapshot: Sendable, Sequence {
         let index: [String: Location]
 
-        public var count: Int { index.count }
+        package var count: Int { index.count }
 
-        public func makeIterator() -> Iterator { Iterator(base: index.makeIterator()) }
+        package func makeIterator() -> Iterator { Iterator(base: index.makeIterator()) }
 
-        public struct Iterator: IteratorProtocol {
+        package struct Iterator: IteratorProtocol {
             var base: Dictionary<String, Location>.Iterator
 
-            public mutating func next() -> StoreEntry? {
+            package mutating func next() -> StoreEntry? {
                 base.next().map { SmallObjectStore.entry(key: $0.key, location: $0.value) }
             }
         }
     }
 
     /// See ``EntrySnapshot``.
-    public func entrySnapshot() -> EntrySnapshot { EntrySnapshot(index: index) }
+    func entrySnapshot() -> EntrySnapshot { EntrySnapshot(index: index) }
 }

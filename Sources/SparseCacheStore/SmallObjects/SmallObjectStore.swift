@@ -22,9 +22,9 @@
 ///
 /// Layout: `DIR/log-XXXXXXXX.sco`, the hex number increasing; the byte layout is in
 /// ``SmallObjectFormat``.
-public actor SmallObjectStore {
-    public nonisolated let directory: String
-    public nonisolated let options: SmallObjectOptions
+package actor SmallObjectStore {
+    package nonisolated let directory: String
+    package nonisolated let options: SmallObjectOptions
     /// Appends and syncs, in order.
     nonisolated let io: BlockingExecutor
     /// Reads that miss the page cache, so they never wait behind a sync.
@@ -68,7 +68,7 @@ public actor SmallObjectStore {
     var liveBytes: [UInt32: Int64] = [:]
     /// Body bytes of every live object (what a listing's totals call present), kept as the
     /// index changes so totals need no pass over a million keys.
-    public internal(set) var liveBodyBytes: Int64 = 0
+    var liveBodyBytes: Int64 = 0
     /// Tombstones in each file, by key with their sequence: copied forward by compaction while
     /// another file could still hold a record they remove.
     var tombstones: [UInt32: [String: UInt64]] = [:]
@@ -97,7 +97,7 @@ public actor SmallObjectStore {
     /// so they never get a hint from this process (the next open scans them whole).
     var failedFiles: Set<UInt32> = []
     /// Hints that could not be written (each costs one scan at the next open).
-    public internal(set) var hintFailures = 0
+    var hintFailures = 0
     /// Hint writing: a read of the sealed log and a small synced write, kept off the queue of
     /// appends so no batch waits behind it.
     nonisolated let hintIO = BlockingExecutor(label: "sparsecache.smallobjects.hints")
@@ -107,10 +107,10 @@ public actor SmallObjectStore {
     /// Disk bytes of every log, readable without the actor (the owner's budget arithmetic).
     nonisolated let diskCounter = Lock<Int64>(0)
     /// What open found, and damage met since.
-    public private(set) var report: OpenReport
-    public internal(set) var damagedReads = 0
+    package private(set) var report: OpenReport
+    package internal(set) var damagedReads = 0
     /// Batches written and synced since open (one fdatasync each).
-    public internal(set) var batches = 0
+    package internal(set) var batches = 0
 
     /// A record waiting for its batch.
     struct PendingRecord {
@@ -126,27 +126,27 @@ public actor SmallObjectStore {
     }
 
     /// What opening the directory found.
-    public struct OpenReport: Sendable, Equatable {
-        public var files = 0
-        public var objects = 0
-        public var tombstones = 0
+    package struct OpenReport: Sendable, Equatable {
+        package var files = 0
+        package var objects = 0
+        package var tombstones = 0
         /// Bytes between valid records that held none (damaged records), skipped.
-        public var damagedBytes: Int64 = 0
+        package var damagedBytes: Int64 = 0
         /// Bytes after the last valid record of a file (unsynced writes torn by a crash).
-        public var tornTailBytes: Int64 = 0
+        package var tornTailBytes: Int64 = 0
         /// Files whose header was unusable (their records cannot be checked), deleted.
-        public var damagedFiles = 0
+        var damagedFiles = 0
         /// Logs rebuilt from their hint file (no body read).
-        public var hintedFiles = 0
+        package var hintedFiles = 0
         /// Logs read and checked whole (no usable hint: the file appended to, a hint missing
         /// or refused).
-        public var scannedFiles = 0
+        package var scannedFiles = 0
         /// Hints written by open for sealed logs that had none.
-        public var hintsWritten = 0
+        var hintsWritten = 0
     }
 
     /// Disk bytes of every log file now.
-    public nonisolated var diskBytes: Int64 { diskCounter.withLock { $0 } }
+    package nonisolated var diskBytes: Int64 { diskCounter.withLock { $0 } }
 
     init(
         directory: String, options: SmallObjectOptions, io: BlockingExecutor, descriptors: SmallObjectLogDescriptors, report: OpenReport,
@@ -171,7 +171,7 @@ public actor SmallObjectStore {
     /// of the newest, deletes files whose header is unusable.
     ///
     /// - Throws: `.io` when the directory or a file cannot be read or written.
-    public static func open(directory: String, options: SmallObjectOptions = SmallObjectOptions()) async throws -> SmallObjectStore {
+    package static func open(directory: String, options: SmallObjectOptions = SmallObjectOptions()) async throws -> SmallObjectStore {
         let io = BlockingExecutor(label: "sparsecache.smallobjects")
         let maximumFileSize = min(options.maximumFileSize, maximumLogSize)
         let useHints = options.useHints
@@ -354,17 +354,17 @@ public actor SmallObjectStore {
     // MARK: Reading
 
     /// Whether `key` has a durable object (no disk access).
-    public func contains(_ key: String) -> Bool { index[key] != nil }
+    package func contains(_ key: String) -> Bool { index[key] != nil }
 
     /// The body length of `key`'s object, if stored.
-    public func bodyLength(of key: String) -> Int? { index[key].map { Int($0.bodyCount) } }
+    package func bodyLength(of key: String) -> Int? { index[key].map { Int($0.bodyCount) } }
 
     /// The object stored for `key`, read from disk and checked (CRC32C of header and payload,
     /// and the key). A damaged record is dropped from the store and nil returned: the caller
     /// fetches the object again. Marks the object as used (LRU).
     ///
     /// - Throws: `.io` when the read fails (the object stays; a later read may succeed).
-    public func object(for key: String) async throws -> SmallObject? {
+    package func object(for key: String) async throws -> SmallObject? {
         guard let (location, payload) = try await readRecord(key) else { return nil }
         guard let metadata = try? MetadataCoding.decode(payload.metadata) else {
             dropDamaged(key, at: location)
@@ -377,14 +377,14 @@ public actor SmallObjectStore {
     /// checked as ``object(for:)`` reads it, without decoding its metadata: for a caller that
     /// holds what that record's metadata says. Nil when the key holds another record or none
     /// (nothing is read then), or the record is damaged (dropped, as by ``object(for:)``).
-    public func body(for key: String, sequence: UInt64) async throws -> [UInt8]? {
+    package func body(for key: String, sequence: UInt64) async throws -> [UInt8]? {
         guard index[key]?.sequence == sequence, let (_, payload) = try await readRecord(key) else { return nil }
         return Array(payload.body)
     }
 
     /// A view of `key`'s record for reads without this actor, when it is still the one of
     /// `sequence` and its log is open; nil otherwise. Marks the object used.
-    public func view(for key: String, sequence: UInt64) -> SmallObjectView? {
+    package func view(for key: String, sequence: UInt64) -> SmallObjectView? {
         guard var location = index[key], location.sequence == sequence, let log = logs[location.file] else { return nil }
         location.lastAccess = SparseStore.now()
         index[key] = location
@@ -392,7 +392,7 @@ public actor SmallObjectStore {
     }
 
     /// Marks `key`'s object used (its reads went through a view).
-    public func noteUse(of key: String) {
+    package func noteUse(of key: String) {
         guard var location = index[key] else { return }
         location.lastAccess = SparseStore.now()
         index[key] = location
@@ -432,7 +432,7 @@ public actor SmallObjectStore {
     ///   metadata over 64 KiB; `.io` when the write or the sync fails (then nothing of the
     ///   batch is claimed); `.closed`.
     @discardableResult
-    public func put(key: String, metadata: ResourceMetadata, body: [UInt8]) async throws -> UInt64 {
+    package func put(key: String, metadata: ResourceMetadata, body: [UInt8]) async throws -> UInt64 {
         try checkOpen("put")
         let record = try objectRecord(SmallObjectWrite(key: key, metadata: metadata, body: body))
         try await append(record)
@@ -444,7 +444,7 @@ public actor SmallObjectStore {
     /// durable. Costs one call into the actor, not one per object. Gives each object's
     /// sequence number, or why it was not stored: its own `.invalidArgument` (the others are
     /// stored), or the batch's `.io` or `.closed` (then none is).
-    public func put(_ writes: [SmallObjectWrite]) async -> [Result<UInt64, SparseCacheError>] {
+    package func put(_ writes: [SmallObjectWrite]) async -> [Result<UInt64, SparseCacheError>] {
         var results: [Result<UInt64, SparseCacheError>] = []
         results.reserveCapacity(writes.count)
         var records: [PendingRecord] = []
@@ -494,7 +494,7 @@ public actor SmallObjectStore {
     /// record; returns once it is durable). Returns false when the key has no object, or it was
     /// replaced meanwhile.
     @discardableResult
-    public func updateMetadata(key: String, _ change: @Sendable (ResourceMetadata) -> ResourceMetadata) async throws -> Bool {
+    package func updateMetadata(key: String, _ change: @Sendable (ResourceMetadata) -> ResourceMetadata) async throws -> Bool {
         guard let object = try await object(for: key), index[key]?.sequence == object.sequence else { return false }
         try await put(key: key, metadata: change(object.metadata), body: object.body)
         return true
@@ -503,7 +503,7 @@ public actor SmallObjectStore {
     /// Removes `key`'s object: a durable tombstone, so no restart brings it back. Returns false
     /// when the key had none.
     @discardableResult
-    public func remove(key: String) async throws -> Bool {
+    package func remove(key: String) async throws -> Bool {
         try checkOpen("remove")
         guard index[key] != nil || unsettled[key] != nil else { return false }
         drop(key)
@@ -535,13 +535,13 @@ public actor SmallObjectStore {
 
     /// Every live object as a store entry: its name is `objects/<log file>@<offset>`, its
     /// length and present bytes the body's, its allocated bytes the record's.
-    public func entries() -> [StoreEntry] {
+    package func entries() -> [StoreEntry] {
         index.map { key, location in Self.entry(key: key, location: location) }
     }
 
     /// Every live object: key, body length, record bytes, last access (ns since 1970; 0 for
     /// one not used since open), and the file and offset of its record.
-    public func listing() -> [(key: String, bodyLength: Int64, recordBytes: Int64, lastAccess: Int64, place: String)] {
+    package func listing() -> [(key: String, bodyLength: Int64, recordBytes: Int64, lastAccess: Int64, place: String)] {
         index.map { key, location in
             (
                 key, Int64(location.bodyCount), Int64(location.count), location.lastAccess,
@@ -552,22 +552,22 @@ public actor SmallObjectStore {
 
     /// Log descriptors held now (at most ``SmallObjectOptions/maximumOpenLogs``; see
     /// ``SmallObjectLogDescriptors`` for the bound with operations under way).
-    public nonisolated var openLogDescriptors: Int { descriptors.count }
+    package nonisolated var openLogDescriptors: Int { descriptors.count }
 
     /// Bytes of live records.
-    public var liveByteCount: Int64 { liveBytes.values.reduce(0, +) }
+    var liveByteCount: Int64 { liveBytes.values.reduce(0, +) }
 
     /// How many objects are stored.
-    public var count: Int { index.count }
+    package var count: Int { index.count }
 
     /// The keys that start with `prefix` (one pass over the keys, no entry built): PURGE of a
     /// prefix, and the `Vary` variants of a key an unsafe method invalidates.
-    public func keys(withPrefix prefix: String) -> [String] {
+    package func keys(withPrefix prefix: String) -> [String] {
         index.keys.filter { $0.hasPrefix(prefix) }
     }
 
     /// Writes what is pending, waits for compaction, and closes the files.
-    public func close() async {
+    package func close() async {
         if isClosed { return }
         await compacting?.value
         isClosed = true

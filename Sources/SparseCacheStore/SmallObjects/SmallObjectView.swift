@@ -10,14 +10,14 @@ import Synchronization
 /// ``SmallObjectChanges``, and a view whose count moved is no longer current: it reads nothing.
 /// The log's descriptor is taken only when the store holds it open, and only pages already
 /// cached are read: anything else is the store's own read path's.
-public final class SmallObjectView: Sendable {
-    public let key: String
+package final class SmallObjectView: Sendable {
+    package let key: String
     /// The record's sequence number (``SmallObject/sequence``).
-    public let sequence: UInt64
+    package let sequence: UInt64
     /// The body's length.
-    public let bodyCount: Int
+    package let bodyCount: Int
     /// The record's length: a buffer for ``read(into:)`` holds at least this many bytes.
-    public let recordCount: Int
+    package let recordCount: Int
     private let keyBytes: [UInt8]
     private let log: SmallObjectLog
     private let offset: Int64
@@ -26,7 +26,7 @@ public final class SmallObjectView: Sendable {
     private let count: UInt64
 
     /// What ``read(into:)`` did.
-    public enum ReadOutcome: Sendable, Equatable {
+    package enum ReadOutcome: Sendable, Equatable {
         /// The body is at this range of the buffer.
         case read(body: Range<Int>)
         /// The log is not open, or a page of the record is not in the page cache.
@@ -51,10 +51,10 @@ public final class SmallObjectView: Sendable {
     }
 
     /// Whether the record is still the key's object.
-    public var isCurrent: Bool { changes.count(bucket) == count }
+    package var isCurrent: Bool { changes.count(bucket) == count }
 
     /// Copies the record from the page cache into `buffer` and checks it. Safe from any thread.
-    public func read(into buffer: UnsafeMutableRawBufferPointer) -> ReadOutcome {
+    package func read(into buffer: UnsafeMutableRawBufferPointer) -> ReadOutcome {
         guard isCurrent else { return .unavailable }
         precondition(buffer.count >= recordCount, "the buffer holds \(buffer.count) bytes, the record \(recordCount)")
         guard let file = log.descriptors.cached(log.id), file.descriptor.isCached(offset: offset, length: recordCount) else {

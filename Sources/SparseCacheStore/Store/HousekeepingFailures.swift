@@ -22,7 +22,7 @@ public struct HousekeepingFailures: Sendable, Equatable, Codable {
     public var recent: [String] = []
 
     /// How many of the latest failures ``recent`` keeps.
-    public static let recentLimit = 8
+    package static let recentLimit = 8
 
     /// Every failure counted.
     public var total: Int { evictions + releases }

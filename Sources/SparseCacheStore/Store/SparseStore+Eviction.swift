@@ -18,7 +18,7 @@ extension SparseStore {
     /// parts of least-recently-used resources beyond their pinned prefix, then whole
     /// least-recently-used resources, then, when only open resources are left, their coldest
     /// segments. Open resources are never deleted. Concurrent callers share one queued pass.
-    public func enforceBudget() async throws {
+    package func enforceBudget() async throws {
         if let pending = pendingEnforcement {
             _ = try await pending.value
             return

@@ -54,7 +54,7 @@ extension SparseStore {
     ///
     /// - Throws: `.notFound` when `directory` is not a cache directory; `.io`; what `body`
     ///   throws (which ends the listing).
-    public static func forEachEntry(directory: String, _ body: (StoreEntry) throws -> Void) throws {
+    package static func forEachEntry(directory: String, _ body: (StoreEntry) throws -> Void) throws {
         try requireCacheDirectory(directory, operation: "inspect store")
         try forEachIndexedEntry(directory: directory, body)
         try SmallObjectStore.forEachEntry(directory: directory + "/" + objectsDirectoryName, body)
@@ -88,7 +88,7 @@ extension SparseStore {
     /// actor (the admin listener's `GET /resources`): the sparse entries copied, the small
     /// objects' index shared copy-on-write (a change to the store while the listing runs
     /// copies the index once).
-    public func listingSnapshot() async -> StoreSnapshot {
+    package func listingSnapshot() async -> StoreSnapshot {
         let open = Set(live.keys)
         let sparse = entries.values.map { entry -> StoreEntry in
             var entry = entry

@@ -19,7 +19,7 @@ extension SparseStore {
     /// - Throws: `.io` when reading the resource, writing the record or deleting the files
     ///   fails; `.closed` when the store is closed.
     @discardableResult
-    public func moveToSmallObject(key: String, maximum: Int64) async throws -> Bool {
+    package func moveToSmallObject(key: String, maximum: Int64) async throws -> Bool {
         try checkOpen("move to small objects")
         await lockKey(key)
         defer { unlockKey(key) }

@@ -26,7 +26,7 @@ public actor SparseStore {
     nonisolated let io: BlockingExecutor
     /// Small whole objects (`DIR/objects`), under the same budget: the LRU order runs across
     /// both kinds (see ``enforceBudget()``).
-    public nonisolated let smallObjects: SmallObjectStore
+    package nonisolated let smallObjects: SmallObjectStore
 
     var entries: StoreEntries
     /// The keys of `entries`, for ``mayHold(_:)``.
@@ -55,7 +55,7 @@ public actor SparseStore {
     /// Resources evicted or trimmed to keep the budget, since the store opened.
     public internal(set) var evictions = 0
     /// What start-up found and did, for `ls` and logs.
-    public nonisolated let startup: StartupReport
+    package nonisolated let startup: StartupReport
 
     /// An open resource: its actor, how many handles hold it, and per-segment recency for the
     /// larger-than-budget window.
@@ -75,26 +75,26 @@ public actor SparseStore {
     }
 
     /// The small-object logs' directory inside the store's.
-    public static let objectsDirectoryName = "objects"
+    static let objectsDirectoryName = "objects"
 
     /// Keys longer than this (in UTF-8 bytes) are refused.
-    public static let maximumKeyLength = 8192
+    static let maximumKeyLength = 8192
 
     /// What opening a directory found.
-    public struct StartupReport: Sendable, Equatable {
-        public var resources = 0
+    package struct StartupReport: Sendable, Equatable {
+        package var resources = 0
         /// Resources found on disk but missing from the catalog (their indexes were read).
-        public var indexesRead = 0
+        package var indexesRead = 0
         /// Data files without an index (a crash during creation or eviction), deleted.
-        public var orphansRemoved = 0
+        package var orphansRemoved = 0
         /// Resources whose index could not be used, deleted.
-        public var damagedRemoved = 0
+        var damagedRemoved = 0
         /// Files in `resources` that this store does not make, left alone.
-        public var foreignFiles = 0
-        public var catalogFound = false
+        package var foreignFiles = 0
+        package var catalogFound = false
         /// Leftovers that could not be deleted, each with the error: they still take disk
         /// space, and the next start-up tries again.
-        public var removalFailures: [String] = []
+        package var removalFailures: [String] = []
     }
 
     init(
@@ -331,7 +331,7 @@ public actor SparseStore {
     /// The totals of ``summary()`` without its entries (`entries` empty, ``StoreSummary/resources``
     /// set): for metrics and status, which must not build an entry per resource on every
     /// scrape (a million small objects).
-    public func totals() async -> StoreSummary {
+    package func totals() async -> StoreSummary {
         let small = await (count: smallObjects.count, present: smallObjects.liveBodyBytes)
         var summary = StoreSummary(
             directory: directory, budget: budget, allocatedBytes: allocatedBytes,
@@ -359,7 +359,7 @@ public actor SparseStore {
     /// Whether the store may have an entry for `key` (as a sparse resource): false means it
     /// surely has none, answered on the caller's thread without a hop into the store's actor
     /// (a cache miss asks this first). True means ``entry(for:)`` decides.
-    public nonisolated func mayHold(_ key: String) -> Bool { presence.mayContain(key) }
+    package nonisolated func mayHold(_ key: String) -> Bool { presence.mayContain(key) }
 
     /// The entry for `key`, if the store has it.
     public func entry(for key: String) -> StoreEntry? {
@@ -373,7 +373,7 @@ public actor SparseStore {
     public var allocatedBytes: Int64 { entries.allocatedBytes + smallObjects.diskBytes }
 
     /// Whether the store holds more than its budget (one question, one hop to the store).
-    public var isOverBudget: Bool { allocatedBytes > budget }
+    package var isOverBudget: Bool { allocatedBytes > budget }
 
     // MARK: Per-key serialisation
 
@@ -417,7 +417,7 @@ public actor SparseStore {
     }
 
     /// Writes the catalog now (atomically: temporary file, sync, rename, directory sync).
-    public func saveCatalog() async throws {
+    package func saveCatalog() async throws {
         // A save in flight (the timer's) took its snapshot already: wait for it, then save
         // again only if something changed since. Re-check after each await: another may start.
         while let running = catalogSaving { _ = try? await running.value }

@@ -13,26 +13,26 @@ import SparseCacheEngine
 /// ,{"allocatedBytes":4500,...}
 /// ],"allocatedBytes":12692,"presentBytes":8192}
 /// ```
-public struct StoreListing: Sendable {
-    public let directory: String
-    public let budget: Int64
-    public private(set) var count = 0
+package struct StoreListing: Sendable {
+    package let directory: String
+    package let budget: Int64
+    package private(set) var count = 0
     /// Sums over the entries listed so far.
-    public private(set) var allocatedBytes: Int64 = 0
-    public private(set) var presentBytes: Int64 = 0
+    package private(set) var allocatedBytes: Int64 = 0
+    package private(set) var presentBytes: Int64 = 0
 
-    public init(directory: String, budget: Int64) {
+    package init(directory: String, budget: Int64) {
         self.directory = directory
         self.budget = budget
     }
 
     /// The first line of the JSON form (with its newline).
-    public var header: String {
+    package var header: String {
         "{\"directory\":" + Self.quoted(directory) + ",\"budget\":\(budget),\"entries\":[\n"
     }
 
     /// Counts `entry` into the totals and returns its line of the JSON form (with its newline).
-    public mutating func add(_ entry: StoreEntry) -> String {
+    package mutating func add(_ entry: StoreEntry) -> String {
         defer { count += 1 }
         allocatedBytes += entry.allocatedBytes
         presentBytes += entry.presentBytes
@@ -42,19 +42,19 @@ public struct StoreListing: Sendable {
     /// The last line of the JSON form: the totals (`allocatedBytes` given by a live store, which
     /// counts what no entry holds, such as dead log records), and `extra` members (each
     /// `"name":value`).
-    public func footer(allocatedBytes: Int64? = nil, extra: [String] = []) -> String {
+    package func footer(allocatedBytes: Int64? = nil, extra: [String] = []) -> String {
         "],\"allocatedBytes\":\(allocatedBytes ?? self.allocatedBytes),\"presentBytes\":\(presentBytes)"
             + extra.map { "," + $0 }.joined() + "}\n"
     }
 
     /// One entry as a JSON object on one line, members in the order JSONEncoder's sortedKeys
     /// gives (a nil length is left out, as Codable does).
-    public static func json(_ entry: StoreEntry) -> String {
+    package static func json(_ entry: StoreEntry) -> String {
         "{\"allocatedBytes\":\(entry.allocatedBytes),\"isOpen\":\(entry.isOpen),\"key\":" + quoted(entry.key)
             + ",\"lastAccess\":\(entry.lastAccess)" + (entry.length.map { ",\"length\":\($0)" } ?? "") + ",\"name\":"
             + quoted(entry.name) + ",\"pinnedPrefix\":\(entry.pinnedPrefix),\"presentBytes\":\(entry.presentBytes)}"
     }
 
     /// `text` as a JSON string (RFC 8259, section 7).
-    public static func quoted(_ text: String) -> String { JSONText.quoted(text) }
+    package static func quoted(_ text: String) -> String { JSONText.quoted(text) }
 }

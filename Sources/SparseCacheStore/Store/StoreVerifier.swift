@@ -16,16 +16,16 @@ import SparseCacheEngine
 /// store's owner must be stopped: `.locked` otherwise), repairs damaged resources, removes
 /// resources whose index is unusable and the leftovers of crashes, and rewrites the catalog
 /// from the indexes.
-public enum StoreVerifier {
+package enum StoreVerifier {
     /// Progress: the resource being checked (from 1), how many there are, and its bytes
     /// checked so far of its total.
-    public typealias Progress = @Sendable (_ resource: Int, _ resources: Int, _ checked: Int64, _ total: Int64) -> Void
+    package typealias Progress = @Sendable (_ resource: Int, _ resources: Int, _ checked: Int64, _ total: Int64) -> Void
 
     /// Verifies (and with `repair`, repairs) the cache directory `directory`.
     ///
     /// - Throws: `.notFound` when `directory` is not a cache directory; `.locked` when
     ///   repairing a directory another process owns; `.io`.
-    public static func verify(directory: String, repair: Bool = false, progress: Progress? = nil) async throws -> StoreVerifyReport {
+    package static func verify(directory: String, repair: Bool = false, progress: Progress? = nil) async throws -> StoreVerifyReport {
         let io = BlockingExecutor(label: "sparsecache.verify-store")
         let (lock, inUse) = try await io.run { try takeOrProbeLock(directory: directory, repair: repair) }
         defer { lock?.close() }

@@ -9,17 +9,17 @@ import SparseCacheEngine
 /// one, no `%00` in the target's path. A body is framed by `Content-Length` (digits only; repeated values must be
 /// equal) or by `Transfer-Encoding: chunked`, never both (RFC 9112, section 6.3: a request with
 /// both is refused, as nginx does, since two parsers could disagree on where it ends).
-public enum HTTPRequestParser {
-    public struct Limits: Sendable {
-        public var requestLine = 8 * 1024
+package enum HTTPRequestParser {
+    package struct Limits: Sendable {
+        package var requestLine = 8 * 1024
         /// The whole head: request line and header fields.
-        public var head = 32 * 1024
-        public var fields = 100
+        package var head = 32 * 1024
+        package var fields = 100
 
-        public init() {}
+        package init() {}
     }
 
-    public enum Result: Sendable, Equatable {
+    package enum Result: Sendable, Equatable {
         /// More bytes are needed.
         case incomplete
         /// A complete head, how many bytes it took (its body, then the next request, start
@@ -29,7 +29,7 @@ public enum HTTPRequestParser {
         case invalid(status: Int, reason: String)
     }
 
-    public static func parse(_ bytes: some Collection<UInt8>, limits: Limits = Limits()) -> Result {
+    package static func parse(_ bytes: some Collection<UInt8>, limits: Limits = Limits()) -> Result {
         // In place when the bytes are contiguous (the server's buffer is an array): a request's
         // head is looked at without copying it.
         if let result = bytes.withContiguousStorageIfAvailable({ parse(UnsafeBufferPointer(rebasing: $0.prefix(limits.head + 4)), limits: limits) }) {
@@ -94,7 +94,7 @@ public enum HTTPRequestParser {
             }
             fields.append(HTTPHeaderField(name: string(name), value: string(value)))
         }
-        let request = HTTPRequestHead(method: string(method), target: string(target), minorVersion: minor, headers: HTTPHeaders(fields))
+        let request = HTTPRequestHead(method: Self.method(method), target: string(target), minorVersion: minor, headers: HTTPHeaders(fields))
         if minor == 1, request.header("host") == nil { return .invalid(status: 400, reason: "HTTP/1.1 request without Host") }
         // RFC 9112, section 3.2: more than one Host is a 400.
         if request.headers.lazy.filter({ $0.hasName("host") }).count > 1 { return .invalid(status: 400, reason: "more than one Host field") }
@@ -155,6 +155,15 @@ public enum HTTPRequestParser {
             return .invalid(status: 400, reason: "malformed HTTP version")
         }
         return .valid((method, target, minor))
+    }
+
+    /// The method of a request line: the byte-for-byte (case-sensitive, RFC 9110 section 9.1)
+    /// match among the common ones, whose tokens are constants; any other token as it is.
+    private static func method(_ bytes: Bytes) -> HTTPMethod {
+        if bytes.elementsEqual("GET".utf8) { return .get }
+        if bytes.elementsEqual("HEAD".utf8) { return .head }
+        if bytes.elementsEqual("POST".utf8) { return .post }
+        return HTTPMethod(rawValue: string(bytes))
     }
 
     private static func string(_ bytes: Bytes) -> String {

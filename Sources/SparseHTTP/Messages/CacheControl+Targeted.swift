@@ -7,7 +7,7 @@ extension CacheControl {
     /// (`max-age`, `s-maxage`, `stale-while-revalidate`, `stale-if-error`) are non-negative
     /// Integers; `max-age="60"` or a member that is no dictionary member at all makes the
     /// whole field invalid. Parameters are allowed and ignored, as unknown directives are.
-    public static func targeted(fieldValues: [String]) -> CacheControl? {
+    package static func targeted(fieldValues: [String]) -> CacheControl? {
         guard !fieldValues.isEmpty else { return nil }
         // Field lines of a dictionary are combined with commas (RFC 8941, section 4.2).
         guard let members = StructuredDictionary.parse(Array(fieldValues.joined(separator: ",").utf8)), !members.isEmpty else {

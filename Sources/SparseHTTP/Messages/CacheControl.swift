@@ -5,16 +5,16 @@
 /// Lenient where that is safe and strict where a guess could make a response look fresher
 /// than it is: a malformed element is skipped (the rest still count), and a delta-seconds
 /// argument that is not 1*DIGIT is ``Seconds/invalid`` (callers treat it as stale).
-public struct CacheControl: Sendable, Equatable {
-    public struct Directive: Sendable, Equatable {
+package struct CacheControl: Sendable, Equatable {
+    package struct Directive: Sendable, Equatable {
         /// The name, lowercased.
-        public var name: String
+        package var name: String
         /// The argument without quotes or escapes, or nil when there was none.
-        public var argument: String?
+        package var argument: String?
     }
 
     /// The value of a delta-seconds directive (RFC 9111, section 1.2.2).
-    public enum Seconds: Sendable, Equatable {
+    package enum Seconds: Sendable, Equatable {
         case seconds(Int64)
         /// Not a non-negative integer, or the directive repeated with different values: the
         /// response is to be treated as stale (section 4.2.1 allows either choice; staleness is
@@ -22,35 +22,35 @@ public struct CacheControl: Sendable, Equatable {
         case invalid
 
         /// The number of seconds, or nil when invalid.
-        public var seconds: Int64? {
+        package var seconds: Int64? {
             if case .seconds(let value) = self { return value }
             return nil
         }
     }
 
-    public internal(set) var directives: [Directive] = []
+    package internal(set) var directives: [Directive] = []
 
     /// The directives of every `Cache-Control` field of `headers`.
-    public init(_ headers: HTTPHeaders) {
+    package init(_ headers: HTTPHeaders) {
         self.init(fieldValues: headers.values("cache-control"))
     }
 
-    public init(fieldValues: [String]) {
+    package init(fieldValues: [String]) {
         for value in fieldValues { Self.parse(Array(value.utf8), into: &directives) }
     }
 
     /// Whether the directive `name` (lowercase) is present, with or without an argument.
-    public func contains(_ name: String) -> Bool { directives.contains { $0.name == name } }
+    package func contains(_ name: String) -> Bool { directives.contains { $0.name == name } }
 
     /// The argument of the first `name` directive: nil when absent; "" when present bare.
-    public func argument(_ name: String) -> String? {
+    package func argument(_ name: String) -> String? {
         guard let directive = directives.first(where: { $0.name == name }) else { return nil }
         return directive.argument ?? ""
     }
 
     /// The value of the delta-seconds directive `name`, or nil when absent. Past 2^31 the
     /// value is 2^31 (section 1.2.2).
-    public func seconds(_ name: String) -> Seconds? {
+    package func seconds(_ name: String) -> Seconds? {
         // One pass, no arrays: every policy asks for several of these on every request.
         var found: Seconds?
         for directive in directives where directive.name == name {
@@ -63,13 +63,13 @@ public struct CacheControl: Sendable, Equatable {
 
     /// The field names qualifying `no-cache` or `private` (`no-cache="Set-Cookie"`): empty when
     /// the directive has no argument.
-    public func fieldNames(_ name: String) -> [String] {
+    package func fieldNames(_ name: String) -> [String] {
         guard let argument = argument(name), !argument.isEmpty else { return [] }
         return HTTPSyntax.listElements([argument]).map { $0.lowercased() }
     }
 
     /// A delta-seconds value (`max-age`'s argument, an `Age` field): 1*DIGIT, capped at 2^31.
-    public static func deltaSeconds(_ argument: String?) -> Seconds {
+    package static func deltaSeconds(_ argument: String?) -> Seconds {
         // On the bytes, capped as it goes (every stored answer's `max-age` comes through here).
         guard let argument, !argument.isEmpty else { return .invalid }
         var seconds: Int64 = 0
@@ -81,7 +81,7 @@ public struct CacheControl: Sendable, Equatable {
     }
 
     /// 2^31, the value of any larger delta-seconds (RFC 9111, section 1.2.2).
-    public static let maximumSeconds: Int64 = 1 << 31
+    package static let maximumSeconds: Int64 = 1 << 31
 
     private static func parse(_ bytes: [UInt8], into directives: inout [Directive]) {
         var index = 0

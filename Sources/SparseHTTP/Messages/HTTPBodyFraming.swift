@@ -3,7 +3,7 @@ import SparseCacheEngine
 /// How the body of an HTTP/1.x message is delimited (RFC 9112, section 6.3): what a recipient
 /// must read after the head before the connection can carry the next message. A request is
 /// `.none`, `.length` or `.chunked` (``HTTPRequestParser``); a response to a GET any of them.
-public enum HTTPBodyFraming: Sendable, Equatable {
+package enum HTTPBodyFraming: Sendable, Equatable {
     /// No body at all: a request without Content-Length or Transfer-Encoding; an interim (1xx)
     /// response, 204 No Content or 304 Not Modified, whatever their header fields say.
     case none

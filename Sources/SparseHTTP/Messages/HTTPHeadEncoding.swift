@@ -4,7 +4,7 @@
 /// so no value can inject a line.
 extension HTTPRequestHead {
     /// The head as sent: `METHOD target HTTP/1.x`, the fields, an empty line.
-    public func encoded() -> [UInt8] {
+    package func encoded() -> [UInt8] {
         HTTPHeadEncoding.encode(startLine: "\(method) \(target) HTTP/1.\(minorVersion)", headers: headers)
     }
 }
@@ -12,41 +12,9 @@ extension HTTPRequestHead {
 extension HTTPResponseHead {
     /// The head as sent: `HTTP/1.x status reason`, the fields, an empty line. An empty reason
     /// phrase is sent as the standard one for the status.
-    public func encoded() -> [UInt8] {
-        let phrase = reason.isEmpty ? Self.standardReason(for: status) : HTTPSyntax.sanitizedFieldValue(reason)
+    package func encoded() -> [UInt8] {
+        let phrase = reason.isEmpty ? HTTPStatus(status).reasonPhrase : HTTPSyntax.sanitizedFieldValue(reason)
         return HTTPHeadEncoding.encode(startLine: "HTTP/1.\(minorVersion) \(status) \(phrase)", headers: headers)
-    }
-
-    /// The reason phrase RFC 9110 (section 15) gives a status, or a generic one for its class.
-    public static func standardReason(for status: Int) -> String {
-        switch status {
-        case 100: "Continue"
-        case 200: "OK"
-        case 204: "No Content"
-        case 206: "Partial Content"
-        case 301: "Moved Permanently"
-        case 302: "Found"
-        case 304: "Not Modified"
-        case 400: "Bad Request"
-        case 403: "Forbidden"
-        case 404: "Not Found"
-        case 405: "Method Not Allowed"
-        case 408: "Request Timeout"
-        case 410: "Gone"
-        case 412: "Precondition Failed"
-        case 413: "Content Too Large"
-        case 414: "URI Too Long"
-        case 416: "Range Not Satisfiable"
-        case 431: "Request Header Fields Too Large"
-        case 500: "Internal Server Error"
-        case 502: "Bad Gateway"
-        case 503: "Service Unavailable"
-        case 504: "Gateway Timeout"
-        case 505: "HTTP Version Not Supported"
-        default:
-            status < 200
-                ? "Informational" : status < 300 ? "OK" : status < 400 ? "Redirect" : status < 500 ? "Client Error" : "Server Error"
-        }
     }
 }
 

@@ -15,7 +15,7 @@ public struct HTTPHeaderField: Sendable, Equatable {
     /// lookup (header lookups run several times per proxied request; `lowercased()` showed in
     /// its profile, and again as the callers' lowercasing of the name asked for).
     @inlinable
-    public func hasName(_ name: String) -> Bool {
+    package func hasName(_ name: String) -> Bool {
         let mine = self.name.utf8, theirs = name.utf8
         guard mine.count == theirs.count else { return false }
         @inline(__always) func folded(_ byte: UInt8) -> UInt8 { byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte }

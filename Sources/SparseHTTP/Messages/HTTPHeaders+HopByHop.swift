@@ -2,26 +2,26 @@ extension HTTPHeaders {
     /// The fields that describe one connection rather than the message (RFC 9110, section
     /// 7.6.1): never stored by a cache nor forwarded by a proxy. `Proxy-*` fields are
     /// included (they authenticate to and configure one proxy hop).
-    public static let hopByHop: Set<String> = [
+    package static let hopByHop: Set<String> = [
         "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
     ]
 
     /// Whether a field `name` (any case) belongs to one connection: a fixed hop-by-hop field, a
     /// `Proxy-*` field, or one that `Connection` lists.
-    public func isHopByHop(_ name: String) -> Bool {
+    package func isHopByHop(_ name: String) -> Bool {
         Self.isHopByHop(HTTPHeaderField(name: name, value: ""), listed: namesConnectionLists)
     }
 
     /// The message's fields without the hop-by-hop ones: what a cache stores and a proxy sends on.
     /// Returns the fields as they are when none is hop-by-hop (the usual stored head), without
     /// lowercasing a copy of every name.
-    public func removingHopByHop() -> HTTPHeaders {
+    package func removingHopByHop() -> HTTPHeaders {
         removingHopByHop { _ in false }
     }
 
     /// ``removingHopByHop()`` without the fields `isDropped` picks too, in the same pass (a
     /// cache storing a response drops its framing fields with the hop-by-hop ones).
-    public func removingHopByHop(and isDropped: (HTTPHeaderField) -> Bool) -> HTTPHeaders {
+    package func removingHopByHop(and isDropped: (HTTPHeaderField) -> Bool) -> HTTPHeaders {
         let listed = namesConnectionLists
         guard fields.contains(where: { Self.isHopByHop($0, listed: listed) || isDropped($0) }) else { return self }
         return keeping { !Self.isHopByHop($0, listed: listed) && !isDropped($0) }

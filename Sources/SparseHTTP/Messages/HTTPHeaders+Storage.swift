@@ -2,7 +2,7 @@ extension HTTPHeaders {
     /// The fields as text for storage beside a cached body: one `name: value` per line, in
     /// order. Values never hold line breaks (the parsers refuse them and
     /// ``HTTPSyntax/sanitizedFieldValue(_:)`` strips them from values made here).
-    public var storageText: String {
+    package var storageText: String {
         // Into one buffer of the known size: every stored answer makes it (a small object's on
         // the event loop that served it).
         var text = ""
@@ -19,12 +19,12 @@ extension HTTPHeaders {
     /// At least the length of ``storageText``, from the fields' lengths alone (the text drops
     /// the control bytes of values, which this does not look for): enough for a size check
     /// that nearly always passes, on every answer stored.
-    public var storageTextBound: Int {
+    package var storageTextBound: Int {
         fields.reduce(Swift.max(0, fields.count - 1)) { count, field in count + field.name.utf8.count + 2 + field.value.utf8.count }
     }
 
     /// The length in bytes of ``storageText``, counted without building it.
-    public var storageTextCount: Int {
+    package var storageTextCount: Int {
         fields.reduce(Swift.max(0, fields.count - 1)) { count, field in
             count + field.name.utf8.count + 2 + field.value.utf8.count - field.value.utf8.count(where: HTTPSyntax.isControl)
         }
@@ -32,7 +32,7 @@ extension HTTPHeaders {
 
     /// Fields read back from ``storageText``; nil when a line is not `name: value` with a token
     /// for a name (damaged or foreign text is not replayed to clients).
-    public init?(storageText: String) {
+    package init?(storageText: String) {
         // On the UTF-8 bytes: every hit from storage reads its head back through here.
         var fields: [HTTPHeaderField] = []
         let bytes = storageText.utf8

@@ -11,7 +11,7 @@ extension HTTPHeaders {
     ///   those from a client, and a gateway would read them as its own.
     /// - Returns: the fields as they are when no name holds `_` (nearly every request), without
     ///   a copy.
-    public func droppingUnderscoreNames(keepingOthers: Bool = false) -> HTTPHeaders {
+    package func droppingUnderscoreNames(keepingOthers: Bool = false) -> HTTPHeaders {
         guard fields.contains(where: { Self.hasUnderscore($0.name) }) else { return self }
         return keeping { field in
             guard Self.hasUnderscore(field.name) else { return true }

@@ -36,7 +36,7 @@ public struct HTTPHeaders: Sendable, Equatable, RandomAccessCollection, Expressi
     }
 
     /// The elements of every list value of the field `name` (RFC 9110, section 5.6.1).
-    public func listElements(_ name: String) -> [String] {
+    package func listElements(_ name: String) -> [String] {
         HTTPSyntax.listElements(values(name))
     }
 
@@ -77,7 +77,7 @@ public struct HTTPHeaders: Sendable, Equatable, RandomAccessCollection, Expressi
 
     /// The fields `isIncluded` keeps, in order, in one allocation (`filter` grows its array
     /// one field at a time: four allocations for a typical response's fields).
-    public func keeping(_ isIncluded: (HTTPHeaderField) throws -> Bool) rethrows -> HTTPHeaders {
+    package func keeping(_ isIncluded: (HTTPHeaderField) throws -> Bool) rethrows -> HTTPHeaders {
         var kept: [HTTPHeaderField] = []
         kept.reserveCapacity(fields.count)
         for field in fields where try isIncluded(field) { kept.append(field) }

@@ -1,7 +1,7 @@
 /// An HTTP/1.x request head: what ``HTTPRequestParser`` reads from a client, and what the
 /// origin client sends (``encoded()``).
 public struct HTTPRequestHead: Sendable, Equatable {
-    public var method: String
+    public var method: HTTPMethod
     /// The request-target exactly as sent: a path (`/movie.mp4?url=...`), `*`, or an
     /// absolute `http://` URL (from a client that uses this server as its HTTP proxy).
     public var target: String
@@ -10,7 +10,7 @@ public struct HTTPRequestHead: Sendable, Equatable {
     /// Header fields in order, names as sent.
     public var headers: HTTPHeaders
 
-    public init(method: String, target: String, minorVersion: Int = 1, headers: HTTPHeaders = []) {
+    public init(method: HTTPMethod, target: String, minorVersion: Int = 1, headers: HTTPHeaders = []) {
         self.method = method
         self.target = target
         self.minorVersion = minorVersion
@@ -22,7 +22,7 @@ public struct HTTPRequestHead: Sendable, Equatable {
 
     /// Whether the connection stays open after the response (HTTP/1.1 unless `Connection:
     /// close`; HTTP/1.0 only with `Connection: keep-alive`), RFC 9112, section 9.3.
-    public var keepAlive: Bool {
+    package var keepAlive: Bool {
         minorVersion >= 1
             ? !headers.containsListElement(of: "connection", "close") : headers.containsListElement(of: "connection", "keep-alive")
     }

@@ -34,7 +34,7 @@ public struct HTTPResponseHead: Sendable, Equatable {
     /// Always false when framing is ``HTTPBodyFraming/untilClose``, and for an HTTP/1.0 response
     /// carrying `Transfer-Encoding` (RFC 9112, section 6.1: its framing is suspect, so the
     /// connection is closed after it).
-    public var keepAlive: Bool { keepAlive(framing: framing) }
+    package var keepAlive: Bool { keepAlive(framing: framing) }
 
     /// ``keepAlive`` for a caller that has the ``framing`` already.
     package func keepAlive(framing: HTTPBodyFraming) -> Bool {
@@ -48,7 +48,7 @@ public struct HTTPResponseHead: Sendable, Equatable {
     /// refuses heads whose framing fields are unusable; for such a head built by hand, a
     /// `Transfer-Encoding` wins over `Content-Length` (RFC 9112, section 6.3) and a malformed
     /// `Content-Length` reads until close.
-    public var framing: HTTPBodyFraming { checkedFraming().framing }
+    package var framing: HTTPBodyFraming { checkedFraming().framing }
 
     /// The framing, and what is wrong with the framing fields when the parser must refuse the
     /// head: both `Transfer-Encoding` and `Content-Length` (the classic request-smuggling

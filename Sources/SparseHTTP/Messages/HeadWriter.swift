@@ -22,7 +22,7 @@ package struct HeadWriter {
         append("HTTP/1.1 ")
         append(Int64(status))
         append(" ")
-        var phrase = HTTPResponseHead.standardReason(for: status)
+        var phrase = HTTPStatus(status).reasonPhrase
         phrase.withUTF8 { append(UnsafeRawBufferPointer($0)) }
         append("\r\n")
     }

@@ -1,7 +1,7 @@
 import SparseCacheEngine
 
 /// What a request's `Range` header asks of a resource of known length (RFC 9110, section 14).
-public enum RangeRequest: Sendable, Equatable {
+package enum RangeRequest: Sendable, Equatable {
     /// No Range header, or one this server ignores (another unit, an empty byte-range set):
     /// send it all, 200.
     case whole
@@ -18,7 +18,7 @@ public enum RangeRequest: Sendable, Equatable {
     ///
     /// Works on the header's UTF-8 bytes: every proxied request parses one, and Foundation's
     /// trimming and Character classification cost 7% of the proxy's CPU under wrk.
-    public static func parse(_ header: String?, length: Int64) -> RangeRequest {
+    package static func parse(_ header: String?, length: Int64) -> RangeRequest {
         guard var header else { return .whole }
         return header.withUTF8 { parse(bytes: $0[...], length: length) }
     }

@@ -4,7 +4,7 @@ import SparseCacheEngine
 /// One line of the request log.
 public struct HTTPLogEntry: Sendable, CustomStringConvertible {
     public var peer: String
-    public var method: String
+    public var method: HTTPMethod
     public var target: String
     /// The request's Range header, if any.
     public var range: String?
@@ -12,19 +12,19 @@ public struct HTTPLogEntry: Sendable, CustomStringConvertible {
     /// Body bytes sent (for HEAD, the length a GET would have sent).
     public var bytes: Int64
     /// Body bytes that were in the cache, and bytes that arrived from the origin meanwhile.
-    public var cacheHitBytes: Int64
-    public var cacheMissBytes: Int64
+    package var cacheHitBytes: Int64
+    package var cacheMissBytes: Int64
     public var duration: Duration
     /// False when the connection ended before the whole body was sent.
     public var complete: Bool
     public var note: String?
     /// What a cache made of the request (`hit`, `miss`, `stale`, `revalidated`, `pass`,
     /// `error`), when a cache answered it.
-    public var cacheOutcome: String? = nil
+    package var cacheOutcome: String? = nil
     /// The request's number in this server, from 1: what ties a log line to a client's report.
-    public var id: Int = 0
+    package var id: Int = 0
     /// When the request head was complete (seconds since 1970).
-    public var time: Double = 0
+    package var time: Double = 0
 
     /// The line, with the user information of any URL in it (the target, an error in the
     /// note) hidden: see ``CredentialRedaction``.
@@ -42,7 +42,7 @@ public struct HTTPLogEntry: Sendable, CustomStringConvertible {
     /// form.
     public var json: String {
         var fields: [(String, String)] = [
-            ("id", String(id)), ("time", String(format: "%.3f", time)), ("peer", Self.quoted(peer)), ("method", Self.quoted(method)),
+            ("id", String(id)), ("time", String(format: "%.3f", time)), ("peer", Self.quoted(peer)), ("method", Self.quoted(method.rawValue)),
             ("target", Self.quoted(CredentialRedaction.redacting(target))), ("range", range.map(Self.quoted) ?? "null"),
             ("status", String(status)), ("bytes", String(bytes)), ("hit_bytes", String(cacheHitBytes)),
             ("miss_bytes", String(cacheMissBytes)),

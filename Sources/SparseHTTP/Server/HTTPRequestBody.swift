@@ -23,9 +23,9 @@ public final class HTTPRequestBody: Sendable, AsyncSequence {
     public typealias Element = [UInt8]
 
     /// How the body is delimited: `.none`, `.length` or `.chunked`.
-    public let framing: HTTPBodyFraming
+    package let framing: HTTPBodyFraming
     /// The most body bytes the server takes for one request.
-    public let maximum: Int64
+    package let maximum: Int64
 
     private let connection: TCPConnection?
     private let deadline: Deadline

@@ -53,17 +53,17 @@ public final class HTTPResponseWriter: Sendable {
     /// Whether a head is on its way to the client. False while one is held for its first body
     /// bytes and nothing has gone out: a handler that fails before the body can still answer
     /// with an error, which replaces the held head (a client must never get an empty reply).
-    public var headSent: Bool { state.withLock { $0.headSent && $0.pendingHead == nil } }
+    package var headSent: Bool { state.withLock { $0.headSent && $0.pendingHead == nil } }
     /// Body bytes written so far.
-    public var bodyBytes: Int64 { state.withLock { $0.bodyBytes } }
+    package var bodyBytes: Int64 { state.withLock { $0.bodyBytes } }
     /// The connection closes after this response.
-    public var closesConnection: Bool { state.withLock { $0.closes } }
+    var closesConnection: Bool { state.withLock { $0.closes } }
     /// The client's address, as `host:port`.
-    public var peer: String { connection.peer }
+    package var peer: String { connection.peer }
     /// Whether the body is complete: a connection whose response fell short must close, since
     /// the client can no longer tell where the next response starts.
     var isComplete: Bool {
-        let isHead = request.method == "HEAD"
+        let isHead = request.method == .head
         return state.withLock { state in
             guard state.headSent else { return false }
             if isHead { return true }
@@ -76,7 +76,7 @@ public final class HTTPResponseWriter: Sendable {
     var cacheOutcome: String? { state.withLock { $0.cacheOutcome } }
 
     /// Counts body bytes by where they came from, for the request log.
-    public func countCacheBytes(hit: Int64 = 0, miss: Int64 = 0) {
+    package func countCacheBytes(hit: Int64 = 0, miss: Int64 = 0) {
         state.withLock {
             $0.cacheHitBytes += hit
             $0.cacheMissBytes += miss
@@ -85,12 +85,12 @@ public final class HTTPResponseWriter: Sendable {
 
     /// What a cache made of the request (`hit`, `miss`, `stale`, ...), for the log and the
     /// metrics.
-    public func setCacheOutcome(_ outcome: String) {
+    package func setCacheOutcome(_ outcome: String) {
         state.withLock { $0.cacheOutcome = outcome }
     }
 
     /// A short text for the request log (an error's reason, say).
-    public func setNote(_ note: String) {
+    func setNote(_ note: String) {
         state.withLock { $0.note = note }
     }
 
@@ -98,7 +98,7 @@ public final class HTTPResponseWriter: Sendable {
     /// (before `Date`, `Server` and the framing are added): fields a handler adds to each of
     /// its answers, whoever writes the head (the handler, or the server answering for it after
     /// it failed), as nginx's `add_header`. Interim (1xx) heads are sent as they are.
-    public func rewriteHeads(_ rewrite: @escaping @Sendable ([(String, String)]) -> [(String, String)]) {
+    package func rewriteHeads(_ rewrite: @escaping @Sendable ([(String, String)]) -> [(String, String)]) {
         state.withLock { $0.rewrite = rewrite }
     }
 
@@ -121,7 +121,7 @@ public final class HTTPResponseWriter: Sendable {
     /// first byte (a stored answer removed under its reader) answers with an error instead.
     public func writeHead(status: Int, headers: [(String, String)] = [], contentLength: Int64?, withFirstBody: Bool = false) async throws {
         let bodiless = (100...199).contains(status) || status == 204 || status == 304
-        let hold = withFirstBody && (contentLength ?? 1) > 0 && request.method != "HEAD" && !bodiless
+        let hold = withFirstBody && (contentLength ?? 1) > 0 && request.method != .head && !bodiless
         let chunked = contentLength == nil && !bodiless && request.minorVersion >= 1
         // Interim responses already on their way go out first, whole (RFC 9110, section 15.2:
         // they precede the final response); the head is claimed only with none in flight.
@@ -135,7 +135,7 @@ public final class HTTPResponseWriter: Sendable {
                 state.headSent = true
                 state.status = status
                 state.announced = bodiless ? 0 : contentLength
-                state.chunked = chunked && request.method != "HEAD"
+                state.chunked = chunked && request.method != .head
                 // An HTTP/1.0 client learns where a body of unknown length ends from the close.
                 if contentLength == nil, !bodiless, !chunked { state.closes = true }
                 let bytes = Self.encodedHead(
@@ -173,7 +173,7 @@ public final class HTTPResponseWriter: Sendable {
     /// Sends part of the body (nothing for a HEAD request, whose handler need not call this).
     /// Throws when it would run past the announced length.
     public func writeBody(_ bytes: [UInt8]) async throws {
-        let isHead = request.method == "HEAD"
+        let isHead = request.method == .head
         let (head, chunked) = try state.withLock { state -> ([UInt8]?, Bool) in
             guard state.headSent, !state.finished, state.bodyBytes + Int64(bytes.count) <= state.announced ?? .max else {
                 throw SparseCacheError(

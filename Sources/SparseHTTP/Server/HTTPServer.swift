@@ -33,18 +33,18 @@ public final class HTTPServer: Sendable {
         /// A kept-alive connection with no request in this time is closed.
         public var idleTimeout: Duration = .seconds(60)
         /// A client that takes no response bytes for this long is dropped.
-        public var sendTimeout: Duration = .seconds(60)
-        public var parserLimits = HTTPRequestParser.Limits()
+        var sendTimeout: Duration = .seconds(60)
+        var parserLimits = HTTPRequestParser.Limits()
         /// The largest request body taken: a longer announced one is answered 413 at once, a
         /// chunked one fails with 413 when it gets there.
         public var maximumBodySize: Int64 = 64 << 20
         /// A request body must arrive within this time of its first read, plus a second for
         /// every ``bodyMinimumRate`` bytes (Apache's `mod_reqtimeout body=20,MinRate=500`).
-        public var bodyTimeout: Duration = .seconds(20)
-        public var bodyMinimumRate: Int64 = 500
+        package var bodyTimeout: Duration = .seconds(20)
+        package var bodyMinimumRate: Int64 = 500
         /// What the server reads and drops of a body the handler left unread, to keep the
         /// connection; a longer rest closes it instead.
-        public var bodyDrainLimit: Int64 = 1 << 20
+        var bodyDrainLimit: Int64 = 1 << 20
         /// Whether request fields whose name holds `_` reach the handler. Off by default: they
         /// are dropped, as nginx does (`underscores_in_headers off`), since gateways that read
         /// `_` as `-` would take `Transfer_Encoding` for the framing. On, they are kept, except
@@ -83,12 +83,22 @@ public final class HTTPServer: Sendable {
         var slots: ConnectionSlots
     }
 
+    /// Starts listening on `options.host`:`options.port` and serves every request with
+    /// `handler`. `log` gets one entry per request.
+    ///
+    /// - Throws: the socket error when the address cannot be bound.
+    public static func start(
+        options: Options = Options(), log: @escaping @Sendable (HTTPLogEntry) -> Void = { _ in }, handler: @escaping Handler
+    ) throws -> HTTPServer {
+        try start(options: options, log: log, quick: nil, handler: handler)
+    }
+
     /// Starts listening and serving. `log` gets one entry per request.
     ///
     /// - Parameter quick: tried first for every request without a body, on the connection's
     ///   event loop thread, before `handler`: what it answers costs no task and no await.
-    public static func start(
-        options: Options = Options(), log: @escaping @Sendable (HTTPLogEntry) -> Void = { _ in }, quick: QuickHandler? = nil,
+    package static func start(
+        options: Options = Options(), log: @escaping @Sendable (HTTPLogEntry) -> Void = { _ in }, quick: QuickHandler?,
         handler: @escaping Handler
     ) throws -> HTTPServer {
         let server = try HTTPServer(options: options, log: log, quick: quick, handler: handler)
@@ -117,11 +127,11 @@ public final class HTTPServer: Sendable {
     }
 
     /// Connections open now.
-    public var connectionCount: Int { registry.withLock { $0.clients.count } }
+    package var connectionCount: Int { registry.withLock { $0.clients.count } }
     /// Connections refused with 503 because every slot they could take was busy with a request.
-    public var rejectedConnections: Int { registry.withLock { $0.rejected } }
+    package var rejectedConnections: Int { registry.withLock { $0.rejected } }
     /// Waiting connections closed to make room for a newcomer.
-    public var evictedConnections: Int { registry.withLock { $0.evicted } }
+    package var evictedConnections: Int { registry.withLock { $0.evicted } }
 
     /// Stops accepting, closes idle connections, lets requests in progress finish for up to
     /// `grace` (their connections close after the response), then cancels the rest: a cancelled

@@ -11,17 +11,17 @@ import Glibc
 ///
 /// For answers that need no I/O that could wait (a cached hit whose bytes are in the page
 /// cache, say); see ``HTTPServer/start(options:log:quick:handler:)``.
-public typealias QuickHandler = @Sendable (_ request: HTTPRequestHead, _ reply: inout QuickReply) -> Bool
+package typealias QuickHandler = @Sendable (_ request: HTTPRequestHead, _ reply: inout QuickReply) -> Bool
 
 /// The response of a ``QuickHandler``: one head and a body of known length, sent as the
 /// handler has it, without waiting. What the client's window does not take now is kept and
 /// sent by the server after the handler returns, as for any response.
-public struct QuickReply: ~Copyable {
+package struct QuickReply: ~Copyable {
     let request: HTTPRequestHead
     let connection: TCPConnection
     let loop: SocketReactor
     /// The connection closes after this response.
-    public private(set) var closes: Bool
+    package private(set) var closes: Bool
     private(set) var status = 0
     private(set) var bodyBytes: Int64 = 0
     private var announced: Int64 = 0
@@ -48,7 +48,7 @@ public struct QuickReply: ~Copyable {
     /// A buffer of at least `count` bytes for the body, valid until the reply ends: on the
     /// loop's thread the loop's own (reused by every request it answers), else one of the
     /// reply's.
-    public mutating func scratch(_ count: Int) -> UnsafeMutableRawBufferPointer {
+    package mutating func scratch(_ count: Int) -> UnsafeMutableRawBufferPointer {
         if loop.ownsCurrentThread { return loop.scratch.buffer(count) }
         owned?.deallocate()
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 16)
@@ -58,7 +58,7 @@ public struct QuickReply: ~Copyable {
 
     /// A buffer of at least `count` bytes for the head, apart from ``scratch(_:)``'s and valid
     /// as long: the loop's own on its thread, else the reply's.
-    public mutating func headScratch(_ count: Int) -> UnsafeMutableRawBufferPointer {
+    package mutating func headScratch(_ count: Int) -> UnsafeMutableRawBufferPointer {
         if loop.ownsCurrentThread { return loop.headScratch.buffer(count) }
         ownedHead?.deallocate()
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 16)
@@ -72,7 +72,7 @@ public struct QuickReply: ~Copyable {
     }
 
     /// What a cache made of the request and the body bytes it had stored, for the log.
-    public mutating func noteCache(outcome: String, hitBytes: Int64) {
+    package mutating func noteCache(outcome: String, hitBytes: Int64) {
         cacheOutcome = outcome
         cacheHitBytes = hitBytes
     }
@@ -80,7 +80,7 @@ public struct QuickReply: ~Copyable {
     /// Whether the whole response went out or is in ``rest``: a reply cut short (a failed
     /// send, ``abandon()``, a body shorter than announced) closes the connection.
     var isComplete: Bool {
-        sent && !failed && !cut && (request.method == "HEAD" || bodyBytes == announced)
+        sent && !failed && !cut && (request.method == .head || bodyBytes == announced)
     }
 
     /// Sends the head (with `Date`, `Server`, `Content-Length` and `Connection` added as
@@ -88,7 +88,7 @@ public struct QuickReply: ~Copyable {
     /// announcing `contentLength` body bytes, and with it `body`, the first of them (nothing
     /// for a HEAD request), in one `sendmsg`, without waiting. Call it once; the rest of the
     /// body follows with ``sendBody(_:)``.
-    public mutating func send(status: Int, headers: [(String, String)], contentLength: Int64, body: UnsafeRawBufferPointer) {
+    package mutating func send(status: Int, headers: [(String, String)], contentLength: Int64, body: UnsafeRawBufferPointer) {
         let head = HTTPResponseWriter.encodedHead(status: status, headers: headers, contentLength: contentLength, chunked: false, closes: closes)
         head.withUnsafeBytes { head in
             send(status: status, encodedHead: head, contentLength: contentLength, body: body)
@@ -98,19 +98,19 @@ public struct QuickReply: ~Copyable {
     /// ``send(status:headers:contentLength:body:)`` with a head the caller encoded whole (status
     /// line, every field including `Content-Length` and `Connection` as ``closes`` says, the
     /// empty line): a head written into ``headScratch(_:)`` costs no allocation.
-    public mutating func send(status: Int, encodedHead head: UnsafeRawBufferPointer, contentLength: Int64, body: UnsafeRawBufferPointer) {
+    package mutating func send(status: Int, encodedHead head: UnsafeRawBufferPointer, contentLength: Int64, body: UnsafeRawBufferPointer) {
         precondition(!sent, "a quick reply sends one response")
         sent = true
         self.status = status
         announced = contentLength
-        start(head, request.method == "HEAD" ? UnsafeRawBufferPointer(start: nil, count: 0) : body)
+        start(head, request.method == .head ? UnsafeRawBufferPointer(start: nil, count: 0) : body)
     }
 
     /// Sends more of the body announced by ``send(status:headers:contentLength:body:)``, without
     /// waiting (nothing for a HEAD request).
-    public mutating func sendBody(_ body: UnsafeRawBufferPointer) {
+    package mutating func sendBody(_ body: UnsafeRawBufferPointer) {
         precondition(sent, "the head goes first")
-        guard request.method != "HEAD", !failed, !cut else { return }
+        guard request.method != .head, !failed, !cut else { return }
         precondition(bodyBytes + Int64(body.count) <= announced, "body bytes past the announced length")
         transmit(UnsafeRawBufferPointer(start: nil, count: 0), body)
     }
@@ -118,7 +118,7 @@ public struct QuickReply: ~Copyable {
     /// Ends the reply short of its announced length (the body could not be read): what was
     /// sent or is waiting in ``rest`` goes out, then the connection closes, so the client sees
     /// the answer was cut.
-    public mutating func abandon() {
+    package mutating func abandon() {
         cut = true
     }
 

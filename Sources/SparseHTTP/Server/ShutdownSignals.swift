@@ -9,17 +9,17 @@ import Glibc
 /// signal handler writes the signal's number to a pipe, and the pipe is read like a socket. (A
 /// dispatch signal source needs the signal blocked in every thread to see it; a handler does
 /// not.)
-public enum ShutdownSignals {
+package enum ShutdownSignals {
     private static let pipe = Lock<(fd: Int32, watch: SocketWatch?)>((-1, nil))
 
     /// From now on SIGINT and SIGTERM (and SIGHUP with `hangup`) no longer end the process;
     /// ``next()`` returns them. The first call decides which signals are caught.
-    public static func install(hangup: Bool = false) throws {
+    package static func install(hangup: Bool = false) throws {
         _ = try installed(hangup: hangup)
     }
 
     /// The next signal caught (installing the handlers for SIGINT and SIGTERM on first use).
-    public static func next() async throws -> Int32 {
+    package static func next() async throws -> Int32 {
         let (fd, readable) = try installed()
         var byte: UInt8 = 0
         while true {
