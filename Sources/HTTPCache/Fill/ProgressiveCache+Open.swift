@@ -7,23 +7,27 @@ import SparseHTTP
 
 // Opening a resource: from its stored metadata, or by first contact with its origin.
 extension ProgressiveCache {
-    func open(_ resource: FillResource, first: FirstRequest, new: Bool) async throws {
-        defer { resource.opening = nil }
+    /// The opening of `generation` (``FillPhase/attach(ownOpen:open:)``): ends it as it ends,
+    /// open, holding only the handle, or closed.
+    func open(_ resource: FillResource, generation: Int, first: FirstRequest, new: Bool) async throws {
+        defer { resource.update { $0.endWork(generation: generation) }?.response.cancel() }
         guard let source = resource.source else { return }
         // A new key: first contact's request goes out now, and the files are made while the
         // origin answers (a small-object attempt's answer is here already).
         var early: EarlyContact?
-        if new, resource.handle == nil, resource.firstResponse == nil { early = startEarlyContact(resource, source: source, first: first) }
+        if new, resource.handle == nil, !resource.phase.hasHandedOver { early = startEarlyContact(resource, source: source, first: first) }
         defer { early?.abandon() }
         if resource.handle == nil {
+            let handle: ResourceHandle
             do {
-                resource.handle = try await store.open(key: resource.key)
+                handle = try await store.open(key: resource.key)
             } catch let error as SparseCacheError where error.errno == EMFILE || error.errno == ENFILE {
                 // Out of descriptors: the resources kept open for later give theirs back, and
                 // the open is tried once more (a request must not fail for a spare handle).
                 await closeIdle()
-                resource.handle = try await store.open(key: resource.key)
+                handle = try await store.open(key: resource.key)
             }
+            resource.update { $0.opened(handle) }
         }
         guard let handle = resource.handle else { return }
         // One call to the file's actor for both (every reopen asks).
@@ -36,13 +40,15 @@ extension ProgressiveCache {
         }
         // Known from an earlier run: its validators go out with every request. A first-contact
         // answer a small-object attempt left is not needed.
-        resource.firstResponse?.cancel()
-        resource.firstResponse = nil
+        resource.update { $0.takeHandedOver() }?.response.cancel()
         let stored = StoredHead(metadata)
-        resource.info = ContentInfo(
-            length: length, contentType: metadata.contentType,
-            validator: ContentValidator(etag: metadata.etag, lastModified: metadata.lastModified, date: stored?.headers["date"]),
-            stored: stored)
+        resource.update {
+            $0.adopt(
+                ContentInfo(
+                    length: length, contentType: metadata.contentType,
+                    validator: ContentValidator(etag: metadata.etag, lastModified: metadata.lastModified, date: stored?.headers["date"]),
+                    stored: stored))
+        }
     }
 
     /// The range first contact asks the origin for (nil: the whole): the reader's range from its
@@ -76,7 +82,7 @@ extension ProgressiveCache {
         if await handle.file.presentBytes > 0 {
             // Bytes without a length: a body of unknown length that never ended (the process
             // stopped while it arrived). They are not the resource: start again without them.
-            resource.handle = nil
+            resource.update { _ = $0.dropHandle() }
             await release(handle)
             do {
                 try await store.remove(key: resource.key)
@@ -85,7 +91,7 @@ extension ProgressiveCache {
                 early?.abandon()
                 throw error
             }
-            resource.handle = handle
+            resource.update { $0.opened(handle) }
         }
         let shift = Int64(handle.file.segmentShift)
         let segmentSize = Int64(handle.file.segmentSize)
@@ -97,13 +103,12 @@ extension ProgressiveCache {
         var response: RangeResponse
         do {
             do {
-                if let received = resource.firstResponse {
+                if let received = resource.update({ $0.takeHandedOver() }) {
                     // A small-object attempt asked already (the same request) and found the
                     // answer large or ranged: no second request.
-                    resource.firstResponse = nil
-                    response = received
-                    asked = resource.firstAsked
-                    promotion = resource.firstPromotion
+                    response = received.response
+                    asked = received.asked
+                    promotion = received.promotion
                 } else if let early {
                     // The same request, asked while the files were made.
                     response = try await early.task.value
@@ -165,8 +170,9 @@ extension ProgressiveCache {
         let from = Int(response.offset >> shift)
         let upTo = whole ? min(length, response.offset + options.maximumFetch) : min(length, asked!.upperBound)
         let segments = from..<max(from + 1, Int((upTo + segmentSize - 1) >> shift))
-        resource.openerFetch = registerFetch(
+        let opener = registerFetch(
             resource, segments: segments, first: FirstAnswer(response: response, readsOn: whole, promotion: promotion), interest: 1)
+        resource.update { $0.startedOpenerFetch(opener) }
     }
 
     /// Sends first contact's request for a new key at once, before its files exist
@@ -219,7 +225,9 @@ extension ProgressiveCache {
     /// must not fill the store with them).
     private func forgetUnknown(_ resource: FillResource, handle: ResourceHandle) async {
         if resource.handle === handle, await handle.file.length == nil, await handle.file.presentBytes == 0 {
-            resource.handle = nil
+            // Re-check after the awaits: the work may have let the handle go meanwhile.
+            guard resource.handle === handle else { return }
+            resource.update { _ = $0.dropHandle() }
             await release(handle)
             try? await store.remove(key: resource.key)
         }
@@ -240,6 +248,6 @@ extension ProgressiveCache {
         // Committed with the first bytes: a crash before then leaves a resource with nothing
         // present, which first contact simply repeats.
         try await file.setMetadata(metadata)
-        resource.info = info
+        resource.update { $0.adopt(info) }
     }
 }

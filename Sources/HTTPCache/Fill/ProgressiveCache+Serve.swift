@@ -38,10 +38,7 @@ extension ProgressiveCache {
         var interests = Set<Int>()
         // First contact started a fetch with the answer to this very request: it is this
         // reader's (its interest, held for the opener, is released with the others).
-        if let opener = resource.openerFetch {
-            resource.openerFetch = nil
-            if resource.fetches[opener] != nil { interests.insert(opener) }
-        }
+        if let opener = resource.update({ $0.takeOpenerFetch() }), resource.fetches[opener] != nil { interests.insert(opener) }
         defer {
             releaseInterest(resource, interests)
             detach(resource)
@@ -80,8 +77,8 @@ extension ProgressiveCache {
             guard let handle = resource.handle, let info = resource.info else {
                 // Being replaced (the origin changed): wait for the new version. The task
                 // clears `opening` itself before it finishes, so this never spins.
-                if let opening = resource.opening {
-                    try await opening.value
+                if let running = resource.phase.running {
+                    try await running.value
                     continue
                 }
                 throw SparseCacheError(.originUnavailable, operation: "read", path: resource.key, detail: "the resource is not open")

@@ -327,13 +327,7 @@ extension ProgressiveCache {
     /// another reader's first contact is already under way.
     private func handOver(_ response: RangeResponse, asked: Range<Int64>?, promotion: ConnectionLimiter.Promotion?, key: String) {
         let resource = entry(for: key)
-        if resource.handle == nil, resource.opening == nil, resource.firstResponse == nil {
-            resource.firstResponse = response
-            resource.firstAsked = asked
-            resource.firstPromotion = promotion
-        } else {
-            response.cancel()
-        }
+        if !resource.update({ $0.handOver(HandedOverAnswer(response: response, asked: asked, promotion: promotion)) }) { response.cancel() }
     }
 
     /// `prefix`, then the rest of a body, read as the consumer asks.
