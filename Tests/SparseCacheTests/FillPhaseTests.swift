@@ -20,10 +20,14 @@ struct FillPhaseTests {
     /// returned too).
     static func opening(_ phase: inout Phase) -> (task: Task<Void, Error>, generation: Int) {
         var given: Int?
-        guard case .opened(let task) = phase.attach(ownOpen: nil, open: { generation in
-            given = generation
-            return idle()
-        }) else {
+        guard
+            case .opened(let task) = phase.attach(
+                ownOpen: nil,
+                open: { generation in
+                    given = generation
+                    return idle()
+                })
+        else {
             Issue.record("a closed resource's first reader did not start the opening")
             return (idle(), -1)
         }
@@ -363,7 +367,10 @@ struct FillPhaseTests {
         _ = phase.attach(ownOpen: nil) { _ in Self.idle() }
         _ = phase.takeOpenerFetch()
         #expect(phase.content == before, "a reader's attach would drop the quick hit")
-        #expect(phase.updateInfo { $0.stored = nil; $0.length = 1000 })
+        #expect(
+            phase.updateInfo {
+                $0.stored = nil; $0.length = 1000
+            })
         #expect(phase.content != before)
         let updated = phase.content
         #expect(phase.updateInfo { $0.length = 3000 })

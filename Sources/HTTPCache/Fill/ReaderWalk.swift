@@ -105,7 +105,8 @@ struct ReaderWalk {
     /// from memory as it arrives, until the answer ends.
     private mutating func follow(_ handle: ResourceHandle, in cache: isolated ProgressiveCache) async throws -> Bool {
         guard let stream = resource.stream else {
-            throw SparseCacheError(.originUnavailable, operation: "read", path: resource.key, detail: "the body of unknown length did not end")
+            throw SparseCacheError(
+                .originUnavailable, operation: "read", path: resource.key, detail: "the body of unknown length did not end")
         }
         if let failure = stream.failure { throw failure }
         let limit = range?.upperBound ?? .max
