@@ -46,11 +46,7 @@ extension ProgressiveCache {
             throw SparseCacheError(.closed, operation: "open", path: source.key, detail: "the resource is not open")
         }
         // The fetch first contact started for this opener is this reader's until it closes.
-        var firstFetch: Int?
-        if let opener = resource.openerFetch {
-            resource.openerFetch = nil
-            firstFetch = opener
-        }
+        let firstFetch = resource.update { $0.takeOpenerFetch() }
         return CacheReader(
             cache: self, source: source, info: info, handle: handle, generation: resource.generation, firstFetch: firstFetch)
     }

@@ -309,16 +309,18 @@ extension ProgressiveCache {
         }
         try await retire(resource, except: fetchID) {
             try await self.store.remove(key: resource.key)
-            resource.handle = try await self.store.open(key: resource.key)
+            let handle = try await self.store.open(key: resource.key)
+            resource.update { $0.opened(handle) }
             try await self.adopt(info, in: resource)
         }
     }
 
-    /// Takes the resource's bytes out of use at once, then finishes in `opening`: waits for
-    /// every fetch but `fetchID` to stop, releases the old handle and runs `then` (which
-    /// removes the stored files, and for a replacement opens the new version). From the first
-    /// line nobody reads the old bytes: readers that had some get `.originChanged`, the others
-    /// wait on `opening`, as for first contact. No await before the generation moves on.
+    /// Takes the resource's bytes out of use at once (``FillPhase/retire(_:)``: the phase is
+    /// `replacing`), then finishes in the retirement's task: waits for every fetch but `fetchID`
+    /// to stop, releases the old handle and runs `then` (which removes the stored files, and for
+    /// a replacement opens the new version). From the first line nobody reads the old bytes:
+    /// readers that had some get `.originChanged`, the others wait for the task, as for first
+    /// contact. No await before the generation moves on.
     ///
     /// `then` must run on this actor, as everything that touches a ``FillResource``: a closure
     /// written in a method of the cache is isolated to it (checked below). Handed over as
@@ -327,26 +329,25 @@ extension ProgressiveCache {
     /// nothing.
     func retire(_ resource: FillResource, except fetchID: Int? = nil, then: @escaping @isolated(any) () async throws -> Void) async throws {
         precondition(then.isolation === self, "retire's closure must be isolated to the cache that retires the resource")
-        let old = resource.handle
-        resource.handle = nil
-        resource.info = nil
-        resource.generation += 1
-        resource.outcomes.removeAll()
         let stopping = resource.fetches.filter { $0.key != fetchID }
         let others = stopping.compactMap(\.value.task)
+        let task = resource.update { phase in
+            phase.retire { old, generation in
+                Task {
+                    defer { resource.update { $0.endWork(generation: generation) }?.response.cancel() }
+                    // They stop at their next step and write nothing more once the generation moved on.
+                    for fetch in others { await fetch.value }
+                    try await old?.release()
+                    try await then()
+                    await self.changed(resource)
+                }
+            }
+        }
+        resource.outcomes.removeAll()
         for task in others { task.cancel() }
         for fetch in stopping.values { fetch.stop?() }
         // An answer without a length may be waiting on a silent origin: cut it now.
         resource.stream?.cancel()
-        let task = Task {
-            defer { resource.opening = nil }
-            // They stop at their next step and write nothing more once the generation moved on.
-            for fetch in others { await fetch.value }
-            try await old?.release()
-            try await then()
-            await self.changed(resource)
-        }
-        resource.opening = task
         await changed(resource)
         try await task.value
     }

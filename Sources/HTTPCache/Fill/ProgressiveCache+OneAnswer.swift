@@ -38,8 +38,8 @@ extension ProgressiveCache {
     /// reader still open, when someone else holds it now or a fetch runs.
     func dropOneAnswerPart(of reader: CacheReader) async throws -> Bool {
         let key = reader.source.key
-        guard let resource = resources[key], resource.users == 1, resource.fetches.isEmpty, resource.opening == nil,
-            resource.handle != nil, isOneAnswer(resource), reader.markClosed()
+        guard let resource = resources[key], resource.users == 1, resource.fetches.isEmpty, resource.phase.isSettledWithHandle,
+            isOneAnswer(resource), reader.markClosed()
         else { return false }
         closeReader(key: key, firstFetch: reader.firstFetch)
         keptOpen[key] = nil
@@ -105,11 +105,10 @@ extension ProgressiveCache {
         try await retire(resource) {
             try await self.store.remove(key: resource.key)
             let handle = try await self.store.open(key: resource.key)
-            resource.handle = handle
+            resource.update { $0.opened(handle) }
             try await self.firstContact(resource, source: source, handle: handle, first: .whole)
         }
-        defer { resource.openerFetch = nil }
-        return resource.openerFetch.flatMap { resource.fetches[$0] != nil ? $0 : nil }
+        return resource.update { $0.takeOpenerFetch() }.flatMap { resource.fetches[$0] != nil ? $0 : nil }
     }
 
     /// Parks a reader whose refetch others hold back (``refetchOneAnswer(_:)`` said nil), counted

@@ -18,27 +18,34 @@ extension ProgressiveCache {
         keptOpen[source.key] = nil
         if resource.source == nil { resource.source = source }
         do {
-            // The generation this reader's own open filled, once it ran.
+            // The generation this reader's own open ran for, once it ran.
             var opened: Int?
-            // Also while `opening` runs with the length already known: first contact is still
-            // writing the first segment, and a reader that went on now would fetch it again.
-            while resource.handle == nil || resource.info == nil || resource.opening != nil {
-                if let opening = resource.opening {
-                    // The task clears `opening` itself before it finishes: no spin on a done task.
-                    try await opening.value
-                    continue
+            // Waits also while an opening runs with the length already known: first contact is
+            // still writing the first segment, and a reader that went on now would fetch it again.
+            attaching: while true {
+                let action = resource.update { phase in
+                    phase.attach(ownOpen: opened) { generation in
+                        onLoop { try await self.open(resource, generation: generation, first: first, new: new) }
+                    }
                 }
-                // This reader's first contact got an answer of unknown length that was cut off
-                // (and the resource dropped) before the reader could follow it: it fails as
-                // the answer did, as the readers that followed it do. Asking the origin again
-                // would send the same request twice for one client request, which nginx does
-                // not do either once an answer has begun (its proxy_next_upstream retries only
-                // up to the response head).
-                if let opened, let cut = resource.cutOff, cut.generation == opened { throw cut.error }
-                opened = resource.generation
-                let task = onLoop { try await self.open(resource, first: first, new: new) }
-                resource.opening = task
-                try await task.value
+                switch action {
+                case .ready:
+                    break attaching
+                case .join(let task):
+                    // The task moves the phase on itself before it finishes: no spin on a done task.
+                    try await task.value
+                case .opened(let task):
+                    opened = resource.generation
+                    try await task.value
+                case .fail(let error):
+                    // This reader's first contact got an answer of unknown length that was cut
+                    // off (and the resource dropped) before the reader could follow it: it fails
+                    // as the answer did, as the readers that followed it do. Asking the origin
+                    // again would send the same request twice for one client request, which
+                    // nginx does not do either once an answer has begun (its proxy_next_upstream
+                    // retries only up to the response head).
+                    throw error
+                }
             }
         } catch {
             detach(resource)
@@ -60,7 +67,7 @@ extension ProgressiveCache {
             stream.cancel()
             resource.fetches[stream.id]?.task?.cancel()
         }
-        guard resource.users == 0, resource.fetches.isEmpty, resource.opening == nil, resource.handle != nil else {
+        guard resource.users == 0, resource.fetches.isEmpty, resource.phase.isSettledWithHandle else {
             forgetIfIdle(resource)
             return
         }
@@ -101,17 +108,16 @@ extension ProgressiveCache {
         }
     }
 
-    /// Open, and nobody reads, fetches or opens it.
+    /// Open (or held), and nobody reads, fetches or opens it.
     private func isUnused(_ resource: FillResource) -> Bool {
-        resource.users == 0 && resource.fetches.isEmpty && resource.opening == nil && resource.handle != nil
+        resource.users == 0 && resource.fetches.isEmpty && resource.phase.isSettledWithHandle
     }
 
     /// Lets go of a resource nobody used for ``FillOptions/keepOpen`` (or at once with
     /// `force`, on shutdown).
     func closeIfIdle(key: String, force: Bool = false) {
         if !force, let resource = resources[key], isUnused(resource), keptForQuickHits(resource) { return }
-        guard let resource = resources[key], isUnused(resource), let handle = resource.handle,
-            force || ContinuousClock.now - resource.idleSince >= options.keepOpen
+        guard let resource = resources[key], isUnused(resource), force || ContinuousClock.now - resource.idleSince >= options.keepOpen
         else { return }
         keptOpen[key] = nil
         // An answer without a length that ended small is kept as a small object from now on:
@@ -119,8 +125,7 @@ extension ProgressiveCache {
         let threshold = options.smallObjectThreshold
         let movesToSmall = resource.endedWithoutLength && threshold > 0 && (resource.info?.length ?? .max) <= threshold
         resource.endedWithoutLength = false
-        resource.handle = nil
-        resource.info = nil
+        guard let handle = resource.update({ $0.close() }) else { return }
         resource.outcomes.removeAll()
         let id = takeID()
         // On the request's loop when there is one (a resource closed beyond the kept-open

@@ -16,12 +16,12 @@ extension ProgressiveCache {
         if let running = smallContacts[source.key] {
             _ = try? await withCheckedThrowingContinuation { running.waiters.append($0) }
         }
-        let inUse = resources[source.key].map { $0.handle != nil || $0.opening != nil } ?? false
+        let inUse = resources[source.key].map { $0.handle != nil || $0.phase.running != nil } ?? false
         // The store's entry, not its length: the catalog learns a resource's length only when
         // the resource is released, and one closing after its last reader is still stored.
         if !inUse, await !hasEntry(source.key) {
             // Re-check after the await: a first contact may have begun meanwhile.
-            if resources[source.key].map({ $0.handle != nil || $0.opening != nil }) == true { return try await open(source) }
+            if resources[source.key].map({ $0.handle != nil || $0.phase.running != nil }) == true { return try await open(source) }
             return try await openSmallIfStored(source)
         }
         return try await open(source)
@@ -70,7 +70,7 @@ extension ProgressiveCache {
             try await Self.store(head, in: handle.file)
             // Re-check after the awaits: a replacement may have come meanwhile.
             guard resource.handle === handle else { return false }
-            resource.info?.stored = head
+            resource.update { $0.updateInfo { $0.stored = head } }
             return true
         }
         // Not open here (a background revalidation that outlived its reader): open it for the
@@ -91,7 +91,9 @@ extension ProgressiveCache {
         try await handle.release()
         // A reader that opened it meanwhile read the old head; the next one reads this.
         if let resource = resources[key], let handle = resource.handle, resource.info != nil {
-            resource.info?.stored = StoredHead(await handle.file.metadata)
+            let head = StoredHead(await handle.file.metadata)
+            // Re-check after the await: a replacement may have come meanwhile.
+            if resource.handle === handle { resource.update { $0.updateInfo { $0.stored = head } } }
         }
         return true
     }
@@ -118,7 +120,7 @@ extension ProgressiveCache {
         await settleSmall(key: key)
         if let resource = resources[key] {
             // A first contact or a replacement in flight ends first; then its result is dropped.
-            while let opening = resource.opening { _ = try? await opening.value }
+            while let running = resource.phase.running { _ = try? await running.value }
             // Re-check after the awaits: another invalidation may have dropped it meanwhile.
             if resource.handle != nil {
                 count { $0.invalidations += 1 }

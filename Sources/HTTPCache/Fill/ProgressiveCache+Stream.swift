@@ -43,7 +43,7 @@ extension ProgressiveCache {
             try await file.setLength(arrived.end)
             try await file.commit()
             guard resource.generation == generation else { throw CancellationError() }
-            resource.info?.length = arrived.end
+            resource.update { $0.updateInfo { $0.length = arrived.end } }
             resource.endedWithoutLength = true
             resource.stream = nil
         } catch {
@@ -57,7 +57,7 @@ extension ProgressiveCache {
         if let failure = stream.failure, resource.generation == generation {
             // Cut off: what arrived is not the resource. Readers that followed it fail with
             // the stream's error; the files go.
-            resource.cutOff = (generation, failure)
+            resource.update { $0.noteCutOff(generation: generation, error: failure) }
             count { $0.invalidations += 1 }
             try? await retire(resource) { _ = try? await self.store.remove(key: resource.key) }
         }

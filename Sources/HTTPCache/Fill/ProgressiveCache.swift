@@ -70,7 +70,7 @@ public actor ProgressiveCache {
 
     package var activity: Activity {
         var activity = Activity()
-        for resource in resources.values where resource.handle != nil || resource.opening != nil {
+        for resource in resources.values where resource.handle != nil || resource.phase.running != nil {
             activity.openResources += 1
             activity.fetchesInFlight += resource.fetches.values.filter { $0.task != nil }.count
             activity.readers += resource.users
@@ -189,25 +189,18 @@ public actor ProgressiveCache {
 final class FillResource {
     let key: String
     /// The cache's quick hits: an entry for this key stands for ``handle`` and ``info`` as they
-    /// are, so any change to either removes it.
+    /// are, so any change to either removes it (``update(_:)``).
     let quickHits: QuickHits
     var source: (any RangeSource)?
+    /// Which phase the resource is in (closed, opening, open, held, replacing) and what that
+    /// phase holds. Changed only through ``update(_:)``.
+    private(set) var phase = FillPhase<ResourceHandle>()
     /// Held while anyone reads or fetches: the store never evicts a pinned resource.
-    var handle: ResourceHandle? {
-        didSet { quickHits.remove(key) }
-    }
-    var info: ContentInfo? {
-        didSet { quickHits.remove(key) }
-    }
+    var handle: ResourceHandle? { phase.handle }
+    var info: ContentInfo? { phase.info }
     /// Bumped when the resource changed on the origin and its cached bytes were dropped.
-    var generation = 0
+    var generation: Int { phase.generation }
     var users = 0
-    /// Opening and first contact, shared by the readers that arrive meanwhile.
-    var opening: Task<Void, Error>?
-    /// The fetch first contact started with the origin's answer to the opener's own request,
-    /// holding one interest for the opener until the opener takes it (``CacheReader``, or the
-    /// reader's ``ProgressiveCache/serve`` walk).
-    var openerFetch: Int?
     var fetches: [Int: Fetch] = [:]
     /// The origin answered a range request with the whole resource: one fetch reads it on to
     /// the end (``ProgressiveCache/claimOnward``) and no read-ahead splits it further.
@@ -219,18 +212,8 @@ final class FillResource {
     /// no byte, so a refetch cuts none of them off, and readers that all wait for one must not
     /// wait for each other (``ProgressiveCache/refetchOneAnswer(_:)``).
     var refetchWaiting = 0
-    /// The first-contact answer a small-object attempt received and found too large (or
-    /// ranged): the sparse first contact uses it instead of asking again.
-    var firstResponse: RangeResponse?
-    /// What ``firstResponse`` was asked for (nil: the whole), and the promotion its
-    /// connection was taken with.
-    var firstAsked: Range<Int64>?
-    var firstPromotion: ConnectionLimiter.Promotion?
     /// The answer of unknown length being received, while it is (``StreamFill``).
     var stream: StreamFill?
-    /// The last answer of unknown length that was cut off, with the generation it filled: the
-    /// reader whose first contact brought it fails with its error (see ``ProgressiveCache/attach(_:first:new:)``).
-    var cutOff: (generation: Int, error: any Error)?
     /// Segment -> the fetch bringing it.
     var owner: [Int: Int] = [:]
     /// Fetches that have handed their segments back. A look at the missing ranges taken
@@ -275,6 +258,15 @@ final class FillResource {
     init(key: String, quickHits: QuickHits) {
         self.key = key
         self.quickHits = quickHits
+    }
+
+    /// Applies a transition of ``phase``. One that changes the handle or the info removes the
+    /// key's quick hit, which stands for both as they were.
+    @discardableResult
+    func update<Result>(_ transition: (inout FillPhase<ResourceHandle>) throws -> Result) rethrows -> Result {
+        let content = phase.content
+        defer { if phase.content != content { quickHits.remove(key) } }
+        return try transition(&phase)
     }
 
     /// A fetch reads a whole answer on to the end: no read-ahead may split it.
