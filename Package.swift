@@ -15,10 +15,13 @@ let package = Package(
         // The only C in the project: syscalls Swift cannot call directly (_GNU_SOURCE functions,
         // macros), the CRC32C instruction, and the seam where fault injection sits.
         .target(name: "CShim", path: "CShim"),
+        // What every layer above shares and that is not storage: the lock, the blocking-work
+        // bridge, the event loop and fault scope task-locals, JSON text for log lines.
+        .target(name: "SparseCacheBase", dependencies: ["CShim"], path: "Sources/SparseCacheBase"),
         // The library, one module per layer; each depends only on the layers below it, in the
         // order docs/ARCHITECTURE.md gives (ArchitectureTests checks the graph against it).
         // The engine: one resource, its index format, commit protocol, I/O, verify, faults.
-        .target(name: "SparseCacheEngine", dependencies: ["CShim"], path: "Sources/SparseCacheEngine"),
+        .target(name: "SparseCacheEngine", dependencies: ["SparseCacheBase", "CShim"], path: "Sources/SparseCacheEngine"),
         // A directory of resources under a byte budget.
         .target(name: "SparseCacheStore", dependencies: ["SparseCacheEngine"], path: "Sources/SparseCacheStore"),
         // HTTP/1.1 that knows nothing of caching: messages, parsers, chunked codec, ranges,
