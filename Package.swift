@@ -26,9 +26,9 @@ let package = Package(
         .target(name: "SparseCacheStore", dependencies: ["SparseCacheEngine"], path: "Sources/SparseCacheStore"),
         // HTTP/1.1 that knows nothing of caching: messages, parsers, chunked codec, ranges,
         // sockets, the server loop and the origin client with its connection pool.
-        .target(name: "SparseHTTP", dependencies: ["SparseCacheEngine", "CShim"], path: "Sources/SparseHTTP"),
+        .target(name: "SparseHTTP", dependencies: ["SparseCacheBase", "CShim"], path: "Sources/SparseHTTP"),
         // The cache over HTTP: fill-through from origins and the caching proxy.
-        .target(name: "HTTPCache", dependencies: ["SparseCacheStore", "SparseHTTP"], path: "Sources/HTTPCache"),
+        .target(name: "HTTPCache", dependencies: ["SparseCacheStore", "SparseHTTP", "SparseCacheBase"], path: "Sources/HTTPCache"),
         // One import for library users: re-exports every layer.
         .target(
             name: "SparseCache", dependencies: ["HTTPCache", "SparseHTTP", "SparseCacheStore", "SparseCacheEngine"],

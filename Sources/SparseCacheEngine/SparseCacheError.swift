@@ -1,6 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import SparseCacheBase
 
 /// The one error type of sparsecache: a stable code plus the context an operator needs to act.
 ///
@@ -101,7 +99,6 @@ public struct SparseCacheError: Error, Sendable, CustomStringConvertible, Equata
 
     /// The C library's text for an error number.
     public static func errnoText(_ number: Int32) -> String {
-        guard let text = strerror(number) else { return "errno \(number)" }
-        return String(cString: text)
+        ErrnoText.describe(number)
     }
 }

@@ -14,7 +14,7 @@ extension ProgressiveCache {
     /// window that grows as it reads on (``FillOptions/readAhead``). `deliver` nil only brings
     /// the bytes in (prefetch); the walk goes on only when it returns (a slow reader holds back
     /// its own reads). `generation`, when given, is the version the reader was promised
-    /// (``CacheReader``): a resource replaced since then fails with `.originChanged` before any
+    /// (``CacheReader``): a resource replaced since then fails with ``OriginError`` `.changed` before any
     /// byte.
     func serve(
         _ source: any RangeSource, range: Range<Int64>?,
@@ -28,8 +28,8 @@ extension ProgressiveCache {
         // version is gone (replaced, or an answer without a length was cut off and dropped), it
         // fails here, before `attach` could ask the origin for a new one only to refuse it.
         if let expected, resources[source.key]?.generation != expected {
-            throw SparseCacheError(
-                .originChanged, operation: "read", path: source.key,
+            throw OriginError(
+                .changed, operation: "read", key: source.key,
                 detail: "the version opened is gone: it changed on the origin, or its answer (without a length) was cut off")
         }
         // A key neither open here nor stored: first contact asks while the files are made. (A
@@ -53,8 +53,8 @@ extension ProgressiveCache {
         var generation = resource.generation
         var delivered = expected != nil
         if let expected, expected != generation {
-            throw SparseCacheError(
-                .originChanged, operation: "read", path: resource.key, detail: "the resource changed on the origin after it was opened")
+            throw OriginError(
+                .changed, operation: "read", key: resource.key, detail: "the resource changed on the origin after it was opened")
         }
         var waited = false
         // Whether this reader had bytes from memory, before they were durable.
@@ -71,8 +71,8 @@ extension ProgressiveCache {
             if resource.generation != generation {
                 // The origin changed: never hand one reader bytes of two versions.
                 if delivered {
-                    throw SparseCacheError(
-                        .originChanged, operation: "read", path: resource.key, offset: position,
+                    throw OriginError(
+                        .changed, operation: "read", key: resource.key, offset: position,
                         detail: "the resource changed on the origin after \(position - (range?.lowerBound ?? 0)) bytes were read")
                 }
                 generation = resource.generation
@@ -84,13 +84,13 @@ extension ProgressiveCache {
                     try await opening.value
                     continue
                 }
-                throw SparseCacheError(.originUnavailable, operation: "read", path: resource.key, detail: "the resource is not open")
+                throw OriginError(.unavailable, operation: "read", key: resource.key, detail: "the resource is not open")
             }
             guard let length = info.length else {
                 // An answer of unknown length still arriving: follow it.
                 guard let stream = resource.stream else {
-                    throw SparseCacheError(
-                        .originUnavailable, operation: "read", path: resource.key, detail: "the body of unknown length did not end")
+                    throw OriginError(
+                        .unavailable, operation: "read", key: resource.key, detail: "the body of unknown length did not end")
                 }
                 if let failure = stream.failure { throw failure }
                 let limit = range?.upperBound ?? .max
@@ -201,8 +201,8 @@ extension ProgressiveCache {
                 // No strong validator, and the answer that filled the resource ended before this
                 // byte: no other answer may add to it (RFC 9111 section 3.4).
                 if delivered {
-                    throw SparseCacheError(
-                        .originUnavailable, operation: "read", path: resource.key, offset: position,
+                    throw OriginError(
+                        .unavailable, operation: "read", key: resource.key, offset: position,
                         detail: "the origin's answer ended before this byte, and without a strong validator it cannot be resumed"
                             + " from another answer (RFC 9111 section 3.4)")
                 }
