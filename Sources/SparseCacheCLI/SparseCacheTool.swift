@@ -213,9 +213,7 @@ enum ExitStatus {
         case .notFound: noInput
         case .io where error.errno == EACCES || error.errno == EPERM: noPermission
         case .io, .needsReopen, .closed: ioError
-        case .locked, .originChanged: locked
-        case .originUnavailable: originUnavailable
-        case .origin: originError
+        case .locked: locked
         }
     }
 
