@@ -22,17 +22,20 @@ let package = Package(
         // The only C in the project: syscalls Swift cannot call directly (_GNU_SOURCE functions,
         // macros), the CRC32C instruction, and the seam where fault injection sits.
         .target(name: "CShim", path: "CShim"),
+        // What every layer above shares and that is not storage: the lock, the blocking-work
+        // bridge, the event loop and fault scope task-locals, JSON text for log lines.
+        .target(name: "SparseCacheBase", dependencies: ["CShim"], path: "Sources/SparseCacheBase"),
         // The library, one module per layer; each depends only on the layers below it, in the
         // order docs/ARCHITECTURE.md gives (ArchitectureTests checks the graph against it).
         // The engine: one resource, its index format, commit protocol, I/O, verify, faults.
-        .target(name: "SparseCacheEngine", dependencies: ["CShim"], path: "Sources/SparseCacheEngine"),
+        .target(name: "SparseCacheEngine", dependencies: ["SparseCacheBase", "CShim"], path: "Sources/SparseCacheEngine"),
         // A directory of resources under a byte budget.
         .target(name: "SparseCacheStore", dependencies: ["SparseCacheEngine"], path: "Sources/SparseCacheStore"),
         // HTTP/1.1 that knows nothing of caching: messages, parsers, chunked codec, ranges,
         // sockets, the server loop and the origin client with its connection pool.
-        .target(name: "SparseHTTP", dependencies: ["SparseCacheEngine", "CShim"], path: "Sources/SparseHTTP"),
+        .target(name: "SparseHTTP", dependencies: ["SparseCacheBase", "CShim"], path: "Sources/SparseHTTP"),
         // The cache over HTTP: fill-through from origins and the caching proxy.
-        .target(name: "HTTPCache", dependencies: ["SparseCacheStore", "SparseHTTP"], path: "Sources/HTTPCache"),
+        .target(name: "HTTPCache", dependencies: ["SparseCacheStore", "SparseHTTP", "SparseCacheBase"], path: "Sources/HTTPCache"),
         // One import for library users: re-exports every layer.
         .target(
             name: "SparseCache", dependencies: ["HTTPCache", "SparseHTTP", "SparseCacheStore", "SparseCacheEngine"],

@@ -88,6 +88,12 @@ enum SparseCacheTool {
                 error.code == .corruptIndex && name != VerifyCommand.name
                 ? "\n'sparsecache verify <file>' says what can be recovered; 'verify --repair' recovers it." : ""
             return fail(name, "\(error)", code: error.code.rawValue, status: ExitStatus.of(error), json: json, hint: hint)
+        } catch let error as OriginError {
+            let (code, status) = ExitStatus.of(error)
+            return fail(name, "\(error)", code: code, status: status, json: json)
+        } catch let error as HTTPError {
+            let (code, status) = ExitStatus.of(error)
+            return fail(name, "\(error)", code: code, status: status, json: json)
         } catch {
             return fail(name, "\(error)", code: "software", status: ExitStatus.software, json: json)
         }
@@ -207,9 +213,31 @@ enum ExitStatus {
         case .notFound: noInput
         case .io where error.errno == EACCES || error.errno == EPERM: noPermission
         case .io, .needsReopen, .closed: ioError
-        case .locked, .originChanged: locked
-        case .originUnavailable: originUnavailable
-        case .origin: originError
+        case .locked: locked
+        }
+    }
+
+    /// The `--json` code and the exit status of an origin's error. The codes are the ones
+    /// scripts read (`origin`, `originUnavailable`, `originChanged`), whichever layer failed.
+    static func of(_ error: OriginError) -> (code: String, status: Int32) {
+        switch error.kind {
+        case .badAnswer, .notAllowed: ("origin", originError)
+        case .unavailable, .timedOut: ("originUnavailable", originUnavailable)
+        case .changed: ("originChanged", locked)
+        }
+    }
+
+    /// The `--json` code and the exit status of an HTTP error (a running server's admin
+    /// listener, a port to listen on): a peer that cannot be reached is `originUnavailable`,
+    /// one that answers garbage `origin`, a socket call that failed `io`.
+    static func of(_ error: HTTPError) -> (code: String, status: Int32) {
+        switch error.kind {
+        case .timedOut, .connectFailed, .unresolved, .connectionLost: ("originUnavailable", originUnavailable)
+        case .malformed, .notAllowed: ("origin", originError)
+        case .closed: ("closed", ioError)
+        case .io where error.errno == EACCES || error.errno == EPERM: ("io", noPermission)
+        case .io: ("io", ioError)
+        case .invalidArgument: ("invalidArgument", usage)
         }
     }
 }

@@ -1,8 +1,8 @@
-#if canImport(Glibc)
-import Glibc
-#endif
+import SparseCacheBase
 
-/// The one error type of sparsecache: a stable code plus the context an operator needs to act.
+/// The error of the engine and the store: a stable code plus the context an operator needs to
+/// act. It names storage problems only; SparseHTTP throws its own `HTTPError`, the HTTP cache an
+/// `OriginError` for what an origin did (docs/ARCHITECTURE.md, "Errors").
 ///
 /// Its description reads like
 /// `pwrite failed for 'movie.bin' at offset 8192 (65536 bytes): No space left on device (errno 28)`.
@@ -29,16 +29,6 @@ public struct SparseCacheError: Error, Sendable, CustomStringConvertible, Equata
         case closed
         /// An earlier durability failure (fsync error) poisoned the resource: reopen it.
         case needsReopen
-        /// The origin answered, but not with the resource: 404, 403, a range past its end, a
-        /// malformed response. Asking again will not help; `detail` names the status.
-        case origin
-        /// The origin could not be reached or failed in a way that may pass (connection
-        /// refused or cut, a timeout, 5xx), and the retries ran out.
-        case originUnavailable
-        /// The resource changed on the origin while it was being read: the cached bytes of the
-        /// old version were dropped, and a reader that had begun on them is stopped here
-        /// rather than handed bytes of two versions.
-        case originChanged
     }
 
     public var code: Code
@@ -56,18 +46,11 @@ public struct SparseCacheError: Error, Sendable, CustomStringConvertible, Equata
     public var missing: [Range<Int64>]
     /// For `.corruptData`: the damaged segment numbers.
     public var segments: [Int]
-    /// For `.origin` and `.originUnavailable`: the HTTP status the origin answered, when it
-    /// answered one (a proxy passes a 404 on as a 404).
-    public var httpStatus: Int?
-    /// For `.originUnavailable`: the origin took too long (no answer, or a body that stopped
-    /// coming) rather than being unreachable. A proxy answers it 504, not 502, and does not
-    /// retry it.
-    public var timedOut = false
 
     public init(
         _ code: Code, operation: String, path: String? = nil, offset: Int64? = nil,
         length: Int64? = nil, errno: Int32? = nil, detail: String? = nil,
-        missing: [Range<Int64>] = [], segments: [Int] = [], httpStatus: Int? = nil
+        missing: [Range<Int64>] = [], segments: [Int] = []
     ) {
         self.code = code
         self.operation = operation
@@ -78,7 +61,6 @@ public struct SparseCacheError: Error, Sendable, CustomStringConvertible, Equata
         self.detail = detail
         self.missing = missing
         self.segments = segments
-        self.httpStatus = httpStatus
     }
 
     public var description: String {
@@ -101,7 +83,6 @@ public struct SparseCacheError: Error, Sendable, CustomStringConvertible, Equata
 
     /// The C library's text for an error number.
     public static func errnoText(_ number: Int32) -> String {
-        guard let text = strerror(number) else { return "errno \(number)" }
-        return String(cString: text)
+        ErrnoText.describe(number)
     }
 }

@@ -77,8 +77,8 @@ struct ArchitectureTests {
         let layers = try Self.documentedLayers()
         #expect(
             layers == [
-                "CShim", "SparseCacheEngine", "SparseCacheStore", "SparseHTTP", "HTTPCache", "SparseCache", "SparseCacheTesting",
-                "SparseCacheCLI",
+                "CShim", "SparseCacheBase", "SparseCacheEngine", "SparseCacheStore", "SparseHTTP", "HTTPCache", "SparseCache",
+                "SparseCacheTesting", "SparseCacheCLI",
             ])
         let graph = try await Self.describedTargets()
         #expect(Set(layers).isSubset(of: graph.keys), "every documented layer is a target: \(graph.keys.sorted())")
@@ -184,7 +184,7 @@ struct ArchitectureTests {
         }
         #expect(bare.isEmpty, "Mutex made directly in \(bare): use Lock")
         // The pattern is real: Lock itself makes one.
-        let lock = try String(contentsOfFile: Self.root + "/Sources/SparseCacheEngine/IO/Lock.swift", encoding: .utf8)
+        let lock = try String(contentsOfFile: Self.root + "/Sources/SparseCacheBase/IO/Lock.swift", encoding: .utf8)
         #expect(lock.contains(made))
     }
 }

@@ -119,7 +119,7 @@ struct FillReplaceTests {
                     // Open-ended, as a player asks: first contact asks for a window, not all.
                     let bytes = try await collect(cache.read(source, range: 0..<Int64.max))
                     outcome.withLock { $0 = bytes == second ? "second version" : "wrong bytes" }
-                } catch let error as SparseCacheError where error.code == .originChanged {
+                } catch let error as OriginError where error.kind == .changed {
                     outcome.withLock { $0 = "originChanged" }
                 } catch {
                     outcome.withLock { $0 = "\(error)" }
@@ -196,7 +196,7 @@ struct FillReplaceTests {
                                         tally.problems.append("\(bytes.count) bytes of neither version")
                                     }
                                 }
-                            } catch let error as SparseCacheError where error.code == .originChanged {
+                            } catch let error as OriginError where error.kind == .changed {
                                 tally.counts.withLock { $0.changed += 1 }
                             } catch {
                                 tally.counts.withLock { $0.problems.append("\(error)") }

@@ -89,7 +89,7 @@ final class CutUnknownLengthSource: RangeSource, Sendable {
 
     func cut() {
         for continuation in state.withLock({ $0.continuations }) {
-            continuation.finish(throwing: SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "cut inside the body"))
+            continuation.finish(throwing: OriginError(.unavailable, operation: "fetch", key: key, detail: "cut inside the body"))
         }
     }
 
@@ -254,8 +254,8 @@ struct FillTests {
         do {
             for try await chunk in fixture.cache.read(http) { received += chunk }
             Issue.record("the cut answer was completed from another one")
-        } catch let error as SparseCacheError {
-            #expect(error.code == .originUnavailable, "\(error)")
+        } catch let error as OriginError {
+            #expect(error.kind == .unavailable, "\(error)")
         }
         #expect(received == Array(old.prefix(received.count)) && received.count < size)
         #expect(origin.requestLog().allSatisfy { $0.header("range") == nil }, "no resume by range: \(origin.requestLog())")
@@ -607,7 +607,7 @@ struct FillTests {
             guard ContinuousClock.now < deadline else { throw OriginFailure("the cut answer was never dropped") }
             try await Task.sleep(for: .milliseconds(5))
         }
-        await #expect(throws: SparseCacheError.self) { try await reader.read(0..<Int64.max) { _ in } }
+        await #expect(throws: OriginError.self) { try await reader.read(0..<Int64.max) { _ in } }
         await reader.close()
         try await fixture.settled()
         #expect(source.requests == 1, "one origin request: \(source.requests)")
@@ -638,7 +638,7 @@ struct FillTests {
         var stopped = false
         do {
             for try await chunk in fixture.cache.read(http) { got += chunk }
-        } catch let error as SparseCacheError where error.code == .originChanged {
+        } catch let error as OriginError where error.kind == .changed {
             stopped = true
         }
         #expect(stopped || got == new, "neither stopped nor the new version")
@@ -658,11 +658,11 @@ struct FillTests {
         options.retries = 2
         let fixture = try await FillFixture("fill-errors", options: options)
         let missing = try HTTPRangeSource(url: origin.url("nope.bin"))
-        let notFound = await expectError(.origin) { _ = try await collect(fixture.cache.read(missing)) }
+        let notFound = await expectOriginError(.badAnswer) { _ = try await collect(fixture.cache.read(missing)) }
         #expect(notFound?.description.contains("404") == true, "\(String(describing: notFound))")
         let closedPort = try Loopback.freePort()
         let nobody = try HTTPRangeSource(url: URL(string: "http://127.0.0.1:\(closedPort)/x.bin")!)
-        await expectError(.originUnavailable) { _ = try await collect(fixture.cache.read(nobody)) }
+        await expectOriginError(.unavailable) { _ = try await collect(fixture.cache.read(nobody)) }
         #expect(throws: SparseCacheError.self) { _ = try HTTPRangeSource(url: URL(string: "ftp://127.0.0.1/x")!) }
 
         // An origin that answers nothing for longer than the timeout: 'unavailable' once the
@@ -674,11 +674,11 @@ struct FillTests {
         let slow = try await OriginServer.faulty(root: stalled.path)
         defer { slow.stop() }
         let impatient = try HTTPRangeSource(url: slow.url("stall.bin"), timeout: .seconds(1))
-        let timedOut = await expectError(.originUnavailable) {
+        let timedOut = await expectOriginError(.timedOut) {
             _ = try await collect(fixture.cache.read(impatient, range: 0..<100_000))
         }
         #expect(timedOut?.description.lowercased().contains("timed out") == true, "\(String(describing: timedOut))")
-        #expect(timedOut?.timedOut == true && timedOut?.isTimeout == true, "marked as a timeout: \(String(describing: timedOut))")
+        #expect(timedOut?.transport?.kind == .timedOut, "the transport's timeout, carried: \(String(describing: timedOut))")
         try await fixture.close()
     }
 

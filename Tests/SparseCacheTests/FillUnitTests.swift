@@ -78,22 +78,22 @@ struct FillUnitTests {
         #expect(partial.0.validator.etag == "\"v1\"" && partial.0.contentType == "video/mp4")
         let whole = try interpret(response(200, ["Content-Length": "1000"]), requested: 100..<200, key: "k")
         #expect(whole.1 == 0)
-        #expect(throws: SparseCacheError.self) {
+        #expect(throws: OriginError.self) {
             _ = try interpret(response(206, ["Content-Range": "bytes 0-99/1000"]), requested: 100..<200, key: "k")
         }
-        #expect(throws: SparseCacheError.self) { _ = try interpret(response(206, [:]), requested: 0..<1, key: "k") }
+        #expect(throws: OriginError.self) { _ = try interpret(response(206, [:]), requested: 0..<1, key: "k") }
         do {
             _ = try interpret(response(416, ["Content-Range": "bytes */1000"]), requested: 5000..<6000, key: "k")
             Issue.record("416 was accepted")
-        } catch let error as SparseCacheError {
-            #expect(error.code == .origin && error.description.contains("416") && error.description.contains("1000"), "\(error)")
+        } catch let error as OriginError {
+            #expect(error.kind == .badAnswer && error.status == 416 && error.description.contains("416") && error.description.contains("1000"), "\(error)")
         }
-        for (status, code) in [(404, SparseCacheError.Code.origin), (403, .origin), (503, .originUnavailable), (500, .originUnavailable)] {
+        for (status, code) in [(404, OriginError.Kind.badAnswer), (403, .badAnswer), (503, .unavailable), (500, .unavailable)] {
             do {
                 _ = try interpret(response(status, [:]), requested: 0..<1, key: "k")
                 Issue.record("\(status) was accepted")
-            } catch let error as SparseCacheError {
-                #expect(error.code == code && error.description.contains(String(status)), "\(error)")
+            } catch let error as OriginError {
+                #expect(error.kind == code && error.status == status && error.description.contains(String(status)), "\(error)")
             }
         }
     }

@@ -129,7 +129,7 @@ struct HTTPTransportTests {
         var info: ContentInfo?
         var offset: Int64?
         var body: [UInt8]?
-        var error: SparseCacheError.Code?
+        var error: OriginError.Kind?
 
         var description: String {
             "Outcome(info: \(String(describing: info)), offset: \(String(describing: offset)), "
@@ -148,8 +148,8 @@ struct HTTPTransportTests {
                 return StoredHead(headers: HTTPHeaders(fields), requestTime: 0, responseTime: 0)
             }
             return (Outcome(info: info, offset: response.offset, body: try await body(response)), "")
-        } catch let error as SparseCacheError {
-            return (Outcome(error: error.code), error.description)
+        } catch let error as OriginError {
+            return (Outcome(error: error.kind), error.description)
         } catch {
             return (Outcome(), "\(error)")
         }
@@ -168,8 +168,8 @@ struct HTTPTransportTests {
             ("movie.bin", nil, nil, Outcome(offset: 0, body: bytes)),
             ("movie.bin", 500..<600, stale, Outcome(offset: 0, body: bytes)),
             ("moved.bin", 10..<20, nil, Outcome(offset: 10, body: Array(bytes[10..<20]))),
-            ("nope.bin", 0..<10, nil, Outcome(error: .origin)),
-            ("movie.bin", 5_000_000..<5_000_010, nil, Outcome(error: .origin)),
+            ("nope.bin", 0..<10, nil, Outcome(error: .badAnswer)),
+            ("movie.bin", 5_000_000..<5_000_010, nil, Outcome(error: .badAnswer)),
         ]
         for (name, range, validator, expected) in cases {
             let own = try HTTPRangeSource(url: origin.url(name))
@@ -239,23 +239,23 @@ struct HTTPTransportTests {
 
     @Test("malformed or cut responses are clear errors: 'origin' for nonsense, 'unavailable' for a cut")
     func badResponses() async throws {
-        let cases: [(String, SparseCacheError.Code, String)] = [
-            ("SSH-2.0-OpenSSH_9.6\r\n", .origin, "malformed"),
-            ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", .origin, "Transfer-Encoding"),
-            ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello", .origin, "Content-Length"),
-            ("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", .originUnavailable, "cut"),
-            ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel", .originUnavailable, "cut"),
-            ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n", .origin, "chunked"),
-            ("HTTP/1.1 200 OK\r\nContent-Le", .originUnavailable, "closed"),
-            ("", .originUnavailable, "without answering"),
-            ("HTTP/1.1 302 Found\r\nLocation: /file.bin\r\nContent-Length: 0\r\n\r\n", .origin, "redirects"),
-            ("HTTP/1.1 302 Found\r\nLocation: ftp://127.0.0.1/x\r\nContent-Length: 0\r\n\r\n", .origin, "location"),
+        let cases: [(String, OriginError.Kind, String)] = [
+            ("SSH-2.0-OpenSSH_9.6\r\n", .badAnswer, "malformed"),
+            ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", .badAnswer, "Transfer-Encoding"),
+            ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello", .badAnswer, "Content-Length"),
+            ("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", .unavailable, "cut"),
+            ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel", .unavailable, "cut"),
+            ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n", .badAnswer, "chunked"),
+            ("HTTP/1.1 200 OK\r\nContent-Le", .unavailable, "closed"),
+            ("", .unavailable, "without answering"),
+            ("HTTP/1.1 302 Found\r\nLocation: /file.bin\r\nContent-Length: 0\r\n\r\n", .badAnswer, "redirects"),
+            ("HTTP/1.1 302 Found\r\nLocation: ftp://127.0.0.1/x\r\nContent-Length: 0\r\n\r\n", .badAnswer, "location"),
         ]
         for (text, code, words) in cases {
             let origin = try CannedOrigin.text(text)
             defer { origin.stop() }
             let source = try HTTPRangeSource(url: origin.url)
-            let error = await expectError(code, text.debugDescription) {
+            let error = await expectOriginError(code, text.debugDescription) {
                 let response = try await source.fetch(0..<100, validator: nil)
                 return try await Self.body(response)
             }

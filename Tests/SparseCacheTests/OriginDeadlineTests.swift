@@ -24,12 +24,12 @@ struct OriginDeadlineTests {
         }
 
         let armedAt = ContinuousClock.now
-        let failure = await #expect(throws: SparseCacheError.self) {
+        let failure = await #expect(throws: HTTPError.self) {
             try await deadlines.within(late, until: armedAt + .milliseconds(100), reason: "no answer in time") {
                 _ = try await late.receive(maximum: 16)
             }
         }
-        #expect(failure?.code == .closed && failure?.detail == "no answer in time", "\(String(describing: failure))")
+        #expect(failure?.kind == .timedOut && failure?.detail == "no answer in time", "\(String(describing: failure))")
         #expect(ContinuousClock.now - armedAt >= .milliseconds(100), "closed before its deadline")
 
         let answered = try await deadlines.within(onTime, until: .now + .milliseconds(100), reason: "no answer in time") {
@@ -58,8 +58,8 @@ struct OriginDeadlineTests {
 
         let noHead = try HTTPRangeSource(
             url: silent.url, timeout: .seconds(1), limiter: nil, transport: .automatic, pool: OriginConnectionPool())
-        let headError = await #expect(throws: SparseCacheError.self) { _ = try await noHead.fetch(nil, validator: nil) }
-        #expect(headError?.code == .originUnavailable, "\(String(describing: headError))")
+        let headError = await #expect(throws: OriginError.self) { _ = try await noHead.fetch(nil, validator: nil) }
+        #expect(headError?.kind == .timedOut, "\(String(describing: headError))")
         #expect(headError?.detail?.contains("no answer from the origin within") == true, "\(String(describing: headError))")
 
         // A limit the head meets even while the whole suite loads the machine (5 s did not, in
@@ -68,11 +68,11 @@ struct OriginDeadlineTests {
             url: stopping.url, timeout: .seconds(30), limiter: nil, transport: .automatic, pool: OriginConnectionPool())
         let response = try await cutShort.fetch(nil, validator: nil)
         var received = 0
-        let bodyError = await #expect(throws: SparseCacheError.self) {
+        let bodyError = await #expect(throws: OriginError.self) {
             for try await chunk in response.body { received += chunk.count }
         }
         #expect(received == 10)
-        #expect(bodyError?.code == .originUnavailable, "\(String(describing: bodyError))")
+        #expect(bodyError?.kind == .timedOut, "\(String(describing: bodyError))")
         #expect(bodyError?.detail?.contains("timed out") == true, "\(String(describing: bodyError))")
     }
 }

@@ -89,8 +89,8 @@ struct SocketTests {
         }.unwrapped("the descriptor was given back before the connection was closed")
         #expect(sourcesGone, "the readiness sources were never cancelled")
         #expect(descriptor.use { _ in true } == nil, "a closed connection's descriptor was handed out after its last call")
-        await #expect(throws: SparseCacheError.self) { _ = try await client.receive(maximum: 16) }
-        await #expect(throws: SparseCacheError.self) { try await client.send([1, 2, 3]) }
+        await #expect(throws: HTTPError.self) { _ = try await client.receive(maximum: 16) }
+        await #expect(throws: HTTPError.self) { try await client.send([1, 2, 3]) }
         #expect(!client.isIdleUsable)
     }
 
@@ -283,10 +283,10 @@ struct SocketReactorTests {
         try await Task.sleep(for: .milliseconds(50))
         readiness.signal()
         try await waited.value
-        readiness.close(SparseCacheError(.closed, operation: "test", detail: "closed"))
-        await #expect(throws: SparseCacheError.self) { try await readiness.wait() }
+        readiness.close(HTTPError(.closed, operation: "test", detail: "closed"))
+        await #expect(throws: HTTPError.self) { try await readiness.wait() }
         readiness.signal()
-        await #expect(throws: SparseCacheError.self, "a signal after the close does not reopen it") { try await readiness.wait() }
+        await #expect(throws: HTTPError.self, "a signal after the close does not reopen it") { try await readiness.wait() }
     }
 
     @Test("a close wakes the waiter with the reason; cancelling the waiting task wakes it with CancellationError")
@@ -294,8 +294,8 @@ struct SocketReactorTests {
         let readiness = Readiness()
         let waiting = Task { try await readiness.wait() }
         try await Task.sleep(for: .milliseconds(20))
-        readiness.close(SparseCacheError(.closed, operation: "test", detail: "gone"))
-        await #expect(throws: SparseCacheError.self) { try await waiting.value }
+        readiness.close(HTTPError(.closed, operation: "test", detail: "gone"))
+        await #expect(throws: HTTPError.self) { try await waiting.value }
         let other = Readiness()
         let cancelled = Task { try await other.wait() }
         try await Task.sleep(for: .milliseconds(20))

@@ -59,7 +59,7 @@ extension ProgressiveCache {
 
     /// The step before closing the store: stops every fetch in flight, waits until each has
     /// committed what it received, and closes the resources kept open for reuse. Readers
-    /// waiting on those fetches get `.originUnavailable` or see the bytes that arrived.
+    /// waiting on those fetches get ``OriginError`` `.unavailable` or see the bytes that arrived.
     public func shutdown() async {
         let tasks = resources.values.flatMap { $0.fetches.values.compactMap(\.task) }
         for task in tasks { task.cancel() }
@@ -79,7 +79,7 @@ extension ProgressiveCache {
 
 /// A reader's hold on one resource of a ``ProgressiveCache``: the version it was opened at, and
 /// reads of any of its ranges. Every byte comes from that version; a resource that changes on
-/// the origin meanwhile fails the read with `.originChanged` rather than mixing versions.
+/// the origin meanwhile fails the read with ``OriginError`` `.changed` rather than mixing versions.
 ///
 /// Cached bytes are read straight from the resource on the reader's own task; only a missing
 /// byte takes the read to the cache's actor, which fetches it or joins the fetch bringing it.
@@ -156,10 +156,11 @@ public final class CacheReader: Sendable {
     /// chunk; fetches run ahead of it by a window that grows as it reads on (see
     /// ``FillOptions/readAhead``).
     ///
-    /// Throws `.invalidArgument` for a range past the end, `.originChanged`, `.origin` /
-    /// `.originUnavailable` when the origin cannot supply missing bytes, and whatever `deliver`
-    /// throws (which stops the fetches nobody else waits on). A resource that one answer alone
-    /// may fill (no strong validator) fails with `.originUnavailable` at a byte that answer
+    /// Throws `.invalidArgument` for a range past the end, ``OriginError`` (`.changed`, or
+    /// `.badAnswer` / `.unavailable` / `.timedOut` when the origin cannot supply missing bytes),
+    /// and whatever `deliver` throws (which stops the fetches nobody else waits on). A resource
+    /// that one answer alone may fill (no strong validator) fails with `.unavailable` at a byte
+    /// that answer
     /// did not bring: ask ``ProgressiveCache/oneAnswerPlan(for:range:)`` before the first read.
     public func read(
         _ range: Range<Int64>, deliver: @escaping @Sendable (_ bytes: [UInt8]) async throws -> Void

@@ -34,7 +34,7 @@ extension HTTPRangeSource {
                 stored: { stored })
             {
                 exchange.onFinish(release)
-                let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
+                let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await OriginError.translating { try await exchange.nextChunk() } })
                 throw OriginAnswer(head: head, body: body, cancel: { exchange.cancel() }, reason: reason)
             }
             // A proxy hands redirects on (stored or not); only a source of its own follows them.
@@ -43,8 +43,8 @@ extension HTTPRangeSource {
                 guard let next = URL(string: location, relativeTo: current ?? url)?.absoluteURL, let scheme = next.scheme?.lowercased(),
                     scheme == "http" || scheme == "https", let nextEndpoint = Endpoint(next)
                 else {
-                    throw SparseCacheError(
-                        .origin, operation: "fetch", path: key, detail: "HTTP \(head.status) to an unusable location '\(location)'")
+                    throw OriginError(
+                        .badAnswer, operation: "fetch", key: key, detail: "HTTP \(head.status) to an unusable location '\(location)'")
                 }
                 if scheme == "https" {
                     return try await fetchThroughSession(next, range, validator: validator, forwarding: forwarding, release: release)
@@ -58,7 +58,7 @@ extension HTTPRangeSource {
                     status: head.status, headers: head.headers, contentLength: length, requested: range, key: key, times: times,
                     forwarding: forwarding, stored: stored)
                 exchange.onFinish(release)
-                let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
+                let body = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await OriginError.translating { try await exchange.nextChunk() } })
                 return RangeResponse(
                     info: info, offset: offset, body: body, cancel: { exchange.cancel() }, isPartial: head.status == 206,
                     arrived: exchange.arrivedBody)
@@ -67,7 +67,7 @@ extension HTTPRangeSource {
                 throw error
             }
         }
-        throw SparseCacheError(.origin, operation: "fetch", path: key, detail: "more than \(Self.maximumRedirects) redirects")
+        throw OriginError(.badAnswer, operation: "fetch", key: key, detail: "more than \(Self.maximumRedirects) redirects")
     }
 
     /// The request head of a GET of `endpoint`'s target: the same headers URLSession is given,

@@ -33,7 +33,7 @@ extension HTTPRangeSource {
     /// RFC 9112, section 9.3.1). `https://` goes through URLSession, which takes a body only
     /// whole: it is collected first, at most `maximumBody` bytes.
     ///
-    /// - Throws: `.originUnavailable` when the origin cannot be reached; what `body.next`
+    /// - Throws: ``OriginError`` when the origin cannot be reached; what `body.next`
     ///   throws, as it is; `HTTPRequestBodyError` (413) for an https body over `maximumBody`.
     ///
     /// Not counted against the per-origin ``limiter`` of the fills: each such request is one
@@ -42,10 +42,12 @@ extension HTTPRangeSource {
     /// same key in flight, which may be waiting for that very slot.
     package func send(_ method: HTTPMethod, forwarding: Forwarding, body: RequestBody?, maximumBody: Int64) async throws -> OriginAnswer {
         ProxyMetrics.originRequests.add()
-        if isDirect {
-            return try await sendDirect(method, forwarding: forwarding, body: body)
+        return try await OriginError.translating {
+            if isDirect {
+                return try await sendDirect(method, forwarding: forwarding, body: body)
+            }
+            return try await sendThroughSession(method, forwarding: forwarding, body: body, maximumBody: maximumBody)
         }
-        return try await sendThroughSession(method, forwarding: forwarding, body: body, maximumBody: maximumBody)
     }
 
     private func sendDirect(_ method: HTTPMethod, forwarding: Forwarding, body: RequestBody?) async throws -> OriginAnswer {
@@ -62,7 +64,7 @@ extension HTTPRangeSource {
             body: body.map { HTTPExchange.RequestBody(length: $0.length, next: $0.next) },
             idempotent: method.isIdempotent, name: key, timeout: timeout, resolver: { self.resolver }, pool: pool,
             policy: addressPolicy, interim: forwarding.interim)
-        let stream = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await exchange.nextChunk() })
+        let stream = AsyncThrowingStream<[UInt8], Error>(unfolding: { try await OriginError.translating { try await exchange.nextChunk() } })
         return OriginAnswer(head: exchange.head, body: stream, cancel: { exchange.cancel() }, reason: "method \(method) is forwarded")
     }
 
@@ -92,6 +94,6 @@ extension HTTPRangeSource {
         // A redirect is the client's to follow, as for a GET.
         let (response, stream, task) = try await startSessionTask(request, followRedirects: false)
         let head = HTTPResponseHead(status: response.statusCode, headers: HTTPHeaders(response))
-        return OriginAnswer(head: head, body: stream.body, cancel: { task.cancel() }, reason: "method \(method) is forwarded")
+        return OriginAnswer(head: head, body: Self.originBody(stream), cancel: { task.cancel() }, reason: "method \(method) is forwarded")
     }
 }

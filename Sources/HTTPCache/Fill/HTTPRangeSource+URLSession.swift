@@ -93,19 +93,19 @@ extension HTTPRangeSource {
             stored: { stored })
         {
             let head = HTTPResponseHead(status: response.statusCode, headers: headers)
-            throw OriginAnswer(head: head, body: stream.body, cancel: { task.cancel() }, reason: reason)
+            throw OriginAnswer(head: head, body: Self.originBody(stream), cancel: { task.cancel() }, reason: reason)
         }
         do {
             if wasDecoded, range != nil, response.statusCode == 206 {
                 // Ranges of the encoded bytes, delivered decoded: nothing to place anywhere.
-                throw SparseCacheError(
-                    .origin, operation: "fetch", path: key, detail: "a range of an encoded representation, decoded by the transport")
+                throw OriginError(
+                    .badAnswer, operation: "fetch", key: key, detail: "a range of an encoded representation, decoded by the transport")
             }
             let (info, offset) = try Self.interpret(
                 status: response.statusCode, headers: headers, contentLength: contentLength, requested: range, key: key,
                 times: times, forwarding: forwarding, stored: stored)
             return RangeResponse(
-                info: info, offset: offset, body: stream.body, cancel: { task.cancel() }, isPartial: response.statusCode == 206)
+                info: info, offset: offset, body: Self.originBody(stream), cancel: { task.cancel() }, isPartial: response.statusCode == 206)
         } catch {
             task.cancel()
             throw error
@@ -114,6 +114,11 @@ extension HTTPRangeSource {
 }
 
 extension HTTPRangeSource {
+    /// `stream`'s body as the cache reads it: the transport's errors as ``OriginError``.
+    static func originBody(_ stream: ResponseStream) -> AsyncThrowingStream<[UInt8], Error> {
+        AsyncThrowingStream(unfolding: { try await OriginError.translating { try await stream.nextChunk() } })
+    }
+
     /// The fields of an answer URLSession decoded: libcurl has undone the origin's
     /// `Content-Encoding` (see ``fetchThroughSession(_:_:validator:forwarding:release:)``), so
     /// the bytes are the identity representation. The fields are made to say so: no

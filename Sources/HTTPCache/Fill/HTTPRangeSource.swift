@@ -36,7 +36,7 @@ public final class HTTPRangeSource: RangeSource {
 
     /// HTTP caches combine parts only under a strong validator (RFC 9111 section 3.4).
     public var partsNeedStrongValidator: Bool { true }
-    /// Longest wait for any progress on a request before it fails as `.originUnavailable`.
+    /// Longest wait for any progress on a request before it fails as ``OriginError`` `.timedOut`.
     public let timeout: Duration
     public let transport: Transport
     let limiter: ConnectionLimiter
@@ -265,7 +265,7 @@ public final class HTTPRangeSource: RangeSource {
             release.run()
             gate?.answered()
             if !(error is OriginAnswer) { ProxyMetrics.originFailures.add() }
-            throw error
+            throw OriginError.translated(error)
         }
     }
 
@@ -274,7 +274,9 @@ public final class HTTPRangeSource: RangeSource {
     func checkAddressPolicy() async throws {
         guard let addressPolicy, transport == .urlSession || url.scheme?.lowercased() == "https", let host = url.host else { return }
         let name = host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host
-        try await addressPolicy.check(name: name, port: url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80), resolver: resolver)
+        try await OriginError.translating {
+            try await addressPolicy.check(name: name, port: url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80), resolver: resolver)
+        }
     }
 
     /// Whether a response to a forwarded request is one to hand on as it is rather than cache
@@ -357,20 +359,20 @@ public final class HTTPRangeSource: RangeSource {
         switch status {
         case 206:
             guard let value = headers["content-range"], let contentRange = ContentRange(value), let first = contentRange.range else {
-                throw SparseCacheError(
-                    .origin, operation: "fetch", path: key,
+                throw OriginError(
+                    .badAnswer, operation: "fetch", key: key,
                     detail: "206 with a missing or malformed Content-Range '\(headers["content-range"] ?? "")'")
             }
             if let requested, first.lowerBound != requested.lowerBound {
-                throw SparseCacheError(
-                    .origin, operation: "fetch", path: key,
+                throw OriginError(
+                    .badAnswer, operation: "fetch", key: key,
                     detail: "asked for bytes from \(requested.lowerBound), the origin sent \(value)")
             }
             guard let total = contentRange.total else {
                 // `bytes a-b/*`: a part of a whole of unknown length cannot be placed; a caller
                 // asks for the whole instead (ProgressiveCache's first contact does).
-                throw SparseCacheError(
-                    .origin, operation: "fetch", path: key, detail: "206 without the total length ('\(value)')", httpStatus: 206)
+                throw OriginError(
+                    .badAnswer, operation: "fetch", key: key, detail: "206 without the total length ('\(value)')", status: 206)
             }
             return (ContentInfo(length: total, contentType: contentType, validator: validator, stored: stored), first.lowerBound)
         case 200:
@@ -381,16 +383,16 @@ public final class HTTPRangeSource: RangeSource {
             return (ContentInfo(length: contentLength, contentType: contentType, validator: validator, stored: stored), 0)
         case 416:
             let total = headers["content-range"].flatMap(ContentRange.init)?.total
-            throw SparseCacheError(
-                .origin, operation: "fetch", path: key,
-                detail: "416 range not satisfiable" + (total.map { " (the resource is \($0) bytes)" } ?? ""), httpStatus: 416)
+            throw OriginError(
+                .badAnswer, operation: "fetch", key: key,
+                detail: "416 range not satisfiable" + (total.map { " (the resource is \($0) bytes)" } ?? ""), status: 416)
         case 500...599:
-            throw SparseCacheError(
-                .originUnavailable, operation: "fetch", path: key, detail: "HTTP \(status) from the origin", httpStatus: status)
+            throw OriginError(
+                .unavailable, operation: "fetch", key: key, detail: "HTTP \(status) from the origin", status: status)
         default:
-            throw SparseCacheError(
-                .origin, operation: "fetch", path: key,
-                detail: "HTTP \(status) \(HTTPURLResponse.localizedString(forStatusCode: status))", httpStatus: status)
+            throw OriginError(
+                .badAnswer, operation: "fetch", key: key,
+                detail: "HTTP \(status) \(HTTPURLResponse.localizedString(forStatusCode: status))", status: status)
         }
     }
 }

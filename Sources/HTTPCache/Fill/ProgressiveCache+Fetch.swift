@@ -219,8 +219,8 @@ extension ProgressiveCache {
                 try Task.checkCancellation()
                 guard resource.generation == generation else { return }
                 if position < end {
-                    throw SparseCacheError(
-                        .originUnavailable, operation: "fetch", path: resource.key, offset: position,
+                    throw OriginError(
+                        .unavailable, operation: "fetch", key: resource.key, offset: position,
                         detail: "the body ended before byte \(end)")
                 }
             } catch is ConnectionYielded where oneAnswer {
@@ -234,7 +234,7 @@ extension ProgressiveCache {
                     $0.yields += 1
                     $0.yieldedUnread += unread
                 }
-            } catch let error as SparseCacheError where error.code == .originUnavailable && attempt < options.retries && !oneAnswer {
+            } catch let error as OriginError where error.mayPass && attempt < options.retries && !oneAnswer {
                 // A cut connection: keep what arrived, resume from the last byte after a pause.
                 try Task.checkCancellation()
                 attempt += 1
@@ -273,7 +273,7 @@ extension ProgressiveCache {
     /// Sends one request, retrying failures that may pass with backoff: a connection that
     /// could not be made or was cut before the answer's head (a GET is idempotent, so asking
     /// again is safe), and for a source of its own a 5xx (``HTTPRangeSource`` reports those as
-    /// `.originUnavailable` only when not forwarding: for a proxy a 5xx is an answer, passed
+    /// ``OriginError`` `.unavailable` only when not forwarding: for a proxy a 5xx is an answer, passed
     /// on). A timeout is not retried: six of them would keep a client waiting for minutes.
     func fetchWithRetries(_ source: any RangeSource, _ range: Range<Int64>?, validator: ContentValidator?, key: String) async throws
         -> RangeResponse
@@ -284,9 +284,7 @@ extension ProgressiveCache {
             count { $0.requests += 1 }
             do {
                 return try await source.fetch(range, validator: validator)
-            } catch let error as SparseCacheError
-                where error.code == .originUnavailable && !error.isTimeout && attempt < options.retries
-            {
+            } catch let error as OriginError where error.kind == .unavailable && attempt < options.retries {
                 attempt += 1
                 count { $0.retries += 1 }
                 try await Task.sleep(for: options.backoff(attempt: attempt))
@@ -296,7 +294,7 @@ extension ProgressiveCache {
 
     /// The resource changed on the origin: stop every fetch of the old version, drop the
     /// cached bytes, and start over with the new version's length and validators. Readers
-    /// that had bytes of the old version get `.originChanged`.
+    /// that had bytes of the old version get ``OriginError`` `.changed`.
     ///
     /// One replacement per change: its caller checked the generation with no await since, and
     /// the generation moves on below before this method's first await, so a second fetch that
@@ -305,7 +303,7 @@ extension ProgressiveCache {
     private func replace(_ resource: FillResource, with info: ContentInfo, by fetchID: Int) async throws {
         count { $0.invalidations += 1 }
         guard info.length != nil else {
-            throw SparseCacheError(.origin, operation: "fetch", path: resource.key, detail: "the changed resource came without a length")
+            throw OriginError(.badAnswer, operation: "fetch", key: resource.key, detail: "the changed resource came without a length")
         }
         try await retire(resource, except: fetchID) {
             try await self.store.remove(key: resource.key)
@@ -319,7 +317,7 @@ extension ProgressiveCache {
     /// `replacing`), then finishes in the retirement's task: waits for every fetch but `fetchID`
     /// to stop, releases the old handle and runs `then` (which removes the stored files, and for
     /// a replacement opens the new version). From the first line nobody reads the old bytes:
-    /// readers that had some get `.originChanged`, the others wait for the task, as for first
+    /// readers that had some get ``OriginError`` `.changed`, the others wait for the task, as for first
     /// contact. No await before the generation moves on.
     ///
     /// `then` must run on this actor, as everything that touches a ``FillResource``: a closure

@@ -15,7 +15,7 @@ extension ProgressiveCache {
     /// window that grows as it reads on (``FillOptions/readAhead``). `deliver` nil only brings
     /// the bytes in (prefetch); the walk goes on only when it returns (a slow reader holds back
     /// its own reads). `generation`, when given, is the version the reader was promised
-    /// (``CacheReader``): a resource replaced since then fails with `.originChanged` before any
+    /// (``CacheReader``): a resource replaced since then fails with ``OriginError`` `.changed` before any
     /// byte.
     func serve(
         _ source: any RangeSource, range: Range<Int64>?,
@@ -29,8 +29,8 @@ extension ProgressiveCache {
         // version is gone (replaced, or an answer without a length was cut off and dropped), it
         // fails here, before `attach` could ask the origin for a new one only to refuse it.
         if let expected, resources[source.key]?.generation != expected {
-            throw SparseCacheError(
-                .originChanged, operation: "read", path: source.key,
+            throw OriginError(
+                .changed, operation: "read", key: source.key,
                 detail: "the version opened is gone: it changed on the origin, or its answer (without a length) was cut off")
         }
         // A key neither open here nor stored: first contact asks while the files are made. (A
@@ -50,8 +50,8 @@ extension ProgressiveCache {
         if expected == nil, let refetched = try await prepareOneAnswerReader(resource, range: range) { walk.interests.insert(refetched) }
         walk.generation = resource.generation
         if let expected, expected != walk.generation {
-            throw SparseCacheError(
-                .originChanged, operation: "read", path: resource.key, detail: "the resource changed on the origin after it was opened")
+            throw OriginError(
+                .changed, operation: "read", key: resource.key, detail: "the resource changed on the origin after it was opened")
         }
         while try await walk.step(in: self) {}
     }

@@ -106,7 +106,7 @@ extension ProgressiveCache {
     }
 
     /// Drops `key` from the cache: fetches of it stop, readers that had bytes of it get
-    /// `.originChanged`, and its files are removed. Returns whether there was anything to drop.
+    /// ``OriginError`` `.changed`, and its files are removed. Returns whether there was anything to drop.
     /// A purge, or what an unsafe request or a changed origin means for a stored response
     /// (RFC 9111, section 4.4).
     @discardableResult

@@ -8,8 +8,8 @@ extension ProgressiveCache {
     /// the task that receives its body. Readers that attach meanwhile follow it.
     func receiveWhole(_ response: RangeResponse, in resource: FillResource, handle: ResourceHandle) async throws {
         guard response.offset == 0 else {
-            throw SparseCacheError(
-                .origin, operation: "fetch", path: resource.key, detail: "a part of unknown length from offset \(response.offset)")
+            throw OriginError(
+                .badAnswer, operation: "fetch", key: resource.key, detail: "a part of unknown length from offset \(response.offset)")
         }
         try await adopt(response.info, in: resource)
         let id = takeID()

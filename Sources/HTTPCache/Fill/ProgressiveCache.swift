@@ -20,7 +20,7 @@ import SparseHTTP
 /// - The origin's validators are stored with the resource and sent on every range request
 ///   (`If-Range`): a resource that changed on the origin is dropped from the cache and fetched
 ///   anew, never mixed; a reader that already had bytes of the old version gets
-///   `.originChanged`.
+///   ``OriginError`` `.changed`.
 public actor ProgressiveCache {
     public nonisolated let store: SparseStore
     public nonisolated let options: FillOptions
@@ -90,9 +90,9 @@ public actor ProgressiveCache {
     /// when the consumer asks for it. Stop by ending the iteration (or cancelling its task).
     ///
     /// The iteration throws `.invalidArgument` for a range past the end of the resource,
-    /// `.origin` / `.originUnavailable` when the origin cannot supply missing bytes, and
-    /// `.originChanged` when the resource changed on the origin after the reader had bytes of
-    /// the old version.
+    /// ``OriginError`` `.badAnswer` / `.unavailable` / `.timedOut` when the origin cannot supply
+    /// missing bytes, and `.changed` when the resource changed on the origin after the reader
+    /// had bytes of the old version.
     public nonisolated func read(_ source: any RangeSource, range: Range<Int64>? = nil) -> CacheReadStream {
         CacheReadStream { send in
             try await self.serve(source, range: range, deliver: send)

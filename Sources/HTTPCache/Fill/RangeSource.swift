@@ -15,10 +15,10 @@ public protocol RangeSource: Sendable {
     ///   answers with the range only if the resource is still that version (HTTP `If-Range`);
     ///   otherwise the origin may answer with the whole new version, which the response's
     ///   ``RangeResponse/info`` then shows.
-    /// - Throws: ``SparseCacheError`` with code `.origin` for an answer that is not the
-    ///   resource (404, 403, 416 for a range past the end, a malformed response) and
-    ///   `.originUnavailable` for a failure that may pass (connection refused or reset,
-    ///   timeouts, 5xx).
+    /// - Throws: ``OriginError`` of kind `.badAnswer` for an answer that is not the resource
+    ///   (404, 403, 416 for a range past the end, a malformed response; ``OriginError/status``
+    ///   holds the status), `.unavailable` for a failure that may pass (connection refused or
+    ///   reset, 5xx) and `.timedOut` for an origin that took too long.
     func fetch(_ range: Range<Int64>?, validator: ContentValidator?) async throws -> RangeResponse
 
     /// Whether parts of a resource from different answers may be combined only when they share
@@ -116,7 +116,7 @@ public struct RangeResponse: Sendable {
     /// The resource offset of the first body byte: the range's start for a partial answer,
     /// 0 when the origin sent the whole resource.
     public var offset: Int64
-    /// The body in chunks as they arrive. Ends early with `.originUnavailable` when the
+    /// The body in chunks as they arrive. Ends early with ``OriginError`` `.unavailable` when the
     /// connection is cut.
     public var body: AsyncThrowingStream<[UInt8], Error>
     /// Stops the transfer (the body then ends).

@@ -54,8 +54,8 @@ struct ReaderWalk {
         if resource.generation != generation {
             // The origin changed: never hand one reader bytes of two versions.
             if delivered {
-                throw SparseCacheError(
-                    .originChanged, operation: "read", path: resource.key, offset: position,
+                throw OriginError(
+                    .changed, operation: "read", key: resource.key, offset: position,
                     detail: "the resource changed on the origin after \(position - (range?.lowerBound ?? 0)) bytes were read")
             }
             generation = resource.generation
@@ -67,7 +67,7 @@ struct ReaderWalk {
                 try await running.value
                 return true
             }
-            throw SparseCacheError(.originUnavailable, operation: "read", path: resource.key, detail: "the resource is not open")
+            throw OriginError(.unavailable, operation: "read", key: resource.key, detail: "the resource is not open")
         }
         guard let length = info.length else { return try await follow(handle, in: cache) }
         // A range ending at Int64.max runs to the end, whatever the length turns out to be.
@@ -105,8 +105,8 @@ struct ReaderWalk {
     /// from memory as it arrives, until the answer ends.
     private mutating func follow(_ handle: ResourceHandle, in cache: isolated ProgressiveCache) async throws -> Bool {
         guard let stream = resource.stream else {
-            throw SparseCacheError(
-                .originUnavailable, operation: "read", path: resource.key, detail: "the body of unknown length did not end")
+            throw OriginError(
+                .unavailable, operation: "read", key: resource.key, detail: "the body of unknown length did not end")
         }
         if let failure = stream.failure { throw failure }
         let limit = range?.upperBound ?? .max
@@ -202,8 +202,8 @@ struct ReaderWalk {
             // No strong validator, and the answer that filled the resource ended before this
             // byte: no other answer may add to it (RFC 9111 section 3.4).
             if delivered {
-                throw SparseCacheError(
-                    .originUnavailable, operation: "read", path: resource.key, offset: position,
+                throw OriginError(
+                    .unavailable, operation: "read", key: resource.key, offset: position,
                     detail: "the origin's answer ended before this byte, and without a strong validator it cannot be resumed"
                         + " from another answer (RFC 9111 section 3.4)")
             }

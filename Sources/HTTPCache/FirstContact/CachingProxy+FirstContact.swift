@@ -44,7 +44,7 @@ extension CachingProxy {
             try Task.checkCancellation()
             // The request the cache's own first contact makes.
             response = try await source.fetch(nil, validator: nil)
-        } catch let error as SparseCacheError where error.code == .originUnavailable && !error.isTimeout {
+        } catch let error as OriginError where error.kind == .unavailable {
             // A failure the cache's first contact retries (after a pause, a few times): it is
             // left to it, and the readers that waited ask for themselves.
             await cache.dropClaimed(claim, failure: nil)

@@ -77,14 +77,14 @@ extension ProgressiveCache {
                         try await fetchWithRetries(source, asked, validator: nil, key: resource.key)
                     }
                 }
-            } catch let error as SparseCacheError where error.httpStatus == 416 && asked != nil && asked != probe {
+            } catch let error as OriginError where error.status == 416 && asked != nil && asked != probe {
                 // Past the end: the resource is shorter than the reader thought. Its start tells
                 // the length (the reader then gets its own error).
                 response = try await ConnectionLimiter.$promotion.withValue(promotion) {
                     try await fetchWithRetries(source, probe, validator: nil, key: resource.key)
                 }
             }
-        } catch let error as SparseCacheError where error.httpStatus == 416 || error.httpStatus == 206 {
+        } catch let error as OriginError where error.status == 416 || error.status == 206 {
             // No byte range of an empty resource is satisfiable (RFC 9110, section 14.1.1):
             // some origins say so rather than send the empty 200. A 206 that does not say
             // the total length cannot be placed. Ask for the whole.

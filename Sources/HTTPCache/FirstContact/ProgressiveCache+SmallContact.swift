@@ -119,13 +119,13 @@ extension ProgressiveCache {
                 response = try await ConnectionLimiter.$promotion.withValue(promotion) {
                     try await fetchWithRetries(source, asked, validator: nil, key: source.key)
                 }
-            } catch let error as SparseCacheError where error.httpStatus == 416 && asked != nil && asked != probe {
+            } catch let error as OriginError where error.status == 416 && asked != nil && asked != probe {
                 asked = probe
                 response = try await ConnectionLimiter.$promotion.withValue(promotion) {
                     try await fetchWithRetries(source, probe, validator: nil, key: source.key)
                 }
             }
-        } catch let error as SparseCacheError where error.httpStatus == 416 || error.httpStatus == 206 {
+        } catch let error as OriginError where error.status == 416 || error.status == 206 {
             // As the sparse first contact: an empty resource, or a 206 without a total.
             asked = nil
             response = try await ConnectionLimiter.$promotion.withValue(promotion) {

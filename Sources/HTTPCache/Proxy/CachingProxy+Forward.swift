@@ -59,7 +59,7 @@ extension CachingProxy {
         let asked = first.flatMap { cache.firstContactRange(for: $0) } ?? firstSegment
         do {
             response = try await source.base.fetch(asked, validator: nil, forwarding: forwarding)
-        } catch let error as SparseCacheError where error.httpStatus == 416 {
+        } catch let error as OriginError where error.status == 416 {
             // The client's range is past the end of what the origin has now: not the stored
             // version (a match would have been a 304 whatever the range, RFC 9110 13.2.2).
             _ = try? await cache.invalidate(key: key)
@@ -159,8 +159,8 @@ extension CachingProxy {
             let sent = head.headers["content-range"].flatMap(ContentRange.init)?.range, Int64(sent.count) != count
         {
             if answer.claim() { answer.cancel() }
-            throw SparseCacheError(
-                .origin, operation: "fetch", path: exchange.target,
+            throw OriginError(
+                .badAnswer, operation: "fetch", key: exchange.target,
                 detail: "the origin's 206 has Content-Range '\(head.headers["content-range"] ?? "")' (\(sent.count) bytes) "
                     + "but Content-Length \(count)")
         }
@@ -250,7 +250,7 @@ extension CachingProxy {
             let response = try await exchange.base.fetch(
                 nil, validator: nil, forwarding: .init(headers: headers, passOn: true, via: exchange.forwarding.via))
             response.cancel()
-            throw SparseCacheError(.origin, operation: "fetch", path: exchange.target, detail: "a passed-on request came back as cacheable")
+            throw OriginError(.badAnswer, operation: "fetch", key: exchange.target, detail: "a passed-on request came back as cacheable")
         } catch let answer as OriginAnswer {
             exchange.status.forwardStatus = answer.head.status
             try await stream(answer, exchange)

@@ -242,7 +242,7 @@ public final class CachingProxy: Sendable {
                 try await answerStored(reader, source: source, exchange)
                 await reader.close()
                 return
-            } catch let error as SparseCacheError where error.code == .originChanged && !exchange.response.headSent {
+            } catch let error as OriginError where error.kind == .changed && !exchange.response.headSent {
                 // The stored answer was invalidated or replaced under its reader (an unsafe
                 // request or a purge beside this one) before a byte of it went out: this request
                 // is a miss now (`fwd=miss`, RFC 9211 section 2.2).
@@ -432,9 +432,9 @@ public final class CachingProxy: Sendable {
             reader = try await cache.open(source)
         } catch let answer as OriginAnswer {
             if answer.claim() { answer.cancel() }
-            throw SparseCacheError(
-                .origin, operation: "prefetch", path: key, detail: "the origin answered \(answer.head.status): \(answer.reason)",
-                httpStatus: answer.head.status)
+            throw OriginError(
+                .badAnswer, operation: "prefetch", key: key, detail: "the origin answered \(answer.head.status): \(answer.reason)",
+                status: answer.head.status)
         }
         let cache = self.cache
         Task {
@@ -531,12 +531,24 @@ public final class CachingProxy: Sendable {
     /// "connection refused" against "timed out" would make the proxy a port scanner of
     /// whatever it can reach. A policy refusal says "not allowed" and nothing else.
     func status(for error: Error, url: URL) -> (Int, String) {
-        guard let error = error as? SparseCacheError, origin == nil else { return Self.status(for: error) }
-        if error.operation == "policy", error.httpStatus == 403 { return (403, "origin \(error.path ?? "") not allowed") }
-        if error.code == .originUnavailable, error.httpStatus == nil {
+        guard origin == nil, let error = Self.originError(error) else { return Self.status(for: error) }
+        switch error.kind {
+        case .notAllowed: return (403, "origin \(error.key ?? "") not allowed")
+        case .unavailable where error.status == nil, .timedOut:
             return (502, "origin unavailable: \(url.host ?? "the origin") could not be fetched")
+        default: return Self.status(for: error)
         }
-        return Self.status(for: error)
+    }
+
+    /// `error` as an ``OriginError`` when it is about the origin: the transport's errors of an
+    /// origin request become one (``OriginError/init(_:)``) should any come this far.
+    static func originError(_ error: Error) -> OriginError? {
+        if let error = error as? OriginError { return error }
+        guard let error = error as? HTTPError else { return nil }
+        switch error.kind {
+        case .closed, .io, .invalidArgument: return nil
+        case .timedOut, .connectFailed, .unresolved, .notAllowed, .connectionLost, .malformed: return OriginError(error)
+        }
     }
 
     /// The status and message for a request that failed before its head was sent: the proxy's
@@ -548,19 +560,27 @@ public final class CachingProxy: Sendable {
             answer.cancel()
             return (502, "bad answer from the origin: HTTP \(answer.head.status) where a part of a stored response was expected")
         }
+        if let error = originError(error) {
+            let detail = error.detail ?? error.kind.rawValue
+            switch error.kind {
+            case .badAnswer, .notAllowed:
+                return (502, "bad answer from the origin: \(detail)")
+            case .timedOut:
+                return (504, "the origin did not answer in time: \(detail)")
+            case .unavailable:
+                var reason = detail
+                if let errno = error.errno { reason += " (\(ErrnoText.describe(errno)))" }
+                return (502, "the origin cannot be reached: \(reason)")
+            case .changed:
+                return (503, "the resource changed on the origin; try again")
+            }
+        }
+        if let error = error as? HTTPError {
+            return error.kind == .invalidArgument ? (400, error.detail ?? error.kind.rawValue) : (500, "cache error: \(error.kind.rawValue)")
+        }
         guard let error = error as? SparseCacheError else { return (500, "internal error") }
         let detail = error.detail ?? error.code.rawValue
         switch error.code {
-        case .origin:
-            return (502, "bad answer from the origin: \(detail)")
-        case .originUnavailable where error.isTimeout:
-            return (504, "the origin did not answer in time: \(detail)")
-        case .originUnavailable:
-            var reason = detail
-            if let errno = error.errno { reason += " (\(SparseCacheError.errnoText(errno)))" }
-            return (502, "the origin cannot be reached: \(reason)")
-        case .originChanged:
-            return (503, "the resource changed on the origin; try again")
         case .invalidArgument:
             return (400, detail)
         default:

@@ -1,3 +1,5 @@
+import SparseCacheBase
+
 /// The commit protocol over one index file: recovery on open, a journal record per commit,
 /// and checkpoints that fold the journal into a fresh full state.
 ///

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 
+import SparseCacheBase
 import Synchronization
 
 /// One cached resource: a sparse data file plus its segment index, owned by an actor.

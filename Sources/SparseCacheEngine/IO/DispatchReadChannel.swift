@@ -1,4 +1,5 @@
 import CShim
+@_spi(Locking) import SparseCacheBase
 import Dispatch
 
 #if canImport(Glibc)

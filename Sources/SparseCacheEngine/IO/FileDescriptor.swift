@@ -1,4 +1,5 @@
 import CShim
+import SparseCacheBase
 
 #if canImport(Glibc)
 import Glibc

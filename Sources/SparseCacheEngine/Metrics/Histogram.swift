@@ -1,4 +1,5 @@
 import Synchronization
+@_spi(Locking) import SparseCacheBase
 
 /// A count of how often something happened (monotonic, for a `_total` metric).
 package final class Counter: Sendable {

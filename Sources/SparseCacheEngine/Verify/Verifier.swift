@@ -1,3 +1,5 @@
+import SparseCacheBase
+
 /// Checks a resource after a crash: every index checksum (done by recovery), every present
 /// segment's CRC32C against the bytes on disk, and that the data file agrees with the index
 /// (long enough, no hole under a present segment). With `repair`, damaged segments are dropped

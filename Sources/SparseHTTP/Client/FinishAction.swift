@@ -1,4 +1,4 @@
-@_spi(Locking) import SparseCacheEngine
+@_spi(Locking) import SparseCacheBase
 
 /// An action that runs at most once, whichever of several paths gets there first (the end of a
 /// body, a cancel, an error, a dropped response): for releasing an origin connection slot.

@@ -1,4 +1,4 @@
-@_spi(Locking) import SparseCacheEngine
+@_spi(Locking) import SparseCacheBase
 
 /// One HTTP/1.1 request on a connection of its own, over the project's non-blocking sockets:
 /// the transport the cache's origin client (`HTTPRangeSource`) uses for `http://` origins. A
@@ -184,9 +184,10 @@ package actor HTTPExchange {
     ///     connections made under a policy are kept apart from those made without one.
     ///   - interim: called with each interim response before the final one, other than `100`
     ///     and `101` (a proxy forwards them, RFC 9110 section 15.2); it must not block.
-    /// - Throws: `.originUnavailable` when the origin cannot be reached, cuts the connection or
-    ///   stalls for `timeout`; `.origin` for a response that is not HTTP/1.x or is malformed,
-    ///   or (403) an origin the policy refuses; whatever `body.next` throws, as it is.
+    /// - Throws: ``HTTPError``: `.unresolved`, `.connectFailed` or `.connectionLost` when the
+    ///   origin cannot be reached or cuts the connection, `.timedOut` when it stalls for
+    ///   `timeout`, `.malformed` for a response that is not HTTP/1.x or is malformed,
+    ///   `.notAllowed` for an origin the policy refuses; whatever `body.next` throws, as it is.
     package static func start(
         host: String, port: Int, request: [UInt8], body: RequestBody? = nil, idempotent: Bool = true, name: String, timeout: Duration,
         resolver: @escaping @Sendable () -> BlockingExecutor, pool: OriginConnectionPool?, policy: OriginAddressPolicy? = nil,
@@ -291,16 +292,16 @@ package actor HTTPExchange {
         while let piece = try await body.next() {
             sent += Int64(piece.count)
             if let length = body.length, sent > length {
-                throw SparseCacheError(
-                    .invalidArgument, operation: "send", path: name, detail: "the request body is longer than its length \(length)")
+                throw HTTPError(
+                    .invalidArgument, operation: "send", peer: name, detail: "the request body is longer than its length \(length)")
             }
             let framed = body.length == nil ? ChunkedEncoder.chunk(piece) : piece
             if framed.isEmpty { continue }
             try await sending(timeout, name: name) { try await connection.send(framed) }
         }
         if let length = body.length, sent != length {
-            throw SparseCacheError(
-                .invalidArgument, operation: "send", path: name, detail: "the request body ended after \(sent) of \(length) bytes")
+            throw HTTPError(
+                .invalidArgument, operation: "send", peer: name, detail: "the request body ended after \(sent) of \(length) bytes")
         }
         if body.length == nil { try await sending(timeout, name: name) { try await connection.send(ChunkedEncoder.end()) } }
     }
@@ -335,11 +336,8 @@ package actor HTTPExchange {
             // is disarmed: no late close of that wait can reach the connection in the pool.
             if answer.arrivedBody != nil { answer.handBack() }
             return answer
-        } catch let error as SparseCacheError where error.code == .closed && error.timedOut {
-            var timedOut = SparseCacheError(
-                .originUnavailable, operation: "fetch", path: name, detail: "timed out: no answer from the origin within \(timeout)")
-            timedOut.timedOut = true
-            throw timedOut
+        } catch let error as HTTPError where error.kind == .timedOut {
+            throw HTTPError(.timedOut, operation: "fetch", peer: name, detail: "timed out: no answer from the origin within \(timeout)")
         }
     }
 
@@ -350,7 +348,7 @@ package actor HTTPExchange {
     ) async throws -> HTTPExchange {
         do {
             if let request { try await connection.send(request) }
-        } catch let error as SparseCacheError where error.code == .io {
+        } catch let error as HTTPError where error.kind == .io {
             throw NoAnswer(error: error)
         }
         var received: [UInt8] = []
@@ -361,12 +359,12 @@ package actor HTTPExchange {
                 let more: [UInt8]
                 do {
                     more = try await connection.receive(maximum: 64 << 10)
-                } catch let error as SparseCacheError where error.code == .io && received.isEmpty {
+                } catch let error as HTTPError where error.kind == .io && received.isEmpty {
                     throw NoAnswer(error: error)
                 }
                 if more.isEmpty {
-                    let closed = SparseCacheError(
-                        .originUnavailable, operation: "fetch", path: name,
+                    let closed = HTTPError(
+                        .connectionLost, operation: "fetch", peer: name,
                         detail: "the origin closed the connection "
                             + (received.isEmpty ? "without answering" : "in the middle of the response head"))
                     throw received.isEmpty ? NoAnswer(error: closed) : closed
@@ -374,14 +372,14 @@ package actor HTTPExchange {
                 // The first read is taken as it is, not copied into an empty array.
                 if received.isEmpty { received = more } else { received += more }
             case .invalid(let reason):
-                throw SparseCacheError(.origin, operation: "fetch", path: name, detail: "malformed response: \(reason)")
+                throw HTTPError(.malformed, operation: "fetch", peer: name, detail: "malformed response: \(reason)")
             case .response(let head, let consumed):
                 received.removeSubrange(0..<consumed)
                 if (100...199).contains(head.status) {
                     interims += 1
                     guard interims <= Self.maximumInterims else {
-                        throw SparseCacheError(
-                            .origin, operation: "fetch", path: name,
+                        throw HTTPError(
+                            .malformed, operation: "fetch", peer: name,
                             detail: "more than \(Self.maximumInterims) interim (1xx) responses before the final one")
                     }
                     // An interim response (RFC 9110, section 15.2) goes to whoever asked; the
@@ -404,9 +402,8 @@ package actor HTTPExchange {
         _ limit: Duration, of timeout: Duration? = nil, name: String, late: @escaping @Sendable (T) -> Void = { _ in },
         _ operation: @escaping @Sendable () async throws -> T
     ) async throws -> T {
-        var timedOut = SparseCacheError(
-            .originUnavailable, operation: "fetch", path: name, detail: "timed out: no answer from the origin within \(timeout ?? limit)")
-        timedOut.timedOut = true
+        let timedOut = HTTPError(
+            .timedOut, operation: "fetch", peer: name, detail: "timed out: no answer from the origin within \(timeout ?? limit)")
         guard limit > .zero else { throw timedOut }
         return try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask { try await operation() }
@@ -428,8 +425,8 @@ package actor HTTPExchange {
 
     /// The next piece of the body, or nil at its end.
     ///
-    /// - Throws: `.originUnavailable` when the connection is cut or stalls before the body's
-    ///   end; `.origin` for malformed chunked framing.
+    /// - Throws: ``HTTPError``: `.connectionLost` when the connection is cut before the body's
+    ///   end, `.timedOut` when it stalls; `.malformed` for malformed chunked framing.
     package func nextChunk() async throws -> [UInt8]? {
         do {
             while true {
@@ -443,8 +440,8 @@ package actor HTTPExchange {
                 case .length(let remaining):
                     let bytes = try await take(maximum: Int(min(remaining, Int64(Self.chunkSize))))
                     guard !bytes.isEmpty else {
-                        throw SparseCacheError(
-                            .originUnavailable, operation: "fetch", path: name,
+                        throw HTTPError(
+                            .connectionLost, operation: "fetch", peer: name,
                             detail: "the connection was cut \(remaining) bytes before the end of the body")
                     }
                     if remaining == Int64(bytes.count) {
@@ -465,8 +462,8 @@ package actor HTTPExchange {
                 case .chunked(var decoder):
                     let input = try await take(maximum: Self.chunkSize)
                     if input.isEmpty {
-                        throw SparseCacheError(
-                            .originUnavailable, operation: "fetch", path: name, detail: "the connection was cut inside a chunked body")
+                        throw HTTPError(
+                            .connectionLost, operation: "fetch", peer: name, detail: "the connection was cut inside a chunked body")
                     }
                     let (pieces, consumed) = try Self.decode(input, with: &decoder, name: name)
                     let body = Self.gather(pieces, of: input)
@@ -483,7 +480,7 @@ package actor HTTPExchange {
         } catch {
             framing = .done
             end(closing: "the response failed")
-            throw Self.mapped(error, name: name, cancelled: lifecycle.withLock { $0.cancelled })
+            throw Self.mapped(error, name: name, cancelled: lifecycle.withLock { $0.cancelled }, inBody: true)
         }
     }
 
@@ -516,7 +513,7 @@ package actor HTTPExchange {
         do {
             return try input.withUnsafeBytes { try decoder.feed($0) }
         } catch let failure as ChunkedDecoder.Failure {
-            throw SparseCacheError(.origin, operation: "fetch", path: name, detail: "malformed chunked body: \(failure.reason)")
+            throw HTTPError(.malformed, operation: "fetch", peer: name, detail: "malformed chunked body: \(failure.reason)")
         }
     }
 
@@ -528,21 +525,19 @@ package actor HTTPExchange {
         return body
     }
 
-    /// Socket errors as fetch errors: a connection closed at its deadline is a timeout, one
-    /// closed by ``cancel()`` a cancellation, any other socket failure a cut connection.
-    private static func mapped(_ error: Error, name: String, cancelled: Bool = false) -> Error {
-        guard let error = error as? SparseCacheError else { return error }
-        switch error.code {
-        case .origin, .originUnavailable: return error
-        case .closed where cancelled: return CancellationError()
-        case .closed where error.timedOut:
-            var timedOut = SparseCacheError(
-                .originUnavailable, operation: "fetch", path: name, detail: "timed out: the origin sent nothing for too long")
-            timedOut.timedOut = true
-            return timedOut
-        default:
-            return SparseCacheError(
-                .originUnavailable, operation: "fetch", path: name, errno: error.errno, detail: "the connection was cut")
+    /// Socket errors as fetch errors: a connection closed by ``cancel()`` is a cancellation,
+    /// one closed at its deadline while the body was awaited (`inBody`) a timeout, any other
+    /// socket failure a cut connection. What is already a fetch error (a refused connect, a
+    /// malformed answer, a timeout of the head) goes through as it is.
+    private static func mapped(_ error: Error, name: String, cancelled: Bool = false, inBody: Bool = false) -> Error {
+        guard let error = error as? HTTPError else { return error }
+        switch error.kind {
+        case .closed where cancelled, .timedOut where cancelled && inBody: return CancellationError()
+        case .timedOut where inBody:
+            return HTTPError(.timedOut, operation: "fetch", peer: name, detail: "timed out: the origin sent nothing for too long")
+        case .timedOut, .connectFailed, .unresolved, .notAllowed, .connectionLost, .malformed: return error
+        case .closed, .io, .invalidArgument:
+            return HTTPError(.connectionLost, operation: "fetch", peer: name, errno: error.errno, detail: "the connection was cut")
         }
     }
 }

@@ -1,5 +1,5 @@
 import Foundation
-@_spi(Locking) import SparseCacheEngine
+@_spi(Locking) import SparseCacheBase
 import Synchronization
 
 #if canImport(FoundationNetworking)
@@ -59,7 +59,7 @@ package final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecke
 /// FoundationNetworking on Linux (NativeProtocol.swift). Callers bound the memory a fast
 /// origin can fill by asking for bounded ranges (``FillOptions/maximumFetch``), and the stream
 /// bounds what waits unread: past ``maximumBuffered`` bytes it cancels the transfer and ends
-/// the body, after what was received, with `.originUnavailable`, from which a fill resumes at
+/// the body, after what was received, with `.connectionLost`, from which a fill resumes at
 /// its last byte (one more request instead of unbounded memory).
 package final class ResponseStream: Sendable {
     /// Bytes received and not yet taken by the consumer, at most.
@@ -87,6 +87,12 @@ package final class ResponseStream: Sendable {
         self.buffered = buffered
         limit = maximumBuffered
         body = AsyncThrowingStream(unfolding: { try await buffered.next() })
+    }
+
+    /// The next chunk of the body, or nil at its end: what ``body`` gives, for a caller that
+    /// makes a stream of its own (one consumer at a time, as for ``body``).
+    package func nextChunk() async throws -> [UInt8]? {
+        try await buffered.next()
     }
 
     /// Bytes waiting unread now (for tests).
@@ -140,8 +146,8 @@ package final class ResponseStream: Sendable {
             // The chunks already yielded are delivered first; then the consumer sees a cut it
             // resumes from.
             continuation.finish(
-                throwing: SparseCacheError(
-                    .originUnavailable, operation: "fetch", path: key,
+                throwing: HTTPError(
+                    .connectionLost, operation: "fetch", peer: key,
                     detail: "more than \(limit) bytes arrived ahead of the reader; stopped, to resume from the last byte"))
             task?.cancel()
         }
@@ -152,7 +158,7 @@ package final class ResponseStream: Sendable {
         let (waiter, failure, actions) = state.withLock { state in
             state.finished = true
             // Ended before any headers, without an error of its own: still a failure to report.
-            state.failure = mapped ?? (state.response == nil ? SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "no response") : nil)
+            state.failure = mapped ?? (state.response == nil ? HTTPError(.connectionLost, operation: "fetch", peer: key, detail: "no response") : nil)
             defer {
                 state.responseWaiter = nil
                 state.onFinish = []
@@ -184,32 +190,30 @@ package final class ResponseStream: Sendable {
         }
     }
 
-    /// URLSession's errors as sparsecache errors: cut connections and timeouts may pass;
-    /// a URL that cannot work will not.
-    static func map(_ error: Error, key: String) -> SparseCacheError {
-        if let error = error as? SparseCacheError { return error }
+    /// URLSession's errors as SparseHTTP's: cut connections and timeouts may pass; a URL or an
+    /// answer that cannot work (`.malformed`) will not.
+    static func map(_ error: Error, key: String) -> HTTPError {
+        if let error = error as? HTTPError { return error }
         let nsError = error as NSError
         if nsError.domain == NSURLErrorDomain {
             switch nsError.code {
             case NSURLErrorCancelled:
-                return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "cancelled")
+                return HTTPError(.connectionLost, operation: "fetch", peer: key, detail: "cancelled")
             case NSURLErrorBadURL, NSURLErrorUnsupportedURL, NSURLErrorHTTPTooManyRedirects, NSURLErrorRedirectToNonExistentLocation,
                 NSURLErrorCannotDecodeContentData, NSURLErrorCannotParseResponse, NSURLErrorBadServerResponse:
-                return SparseCacheError(.origin, operation: "fetch", path: key, detail: nsError.localizedDescription)
+                return HTTPError(.malformed, operation: "fetch", peer: key, detail: nsError.localizedDescription)
             case NSURLErrorTimedOut:
-                var timedOut = SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "timed out waiting for the origin")
-                timedOut.timedOut = true
-                return timedOut
+                return HTTPError(.timedOut, operation: "fetch", peer: key, detail: "timed out waiting for the origin")
             case NSURLErrorCannotConnectToHost:
-                return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "connection refused")
+                return HTTPError(.connectFailed, operation: "fetch", peer: key, detail: "connection refused")
             case NSURLErrorNetworkConnectionLost:
-                return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "the connection was cut")
+                return HTTPError(.connectionLost, operation: "fetch", peer: key, detail: "the connection was cut")
             case NSURLErrorCannotFindHost, NSURLErrorDNSLookupFailed:
-                return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: "host not found")
+                return HTTPError(.unresolved, operation: "fetch", peer: key, detail: "host not found")
             default:
                 break
             }
         }
-        return SparseCacheError(.originUnavailable, operation: "fetch", path: key, detail: nsError.localizedDescription)
+        return HTTPError(.connectionLost, operation: "fetch", peer: key, detail: nsError.localizedDescription)
     }
 }

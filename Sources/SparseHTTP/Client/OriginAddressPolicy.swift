@@ -1,5 +1,5 @@
 import CShim
-import SparseCacheEngine
+import SparseCacheBase
 
 #if canImport(Glibc)
     import Glibc
@@ -88,11 +88,10 @@ package struct OriginAddressPolicy: Sendable {
     }
 
     /// The refusal: the origin as the client named it, and nothing about why.
-    package static func refusal(name: String, port: Int) -> SparseCacheError {
-        SparseCacheError(
-            .origin, operation: "policy", path: TCPConnection.address(host: name, port: port),
-            detail: "not allowed: this proxy does not fetch from that origin (serve --allow-origin admits local and private ones)",
-            httpStatus: 403)
+    package static func refusal(name: String, port: Int) -> HTTPError {
+        HTTPError(
+            .notAllowed, operation: "policy", peer: TCPConnection.address(host: name, port: port),
+            detail: "not allowed: this proxy does not fetch from that origin (serve --allow-origin admits local and private ones)")
     }
 
     /// Resolves `name` (off the cooperative pool) and throws ``refusal(name:port:)`` unless

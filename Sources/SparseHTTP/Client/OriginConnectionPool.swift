@@ -1,5 +1,5 @@
 import Dispatch
-@_spi(Locking) import SparseCacheEngine
+@_spi(Locking) import SparseCacheBase
 
 /// Idle keep-alive connections to `http://` origins, by host and port, for ``HTTPExchange`` to
 /// reuse: a player's next range (a seek) then costs one round trip instead of a TCP handshake

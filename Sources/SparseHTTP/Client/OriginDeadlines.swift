@@ -1,5 +1,5 @@
 import Dispatch
-@_spi(Locking) import SparseCacheEngine
+@_spi(Locking) import SparseCacheBase
 
 /// The time limits of waits on origin connections, checked by one timer for the whole process.
 ///

@@ -1,4 +1,4 @@
-import SparseCacheEngine
+import SparseCacheBase
 
 /// Decodes a `Transfer-Encoding: chunked` body (RFC 9112, section 7.1) as it arrives, without
 /// copying body bytes: each ``feed(_:)`` answers where the body bytes are in the buffer it was

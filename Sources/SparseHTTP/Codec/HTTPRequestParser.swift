@@ -1,5 +1,5 @@
 import Foundation
-import SparseCacheEngine
+import SparseCacheBase
 
 /// A pure function from bytes to a request head: no I/O, no state, so it can be fuzzed.
 ///

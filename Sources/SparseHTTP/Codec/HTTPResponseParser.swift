@@ -1,4 +1,4 @@
-import SparseCacheEngine
+import SparseCacheBase
 
 #if canImport(Glibc)
     import Glibc

@@ -1,4 +1,4 @@
-import SparseCacheEngine
+import SparseCacheBase
 
 /// How the body of an HTTP/1.x message is delimited (RFC 9112, section 6.3): what a recipient
 /// must read after the head before the connection can carry the next message. A request is

@@ -1,5 +1,5 @@
 import Foundation
-@_spi(Locking) import SparseCacheEngine
+@_spi(Locking) import SparseCacheBase
 
 /// IMF-fixdate, the date format HTTP sends (RFC 9110, section 5.6.7):
 /// `Sun, 06 Nov 1994 08:49:37 GMT`.

@@ -1,4 +1,4 @@
-import SparseCacheEngine
+import SparseCacheBase
 
 /// An HTTP/1.x response head from an origin, as ``HTTPResponseParser`` reads it: the status
 /// line and the header fields, with what a client needs to read the body that follows

@@ -1,4 +1,4 @@
-@_spi(Locking) import SparseCacheEngine
+@_spi(Locking) import SparseCacheBase
 
 /// One direction of one descriptor watched by the ``SocketReactor``: a task that got EAGAIN
 /// waits here until the descriptor is ready again.
@@ -12,7 +12,7 @@ final class Readiness: Sendable {
     private struct State {
         var waiter: CheckedContinuation<Void, Error>?
         var ready = false
-        var closed: SparseCacheError?
+        var closed: HTTPError?
     }
 
     private let state = Lock(State())
@@ -67,7 +67,7 @@ final class Readiness: Sendable {
     }
 
     /// Fails the waiter (and every later wait) with `reason`.
-    func close(_ reason: SparseCacheError) {
+    func close(_ reason: HTTPError) {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Error>? in
             guard state.closed == nil else { return nil }
             state.closed = reason

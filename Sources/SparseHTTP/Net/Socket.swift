@@ -1,5 +1,5 @@
 import CShim
-@_spi(Locking) import SparseCacheEngine
+@_spi(Locking) import SparseCacheBase
 import Synchronization
 
 #if canImport(Glibc)
@@ -91,7 +91,7 @@ final class TCPListener: Sendable {
         guard fd >= 0 else {
             let number = errno
             let detail = number == EINVAL ? "not a numeric IPv4 or IPv6 address" : nil
-            throw SparseCacheError(.io, operation: "listen", path: "\(host):\(port)", errno: detail == nil ? number : nil, detail: detail)
+            throw HTTPError(.io, operation: "listen", peer: "\(host):\(port)", errno: detail == nil ? number : nil, detail: detail)
         }
         let bound = Int(sc_tcp_local_port(fd))
         let loops = SocketReactor.loops
@@ -125,7 +125,7 @@ final class TCPListener: Sendable {
             guard let accepted else {
                 // Closed meanwhile: the readiness throws the reason.
                 try await watch.readable.wait()
-                throw SparseCacheError(.closed, operation: "accept", path: "port \(port)", detail: "the listener is closed")
+                throw HTTPError(.closed, operation: "accept", peer: "port \(port)", detail: "the listener is closed")
             }
             if accepted.fd >= 0 {
                 return TCPConnection(fd: accepted.fd, peer: accepted.peer, acceptedBy: watch.reactor)
@@ -137,13 +137,13 @@ final class TCPListener: Sendable {
                 // Out of descriptors or memory: let connections finish before taking more.
                 try await Task.sleep(for: .milliseconds(50))
             case let number:
-                throw SparseCacheError(.io, operation: "accept", path: "port \(port)", errno: number)
+                throw HTTPError(.io, operation: "accept", peer: "port \(port)", errno: number)
             }
         }
     }
 
     func close() {
-        for watch in watches { watch.close(SparseCacheError(.closed, operation: "accept", path: "port \(port)", detail: "the listener is closed")) }
+        for watch in watches { watch.close(HTTPError(.closed, operation: "accept", peer: "port \(port)", detail: "the listener is closed")) }
     }
 }
 
@@ -224,15 +224,15 @@ final class TCPConnection: Sendable {
                     try await readable.wait()
                 }
             case let number:
-                throw SparseCacheError(.io, operation: "receive", path: peer, errno: number)
+                throw HTTPError(.io, operation: "receive", peer: peer, errno: number)
             }
         }
     }
 
     /// The error of a call on a connection closed meanwhile: the reason it was closed with.
-    private func closed(_ operation: String) async throws -> SparseCacheError {
+    private func closed(_ operation: String) async throws -> HTTPError {
         try await readable.wait()
-        return SparseCacheError(.closed, operation: operation, path: peer, detail: "the connection is closed")
+        return HTTPError(.closed, operation: operation, peer: peer, detail: "the connection is closed")
     }
 
     /// `host:port`, an IPv6 address in brackets: how connections are named in errors and
@@ -243,7 +243,7 @@ final class TCPConnection: Sendable {
 
     /// The addresses of `host` (a name or a numeric address), resolved on `resolver` (DNS may wait).
     ///
-    /// - Throws: `.originUnavailable` naming the host when it cannot be resolved.
+    /// - Throws: ``HTTPError`` `.unresolved` naming the host when it cannot be resolved.
     static func resolve(host: String, port: Int, resolver: BlockingExecutor) async throws -> [sc_address] {
         // A numeric address needs no name service: parsed here by the resolver's own first
         // step, without a hop to its queue (a thread switch for every new origin connection).
@@ -256,7 +256,7 @@ final class TCPConnection: Sendable {
             let count = sc_resolve(host, Int32(port), &found, Int32(found.count))
             guard count > 0 else {
                 let detail = count == 0 ? "no address" : String(cString: gai_strerror(count))
-                throw SparseCacheError(.originUnavailable, operation: "connect", path: name, detail: "cannot resolve the host: \(detail)")
+                throw HTTPError(.unresolved, operation: "connect", peer: name, detail: "cannot resolve the host: \(detail)")
             }
             return Array(found.prefix(Int(count)))
         }
@@ -267,9 +267,9 @@ final class TCPConnection: Sendable {
     /// With a `policy`, every address is checked first and the connection goes to the checked
     /// addresses: the name is not resolved a second time.
     ///
-    /// - Throws: `.originUnavailable` naming the host when it cannot be resolved or no address
-    ///   accepts the connection; `.origin` (403, "not allowed") when the policy refuses an
-    ///   address; `CancellationError` when the task is cancelled meanwhile.
+    /// - Throws: ``HTTPError`` naming the host: `.unresolved` when it cannot be resolved,
+    ///   `.connectFailed` when no address accepts the connection, `.notAllowed` when the policy
+    ///   refuses an address; `CancellationError` when the task is cancelled meanwhile.
     static func connect(
         host: String, port: Int, resolver: BlockingExecutor, policy: OriginAddressPolicy? = nil
     ) async throws -> TCPConnection {
@@ -297,8 +297,8 @@ final class TCPConnection: Sendable {
             refusal = status
             connection.close()
         }
-        throw SparseCacheError(
-            .originUnavailable, operation: "connect", path: name, errno: refusal == 0 ? nil : refusal,
+        throw HTTPError(
+            .connectFailed, operation: "connect", peer: name, errno: refusal == 0 ? nil : refusal,
             detail: refusal == ECONNREFUSED ? "connection refused" : nil)
     }
 
@@ -343,7 +343,7 @@ final class TCPConnection: Sendable {
             switch result.errno {
             case EAGAIN, EWOULDBLOCK: try await writable.wait()
             case EINTR: continue
-            case let number: throw SparseCacheError(.io, operation: "send", path: peer, errno: number)
+            case let number: throw HTTPError(.io, operation: "send", peer: peer, errno: number)
             }
         }
     }
@@ -362,10 +362,8 @@ final class TCPConnection: Sendable {
 
     /// Fails every wait with `reason` and closes the socket once no call uses it.
     /// Closes the connection: a wait in progress, and every later call, fails with `.closed`
-    /// and `reason` (marked ``SparseCacheError/timedOut`` when a deadline closed it).
+    /// and `reason` (`.timedOut` when a deadline closed it).
     func close(_ reason: String = "the connection is closed", timedOut: Bool = false) {
-        var error = SparseCacheError(.closed, operation: "connection", path: peer, detail: reason)
-        error.timedOut = timedOut
-        watch.close(error)
+        watch.close(HTTPError(timedOut ? .timedOut : .closed, operation: "connection", peer: peer, detail: reason))
     }
 }

@@ -1,6 +1,6 @@
 import CShim
 import Foundation
-@_spi(Locking) import SparseCacheEngine
+@_spi(Locking) import SparseCacheBase
 import Synchronization
 
 #if canImport(Glibc)
@@ -105,13 +105,13 @@ final class SocketReactor: TaskExecutor, Sendable {
 
     /// Registers `watch` for `fd` (a listening socket every loop watches when `listener`);
     /// returns its token, or the errno of a refusal.
-    func add(_ watch: SocketWatch, fd: Int32, listener: Bool = false) -> Result<UInt64, SparseCacheError> {
+    func add(_ watch: SocketWatch, fd: Int32, listener: Bool = false) -> Result<UInt64, HTTPError> {
         let token = nextToken.add(1, ordering: .relaxed).oldValue
         watches.withLock { $0[token] = watch }
         guard (listener ? sc_epoll_watch_listener(epoll, fd, token) : sc_epoll_watch(epoll, fd, token)) == 0 else {
             let number = errno
             watches.withLock { $0[token] = nil }
-            return .failure(SparseCacheError(.io, operation: "epoll_ctl", path: "descriptor \(fd)", errno: number))
+            return .failure(HTTPError(.io, operation: "epoll_ctl", peer: "descriptor \(fd)", errno: number))
         }
         return .success(token)
     }

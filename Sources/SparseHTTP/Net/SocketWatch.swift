@@ -1,5 +1,5 @@
 import CShim
-import SparseCacheEngine
+import SparseCacheBase
 import Synchronization
 
 /// One descriptor registered with the ``SocketReactor``: the waits of its two directions and
@@ -45,7 +45,7 @@ final class SocketWatch: Sendable {
     }
 
     /// Fails every wait with `reason`, leaves the reactor, then runs `cancelled` (once).
-    func close(_ reason: SparseCacheError) {
+    func close(_ reason: HTTPError) {
         readable.close(reason)
         writable.close(reason)
         guard closed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }

@@ -1,5 +1,5 @@
 import Foundation
-import SparseCacheEngine
+import SparseCacheBase
 
 /// `Content-Range: bytes a-b/total`, `bytes a-b/*` or `bytes */total`.
 package struct ContentRange: Equatable {

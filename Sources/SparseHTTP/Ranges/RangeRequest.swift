@@ -1,4 +1,4 @@
-import SparseCacheEngine
+import SparseCacheBase
 
 /// What a request's `Range` header asks of a resource of known length (RFC 9110, section 14).
 package enum RangeRequest: Sendable, Equatable {

@@ -1,5 +1,5 @@
 import Foundation
-import SparseCacheEngine
+import SparseCacheBase
 
 /// One line of the request log.
 public struct HTTPLogEntry: Sendable, CustomStringConvertible {

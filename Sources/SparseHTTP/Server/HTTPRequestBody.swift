@@ -1,4 +1,4 @@
-@_spi(Locking) import SparseCacheEngine
+@_spi(Locking) import SparseCacheBase
 
 /// The body of one request, read from the client's connection as the handler asks for it:
 /// ``HTTPServer`` hands one to its handler with every request (empty for a request without a
@@ -128,12 +128,12 @@ public final class HTTPRequestBody: Sendable, AsyncSequence {
     ///
     /// - Throws: ``HTTPRequestBodyError`` when the body is past ``maximum`` (413), malformed (400), cut short
     ///   (400) or too slow (408; the connection is closed), and the same failure on every later
-    ///   call; `.invalidArgument` when another ``next()`` is in progress.
+    ///   call; ``HTTPError`` `.invalidArgument` when another ``next()`` is in progress.
     public func next() async throws -> [UInt8]? {
         let (start, askContinue) = try state.withLock { state throws -> (Bool, Bool) in
             if let failure = state.failure { throw failure }
             guard !state.reading else {
-                throw SparseCacheError(.invalidArgument, operation: "read body", detail: "a request body has one reader at a time")
+                throw HTTPError(.invalidArgument, operation: "read body", detail: "a request body has one reader at a time")
             }
             if state.finished { return (false, false) }
             state.reading = true

@@ -1,5 +1,5 @@
 import Foundation
-@_spi(Locking) import SparseCacheEngine
+@_spi(Locking) import SparseCacheBase
 
 /// Writes one response on a connection: a head, then a body of exactly the length the head
 /// announced. For a HEAD request the body is counted but not sent.
@@ -148,8 +148,7 @@ public final class HTTPResponseWriter: Sendable {
             await waitForInterims()
         }
         guard let head = claimed ?? nil else {
-            throw SparseCacheError(
-                .invalidArgument, operation: "respond", path: request.target, detail: "the response head was already sent")
+            throw HTTPError(.invalidArgument, operation: "respond", peer: request.target, detail: "the response head was already sent")
         }
         if !hold { try await send(head) }
     }
@@ -176,8 +175,8 @@ public final class HTTPResponseWriter: Sendable {
         let isHead = request.method == .head
         let (head, chunked) = try state.withLock { state -> ([UInt8]?, Bool) in
             guard state.headSent, !state.finished, state.bodyBytes + Int64(bytes.count) <= state.announced ?? .max else {
-                throw SparseCacheError(
-                    .invalidArgument, operation: "respond", path: request.target,
+                throw HTTPError(
+                    .invalidArgument, operation: "respond", peer: request.target,
                     detail: "body bytes past the announced Content-Length \(state.announced ?? 0) or the end of the body")
             }
             state.bodyBytes += Int64(bytes.count)

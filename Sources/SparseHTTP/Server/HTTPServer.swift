@@ -1,6 +1,6 @@
 import Foundation
 import Dispatch
-@_spi(Locking) import SparseCacheEngine
+@_spi(Locking) import SparseCacheBase
 import Synchronization
 
 /// A small HTTP/1.1 server: an accept loop on every event loop, one task per connection reading request heads

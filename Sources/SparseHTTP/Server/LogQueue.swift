@@ -1,5 +1,5 @@
 import Dispatch
-@_spi(Locking) import SparseCacheEngine
+@_spi(Locking) import SparseCacheBase
 
 /// Log lines written in order on a serial queue of their own, at most ``capacity`` waiting.
 ///

@@ -1,5 +1,5 @@
 import CShim
-import SparseCacheEngine
+import SparseCacheBase
 
 #if canImport(Glibc)
 import Glibc

@@ -1,5 +1,5 @@
 import CShim
-@_spi(Locking) import SparseCacheEngine
+@_spi(Locking) import SparseCacheBase
 
 #if canImport(Glibc)
 import Glibc
@@ -26,7 +26,7 @@ package enum ShutdownSignals {
             let count = read(fd, &byte, 1)
             if count == 1 { return Int32(byte) }
             if count < 0, errno != EAGAIN, errno != EINTR {
-                throw SparseCacheError(.io, operation: "read signal pipe", errno: errno)
+                throw HTTPError(.io, operation: "read signal pipe", errno: errno)
             }
             try await readable.wait()
         }
@@ -37,7 +37,7 @@ package enum ShutdownSignals {
             if let watch = pipe.watch { return (pipe.fd, watch.readable) }
             let signals: [Int32] = hangup ? [SIGINT, SIGTERM, SIGHUP] : [SIGINT, SIGTERM]
             let fd = sc_signal_pipe(signals, Int32(signals.count))
-            guard fd >= 0 else { throw SparseCacheError(.io, operation: "install signal handlers", errno: errno) }
+            guard fd >= 0 else { throw HTTPError(.io, operation: "install signal handlers", errno: errno) }
             let watch = SocketWatch(fd: fd, cancelled: {})
             pipe = (fd, watch)
             return (fd, watch.readable)

@@ -13,10 +13,11 @@ import Synchronization
 /// build without ThreadSanitizer both are calls to empty C functions: measured beside a bare
 /// `Mutex`, no slower (docs/TESTING.md).
 ///
-/// Public under an SPI (`@_spi(Locking) import SparseCacheEngine`) rather than `package`: the
-/// other modules must get `withLock` specialized for their values, and Swift 6.3 does not
-/// specialize a `package` generic across modules even when it is `@inlinable`, so every call
-/// looked up generic metadata at run time (about a sixth of a cached hit's user time).
+/// Public under an SPI (`@_spi(Locking) import SparseCacheBase`, or of the engine, which
+/// re-exports it) rather than `package`: the other modules must get `withLock` specialized for
+/// their values, and Swift 6.3 does not specialize a `package` generic across modules even when
+/// it is `@inlinable`, so every call looked up generic metadata at run time (about a sixth of a
+/// cached hit's user time).
 @_spi(Locking) public struct Lock<Value: ~Copyable>: ~Copyable {
     @usableFromInline
     let mutex: Mutex<Value>
