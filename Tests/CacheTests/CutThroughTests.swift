@@ -169,11 +169,7 @@ struct CutThroughTests {
         }
         #expect(read == Array(bytes[0..<read.count]), "seed \(seed)")
         // The fetch learns that nobody waits on it before the rest of its answer is read.
-        let deadline = ContinuousClock.now + Duration.seconds(120).asHangGuard
-        while await !cache.fetchesUnwanted(key: source.key) {
-            guard ContinuousClock.now < deadline else { throw OriginFailure("the fetch was never left alone") }
-            try await Task.sleep(for: .milliseconds(5))
-        }
+        try await waitUntil(timeout: .seconds(120), interval: .milliseconds(5), "the fetch was never left alone") { await cache.fetchesUnwanted(key: source.key) }
         source.release()
         try await fixture.settled()
         #expect(try await collect(cache.read(source)) == bytes, "seed \(seed)")
@@ -199,11 +195,7 @@ struct CutThroughTests {
             if read.count >= 16 << 10 { break }
         }
         #expect(read == Array(bytes[0..<read.count]), "seed \(seed)")
-        let deadline = ContinuousClock.now + Duration.seconds(120).asHangGuard
-        while await !cache.fetchesUnwanted(key: source.key) {
-            guard ContinuousClock.now < deadline else { throw OriginFailure("the fetch was never left alone") }
-            try await Task.sleep(for: .milliseconds(5))
-        }
+        try await waitUntil(timeout: .seconds(120), interval: .milliseconds(5), "the fetch was never left alone") { await cache.fetchesUnwanted(key: source.key) }
         source.release()
         try await fixture.settled()
         #expect(try await collect(cache.read(source)) == bytes, "seed \(seed)")

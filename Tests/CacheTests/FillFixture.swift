@@ -42,11 +42,7 @@ struct FillFixture {
 
     /// Waits until no fetch runs (every byte received is written back and committed).
     func settled() async throws {
-        let deadline = ContinuousClock.now + Duration.seconds(60).asHangGuard
-        while await cache.activity.fetchesInFlight > 0 {
-            guard ContinuousClock.now < deadline else { throw OriginFailure("fetches still running after 60 s") }
-            try await Task.sleep(for: .milliseconds(5))
-        }
+        try await waitUntil(timeout: .seconds(60), interval: .milliseconds(5), "fetches still running after 60 s") { await cache.activity.fetchesInFlight == 0 }
     }
 }
 
@@ -118,11 +114,7 @@ final class GatedSource: RangeSource, Sendable {
 
     /// Waits (up to 10 s) until `count` requests have come.
     func waitForRequests(_ count: Int) async throws {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while requests.count < count {
-            guard ContinuousClock.now < deadline else { throw OriginFailure("only \(requests) came") }
-            try await Task.sleep(for: .milliseconds(5))
-        }
+        try await waitUntil(timeout: .seconds(10), interval: .milliseconds(5), "only \(requests) came") { requests.count >= count }
     }
 
     func fetch(_ range: Range<Int64>?, validator: ContentValidator?) async throws -> RangeResponse {
@@ -145,5 +137,34 @@ final class GatedSource: RangeSource, Sendable {
         }
         let info = ContentInfo(length: Int64(bytes.count), validator: ContentValidator(etag: "\"v1\""))
         return RangeResponse(info: info, offset: range.lowerBound, body: stream, cancel: { producer.cancel() })
+    }
+}
+
+/// The origins a fill test runs against (``OriginServer``).
+enum FillOrigin {
+    case nginx, faulty, scripted, pythonStatic
+}
+
+extension FillFixture {
+    /// The usual setup of a fill test: a directory for the origin's files, `origin` serving it,
+    /// and a fixture labelled `label`. The caller stops the origin (`defer { origin.stop() }`)
+    /// and closes the fixture.
+    static func withOrigin(
+        _ origin: FillOrigin, _ label: String, options: FillOptions = .testing, segmentSize: Int = 64 << 10
+    ) async throws -> (files: TemporaryDirectory, origin: OriginServer, fixture: FillFixture) {
+        let files = try TemporaryDirectory("origin-files")
+        let server: OriginServer
+        switch origin {
+        case .nginx: server = try await OriginServer.nginx(root: files.path)
+        case .faulty: server = try await OriginServer.faulty(root: files.path)
+        case .scripted: server = try await OriginServer.scripted(root: files.path)
+        case .pythonStatic: server = try await OriginServer.pythonStatic(root: files.path)
+        }
+        do {
+            return (files, server, try await FillFixture(label, options: options, segmentSize: segmentSize))
+        } catch {
+            server.stop()
+            throw error
+        }
     }
 }

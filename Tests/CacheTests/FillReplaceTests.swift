@@ -128,8 +128,7 @@ struct FillReplaceTests {
             }
             // First contact, the reader's span and the span read ahead: two fetches wait on the
             // origin, then both are answered with the new version.
-            let deadline = ContinuousClock.now + Duration.seconds(60).asHangGuard
-            while source.requests < 3, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(2)) }
+            _ = try await eventually(timeout: .seconds(60), interval: .milliseconds(2)) { source.requests >= 3 }
             #expect(source.requests >= 3, "round \(round): only \(source.requests) requests came")
             source.swap()
 

@@ -17,11 +17,9 @@ import TestSupport
 struct FillTests {
     @Test("a whole resource through the cache: every byte, one origin byte per byte, then served from disk")
     func wholeResource() async throws {
-        let files = try TemporaryDirectory("origin-files")
-        let source = try originFile(files.path, "movie.bin", count: 3_000_000 + 17, seed: 1)
-        let origin = try await OriginServer.nginx(root: files.path)
+        let (files, origin, fixture) = try await FillFixture.withOrigin(.nginx, "fill-whole")
         defer { origin.stop() }
-        let fixture = try await FillFixture("fill-whole", options: .testing)
+        let source = try originFile(files.path, "movie.bin", count: 3_000_000 + 17, seed: 1)
         let http = try HTTPRangeSource(url: origin.url("movie.bin"))
 
         let first = try await collect(fixture.cache.read(http))
@@ -44,10 +42,8 @@ struct FillTests {
         "several readers that each need a resource of one answer fetched anew do not wait for each other: once the holder leaves, one refetches and all get the new version"
     )
     func oneAnswerRefetchedByMany() async throws {
-        let files = try TemporaryDirectory("scripted-files")
-        let origin = try await OriginServer.scripted(root: files.path)
+        let (files, origin, fixture) = try await FillFixture.withOrigin(.scripted, "fill-one-answer-many")
         defer { origin.stop() }
-        let fixture = try await FillFixture("fill-one-answer-many", options: .testing)
         let http = try HTTPRangeSource(url: origin.url("weak.bin"))
         let size = 2_000_000
         var script = OriginScript(headers: [("ETag", "W/\"one\"")])
@@ -76,8 +72,7 @@ struct FillTests {
                 finished.withLock { $0 += 1 }
             }
         }
-        let deadline = ContinuousClock.now + Duration.seconds(60).asHangGuard
-        while finished.withLock({ $0 }) < readers.count, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+        _ = try await eventually(timeout: .seconds(60), interval: .milliseconds(50)) { finished.withLock({ $0 }) >= readers.count }
         let count = finished.withLock { $0 }
         #expect(count == readers.count, "\(count) of \(readers.count) readers ended once the holder left (they waited for each other)")
         for reader in readers { reader.cancel() }
@@ -93,10 +88,8 @@ struct FillTests {
         "without a strong validator the library's fill never resumes: a cut answer fails its reader, the next reader gets the resource fetched anew whole, never the old part with the new rest (RFC 9111 3.4)"
     )
     func oneAnswerRefetched() async throws {
-        let files = try TemporaryDirectory("scripted-files")
-        let origin = try await OriginServer.scripted(root: files.path)
+        let (files, origin, fixture) = try await FillFixture.withOrigin(.scripted, "fill-one-answer")
         defer { origin.stop() }
-        let fixture = try await FillFixture("fill-one-answer", options: .testing)
         let http = try HTTPRangeSource(url: origin.url("weak.bin"))
         let size = 2_000_000
         let old = OriginScript.pattern(count: size, seed: 31), new = OriginScript.pattern(count: size, seed: 32)
@@ -160,12 +153,10 @@ struct FillTests {
 
     @Test("a player's first read of a new resource takes one request: first contact asks for the reader's own range")
     func firstContact() async throws {
-        let files = try TemporaryDirectory("origin-files")
+        let (files, origin, fixture) = try await FillFixture.withOrigin(.nginx, "fill-contact")
+        defer { origin.stop() }
         let source = try originFile(files.path, "start.bin", count: 1_000_000, seed: 5)
         let tiny = try originFile(files.path, "tiny.bin", count: 1_000, seed: 6)
-        let origin = try await OriginServer.nginx(root: files.path)
-        defer { origin.stop() }
-        let fixture = try await FillFixture("fill-contact", options: .testing)
         let http = try HTTPRangeSource(url: origin.url("start.bin"))
         #expect(try await collect(fixture.cache.read(http, range: 0..<4096)) == Array(source[0..<4096]))
         #expect(await origin.bytesSent("start.bin") == 65_536, "first contact asks for the first segment and keeps it")
@@ -187,12 +178,10 @@ struct FillTests {
 
     @Test("a new resource asked for by a range past the small-object threshold: its files are made while the origin answers")
     func filesMadeWhileTheOriginAnswers() async throws {
-        let files = try TemporaryDirectory("origin-files")
+        let (files, origin, fixture) = try await FillFixture.withOrigin(.faulty, "fill-early-contact")
+        defer { origin.stop() }
         let source = try originFile(files.path, "movie.bin", count: 3 << 20, seed: 21)
         try "stall_ms=1500".write(toFile: files.path + "/movie.bin.faults", atomically: true, encoding: .utf8)
-        let origin = try await OriginServer.faulty(root: files.path)
-        defer { origin.stop() }
-        let fixture = try await FillFixture("fill-early-contact", options: .testing)
         let http = try HTTPRangeSource(url: origin.url("movie.bin"))
         let wanted: Range<Int64> = 1_000_000..<2_000_000
         let opening = Task { try await fixture.cache.open(http, first: .range(wanted)) }
@@ -216,11 +205,9 @@ struct FillTests {
 
     @Test("a new resource read through ProgressiveCache.read: the origin is asked while its files are made")
     func originAskedWhileTheFilesAreMade() async throws {
-        let files = try TemporaryDirectory("origin-files")
-        let source = try originFile(files.path, "model.bin", count: 256 << 10, seed: 22)
-        let origin = try await OriginServer.faulty(root: files.path)
+        let (files, origin, fixture) = try await FillFixture.withOrigin(.faulty, "fill-early-read")
         defer { origin.stop() }
-        let fixture = try await FillFixture("fill-early-read", options: .testing)
+        let source = try originFile(files.path, "model.bin", count: 256 << 10, seed: 22)
         let http = try HTTPRangeSource(url: origin.url("model.bin"))
         // Making the data file takes 1.5 s; the origin (which logs a request once it has sent
         // its answer, here whole at once) has the request long before.
@@ -240,11 +227,9 @@ struct FillTests {
 
     @Test("ranges anywhere, then the whole: no byte is asked for twice")
     func rangesThenWhole() async throws {
-        let files = try TemporaryDirectory("origin-files")
-        let source = try originFile(files.path, "r.bin", count: 2_500_000, seed: 2)
-        let origin = try await OriginServer.nginx(root: files.path)
+        let (files, origin, fixture) = try await FillFixture.withOrigin(.nginx, "fill-ranges", segmentSize: 16 << 10)
         defer { origin.stop() }
-        let fixture = try await FillFixture("fill-ranges", options: .testing, segmentSize: 16 << 10)
+        let source = try originFile(files.path, "r.bin", count: 2_500_000, seed: 2)
         let http = try HTTPRangeSource(url: origin.url("r.bin"))
         var random = SplitMix64(seed: 22)
         for _ in 0..<12 {
@@ -263,11 +248,9 @@ struct FillTests {
 
     @Test("16 concurrent readers of one uncached resource: the origin sends each byte once")
     func concurrentReadersShareFetches() async throws {
-        let files = try TemporaryDirectory("origin-files")
-        let source = try originFile(files.path, "shared.bin", count: 4_000_000 + 123, seed: 3)
-        let origin = try await OriginServer.nginx(root: files.path)
+        let (files, origin, fixture) = try await FillFixture.withOrigin(.nginx, "fill-shared")
         defer { origin.stop() }
-        let fixture = try await FillFixture("fill-shared", options: .testing)
+        let source = try originFile(files.path, "shared.bin", count: 4_000_000 + 123, seed: 3)
         let http = try HTTPRangeSource(url: origin.url("shared.bin"))
         let cache = fixture.cache
         let results = try await withThrowingTaskGroup(of: Bool.self) { group in
@@ -292,14 +275,12 @@ struct FillTests {
 
     @Test("a reader that comes while first contact is still receiving the first segment waits for it instead of fetching it again")
     func readerDuringFirstContact() async throws {
-        let files = try TemporaryDirectory("origin-files")
+        let (files, origin, fixture) = try await FillFixture.withOrigin(.faulty, "fill-first-contact-race")
+        defer { origin.stop() }
         let source = try originFile(files.path, "trickle.bin", count: 256 << 10, seed: 14)
         // 16 KiB every 30 ms: the head (and so the length) arrives at once, the first 64 KiB
         // segment takes about 120 ms.
         try "delay_ms=30".write(toFile: files.path + "/trickle.bin.faults", atomically: true, encoding: .utf8)
-        let origin = try await OriginServer.faulty(root: files.path)
-        defer { origin.stop() }
-        let fixture = try await FillFixture("fill-first-contact-race", options: .testing)
         let http = try HTTPRangeSource(url: origin.url("trickle.bin"))
         let cache = fixture.cache
         let first = Task { try await collect(cache.read(http)) }
@@ -348,11 +329,9 @@ struct FillTests {
 
     @Test("a server that ignores Range: the 200 body is skipped to the offset")
     func serverIgnoringRanges() async throws {
-        let files = try TemporaryDirectory("origin-files")
-        let source = try originFile(files.path, "plain.bin", count: 700_000, seed: 4)
-        let origin = try await OriginServer.pythonStatic(root: files.path)
+        let (files, origin, fixture) = try await FillFixture.withOrigin(.pythonStatic, "fill-norange", segmentSize: 16 << 10)
         defer { origin.stop() }
-        let fixture = try await FillFixture("fill-norange", options: .testing, segmentSize: 16 << 10)
+        let source = try originFile(files.path, "plain.bin", count: 700_000, seed: 4)
         let http = try HTTPRangeSource(url: origin.url("plain.bin"))
         let middle = try await collect(fixture.cache.read(http, range: 300_001..<450_000))
         #expect(middle == Array(source[300_001..<450_000]))
@@ -362,14 +341,12 @@ struct FillTests {
 
     @Test("connections cut mid-body: the fetch resumes from the last byte and the bytes are right")
     func cutConnections() async throws {
-        let files = try TemporaryDirectory("origin-files")
+        let (files, origin, fixture) = try await FillFixture.withOrigin(.faulty, "fill-cut")
+        defer { origin.stop() }
         let source = try originFile(files.path, "cut.bin", count: 1_500_000, seed: 5)
         // The next four requests are cut after 300,000 body bytes (first contact is one of
         // them, and asks for one byte only).
         try "cut=300000 times=4".write(toFile: files.path + "/cut.bin.faults", atomically: true, encoding: .utf8)
-        let origin = try await OriginServer.faulty(root: files.path)
-        defer { origin.stop() }
-        let fixture = try await FillFixture("fill-cut", options: .testing)
         let http = try HTTPRangeSource(url: origin.url("cut.bin"))
         #expect(try await collect(fixture.cache.read(http)) == source)
         let statistics = fixture.cache.statistics
@@ -383,11 +360,9 @@ struct FillTests {
 
     @Test("a reader hangs up while its fetch waits for the origin's answer: the segment the origin sends is kept, not asked for again")
     func hangUpBeforeTheAnswer() async throws {
-        let files = try TemporaryDirectory("origin-files")
-        let source = try originFile(files.path, "slow.bin", count: 1 << 20, seed: 17)
-        let origin = try await OriginServer.faulty(root: files.path)
+        let (files, origin, fixture) = try await FillFixture.withOrigin(.faulty, "fill-hang-up")
         defer { origin.stop() }
-        let fixture = try await FillFixture("fill-hang-up", options: .testing)
+        let source = try originFile(files.path, "slow.bin", count: 1 << 20, seed: 17)
         let http = try HTTPRangeSource(url: origin.url("slow.bin"))
         // First contact: the length and validators are known from here on.
         #expect(try await collect(fixture.cache.read(http, range: 0..<4096)) == Array(source[0..<4096]))
@@ -402,11 +377,7 @@ struct FillTests {
         _ = try? await reader.value
         try await fixture.settled()
         // The origin logs a request once it has answered it.
-        let deadline = ContinuousClock.now + .seconds(20)
-        while !origin.requests().contains(where: { $0.range.hasPrefix("bytes=\(start)-") }) {
-            guard ContinuousClock.now < deadline else { throw OriginFailure("the origin never answered the request") }
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        try await waitUntil(timeout: .seconds(20), interval: .milliseconds(20), "the origin never answered the request") { origin.requests().contains(where: { $0.range.hasPrefix("bytes=\(start)-") }) }
         try FileManager.default.removeItem(atPath: files.path + "/slow.bin.faults")
         // The next reader of those bytes finds them on disk: the origin sent them once.
         #expect(try await collect(fixture.cache.read(http, range: Int64(start)..<Int64(start + 1000))) == Array(source[start..<start + 1000]))
@@ -417,13 +388,11 @@ struct FillTests {
 
     @Test("a reader hangs up while its fetch still waits for a connection: the request is never sent")
     func hangUpBeforeTheRequest() async throws {
-        let files = try TemporaryDirectory("origin-files")
+        let (files, origin, fixture) = try await FillFixture.withOrigin(.faulty, "fill-hang-up-queued")
+        defer { origin.stop() }
         let blocker = try originFile(files.path, "blocker.bin", count: 64 << 10, seed: 18)
         let known = try originFile(files.path, "queued.bin", count: 256 << 10, seed: 19)
         try "stall_ms=800".write(toFile: files.path + "/blocker.bin.faults", atomically: true, encoding: .utf8)
-        let origin = try await OriginServer.faulty(root: files.path)
-        defer { origin.stop() }
-        let fixture = try await FillFixture("fill-hang-up-queued", options: .testing)
         // One connection to the origin, held for 800 ms by the blocker's request.
         let limiter = ConnectionLimiter(limit: 1)
         let slow = try HTTPRangeSource(url: origin.url("blocker.bin"), limiter: limiter)
@@ -459,11 +428,7 @@ struct FillTests {
         #expect(!reader.isLengthKnown)
         source.cut()
         // The cut answer is dropped: its entry leaves the store.
-        let deadline = ContinuousClock.now + Duration.seconds(60).asHangGuard
-        while await fixture.store.entry(for: source.key) != nil {
-            guard ContinuousClock.now < deadline else { throw OriginFailure("the cut answer was never dropped") }
-            try await Task.sleep(for: .milliseconds(5))
-        }
+        try await waitUntil(timeout: .seconds(60), interval: .milliseconds(5), "the cut answer was never dropped") { await fixture.store.entry(for: source.key) == nil }
         await #expect(throws: SparseCacheError.self) { try await reader.read(0..<Int64.max) { _ in } }
         await reader.close()
         try await fixture.settled()

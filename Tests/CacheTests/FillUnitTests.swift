@@ -175,13 +175,11 @@ struct FillBehaviourTests {
 
     @Test("a reader that goes away stops its fetch; one still needed by another reader goes on")
     func cancellation() async throws {
-        let files = try TemporaryDirectory("origin-files")
+        let (files, origin, fixture) = try await FillFixture.withOrigin(.faulty, "fill-cancel")
+        defer { origin.stop() }
         let source = try originFile(files.path, "long.bin", count: 4_000_000, seed: 10)
         // About 2.5 s for the whole file.
         try "delay_ms=10".write(toFile: files.path + "/long.bin.faults", atomically: true, encoding: .utf8)
-        let origin = try await OriginServer.faulty(root: files.path)
-        defer { origin.stop() }
-        let fixture = try await FillFixture("fill-cancel", options: .testing)
         let http = try HTTPRangeSource(url: origin.url("long.bin"))
 
         // One reader alone, cancelled early: the origin stops sending long before the end.
@@ -245,11 +243,9 @@ struct FillBehaviourTests {
 
     @Test("shutdown closes the resources kept open for reuse before it returns, so the store can close after it")
     func shutdownReleases() async throws {
-        let files = try TemporaryDirectory("origin-files")
-        _ = try originFile(files.path, "kept.bin", count: 300_000, seed: 12)
-        let origin = try await OriginServer.nginx(root: files.path)
+        let (files, origin, fixture) = try await FillFixture.withOrigin(.nginx, "fill-shutdown")
         defer { origin.stop() }
-        let fixture = try await FillFixture("fill-shutdown", options: .testing)
+        _ = try originFile(files.path, "kept.bin", count: 300_000, seed: 12)
         let http = try HTTPRangeSource(url: origin.url("kept.bin"))
         try await fixture.cache.prefetch(http)
         #expect(await fixture.store.entry(for: http.key)?.isOpen == true, "kept open for the next reader")

@@ -339,8 +339,7 @@ struct SmallObjectServeTests {
         // A reader that finds the claim at its small-object first contact (inside `open`, after
         // its own lookup's awaits) waits for it there.
         let waiter = Task { try await cache.firstContactSmall(source, first: .whole) }
-        let deadline = ContinuousClock.now + .seconds(30)
-        while await cache.waitingForContact(source.key) == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        _ = try await eventually(timeout: .seconds(30), interval: .milliseconds(5)) { await cache.waitingForContact(source.key) > 0 }
         #expect(await cache.waitingForContact(source.key) == 1, "the reader waits for the claimed contact")
         // The claimer's request failed before any answer: nothing was handed over.
         await cache.dropClaimed(claim, failure: nil)

@@ -153,14 +153,14 @@ struct StreamingTests {
 
         let fast = try await Curl.run(proxy.baseURL + "/fast/index.m3u8")
         #expect(fast.status == 200)
-        #expect(try await Self.eventually { window("fast") == 8 }, "a fast origin: \(prefetcher.windows)")
+        #expect(try await eventually(interval: .milliseconds(50)) { window("fast") == 8 }, "a fast origin: \(prefetcher.windows)")
         try await settle("fast")
         #expect(fetched("fast") == Set((0..<8).map { "/fast/seg\($0).ts" }), "eight ahead of a player at the start: \(fetched("fast").sorted())")
 
         let slow = try await Curl.run(proxy.baseURL + "/slow/index.m3u8")
         #expect(slow.status == 200)
         // Measured once the first segment is in (3 until then).
-        #expect(try await Self.eventually { (window("slow") ?? 3) <= 2 }, "an origin that barely keeps up: \(prefetcher.windows)")
+        #expect(try await eventually(interval: .milliseconds(50)) { (window("slow") ?? 3) <= 2 }, "an origin that barely keeps up: \(prefetcher.windows)")
         try await settle("slow")
         #expect(fetched("slow").count <= 3, "no more than the first measurement allowed: \(fetched("slow").sorted())")
         await proxy.stop()
@@ -184,7 +184,7 @@ struct StreamingTests {
         #expect(!fetched(1), "nothing before the player picks a Representation")
         let first = try await Curl.run(proxy.baseURL + "/dash/chunk-stream0-00001.m4s")
         #expect(first.status == 200 && first.body.count > 0, "\(first)")
-        #expect(try await Self.eventually { fetched(2) && fetched(3) }, "the next two segments are prefetched")
+        #expect(try await eventually(interval: .milliseconds(50)) { fetched(2) && fetched(3) }, "the next two segments are prefetched")
         try await Task.sleep(for: .seconds(1))
         #expect(!fetched(4), "no more than two ahead")
         func bodies(_ number: Int) -> Int {
@@ -193,7 +193,7 @@ struct StreamingTests {
         let prefetched = bodies(3)
         let third = try await Curl.run(proxy.baseURL + "/dash/chunk-stream0-00003.m4s")
         #expect(third.status == 200)
-        #expect(try await Self.eventually { fetched(4) && fetched(5) }, "the window moves with the player")
+        #expect(try await eventually(interval: .milliseconds(50)) { fetched(4) && fetched(5) }, "the window moves with the player")
         // At most revalidated (nginx's fresh Last-Modified gives no heuristic lifetime).
         #expect(bodies(3) == prefetched, "the player's segment came from the cache: \(origin.requests().map(\.path))")
         await proxy.stop()
@@ -220,13 +220,13 @@ struct StreamingTests {
             #expect(first.status == 200 && first.body.count > 0, "\(first)")
         }
         #expect(
-            try await Self.eventually { (0...1).allSatisfy { fetched($0, 2) && fetched($0, 3) } },
+            try await eventually(interval: .milliseconds(50)) { (0...1).allSatisfy { fetched($0, 2) && fetched($0, 3) } },
             "the next two segments of both streams are prefetched: \(origin.requests().map(\.path))")
         #expect(proxy.proxy.streaming.prefetcher.windows.count == 2, "one session per AdaptationSet: \(proxy.proxy.streaming.prefetcher.windows)")
         // The player goes on with video: the audio session stays.
         let third = try await Curl.run(proxy.baseURL + "/dash/chunk-stream0-00003.m4s")
         #expect(third.status == 200)
-        #expect(try await Self.eventually { fetched(0, 4) }, "the video window moves with the player")
+        #expect(try await eventually(interval: .milliseconds(50)) { fetched(0, 4) }, "the video window moves with the player")
         #expect(proxy.proxy.streaming.prefetcher.windows.count == 2, "\(proxy.proxy.streaming.prefetcher.windows)")
         await proxy.stop()
     }
@@ -255,7 +255,7 @@ struct StreamingTests {
         let allowed = try await ProxyFixture(origin: origin.baseURL, streaming: streaming, cors: CORSPolicy(origins: ["http://player.example"]))
         let read = try await Curl.run(allowed.baseURL + "/vod/index.m3u8", ["-H", "Origin: http://player.example"])
         #expect(read.status == 200 && read.headers["access-control-allow-origin"] == "http://player.example", "\(read)")
-        #expect(try await Self.eventually { fetched().count >= 2 }, "the first two segments are prefetched: \(fetched())")
+        #expect(try await eventually(interval: .milliseconds(50)) { fetched().count >= 2 }, "the first two segments are prefetched: \(fetched())")
         await allowed.stop()
     }
 
@@ -336,7 +336,7 @@ struct StreamingTests {
             let text = (try? String(contentsOfFile: live + "/index.m3u8", encoding: .utf8)) ?? ""
             return text.split(separator: "\n").filter { $0.hasSuffix(".ts") }.count
         }
-        #expect(try await Self.eventually { published() >= 1 }, "the packager published a first segment")
+        #expect(try await eventually(interval: .milliseconds(50)) { published() >= 1 }, "the packager published a first segment")
         let atStart = published()
         // From the first segment (a live player otherwise starts three from the end).
         let played = try await FFmpeg.play(proxy.baseURL + "/live/index.m3u8", seconds: 60, input: ["-live_start_index", "0"])
@@ -348,16 +348,6 @@ struct StreamingTests {
         let later = fetched.filter { path in Int(path.dropFirst("/live/seg".count).dropLast(3)).map { $0 >= atStart } ?? false }
         #expect(!later.isEmpty && fetched.count == published(), "\(atStart) segments at the start; through the proxy: \(fetched.sorted())")
         await proxy.stop()
-    }
-
-    /// Waits up to 30 s for `condition`.
-    static func eventually(_ condition: () -> Bool) async throws -> Bool {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while ContinuousClock.now < deadline {
-            if condition() { return true }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        return condition()
     }
 
     @Test("Prefetch: the next N segments after a media playlist and after each segment; a variant switch stops the old variant's; nothing past the window")
@@ -390,7 +380,7 @@ struct StreamingTests {
         #expect(master.status == 200 && master.text.contains("/low/index.m3u8"), "\(master)")
         let low = try await Curl.run(proxy.baseURL + "/low/index.m3u8")
         #expect(low.status == 200 && low.text.contains("/low/seg0.ts"))
-        #expect(try await Self.eventually { fetched("/low/seg0.ts") && fetched("/low/seg1.ts") }, "the first two segments are prefetched")
+        #expect(try await eventually(interval: .milliseconds(50)) { fetched("/low/seg0.ts") && fetched("/low/seg1.ts") }, "the first two segments are prefetched")
         _ = try await settle()
         #expect(!fetched("/low/seg2.ts"), "no more than two ahead")
         #expect(proxy.proxy.streaming.prefetcher.pinnedSegments.values.first == [0, 1], "prefetched segments are pinned")
@@ -399,7 +389,7 @@ struct StreamingTests {
         #expect(first.status == 200 && first.body.count > 0)
         // Only revalidated (nginx's fresh Last-Modified gives no heuristic lifetime), not fetched again.
         #expect(origin.requests().filter { $0.path == "/low/seg0.ts" && $0.status != 304 }.count == 1, "the player's segment was in the cache")
-        #expect(try await Self.eventually { fetched("/low/seg2.ts") }, "the window moves with the player")
+        #expect(try await eventually(interval: .milliseconds(50)) { fetched("/low/seg2.ts") }, "the window moves with the player")
         _ = try await settle()
         #expect(!fetched("/low/seg3.ts"))
         #expect(proxy.proxy.streaming.prefetcher.pinnedSegments.values.first == [1, 2], "the segment the player has is unpinned")
@@ -408,7 +398,7 @@ struct StreamingTests {
         _ = try await Curl.run(proxy.baseURL + "/high/index.m3u8")
         let switched = try await Curl.run(proxy.baseURL + "/high/seg3.ts")
         #expect(switched.status == 200)
-        #expect(try await Self.eventually { fetched("/high/seg4.ts") && fetched("/high/seg5.ts") })
+        #expect(try await eventually(interval: .milliseconds(50)) { fetched("/high/seg4.ts") && fetched("/high/seg5.ts") })
         let quiet = try await settle()
         #expect(!fetched("/low/seg3.ts") && !fetched("/high/seg0.ts") && !fetched("/high/seg6.ts"), "\(origin.requests().map(\.path))")
         #expect(proxy.proxy.streaming.prefetcher.pinnedSegments.values.sorted { $0.count < $1.count } == [[4, 5]], "the old variant's pins are gone")
@@ -439,8 +429,7 @@ struct StreamingTests {
             running.append(Task { await ConnectionLimiter.$priority.withValue(.background) { try? await cache.prefetch(source) } })
         }
         // Every place taken by a transfer under way (nginx logs a request only when it ends).
-        let deadline = ContinuousClock.now + .seconds(30)
-        while limiter.inUse < prefetches, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        _ = try await eventually(timeout: .seconds(30), interval: .milliseconds(20)) { limiter.inUse >= prefetches }
         #expect(limiter.inUse == prefetches, "the prefetches hold every connection")
         // A seek into a resource the cache has never seen: first contact, then the range.
         // Queued behind the prefetches it would wait about a minute (curl gives up at 30 s).
@@ -448,7 +437,7 @@ struct StreamingTests {
         let seek = try await Curl.run(proxy.baseURL + "/seek.bin", ["-r", "\(middle)-\(middle + 65535)"], timeout: 30)
         #expect(seek.status == 206 && sameBytes(seek.body, bytes[middle..<(middle + 65536)]), "\(seek)")
         // The prefetch that yielded ended its request and asks again: back to every place taken.
-        #expect(try await Self.eventually { origin.requests().contains { $0.path.hasPrefix("/slow/") } }, "a prefetch yielded its connection")
+        #expect(try await eventually(interval: .milliseconds(50)) { origin.requests().contains { $0.path.hasPrefix("/slow/") } }, "a prefetch yielded its connection")
         let back = ContinuousClock.now + .seconds(30)
         while limiter.inUse < prefetches, ContinuousClock.now < back { try await Task.sleep(for: .milliseconds(20)) }
         #expect(limiter.inUse == prefetches, "the yielded prefetch resumed")
@@ -476,7 +465,7 @@ struct StreamingTests {
         let cache = proxy.cache
         let prefetch = Task { await ConnectionLimiter.$priority.withValue(.background) { try? await cache.prefetch(source) } }
         // First contact asks for the whole segment (no range): its answer is arriving.
-        #expect(try await Self.eventually { cache.statistics.bytesReceived > 0 }, "first contact of the prefetch")
+        #expect(try await eventually(interval: .milliseconds(50)) { cache.statistics.bytesReceived > 0 }, "first contact of the prefetch")
         let middle = length / 2
         async let player = Curl.run(proxy.baseURL + "/slow/segment.bin", ["-r", "\(middle)-\(middle + 99)"], timeout: 60)
         try await Task.sleep(for: .milliseconds(300))

@@ -93,8 +93,7 @@ struct FaultInjectionTests {
         }
         reader.start()
         watcher.start()
-        let deadline = ContinuousClock.now + .seconds(60)
-        while seen.withLock({ $0 }) == nil, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        _ = try await eventually(timeout: .seconds(60)) { seen.withLock({ $0 }) != nil }
         let observed = try #require(seen.withLock { $0 }, "the read never finished")
         #expect(observed.during == 1, "the sleeping read was not counted")
         #expect(observed.after == 0)

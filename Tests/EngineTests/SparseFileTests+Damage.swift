@@ -50,9 +50,7 @@ extension SparseFileTests {
 
     @Test("a read-only open drops damaged segments from memory only")
     func corruptSegmentReadOnly() async throws {
-        try await withTemporaryDirectory { directory in
-            let path = directory.file("x.bin")
-            let file = try await SparseFile.open(path, options: .testing(length: seg(3)))
+        try await withNewFile("x.bin", .testing(length: seg(3))) { file, path, directory in
             try await put(file, 0..<seg(3))
             try await file.close()
             try RawFile.flip(path, at: seg(1) + 7)
@@ -149,8 +147,7 @@ extension SparseFileTests {
 
     @Test("an empty resource is complete")
     func emptyResource() async throws {
-        try await withTemporaryDirectory { directory in
-            let file = try await SparseFile.open(directory.file("e.bin"), options: .testing(length: 0))
+        try await withNewFile("e.bin", .testing(length: 0)) { file, path, directory in
             #expect(await file.isComplete)
             #expect(await file.fractionPresent == 1)
             #expect(await file.segmentCount == 0)
@@ -165,8 +162,7 @@ extension SparseFileTests {
 
     @Test("after close every operation throws .closed; close again is harmless; queries still answer")
     func afterClose() async throws {
-        try await withTemporaryDirectory { directory in
-            let file = try await SparseFile.open(directory.file("c.bin"), options: .testing(length: seg(2)))
+        try await withNewFile("c.bin", .testing(length: seg(2))) { file, path, directory in
             try await put(file, 0..<seg(1))
             try await file.close()
             try await file.close()
@@ -259,9 +255,7 @@ extension SparseFileTests {
 
     @Test("dropping segments past a later length, then enough commits for a checkpoint, reopens cleanly")
     func checkpointAfterLengthBelowBitmap() async throws {
-        try await withTemporaryDirectory { directory in
-            let path = directory.file("k.bin")
-            let file = try await SparseFile.open(path, options: .testing())
+        try await withNewFile("k.bin") { file, path, directory in
             // Length unknown: segments 0..<5 and 10 are written, so the bitmap covers 11.
             try await put(file, 0..<seg(5))
             try await put(file, seg(10)..<seg(11))

@@ -107,9 +107,7 @@ extension SparseFileTests {
 
     @Test("close commits what was written; bytes of incomplete segments are discarded")
     func closeCommits() async throws {
-        try await withTemporaryDirectory { directory in
-            let path = directory.file("c.bin")
-            let file = try await SparseFile.open(path, options: .testing(length: seg(4)))
+        try await withNewFile("c.bin", .testing(length: seg(4))) { file, path, directory in
             try await put(file, 0..<seg(2))
             try await put(file, seg(3)..<(seg(3) + 100))
             try await file.close()
@@ -146,9 +144,7 @@ extension SparseFileTests {
 
     @Test("length unknown, then setLength completes the last segment")
     func setLengthCompletesLastSegment() async throws {
-        try await withTemporaryDirectory { directory in
-            let path = directory.file("u.bin")
-            let file = try await SparseFile.open(path, options: .testing())
+        try await withNewFile("u.bin") { file, path, directory in
             #expect(await file.length == nil)
             let total = seg(2) + 300
             let result = try await put(file, 0..<total)
@@ -182,8 +178,7 @@ extension SparseFileTests {
     /// Whether a call is held in `rule`'s delay, looked for often for up to 60 s: the holds are
     /// long (8 s), since a loaded machine may not run this loop for seconds.
     static func isHeld(_ rule: FaultInjection.RuleID) async throws -> Bool {
-        let deadline = ContinuousClock.now + .seconds(60)
-        while FaultInjection.delaying(rule) == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
+        _ = try await eventually(timeout: .seconds(60), interval: .milliseconds(1)) { FaultInjection.delaying(rule) > 0 }
         return FaultInjection.delaying(rule) == 1
     }
 
@@ -195,8 +190,7 @@ extension SparseFileTests {
         // the length with it. The length was then invisible until that commit landed: setLength
         // took the last segment for a full one, left the tail buffered for ever, and the proxy
         // fetched it from the origin again.
-        try await withTemporaryDirectory { directory in
-            let file = try await SparseFile.open(directory.file("u.bin"), options: .testing())
+        try await withNewFile("u.bin") { file, path, directory in
             let total = seg(2) + 300
             try await put(file, 0..<total)
             let rule = try FaultInjection.add(
@@ -218,8 +212,7 @@ extension SparseFileTests {
     func writeDuringLengthCommit() async throws {
         // A fill with a known length sets it before its first commit and goes on writing while
         // that commit syncs: the last segment, written then, must be taken at its short size.
-        try await withTemporaryDirectory { directory in
-            let file = try await SparseFile.open(directory.file("k.bin"), options: .testing())
+        try await withNewFile("k.bin") { file, path, directory in
             let total = seg(2) + 300
             try await file.setLength(total)
             try await put(file, 0..<seg(2))
@@ -242,8 +235,7 @@ extension SparseFileTests {
     func writeBesideACommit() async throws {
         // Writes and the commit line run on two queues: on one, a fill's next megabyte waited
         // for the previous one's fdatasync, and a cold download ran at the disk's sync speed.
-        try await withTemporaryDirectory { directory in
-            let file = try await SparseFile.open(directory.file("w.bin"), options: .testing())
+        try await withNewFile("w.bin") { file, path, directory in
             try await put(file, 0..<seg(2))
             let rule = try FaultInjection.add(
                 FaultRule([.fdatasync], pathContains: directory.path, maxFires: 1, delay: .seconds(8)))
@@ -272,9 +264,7 @@ extension SparseFileTests {
         // started meanwhile released the descriptors (and cut the index back to its size
         // before the drop's record) beside the discard's own commit. Now a discard is an
         // operation that close drains.
-        try await withTemporaryDirectory { directory in
-            let path = directory.file("d.bin")
-            let file = try await SparseFile.open(path, options: .testing())
+        try await withNewFile("d.bin") { file, path, directory in
             try await put(file, 0..<seg(4))
             try await file.commit()
             try await put(file, seg(4)..<seg(5))
@@ -298,8 +288,7 @@ extension SparseFileTests {
 
     @Test("setLength refuses a length that leaves present data outside")
     func setLengthRefusesShorter() async throws {
-        try await withTemporaryDirectory { directory in
-            let file = try await SparseFile.open(directory.file("u.bin"), options: .testing())
+        try await withNewFile("u.bin") { file, path, directory in
             try await put(file, seg(5)..<seg(6))
             try await file.commit()
             await expectError(.invalidArgument) { try await file.setLength(seg(3)) }
@@ -316,8 +305,7 @@ extension SparseFileTests {
 
     @Test("setLength refuses a length that cuts a present segment short")
     func setLengthInsidePresentSegment() async throws {
-        try await withTemporaryDirectory { directory in
-            let file = try await SparseFile.open(directory.file("u.bin"), options: .testing())
+        try await withNewFile("u.bin") { file, path, directory in
             // With the length unknown, segment 1 is stored as a full 4 KiB segment.
             try await put(file, 0..<seg(2))
             try await file.commit()
@@ -358,9 +346,7 @@ extension SparseFileTests {
 
     @Test("a length committed together with a drop of segments past it replays on reopen")
     func lengthAndDropInOneCommit() async throws {
-        try await withTemporaryDirectory { directory in
-            let path = directory.file("d.bin")
-            let file = try await SparseFile.open(path, options: .testing())
+        try await withNewFile("d.bin") { file, path, directory in
             try await put(file, 0..<seg(2))
             try await put(file, seg(6)..<seg(7))
             try await file.commit()
@@ -386,8 +372,7 @@ extension SparseFileTests {
 
     @Test("setLength refuses to cut a segment written at full size while the length was unknown")
     func setLengthInsideInFlightSegment() async throws {
-        try await withTemporaryDirectory { directory in
-            let file = try await SparseFile.open(directory.file("f.bin"), options: .testing())
+        try await withNewFile("f.bin") { file, path, directory in
             try await put(file, 0..<seg(2))  // complete, not committed
             await expectError(.invalidArgument) { try await file.setLength(seg(1) + 1000) }
             // Buffered bytes past a length inside their segment are refused too.

@@ -22,6 +22,19 @@ struct SparseFileTests {
     /// The offset of segment `index`.
     func seg(_ index: Int) -> Int64 { Int64(index * segment) }
 
+    /// The usual start of a test: a new resource `name` in a fresh temporary directory, opened
+    /// with `options`. `body` gets the open file, its path and the directory, which is removed
+    /// afterwards; closing the file is the body's (it is what most tests check).
+    func withNewFile(
+        _ name: String, _ options: SparseFileOptions = .testing(),
+        _ body: (_ file: SparseFile, _ path: String, _ directory: TemporaryDirectory) async throws -> Void
+    ) async throws {
+        try await withTemporaryDirectory { directory in
+            let path = directory.file(name)
+            try await body(try await SparseFile.open(path, options: options), path, directory)
+        }
+    }
+
     // MARK: Writes
 
     @Test("unaligned writes: incomplete segments are buffered, never present; WriteResult says what happened")
@@ -164,8 +177,7 @@ struct SparseFileTests {
 
     @Test("negative and overflowing offsets are .invalidArgument for writes too")
     func writeArguments() async throws {
-        try await withTemporaryDirectory { directory in
-            let file = try await SparseFile.open(directory.file("w.bin"), options: .testing())
+        try await withNewFile("w.bin") { file, path, directory in
             await expectError(.invalidArgument) { try await file.write([1], at: -1) }
             await expectError(.invalidArgument) { try await file.write([1, 2], at: .max) }
             let limit = Int64(IndexFormat.maximumSegmentCount) << 12

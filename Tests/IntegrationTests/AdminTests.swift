@@ -216,8 +216,7 @@ struct AdminTests {
         #expect(try await Curl.run(base + "/a.bin?second").body == body)
         kill(server.process.processIdentifier, SIGHUP)
         // The reopen is queued behind the lines before it: wait for the new file.
-        let deadline = ContinuousClock.now + .seconds(30)
-        while !FileManager.default.fileExists(atPath: log), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        _ = try await eventually(timeout: .seconds(30), interval: .milliseconds(20)) { FileManager.default.fileExists(atPath: log) }
         #expect(try await Curl.run(base + "/a.bin?third").body == body)
         try await waitFor(log, count: 1)
         let rotated = lines(log + ".1"), current = lines(log)
@@ -259,8 +258,7 @@ struct AdminTests {
 
         try "max-size 32M\nlog-format json\nprefetch 5\n".write(toFile: config, atomically: true, encoding: .utf8)
         kill(server.process.processIdentifier, SIGHUP)
-        let deadline = ContinuousClock.now + .seconds(30)
-        while try await budget() != 32 << 20, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+        _ = try await eventually(timeout: .seconds(30), interval: .milliseconds(50)) { try await budget() == 32 << 20 }
         #expect(try await budget() == 32 << 20, "SIGHUP applied the new budget")
         #expect(try await Curl.run(base + "/a.bin?json").body == body)
 

@@ -27,8 +27,7 @@ struct WriteStreamTests {
 
     /// Waits (up to 20 s) for the process to exit without closing its input.
     static func waitForExit(_ running: RunningCLI) async throws {
-        let deadline = ContinuousClock.now + .seconds(20)
-        while running.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        _ = try await eventually(timeout: .seconds(20)) { !running.isRunning }
     }
 
     @Test("a kill in the middle of a long stream keeps what was committed on the way (every 8 MiB)")

@@ -334,8 +334,7 @@ struct StoreTests {
         // outlast the delay, and a wait for `delaying` then never sees it (a full run failed so).
         // The explicit save below then comes after the held one and only passes; in every run
         // that is not starved it comes during it, as the test means.
-        let deadline = ContinuousClock.now + .seconds(60)
-        while FaultInjection.fired(held) == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
+        _ = try await eventually(timeout: .seconds(60), interval: .milliseconds(1)) { FaultInjection.fired(held) > 0 }
         try #require(FaultInjection.fired(held) == 1, "the timer's save never reached its sync")
         try await store.saveCatalog()
         #expect(try fileNumber() != before, "the held save's file was in place when the explicit save returned")
