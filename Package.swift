@@ -48,7 +48,7 @@ let package = Package(
             name: "SparseCacheBench", dependencies: ["SparseCache", "SparseCacheTesting", "CShim", "LoopbackOrigins", "SeededRandom"],
             path: "Benchmarks/sparsecache-bench"),
         // Writes and commits forever, printing an acknowledgement per commit: the crash tests
-        // SIGKILL it at random moments (Tests/SparseCacheTests/CrashKillTests.swift).
+        // SIGKILL it at random moments (Tests/StoreTests/CrashKillTests.swift).
         .executableTarget(name: "SparseCacheStress", dependencies: ["SparseCache", "SeededRandom"], path: "Sources/sparsecache-stress"),
         // Local origins on 127.0.0.1 (ports, an nginx of our own) and a runner for client
         // processes (curl, wrk, ffmpeg), shared by tests and benchmarks.
@@ -58,14 +58,52 @@ let package = Package(
         // Runs CrashWorker closures in a child process for the crash harness tests.
         .executableTarget(
             name: "SparseCacheCrashWorker", dependencies: ["SparseCache", "SparseCacheTesting"], path: "Tests/crash-worker"),
+        // Helpers every test target shares: temporary directories, raw file surgery, hang guards,
+        // the test depth, polling with a deadline, the crash model, the CLI process runner,
+        // loopback origins and HTTP clients (curl, raw sockets). Engine level and below.
+        .target(
+            name: "TestSupport", dependencies: ["SparseCacheEngine", "CShim", "SeededRandom", "LoopbackOrigins"],
+            path: "Tests/TestSupport"),
+        // Store fixtures (keyed content, the usual store options) for the store's and the cache's tests.
+        .target(
+            name: "StoreTestSupport", dependencies: ["TestSupport", "SparseCacheStore", "SparseCacheEngine", "SeededRandom"],
+            path: "Tests/StoreTestSupport"),
+        // One test target per layer, each depending on its layer and those below (ArchitectureTests
+        // checks it); docs/TESTING.md says which target a test belongs in.
+        // The engine: format, index, sparse file, verify, CRC, faults, crashes. No HTTP, no nginx.
         .testTarget(
-            name: "SparseCacheTests",
+            name: "EngineTests",
+            dependencies: ["TestSupport", "SparseCacheEngine", "SparseCacheTesting", "CShim", "SeededRandom", "LoopbackOrigins"],
+            path: "Tests/EngineTests"),
+        // The store: budgets, eviction, small objects, the store's crash tests.
+        .testTarget(
+            name: "StoreTests",
             dependencies: [
-                "SparseCache", "SparseCacheEngine", "SparseCacheStore", "SparseHTTP", "HTTPCache", "SparseCacheTesting", "CShim",
+                "TestSupport", "StoreTestSupport", "SparseCacheStore", "SparseCacheEngine", "SparseCacheTesting", "CShim", "SeededRandom",
                 "LoopbackOrigins",
-                "SeededRandom",
             ],
-            path: "Tests/SparseCacheTests"),
+            path: "Tests/StoreTests"),
+        // HTTP/1.1: messages, parsers, sockets, the server loop.
+        .testTarget(
+            name: "HTTPTests", dependencies: ["TestSupport", "SparseHTTP", "SparseCacheEngine", "CShim", "SeededRandom"],
+            path: "Tests/HTTPTests"),
+        // The cache over HTTP: policy, fill, proxy, streaming, playlists, origins, transports.
+        .testTarget(
+            name: "CacheTests",
+            dependencies: [
+                "TestSupport", "StoreTestSupport", "HTTPCache", "SparseHTTP", "SparseCacheStore", "SparseCacheEngine", "SparseCacheTesting", "CShim",
+                "SeededRandom", "LoopbackOrigins",
+            ],
+            path: "Tests/CacheTests"),
+        // The built programs and the package as a whole: CLI processes, cluster, browser, bench
+        // smoke, the example package, soak, the architecture check.
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: [
+                "TestSupport", "SparseCache", "HTTPCache", "SparseHTTP", "SparseCacheStore", "SparseCacheEngine", "SparseCacheTesting",
+                "CShim", "SeededRandom", "LoopbackOrigins",
+            ],
+            path: "Tests/IntegrationTests"),
     ],
     swiftLanguageModes: [.v6]
 )
