@@ -3,6 +3,7 @@
 import Foundation
 import LoopbackOrigins
 import Testing
+import TestSupport
 
 @testable import SparseHTTP
 

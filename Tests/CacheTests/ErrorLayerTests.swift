@@ -4,6 +4,7 @@
 import Foundation
 import LoopbackOrigins
 import Testing
+import TestSupport
 @testable import HTTPCache
 @testable import SparseCacheEngine
 @testable import SparseHTTP

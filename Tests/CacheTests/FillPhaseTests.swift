@@ -1,6 +1,7 @@
 // The fill's phases and transitions (FillPhase), as values: no store, no file, no socket. A
 // plain object stands in for a resource's handle, and tasks that do nothing for the work.
 import Testing
+import TestSupport
 
 @testable import HTTPCache
 

@@ -1,5 +1,6 @@
 // Typed request methods and status codes (RFC 9110, sections 9 and 15).
 import Testing
+import TestSupport
 
 @testable import HTTPCache
 @testable import SparseHTTP

@@ -1,4 +1,5 @@
 import Testing
+import TestSupport
 @testable import HTTPCache
 
 /// Runs `body` and expects it to throw an ``OriginError`` of `kind`: records an issue (with

@@ -3,6 +3,7 @@
 // layers' errors are tested in CacheTests' ErrorLayerTests.
 import Foundation
 import Testing
+import TestSupport
 
 extension ArchitectureTests {
     @Test("SparseHTTP imports no engine module, in its sources or in the package graph")

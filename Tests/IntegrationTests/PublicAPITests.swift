@@ -3,6 +3,7 @@
 // or internal.
 import Foundation
 import Testing
+import TestSupport
 
 @Suite("public API: the library modules stay within their budget of public declarations")
 struct PublicAPITests {
