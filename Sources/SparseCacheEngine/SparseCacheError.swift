@@ -46,6 +46,9 @@ public struct SparseCacheError: Error, Sendable, CustomStringConvertible, Equata
     public var missing: [Range<Int64>]
     /// For `.corruptData`: the damaged segment numbers.
     public var segments: [Int]
+    /// The call that failed was fdatasync(2) or fsync(2): the pages it was to make durable
+    /// cannot be trusted, so a resource poisons itself on it (``Code/needsReopen`` from then on).
+    public var isSyncFailure = false
 
     public init(
         _ code: Code, operation: String, path: String? = nil, offset: Int64? = nil,

@@ -88,7 +88,7 @@ extension SparseFile {
             }
             try await commitIO.run { try index.append(change, committed: before) }
         } catch let error as SparseCacheError {
-            if error.operation == "fdatasync" || error.operation == "fsync" {
+            if error.isSyncFailure {
                 poison(after: error)
                 throw failure!
             }
@@ -122,7 +122,7 @@ extension SparseFile {
         do {
             try await commitIO.run { try index.checkpoint(state, compacting: compacting) }
         } catch let error as SparseCacheError {
-            if error.operation == "fdatasync" || error.operation == "fsync" {
+            if error.isSyncFailure {
                 poison(after: error)
                 throw failure!
             }

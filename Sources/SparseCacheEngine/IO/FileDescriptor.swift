@@ -147,12 +147,23 @@ package struct FileDescriptor: Sendable, Hashable {
 
     /// fdatasync(2). Not retried on EIO: after a failed sync the caller must not trust the pages.
     package func dataSync() throws {
-        _ = try EngineMetrics.dataSyncSeconds.time { try retryingSyscall("fdatasync", path: path) { Int(sc_fdatasync(rawValue)) } }
+        try markingSyncFailure {
+            _ = try EngineMetrics.dataSyncSeconds.time { try retryingSyscall("fdatasync", path: path) { Int(sc_fdatasync(rawValue)) } }
+        }
     }
 
     /// fsync(2), for directories and for metadata (size) changes.
     package func sync() throws {
-        _ = try retryingSyscall("fsync", path: path) { Int(sc_fsync(rawValue)) }
+        try markingSyncFailure { _ = try retryingSyscall("fsync", path: path) { Int(sc_fsync(rawValue)) } }
+    }
+
+    private func markingSyncFailure(_ call: () throws -> Void) throws {
+        do {
+            try call()
+        } catch var error as SparseCacheError {
+            error.isSyncFailure = true
+            throw error
+        }
     }
 
     package func truncate(to length: Int64) throws {
