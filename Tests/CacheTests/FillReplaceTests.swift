@@ -201,7 +201,7 @@ struct FillReplaceTests {
                                 tally.counts.withLock { $0.problems.append("\(error)") }
                             }
                         })
-                    try? await Task.sleep(for: .microseconds(100))
+                    try? await Task.sleep(for: .microseconds(100))  // pacing: a new reader every 0.1 ms
                 }
                 return readers
             }
