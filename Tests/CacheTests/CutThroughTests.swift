@@ -51,9 +51,11 @@ final class HoldingSource: RangeSource, Sendable {
             for start in stride(from: 0, to: hold, by: 16 << 10) {
                 continuation.yield(Array(body[start..<min(hold, start + (16 << 10))]))
             }
-            while !self.isReleased {
-                try? await Task.sleep(for: .milliseconds(5))
-                if Task.isCancelled { return continuation.finish(throwing: CancellationError()) }
+            do {
+                // A cancel ends the wait (it throws).
+                try await waitUntil(timeout: .seconds(600), interval: .milliseconds(5), "never released") { self.isReleased }
+            } catch {
+                return continuation.finish(throwing: error)
             }
             for start in stride(from: hold, to: body.count, by: 64 << 10) {
                 continuation.yield(Array(body[start..<min(body.count, start + (64 << 10))]))
@@ -78,12 +80,31 @@ final class Received: Sendable {
 
 @Suite("Cut-through delivery and adaptive read-ahead", .serialized, .timeLimit(.minutes(8 * hangGuardScale)))
 struct CutThroughTests {
+    /// A test's seed (``testSeed(_:)`` of `defaultSeed`) and `count` bytes made from it.
+    private static func seededBytes(_ defaultSeed: UInt64, count: Int) -> (seed: UInt64, bytes: [UInt8]) {
+        let seed = testSeed(defaultSeed)
+        var random = SplitMix64(seed: seed)
+        return (seed, random.bytes(count))
+    }
+
     /// Copies the store's directory as it is on disk now (what a process crash leaves) and
     /// opens the copy: the present bytes of `key` there, each checked against `expected`.
+    /// The copy is made while no catalog save is due or running: a save writes `catalog.tmp`
+    /// and renames it, and a copy that listed the file before the rename cannot open it after.
     private static func presentAfterCrash(_ fixture: FillFixture, key: String, expected: [UInt8]) async throws -> Int64 {
         let copy = try TemporaryDirectory("cut-through-crash")
-        try FileManager.default.removeItem(atPath: copy.path)
-        try FileManager.default.copyItem(atPath: fixture.directory.file("cache"), toPath: copy.path)
+        try await waitUntil("the store's catalog save never settled") {
+            guard await fixture.store.catalogQuiet else { return false }
+            try? FileManager.default.removeItem(atPath: copy.path)
+            do {
+                try FileManager.default.copyItem(atPath: fixture.directory.file("cache"), toPath: copy.path)
+                return true
+            } catch {
+                // A save that began during the copy: copy again once it is over.
+                if await fixture.store.catalogQuiet { throw error }
+                return false
+            }
+        }
         let store = try await SparseStore.open(directory: copy.path, options: StoreOptions(budget: 1 << 40))
         var present: Int64 = 0
         if await store.entry(for: key) != nil {
@@ -100,11 +121,25 @@ struct CutThroughTests {
         return present
     }
 
+    /// A reader of `range` that hangs up after 16 KiB while the answer arrives (its bytes
+    /// checked); once the fetch runs on with nobody waiting on it (it learns so before the rest
+    /// of its answer is read), the origin sends the rest.
+    private static func leaveEarly(
+        _ cache: ProgressiveCache, _ source: HoldingSource, range: Range<Int64>?, bytes: [UInt8], seed: UInt64
+    ) async throws {
+        var read: [UInt8] = []
+        for try await chunk in cache.read(source, range: range) {
+            read += chunk
+            if read.count >= 16 << 10 { break }
+        }
+        #expect(read == Array(bytes[0..<read.count]), "seed \(seed)")
+        try await waitUntil(timeout: .seconds(120), interval: .milliseconds(5), "the fetch was never left alone") { await cache.fetchesUnwanted(key: source.key) }
+        source.release()
+    }
+
     @Test("a reader gets bytes as they arrive, before they are durable; other readers join; delivered is not claimed until committed")
     func deliveryIsNotAClaim() async throws {
-        let seed = testSeed(181)
-        var random = SplitMix64(seed: seed)
-        let bytes = random.bytes(1 << 20)
+        let (seed, bytes) = Self.seededBytes(181, count: 1 << 20)
         // Three whole 64 KiB segments and a part of the fourth, then the origin holds.
         let hold = 3 * (64 << 10) + 20_000
         let source = HoldingSource(bytes, hold: hold)
@@ -126,14 +161,10 @@ struct CutThroughTests {
         // 196608] bytes). On failure `received` tells starvation from a lost wake-up: the
         // fetch, which waits on nothing but an answer buffered whole, has all of it while a
         // reader is still behind.
-        let deadline = ContinuousClock.now + .seconds(300)
-        while got.withLock({ $0.map(\.count) }) != [hold, hold] {
-            guard ContinuousClock.now < deadline else {
-                let counts = got.withLock { $0.map(\.count) }, received = cache.statistics.bytesReceived
-                Issue.record("seed \(seed): readers got \(counts) of the \(hold) bytes that arrived (the fetch received \(received))")
-                break
-            }
-            try await Task.sleep(for: .milliseconds(5))
+        let arrived = try await eventually(timeout: .seconds(300), interval: .milliseconds(5)) { got.withLock { $0.map(\.count) } == [hold, hold] }
+        if !arrived {
+            let counts = got.withLock { $0.map(\.count) }, received = cache.statistics.bytesReceived
+            Issue.record("seed \(seed): readers got \(counts) of the \(hold) bytes that arrived (the fetch received \(received))")
         }
         #expect(got.withLock { $0.allSatisfy { $0 == Array(bytes[0..<hold]) } }, "seed \(seed): the bytes delivered from memory are right")
         #expect(source.requests.count == 1, "the second reader joined the first one's fetch: \(source.requests)")
@@ -154,23 +185,13 @@ struct CutThroughTests {
 
     @Test("a reader that leaves while a short range answer arrives: the fetch reads that answer to its end, nothing is sent twice")
     func answerInFlightIsTaken() async throws {
-        let seed = testSeed(184)
-        var random = SplitMix64(seed: seed)
-        let bytes = random.bytes(8 << 16)
+        let (seed, bytes) = Self.seededBytes(184, count: 8 << 16)
         // First contact asks for two segments (an open range); the origin has sent them both,
         // but the cache has read 16 KiB of the first when its reader hangs up.
         let source = HoldingSource(bytes, hold: 16 << 10)
         let fixture = try await FillFixture("cut-through-in-flight", options: .testing)
         let cache = fixture.cache
-        var read: [UInt8] = []
-        for try await chunk in cache.read(source, range: 0..<Int64.max) {
-            read += chunk
-            if read.count >= 16 << 10 { break }
-        }
-        #expect(read == Array(bytes[0..<read.count]), "seed \(seed)")
-        // The fetch learns that nobody waits on it before the rest of its answer is read.
-        try await waitUntil(timeout: .seconds(120), interval: .milliseconds(5), "the fetch was never left alone") { await cache.fetchesUnwanted(key: source.key) }
-        source.release()
+        try await Self.leaveEarly(cache, source, range: 0..<Int64.max, bytes: bytes, seed: seed)
         try await fixture.settled()
         #expect(try await collect(cache.read(source)) == bytes, "seed \(seed)")
         // Cut at the end of its first segment, the fetch dropped the second one, which the
@@ -181,22 +202,13 @@ struct CutThroughTests {
 
     @Test("a reader that leaves while a short whole answer (200) arrives: the fetch reads it to the resource's end, nothing is sent twice")
     func wholeAnswerInFlightIsTaken() async throws {
-        let seed = testSeed(186)
-        var random = SplitMix64(seed: seed)
         // A segment of a stream, prefetched as a whole 200 and given up on (the session moved)
         // while it arrived: the origin has sent all of it.
-        let bytes = random.bytes(3 << 16 + 4321)
+        let (seed, bytes) = Self.seededBytes(186, count: 3 << 16 + 4321)
         let source = HoldingSource(bytes, hold: 16 << 10)
         let fixture = try await FillFixture("cut-through-whole-in-flight", options: .testing)
         let cache = fixture.cache
-        var read: [UInt8] = []
-        for try await chunk in cache.read(source) {
-            read += chunk
-            if read.count >= 16 << 10 { break }
-        }
-        #expect(read == Array(bytes[0..<read.count]), "seed \(seed)")
-        try await waitUntil(timeout: .seconds(120), interval: .milliseconds(5), "the fetch was never left alone") { await cache.fetchesUnwanted(key: source.key) }
-        source.release()
+        try await Self.leaveEarly(cache, source, range: nil, bytes: bytes, seed: seed)
         try await fixture.settled()
         #expect(try await collect(cache.read(source)) == bytes, "seed \(seed)")
         #expect(source.requests == [nil], "one request, the first: \(source.requests)")
@@ -206,9 +218,7 @@ struct CutThroughTests {
 
     @Test("the memory a fill holds is bounded: an origin faster than the disk waits for the write-back")
     func boundedMemory() async throws {
-        let seed = testSeed(182)
-        var random = SplitMix64(seed: seed)
-        let bytes = random.bytes(6 << 20)
+        let (seed, bytes) = Self.seededBytes(182, count: 6 << 20)
         var options = FillOptions.testing
         options.arrivedLimit = 512 << 10
         options.commitEvery = 256 << 10
@@ -231,9 +241,7 @@ struct CutThroughTests {
         // The write-back used to commit each megabyte inline, its next write queued behind
         // the sync: a cold download ran at one fdatasync per megabyte. Here the first commit's
         // sync is held 8 s; the fill's next batches go to the data file meanwhile.
-        let seed = testSeed(185)
-        var random = SplitMix64(seed: seed)
-        let bytes = random.bytes(8 << 20)
+        let (seed, bytes) = Self.seededBytes(185, count: 8 << 20)
         let fixture = try await FillFixture("cut-through-write-beside-commit", options: .testing)
         let resources = fixture.directory.file("cache") + "/resources/"
         let held = try FaultInjection.add(FaultRule([.fdatasync], pathContains: resources, maxFires: 1, delay: .seconds(8)))
@@ -249,19 +257,15 @@ struct CutThroughTests {
 
         var writesBeforeHold = -1
         var writtenWhileHeld = false
-        let deadline = ContinuousClock.now + Duration.seconds(120).asHangGuard
-        while ContinuousClock.now < deadline {
+        // Until a write came while the sync was held, or the sync returned first.
+        _ = try await eventually(timeout: .seconds(120), interval: .milliseconds(2)) {
             let written = FaultInjection.matches(writes)
             // Read before the look at the rule: the sync (fired once) had not returned then.
-            if FaultInjection.fired(held) == 1 {
-                guard FaultInjection.delaying(held) == 1 else { break }
-                if writesBeforeHold < 0 { writesBeforeHold = written }
-                if written > writesBeforeHold {
-                    writtenWhileHeld = true
-                    break
-                }
-            }
-            try await Task.sleep(for: .milliseconds(2))
+            guard FaultInjection.fired(held) == 1 else { return false }
+            guard FaultInjection.delaying(held) == 1 else { return true }
+            if writesBeforeHold < 0 { writesBeforeHold = written }
+            writtenWhileHeld = written > writesBeforeHold
+            return writtenWhileHeld
         }
         #expect(writtenWhileHeld, "the fill wrote to the data file while its first commit synced (\(writesBeforeHold) writes before)")
         #expect(try await cache.progress(key: source.key).presentBytes == 0, "nothing is present before that commit")
@@ -277,9 +281,7 @@ struct CutThroughTests {
 
     @Test("a reader that stops early leaves little fetched past it (the fast-drop seek): at most 1.1x of what it read")
     func stopEarly() async throws {
-        let seed = testSeed(183)
-        var random = SplitMix64(seed: seed)
-        let bytes = random.bytes(32 << 20)
+        let (seed, bytes) = Self.seededBytes(183, count: 32 << 20)
         let fixture = try await FillFixture("cut-through-drop", options: .testing)
         let source = GatedSource(bytes)
         source.release()
@@ -299,6 +301,11 @@ struct CutThroughTests {
             "asked \(asked) bytes for \(read.count) read: \(source.requests)")
         try await fixture.close()
     }
+}
+
+extension SparseStore {
+    /// Whether no catalog save is due (its timer armed) or running.
+    var catalogQuiet: Bool { saveTask == nil && catalogSaving == nil }
 }
 
 extension ProgressiveCache {

@@ -73,12 +73,11 @@ struct DescriptorTests {
             await reader.close()
         }
         // A fill may still be ending (its own detach closes the oldest kept beyond the bound):
-        // look until it has, for at most ten seconds.
+        // look until it has.
         var activity = await fixture.cache.activity
-        let deadline = ContinuousClock.now + .seconds(10)
-        while activity.openResources != 4 || activity.readers != 0, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
+        _ = try await eventually {
             activity = await fixture.cache.activity
+            return activity.openResources == 4 && activity.readers == 0
         }
         #expect(activity.openResources == 4 && activity.readers == 0, "\(activity)")
         // A closed one opens again on demand, from the store.

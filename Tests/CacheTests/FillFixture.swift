@@ -126,9 +126,11 @@ final class GatedSource: RangeSource, Sendable {
         let body = Array(bytes[Int(range.lowerBound)..<Int(min(range.upperBound, Int64(bytes.count)))])
         let (stream, continuation) = AsyncThrowingStream<[UInt8], Error>.makeStream()
         let producer = Task {
-            while !first, !self.isReleased {
-                try? await Task.sleep(for: .milliseconds(5))
-                if Task.isCancelled { return continuation.finish(throwing: CancellationError()) }
+            do {
+                // A cancel ends the wait (it throws).
+                if !first { try await waitUntil(timeout: .seconds(600), interval: .milliseconds(5), "never released") { self.isReleased } }
+            } catch {
+                return continuation.finish(throwing: error)
             }
             for start in stride(from: 0, to: body.count, by: 64 << 10) {
                 continuation.yield(Array(body[start..<min(body.count, start + (64 << 10))]))
@@ -167,4 +169,15 @@ extension FillFixture {
             throw error
         }
     }
+}
+
+extension ProgressiveCache {
+    /// How many readers of `key` wait for the others to leave before its one answer is fetched anew.
+    func refetchWaiting(key: String) -> Int { resources[key]?.refetchWaiting ?? 0 }
+
+    /// Whether `key` is open with what first contact learned (its length and validators) kept.
+    func isOpen(key: String) -> Bool { resources[key]?.phase.isOpen ?? false }
+
+    /// The most readers (a prefetch counts as one) that wait on one fetch of `key`.
+    func mostInterest(key: String) -> Int { resources[key]?.fetches.values.map(\.interest).max() ?? 0 }
 }

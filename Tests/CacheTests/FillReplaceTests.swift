@@ -39,15 +39,16 @@ final class SwappingSource: RangeSource, Sendable {
             state.requests += 1
             return state.requests == 1
         }
-        while !isFirst, !swapped {
-            if ignoresCancellation {
+        if !isFirst, ignoresCancellation {
+            while !swapped {
                 // Not a cancellable sleep: a cancel does not end the wait.
                 await withCheckedContinuation { continuation in
                     DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(2)) { continuation.resume() }
                 }
-            } else {
-                try await Task.sleep(for: .milliseconds(2))
             }
+        } else if !isFirst {
+            // A cancel ends the wait (it throws).
+            try await waitUntil(timeout: .seconds(600), interval: .milliseconds(2), "the source was never swapped") { swapped }
         }
         let version = isFirst ? 0 : 1
         let bytes = versions[version]
@@ -79,18 +80,16 @@ private final class ReadersTally: Sendable {
 
 @Suite("fill: the origin changes while several fetches are in flight")
 struct FillReplaceTests {
-    /// Runs `work` and waits for it at most `limit`: a wedged key never finishes, and awaiting it
-    /// would hang the test run instead of failing it.
+    /// Runs `work` and waits for it at most `limit` (a hang guard, scaled as ``eventually``
+    /// scales it): a wedged key never finishes, and awaiting it would hang the test run instead
+    /// of failing it.
     static func finishes(within limit: Duration, _ work: @escaping @Sendable () async throws -> Void) async -> Bool {
         let done = Lock(false)
         let task = Task {
             try? await work()
             done.withLock { $0 = true }
         }
-        let deadline = ContinuousClock.now + limit
-        while !done.withLock({ $0 }), ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(10))
-        }
+        _ = try? await eventually(timeout: limit) { done.withLock { $0 } }
         task.cancel()
         return done.withLock { $0 }
     }
@@ -132,7 +131,7 @@ struct FillReplaceTests {
             #expect(source.requests >= 3, "round \(round): only \(source.requests) requests came")
             source.swap()
 
-            let readerEnded = await Self.finishes(within: Duration.seconds(240).asHangGuard) { await reader.value }
+            let readerEnded = await Self.finishes(within: .seconds(240)) { await reader.value }
             #expect(readerEnded, "round \(round), ignores cancellation \(ignoresCancellation): the reader hangs (the key is wedged)")
             guard readerEnded else { return }
             // The reader had bytes of version 1 (first contact's segment): it is stopped, never
@@ -140,12 +139,12 @@ struct FillReplaceTests {
             #expect(outcome.withLock { $0 } == "originChanged", "round \(round)")
 
             let again = Lock<[UInt8]?>(nil)
-            let readAgain = await Self.finishes(within: Duration.seconds(240).asHangGuard) {
+            let readAgain = await Self.finishes(within: .seconds(240)) {
                 again.withLock { $0 = nil }; let bytes = try await collect(cache.read(source)); again.withLock { $0 = bytes }
             }
             #expect(readAgain && again.withLock { $0 } == second, "round \(round): a new reader gets the new version")
             #expect(cache.statistics.invalidations == 1, "round \(round): one replacement, not one per fetch")
-            let stopped = await Self.finishes(within: Duration.seconds(240).asHangGuard) { await cache.shutdown() }
+            let stopped = await Self.finishes(within: .seconds(240)) { await cache.shutdown() }
             #expect(stopped, "round \(round): shutdown hangs")
             guard stopped else { return }
             try await fixture.close()
@@ -172,9 +171,9 @@ struct FillReplaceTests {
             // player's); the reader's next fetch waits for the swap, is answered with version 2,
             // and replaces the resource.
             let whole = Task { try? await collect(cache.read(source, range: 0..<Int64.max)) }
-            var deadline = ContinuousClock.now + Duration.seconds(120).asHangGuard
-            while source.requests < 2, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(2)) }
-            #expect(source.requests >= 2, "round \(round): the reader's second fetch never asked")
+            #expect(
+                try await eventually(timeout: .seconds(120), interval: .milliseconds(2)) { source.requests >= 2 },
+                "round \(round): the reader's second fetch never asked")
 
             // Readers of the first bytes, a new one every 0.1 ms across the replacement: those that
             // attach while it removes the old files and opens the new ones look at the resource
@@ -202,18 +201,16 @@ struct FillReplaceTests {
                                 tally.counts.withLock { $0.problems.append("\(error)") }
                             }
                         })
-                    try? await Task.sleep(for: .microseconds(100))
+                    try? await Task.sleep(for: .microseconds(100))  // pacing: a new reader every 0.1 ms
                 }
                 return readers
             }
-            deadline = ContinuousClock.now + Duration.seconds(120).asHangGuard
-            while tally.counts.withLock({ $0.old }) < 12, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
+            _ = try await eventually(timeout: .seconds(120), interval: .milliseconds(1)) { tally.counts.withLock { $0.old } >= 12 }
             source.swap()
             _ = await whole.value
             // Readers go on until they have read the new version a few times.
-            deadline = ContinuousClock.now + Duration.seconds(120).asHangGuard
-            while tally.counts.withLock({ $0.new < 24 && $0.problems.isEmpty }), ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(2))
+            _ = try await eventually(timeout: .seconds(120), interval: .milliseconds(2)) {
+                tally.counts.withLock { $0.new >= 24 || !$0.problems.isEmpty }
             }
             tally.counts.withLock { $0.stop = true }
             for reader in await spawner.value { await reader.value }

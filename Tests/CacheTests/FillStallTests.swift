@@ -36,9 +36,11 @@ final class HeldSource: RangeSource, Sendable {
         let body = Array(bytes[Int(range.lowerBound)..<Int(min(range.upperBound, Int64(bytes.count)))])
         let (stream, continuation) = AsyncThrowingStream<[UInt8], Error>.makeStream()
         let producer = Task {
-            while state.withLock({ $0.holding }) {
-                try? await Task.sleep(for: .milliseconds(2))
-                if Task.isCancelled { return continuation.finish(throwing: CancellationError()) }
+            do {
+                // A cancel ends the wait (it throws).
+                try await waitUntil(timeout: .seconds(600), interval: .milliseconds(2), "never released") { !state.withLock { $0.holding } }
+            } catch {
+                return continuation.finish(throwing: error)
             }
             continuation.yield(body)
             continuation.finish()
@@ -96,11 +98,9 @@ struct FillStallTests {
                 guard let (cache, source) = stash.withLock({ $0 }) else { return }
                 let before = await cache.fetchState(key: source.key)
                 source.release()
-                let deadline = ContinuousClock.now + Duration.seconds(60).asHangGuard
-                while ContinuousClock.now < deadline {
+                _ = try? await eventually(timeout: .seconds(60), interval: .milliseconds(2)) {
                     let now = await cache.fetchState(key: source.key)
-                    if now.ended > before.ended, now.running == 0 { break }
-                    try? await Task.sleep(for: .milliseconds(2))
+                    return now.ended > before.ended && now.running == 0
                 }
             }
         }
@@ -121,16 +121,10 @@ struct FillStallTests {
             defer { done.withLock { $0 = true } }
             return try await collect(cache.read(source))
         }
-        let deadline = ContinuousClock.now + Duration.seconds(60).asHangGuard
-        while !firstCall.finished, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(5))
-        }
+        _ = try await eventually(timeout: .seconds(60), interval: .milliseconds(5)) { firstCall.finished }
         #expect(firstCall.finished, "the reader's read-ahead never looked at segments 2 and 3")
         // Nothing changes in the resource from here on: a reader still waiting waits forever.
-        let settled = ContinuousClock.now + .seconds(30)
-        while !done.withLock({ $0 }), ContinuousClock.now < settled {
-            try await Task.sleep(for: .milliseconds(5))
-        }
+        _ = try await eventually(interval: .milliseconds(5)) { done.withLock { $0 } }
         let finished = done.withLock { $0 }
         let report = await cache.stallReport(key: source.key)
         #expect(finished, "the reader waits for a change that already happened: \(report)")

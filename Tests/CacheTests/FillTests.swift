@@ -15,6 +15,17 @@ import TestSupport
 
 @Suite("Fill-through from HTTP origins", .tags(.external), .unlessSkippingExternal, .serialized, .timeLimit(.minutes(8 * hangGuardScale)))
 struct FillTests {
+    /// An answer of `size` pattern bytes (seed 31) with only a weak validator, in chunks of
+    /// 100,000 bytes, cut after 700,000: a part no other answer may complete.
+    static func weakAnswerCut(size: Int) -> OriginScript {
+        var script = OriginScript(headers: [("ETag", "W/\"one\"")])
+        script.bodySize = size
+        script.bodySeed = 31
+        script.cutAfter = 700_000
+        script.chunkSize = 100_000
+        return script
+    }
+
     @Test("a whole resource through the cache: every byte, one origin byte per byte, then served from disk")
     func wholeResource() async throws {
         let (files, origin, fixture) = try await FillFixture.withOrigin(.nginx, "fill-whole")
@@ -46,11 +57,7 @@ struct FillTests {
         defer { origin.stop() }
         let http = try HTTPRangeSource(url: origin.url("weak.bin"))
         let size = 2_000_000
-        var script = OriginScript(headers: [("ETag", "W/\"one\"")])
-        script.bodySize = size
-        script.bodySeed = 31
-        script.cutAfter = 700_000
-        script.chunkSize = 100_000
+        var script = Self.weakAnswerCut(size: size)
         try script.write(root: files.path, name: "weak.bin")
         // A cut answer leaves a part no other answer may complete (the read that made it fails
         // at the cut).
@@ -62,8 +69,7 @@ struct FillTests {
         try script.write(root: files.path, name: "weak.bin")
         let holder = try await fixture.cache.open(http)
         let readers = (0..<3).map { _ in Task { try await collect(fixture.cache.read(http)) } }
-        // Give them time to park behind the holder (nothing is asserted about when).
-        try await Task.sleep(for: .milliseconds(300))
+        try await waitUntil("the readers never parked behind the holder") { await fixture.cache.refetchWaiting(key: http.key) == readers.count }
         await holder.close()
         let finished = Lock(0)
         let watcher = Task {
@@ -93,11 +99,7 @@ struct FillTests {
         let http = try HTTPRangeSource(url: origin.url("weak.bin"))
         let size = 2_000_000
         let old = OriginScript.pattern(count: size, seed: 31), new = OriginScript.pattern(count: size, seed: 32)
-        var script = OriginScript(headers: [("ETag", "W/\"one\"")])
-        script.bodySize = size
-        script.bodySeed = 31
-        script.cutAfter = 700_000
-        script.chunkSize = 100_000
+        var script = Self.weakAnswerCut(size: size)
         try script.write(root: files.path, name: "weak.bin")
 
         var received: [UInt8] = []
@@ -119,7 +121,7 @@ struct FillTests {
         // closed, rather than cut it off mid-read.
         let holder = try await fixture.cache.open(http)
         let refetching = Task { try await collect(fixture.cache.read(http)) }
-        try await Task.sleep(for: .milliseconds(300))
+        try await waitUntil("the refetch never waited for the holder") { await fixture.cache.refetchWaiting(key: http.key) == 1 }
         let held = Lock<[UInt8]>([])
         try await holder.read(0..<100_000) { bytes in held.withLock { $0 += bytes } }
         #expect(held.withLock { $0 } == Array(old.prefix(100_000)), "the holder read the stored part whole while the refetch waited")
@@ -185,13 +187,16 @@ struct FillTests {
         let http = try HTTPRangeSource(url: origin.url("movie.bin"))
         let wanted: Range<Int64> = 1_000_000..<2_000_000
         let opening = Task { try await fixture.cache.open(http, first: .range(wanted)) }
-        // The origin holds its answer back for 1.5 s; the store has the resource before then.
-        let deadline = ContinuousClock.now + .seconds(1)
-        while await fixture.store.entry(for: http.key) == nil, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        #expect(await fixture.store.entry(for: http.key) != nil, "the files wait for the origin's answer")
-        #expect(origin.requests().isEmpty, "the origin answered within the wait: \(origin.requests())")
+        // The origin holds its answer back for 1.5 s (and logs it once sent); the store has the
+        // resource before then.
+        var answeredFirst = false
+        #expect(
+            try await eventually {
+                guard await fixture.store.entry(for: http.key) != nil else { return false }
+                answeredFirst = !origin.requests().isEmpty
+                return true
+            }, "the store never had the resource")
+        #expect(!answeredFirst, "the files waited for the origin's answer: \(origin.requests())")
         let reader = try await opening.value
         let bytes = Lock<[UInt8]>([])
         try await reader.read(wanted) { chunk in bytes.withLock { $0 += chunk } }
@@ -215,11 +220,16 @@ struct FillTests {
             FaultRule([.open], pathContains: fixture.directory.file("cache") + "/resources/", maxFires: 1, delay: .milliseconds(1500)))
         defer { FaultInjection.remove(slowCreate) }
         let reading = Task { try await collect(fixture.cache.read(http)) }
-        let deadline = ContinuousClock.now + .seconds(1)
-        while origin.requests().isEmpty, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        #expect(!origin.requests().isEmpty, "the request waited for the files")
+        // The origin has the request while the data file's open (which creates it) is held.
+        var filesMade = false
+        #expect(
+            try await eventually {
+                guard !origin.requests().isEmpty else { return false }
+                let resources = fixture.directory.file("cache") + "/resources"
+                filesMade = !((try? FileManager.default.contentsOfDirectory(atPath: resources)) ?? []).isEmpty
+                return true
+            }, "the origin never had the request")
+        #expect(!filesMade, "the request waited for the files")
         #expect(try await reading.value == source)
         #expect(origin.requests().count == 1, "\(origin.requests())")
         try await fixture.close()
@@ -284,7 +294,7 @@ struct FillTests {
         let http = try HTTPRangeSource(url: origin.url("trickle.bin"))
         let cache = fixture.cache
         let first = Task { try await collect(cache.read(http)) }
-        try await Task.sleep(for: .milliseconds(60))
+        try await waitUntil("first contact received nothing") { cache.statistics.bytesReceived > 0 }
         let second = try await collect(cache.read(http))
         #expect(try await first.value == source && second == source)
         let sent = await origin.bytesSent("trickle.bin")
@@ -367,12 +377,11 @@ struct FillTests {
         // First contact: the length and validators are known from here on.
         #expect(try await collect(fixture.cache.read(http, range: 0..<4096)) == Array(source[0..<4096]))
         try await fixture.settled()
-        // Every answer now comes 600 ms late; the reader leaves after 150 ms, while its
-        // fetch's request is out.
+        // Every answer now comes 600 ms late; the reader leaves once its fetch's request is out.
         try "stall_ms=600".write(toFile: files.path + "/slow.bin.faults", atomically: true, encoding: .utf8)
         let start = 512 << 10
         let reader = Task { try await collect(fixture.cache.read(http, range: Int64(start)..<Int64(start + 1000))) }
-        try await Task.sleep(for: .milliseconds(150))
+        try await waitUntil("the fetch's request never reached the origin") { origin.arrived("slow.bin").contains { $0.hasPrefix("bytes=\(start)-") } }
         reader.cancel()
         _ = try? await reader.value
         try await fixture.settled()
@@ -402,9 +411,9 @@ struct FillTests {
         #expect(try await collect(fixture.cache.read(queued, range: 0..<1000)) == Array(known[0..<1000]))
         try await fixture.settled()
         let holder = Task { try await collect(fixture.cache.read(slow)) }
-        try await Task.sleep(for: .milliseconds(100))
+        try await waitUntil("the blocker's request never reached the origin") { !origin.arrived("blocker.bin").isEmpty }
         let reader = Task { try await collect(fixture.cache.read(queued, range: Int64(start)..<Int64(start + 1000))) }
-        try await Task.sleep(for: .milliseconds(150))
+        try await waitUntil("the reader's fetch never queued for the connection") { limiter.queued >= 1 }
         reader.cancel()
         _ = try? await reader.value
         #expect(try await holder.value == blocker)
@@ -450,6 +459,7 @@ struct FillTests {
         // A new version, same length, new modification time (nginx's ETag changes with it),
         // and a new run of the cache on the same directory: it knows the old validators only
         // from the stored metadata.
+        // Pacing, not waiting: file times in ETag and Last-Modified have whole seconds.
         try await Task.sleep(for: .milliseconds(1100))
         let new = try originFile(files.path, "v.bin", count: 1_000_000, seed: 66)
         let fixture = try await FillFixture(reopening: first, options: .testing)

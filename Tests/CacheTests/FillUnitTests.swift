@@ -109,7 +109,7 @@ struct FillUnitTests {
                     try await limiter.acquire()
                     let now = holders.current.add(1, ordering: .relaxed).newValue
                     _ = holders.peak.max(now, ordering: .relaxed)
-                    try await Task.sleep(for: .milliseconds(5))
+                    try await Task.sleep(for: .milliseconds(5))  // holds its place a while
                     holders.current.subtract(1, ordering: .relaxed)
                     limiter.release()
                 }
@@ -122,7 +122,7 @@ struct FillUnitTests {
         try await limiter.acquire()
         try await limiter.acquire()
         let waiter = Task { try await limiter.acquire() }
-        try await Task.sleep(for: .milliseconds(20))
+        try await waitUntil("the third acquire never queued") { limiter.queued == 1 }
         waiter.cancel()
         await #expect(throws: CancellationError.self) { try await waiter.value }
         limiter.release()
@@ -184,10 +184,14 @@ struct FillBehaviourTests {
 
         // One reader alone, cancelled early: the origin stops sending long before the end.
         let lone = Task { try await collect(fixture.cache.read(http)) }
-        try await Task.sleep(for: .milliseconds(300))
+        try await waitUntil("the fill received nothing") { fixture.cache.statistics.bytesReceived > 0 }
         lone.cancel()
         _ = try? await lone.value
-        try await Task.sleep(for: .milliseconds(300))
+        // Every request the origin got has ended (it logs one when it stops sending).
+        try await fixture.settled()
+        try await waitUntil("the origin is still sending") {
+            origin.requests().filter { $0.path == "/long.bin" }.count == origin.arrived("long.bin").count
+        }
         let afterCancel = await origin.bytesSent("long.bin")
         #expect(afterCancel < Int64(source.count) / 2, "the origin sent \(afterCancel) bytes after the only reader left")
 
@@ -195,7 +199,7 @@ struct FillBehaviourTests {
         let cache = fixture.cache
         let leaving = Task { try await collect(cache.read(http)) }
         let staying = Task { try await collect(cache.read(http)) }
-        try await Task.sleep(for: .milliseconds(200))
+        try await waitUntil("the two readers never attached") { await cache.activity.readers == 2 }
         leaving.cancel()
         #expect(try await staying.value == source)
         try await fixture.close()
@@ -219,7 +223,7 @@ struct FillBehaviourTests {
         var iterator = fixture.cache.read(http).makeAsyncIterator()
         let first = try await iterator.next()
         #expect(first.map { Array(source.prefix($0.count)) == $0 } == true)
-        try await Task.sleep(for: .milliseconds(300))
+        try await Task.sleep(for: .milliseconds(300))  // a window for reads to run ahead
         let read = fixture.cache.statistics.bytesFromCache - before
         #expect(read <= 2 * Int64(FillOptions.testing.readChunk), "read \(read) bytes ahead of a consumer that took one chunk")
         var rest: [UInt8] = first ?? []
@@ -232,12 +236,9 @@ struct FillBehaviourTests {
             var partial = fixture.cache.read(http).makeAsyncIterator()
             _ = try await partial.next()
         }
-        var open = true
-        for _ in 0..<200 where open {
-            open = await fixture.store.entry(for: http.key)?.isOpen ?? false
-            if open { try await Task.sleep(for: .milliseconds(10)) }
-        }
-        #expect(!open, "the resource is released once the iterator is gone")
+        #expect(
+            try await eventually { await fixture.store.entry(for: http.key)?.isOpen != true },
+            "the resource is released once the iterator is gone")
         try await fixture.close()
     }
 

@@ -270,12 +270,12 @@ extension HTTPCachingTests {
         #expect(
             stale.isHit && stale.cacheStatus.contains("detail=\"stale-while-revalidate\""),
             "served from storage while revalidating: Cache-Status \(stale.headers["cache-status"] ?? "none")")
-        let deadline = ContinuousClock.now + .seconds(20)
-        while rig.count("swr") < 2, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+        _ = try await eventually(timeout: .seconds(20), interval: .milliseconds(50)) { rig.count("swr") >= 2 }
         var fresh = try await rig.get("swr")
-        while fresh.headers["x-version"] != "2", ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(50))
+        _ = try await eventually(timeout: .seconds(20), interval: .milliseconds(50)) {
+            if fresh.headers["x-version"] == "2" { return true }
             fresh = try await rig.get("swr")
+            return fresh.headers["x-version"] == "2"
         }
         let checks = rig.requests("swr").dropFirst()
         #expect(

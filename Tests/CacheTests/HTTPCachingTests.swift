@@ -10,7 +10,7 @@ import TestSupport
 
 @Suite("HTTP caching (RFC 9111)", .tags(.external, .slow), .unlessSkippingExternal, .unlessSkippingSlow, .serialized, .timeLimit(.minutes(10)))
 struct HTTPCachingTests {
-    /// Waits until answers with `max-age=1` are stale.
+    /// Waits until answers with `max-age=1` are stale: time itself must pass (whole seconds).
     static func waitForExpiry() async throws { try await Task.sleep(for: .milliseconds(2100)) }
 
     // MARK: stored header fields, Via, Cache-Status, Age
@@ -296,17 +296,17 @@ struct HTTPCachingTests {
         // The first client stays to the end: one that gave up would leave the part without a
         // reader, and the seek would then refetch it (another rule, tested elsewhere).
         let reader = Task { try await rig.get("slow", timeout: 90) }
-        let deadline = ContinuousClock.now + .seconds(30)
         // Wait for the proxy to have the answer's head (the resource's length comes with it),
         // not only for the origin to have the request: before the head nothing says the
         // validator is weak, and a seek is a range fill like any other. Not for a commit of its
         // first bytes either: under the suite's I/O load an fdatasync can take seconds.
+        // The length is set a step before the validator is kept (`adopt`): the resource is open
+        // once both are.
         let slowKey = rig.origin.url("slow").absoluteString
-        while try await rig.proxy.cache.progress(key: slowKey).length == nil, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(20))
+        _ = try await eventually(interval: .milliseconds(20)) {
+            guard try await rig.proxy.cache.progress(key: slowKey).length != nil else { return false }
+            return await rig.proxy.cache.isOpen(key: slowKey)
         }
-        // The length is set a step before the validator is kept (`adopt`): past that step.
-        try await Task.sleep(for: .milliseconds(100))
         let ahead = try await rig.get("slow", ["-r", "7000000-7000999"])
         #expect(ahead.status == 206 && ahead.body == Array(body[7_000_000..<7_001_000]), "\(ahead)")
         #expect(ahead.cacheStatus.contains("fwd=partial") && !ahead.cacheStatus.contains("stored"), "\(ahead.headers) \(rig.requests("slow"))")
@@ -322,11 +322,11 @@ struct HTTPCachingTests {
     /// Asks until the answer is a hit (an answer stored as it streamed is a hit once it has
     /// ended and been committed) or a deadline passes.
     static func pollHit(_ rig: ScriptedProxy, _ name: String, _ arguments: [String]) async throws -> CurlResult {
-        let deadline = ContinuousClock.now + .seconds(30)
         var answer = try await rig.get(name, arguments)
-        while !answer.isHit, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(50))
+        _ = try await eventually(interval: .milliseconds(50)) {
+            if answer.isHit { return true }
             answer = try await rig.get(name, arguments)
+            return answer.isHit
         }
         return answer
     }

@@ -20,6 +20,12 @@ struct HostileRequestTests {
             + extra + "Connection: close\r\n\r\n" + body
     }
 
+    /// How long an exchange sent with `Connection: close` may wait for the proxy to answer and
+    /// close: a hang guard (it ends at the close), not a guess at how long the answer takes. A
+    /// request the origin answers goes through the handler, which in a loaded parallel run can
+    /// wait seconds for a thread of the cooperative pool.
+    static let answered = Duration.seconds(60).asHangGuard
+
     /// The names of the request fields the origin received for `name`, in order.
     static func fieldNames(_ rig: ScriptedProxy, _ name: String) -> [[String]] {
         rig.requests(name).map { request in request.headers.compactMap(\.first) }
@@ -32,9 +38,10 @@ struct HostileRequestTests {
         try rig.script("x", [("Cache-Control", "no-store")], body: "ok") { $0.lenient = true }
         try rig.script("page", [("Cache-Control", "max-age=60")], body: "page") { $0.lenient = true }
         // A forwarded method, and a GET the cache fills.
-        let post = await RawHTTP.exchange(port: port, Self.smuggling("x", extra: "X_Custom: 1\r\n"))
+        let post = await RawHTTP.exchange(port: port, Self.smuggling("x", extra: "X_Custom: 1\r\n"), timeout: Self.answered)
         let get = await RawHTTP.exchange(
-            port: port, "GET /page HTTP/1.1\r\nHost: 127.0.0.1\r\nContent_Length: 5\r\nX_Custom: 1\r\nConnection: close\r\n\r\n")
+            port: port, "GET /page HTTP/1.1\r\nHost: 127.0.0.1\r\nContent_Length: 5\r\nX_Custom: 1\r\nConnection: close\r\n\r\n",
+            timeout: Self.answered)
         #expect(post.statuses == [200] && get.statuses == [200], "\(post.text)\n\(get.text)")
         let names = Self.fieldNames(rig, "x") + Self.fieldNames(rig, "page")
         #expect(names.count == 2, "\(rig.origin.requestLog())")
@@ -56,13 +63,14 @@ struct HostileRequestTests {
         try rig.script("x", [("Cache-Control", "no-store")], body: "ok") { $0.lenient = true }
         let post = await RawHTTP.exchange(
             port: rig.proxy.server.port,
-            Self.smuggling("x", extra: "X_Custom: 1\r\nContent_length: 5\r\nKeep_Alive: 1\r\nProxy_Authorization: Basic eDp5\r\n"))
+            Self.smuggling("x", extra: "X_Custom: 1\r\nContent_length: 5\r\nKeep_Alive: 1\r\nProxy_Authorization: Basic eDp5\r\n"),
+            timeout: Self.answered)
         #expect(post.statuses == [200], "\(post.text)")
         let names = Self.fieldNames(rig, "x")
         #expect(names.count == 1 && names.first?.contains("X_Custom") == true, "\(names)")
         let framing = ["transfer_encoding", "content_length", "keep_alive", "proxy_authorization"]
         #expect(!(names.first ?? []).contains { framing.contains($0.lowercased()) }, "\(names)")
-        try await Task.sleep(for: .milliseconds(500))
+        try await Task.sleep(for: .milliseconds(500))  // a window for a smuggled request, as above
         #expect(rig.count("smuggled") == 0, "\(rig.origin.requestLog())")
         // Dropping them is the server's default.
         #expect(!HTTPServer.Options().underscoresInFieldNames)
@@ -86,7 +94,8 @@ struct HostileRequestTests {
                 cacheDir: scratch.file("cache\(index)"), origin: origin.baseURL, extra: extra + ["--admin-listen", "off"])
             let port = Int(base.split(separator: ":").last ?? "") ?? 0
             let answer = await RawHTTP.exchange(
-                port: port, "GET /x?\(index) HTTP/1.1\r\nHost: 127.0.0.1\r\nX_Custom: 1\r\nTransfer_Encoding: chunked\r\nConnection: close\r\n\r\n")
+                port: port, "GET /x?\(index) HTTP/1.1\r\nHost: 127.0.0.1\r\nX_Custom: 1\r\nTransfer_Encoding: chunked\r\nConnection: close\r\n\r\n",
+                timeout: Self.answered)
             server.kill()
             _ = try await server.finish()
             #expect(answer.statuses == [200], "\(extra): \(answer.text)")
@@ -149,7 +158,7 @@ struct HostileRequestTests {
         let nul = await RawHTTP.exchange(port: port, "GET /x%00.css HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         #expect(nul.statuses == [400], "\(nul.text)")
         #expect(rig.origin.requestLog().isEmpty, "\(rig.origin.requestLog())")
-        let fine = await RawHTTP.exchange(port: port, "GET /x HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n\r\n")
+        let fine = await RawHTTP.exchange(port: port, "GET /x HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n\r\n", timeout: Self.answered)
         #expect(fine.statuses == [200], "\(fine.text)")
         await rig.stop()
     }

@@ -13,15 +13,27 @@ import TestSupport
 
 @Suite("Origin answers (issue 16)", .tags(.external), .unlessSkippingExternal, .serialized, .timeLimit(.minutes(8)))
 struct OriginAnswersTests {
+    /// An answer without a length (chunked) of `size` pattern bytes (``OriginScript/pattern(count:seed:)``
+    /// with `seed`) in chunks of `chunkSize`, fresh for ten minutes, with `etag` when given.
+    static func chunked(size: Int, seed: Int, chunkSize: Int, etag: String? = nil) -> OriginScript {
+        var script = OriginScript(headers: [("Cache-Control", "max-age=600")] + (etag.map { [("ETag", $0)] } ?? []))
+        script.bodySize = size
+        script.bodySeed = seed
+        script.framing = "chunked"
+        script.chunkSize = chunkSize
+        return script
+    }
+
     /// Asks `rig` for `name` with `arguments` until `done` holds for the answer (at most 30 s):
     /// a stream's last commit comes just after the client's last byte.
     static func poll(
         _ rig: ScriptedProxy, _ name: String, _ arguments: [String], until done: (CurlResult) -> Bool
     ) async throws -> CurlResult {
         var answer = try await rig.get(name, arguments)
-        for _ in 0..<300 where !done(answer) {
-            try await Task.sleep(for: .milliseconds(100))
+        _ = try await eventually(interval: .milliseconds(100)) {
+            if done(answer) { return true }
             answer = try await rig.get(name, arguments)
+            return done(answer)
         }
         return answer
     }
@@ -79,11 +91,7 @@ struct OriginAnswersTests {
         let rig = try await ScriptedProxy()
         let size = 300_000
         let body = OriginScript.pattern(count: size, seed: 6)
-        var script = OriginScript(headers: [("Cache-Control", "max-age=600"), ("ETag", "\"slow-length\"")])
-        script.bodySize = size
-        script.bodySeed = 6
-        script.framing = "chunked"
-        script.chunkSize = 16_384
+        let script = Self.chunked(size: size, seed: 6, chunkSize: 16_384, etag: "\"slow-length\"")
         try rig.script("slow-length", script)
         let rule = try FaultInjection.add(
             FaultRule([.fdatasync], pathContains: rig.proxy.directory.path + "/cache/resources/", maxFires: 1, delay: .seconds(2)))
@@ -104,11 +112,7 @@ struct OriginAnswersTests {
     func concurrentClientsJoin() async throws {
         let rig = try await ScriptedProxy()
         let size = 96_000
-        var script = OriginScript(headers: [("Cache-Control", "max-age=600")])
-        script.bodySize = size
-        script.bodySeed = 9
-        script.framing = "chunked"
-        script.chunkSize = 8_000
+        var script = Self.chunked(size: size, seed: 9, chunkSize: 8_000)
         // 12 chunks 400 ms apart: the second client (a new curl process, which a loaded full
         // run once started more than the 1.8 s of 150 ms gaps late) comes while it arrives.
         script.chunkDelayMs = 400
@@ -117,7 +121,7 @@ struct OriginAnswersTests {
         async let first = rig.get("live")
         // The origin logs a request before it answers: the second client comes while the
         // first answer is still arriving.
-        for _ in 0..<300 where rig.count("live") == 0 { try await Task.sleep(for: .milliseconds(20)) }
+        try await waitUntil(interval: .milliseconds(20), "the origin never had the first request") { rig.count("live") > 0 }
         let second = try await rig.get("live")
         let one = try await first
         let body = OriginScript.pattern(count: size, seed: 9)
@@ -134,11 +138,7 @@ struct OriginAnswersTests {
     func cutOffNotStored() async throws {
         let rig = try await ScriptedProxy()
         let size = 200_000
-        var script = OriginScript(headers: [("Cache-Control", "max-age=600"), ("ETag", "\"cut\"")])
-        script.bodySize = size
-        script.bodySeed = 3
-        script.framing = "chunked"
-        script.chunkSize = 10_000
+        var script = Self.chunked(size: size, seed: 3, chunkSize: 10_000, etag: "\"cut\"")
         script.cutAfter = 130_000
         try rig.script("cut", script)
 
@@ -173,11 +173,7 @@ struct OriginAnswersTests {
     @Test("a chunked answer cut off at once, before its reader follows it: one origin request per client request, never a second first contact")
     func cutBeforeReaderFollows() async throws {
         let rig = try await ScriptedProxy()
-        var script = OriginScript(headers: [("Cache-Control", "max-age=600"), ("ETag", "\"early-cut\"")])
-        script.bodySize = 200_000
-        script.bodySeed = 5
-        script.framing = "chunked"
-        script.chunkSize = 10_000
+        var script = Self.chunked(size: 200_000, seed: 5, chunkSize: 10_000, etag: "\"early-cut\"")
         // Cut within the first chunk: the answer's stream fails as soon as it starts, often
         // before the client's own reader has attached to it.
         script.cutAfter = 100
@@ -198,20 +194,19 @@ struct OriginAnswersTests {
     func purgeDuringStream() async throws {
         let rig = try await ScriptedProxy()
         let size = 200_000
-        var script = OriginScript(headers: [("Cache-Control", "max-age=600")])
-        script.bodySize = size
-        script.bodySeed = 17
-        script.framing = "chunked"
-        script.chunkSize = 10_000
+        var script = Self.chunked(size: size, seed: 17, chunkSize: 10_000)
         script.chunkDelayMs = 300
         try rig.script("purged", script)
 
         async let first = rig.get("purged")
-        // The answer is arriving once the store holds its resource (its first chunks are being
-        // written); a PURGE before that, while first contact is still under way, is another case.
+        // The answer is arriving once the store holds its resource and first contact is over
+        // (the resource open); a PURGE before that, while first contact is still under way, is
+        // another case.
         let key = rig.origin.url("purged").absoluteString
-        for _ in 0..<500 where await rig.proxy.store.entry(for: key) == nil { try await Task.sleep(for: .milliseconds(20)) }
-        try await Task.sleep(for: .milliseconds(300))
+        try await waitUntil(interval: .milliseconds(20), "the answer never arrived") {
+            guard await rig.proxy.store.entry(for: key) != nil else { return false }
+            return await rig.proxy.cache.isOpen(key: key)
+        }
         let purge = try await Curl.run(rig.proxy.baseURL + "/purged", ["-X", "PURGE"], timeout: 30)
         #expect(purge.status == 200, "PURGE of the answer in flight: \(purge)")
         let cut = try await first

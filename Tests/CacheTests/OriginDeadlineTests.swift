@@ -39,7 +39,7 @@ struct OriginDeadlineTests {
         }
         #expect(answered == [1, 2, 3])
         // Well past that deadline, the connection that answered in time still works.
-        try await Task.sleep(for: .milliseconds(300))
+        try await Task.sleep(for: .milliseconds(300))  // pacing: time must pass the deadline
         try await onTimeServer.send([4])
         #expect(try await onTime.receive(maximum: 16) == [4])
         #expect(deadlines.armedCount == 0)

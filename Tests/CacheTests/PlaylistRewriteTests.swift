@@ -255,14 +255,14 @@ struct ConnectionPriorityTests {
             limiter.release(ticket: ticket)
         }
         // Let the background waiter queue first.
-        while limiter.queued < 1 { try await Task.sleep(for: .milliseconds(5)) }
+        try await waitUntil("only \(limiter.queued) of 1 waiters queued") { limiter.queued >= 1 }
         #expect(record.yielded.withLock { $0 } == 0, "a background waiter asks nobody to yield")
         let waited = Task {
             try await limiter.acquire()
             record.order.withLock { $0.append("waited") }
             limiter.release()
         }
-        while limiter.queued < 2 { try await Task.sleep(for: .milliseconds(5)) }
+        try await waitUntil("only \(limiter.queued) of 2 waiters queued") { limiter.queued >= 2 }
         #expect(record.yielded.withLock { $0 } == 1, "the waited-on request asked the background holder to yield")
         limiter.release(ticket: background)
         try await waited.value
@@ -354,7 +354,7 @@ struct ConnectionPriorityTests {
             record.order.withLock { $0.append("waited") }
             limiter.release()
         }
-        while limiter.queued < 1 { try await Task.sleep(for: .milliseconds(5)) }
+        try await waitUntil("only \(limiter.queued) of 1 waiters queued") { limiter.queued >= 1 }
         #expect(record.yielded.withLock { $0 } == 0, "a promoted holder is not asked to yield")
         // A background waiter promoted while queued goes before a background one queued earlier.
         let plain = Task {
@@ -362,7 +362,7 @@ struct ConnectionPriorityTests {
             record.order.withLock { $0.append("background") }
             limiter.release(ticket: ticket)
         }
-        while limiter.queued < 2 { try await Task.sleep(for: .milliseconds(5)) }
+        try await waitUntil("only \(limiter.queued) of 2 waiters queued") { limiter.queued >= 2 }
         let queuedPromotion = ConnectionLimiter.Promotion()
         let promotedWaiter = Task {
             let ticket = try await ConnectionLimiter.$promotion.withValue(queuedPromotion) {
@@ -371,7 +371,7 @@ struct ConnectionPriorityTests {
             record.order.withLock { $0.append("promoted") }
             limiter.release(ticket: ticket)
         }
-        while limiter.queued < 3 { try await Task.sleep(for: .milliseconds(5)) }
+        try await waitUntil("only \(limiter.queued) of 3 waiters queued") { limiter.queued >= 3 }
         queuedPromotion.promote()
         limiter.release(ticket: held)
         try await waited.value

@@ -16,6 +16,22 @@ struct ProxyTests {
     /// Headers that must be the same from the proxy as from the origin itself.
     static let comparedHeaders = ["content-length", "content-range", "accept-ranges", "content-type", "etag", "last-modified"]
 
+    /// nginx serving `a.bin`, 10,000 bytes of `seed`, from a directory of its own. The caller
+    /// stops the origin and removes the files.
+    static func tenKiBOrigin(seed: UInt64) async throws -> (files: TemporaryDirectory, origin: OriginServer) {
+        let files = try TemporaryDirectory("proxy-origin")
+        _ = try originFile(files.path, "a.bin", count: 10_000, seed: seed)
+        return (files, try await OriginServer.nginx(root: files.path))
+    }
+
+    /// The test server's options with these head and idle timeouts.
+    static func timeouts(head: Duration, idle: Duration) -> HTTPServer.Options {
+        var options = ProxyFixture.defaultOptions
+        options.headTimeout = head
+        options.idleTimeout = idle
+        return options
+    }
+
     @Test("every Range form gives the same status, headers and bytes as nginx itself, cold and warm")
     func rangesMatchNginx() async throws {
         let files = try TemporaryDirectory("proxy-origin")
@@ -187,13 +203,9 @@ struct ProxyTests {
 
     @Test("hostile clients: malformed heads, oversized heads, trickled heads, idle connections, too many connections")
     func hostileClients() async throws {
-        let files = try TemporaryDirectory("proxy-origin")
-        _ = try originFile(files.path, "a.bin", count: 10_000, seed: 74)
-        let origin = try await OriginServer.nginx(root: files.path)
-        defer { origin.stop() }
-        var options = ProxyFixture.defaultOptions
-        options.headTimeout = .milliseconds(500)
-        options.idleTimeout = .milliseconds(700)
+        let (files, origin) = try await Self.tenKiBOrigin(seed: 74)
+        defer { origin.stop(); files.remove() }
+        var options = Self.timeouts(head: .milliseconds(500), idle: .milliseconds(700))
         options.maximumConnections = 4
         options.maximumBodySize = 64 << 10
         let proxy = try await ProxyFixture(origin: origin.baseURL, options: options)
@@ -240,17 +252,14 @@ struct ProxyTests {
         limited.maximumConnections = 4
         let small = try await ProxyFixture(origin: origin.baseURL, options: limited)
         let holders = (0..<4).map { _ in Task { await RawHTTP.exchange(port: small.server.port, [], timeout: .seconds(3)) } }
-        let waitStart = ContinuousClock.now
-        while small.server.connectionCount < 4, ContinuousClock.now - waitStart < .seconds(2) {
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        // Within the holders' 3 s: after that they leave.
+        _ = try await eventually(timeout: .seconds(2)) { small.server.connectionCount >= 4 }
         let admitted = await RawHTTP.exchange(port: small.server.port, "GET /a.bin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         #expect(admitted.statuses == [200] && admitted.closedByServer, "\(admitted.text.prefix(200))")
         for holder in holders { _ = await holder.value }
         #expect(small.server.evictedConnections >= 1 && small.server.rejectedConnections == 0)
         // The holders closed their ends; the server notices each close a moment later.
-        let closeStart = ContinuousClock.now
-        while small.server.connectionCount > 0, ContinuousClock.now - closeStart < .seconds(2) { try await Task.sleep(for: .milliseconds(10)) }
+        _ = try await eventually { small.server.connectionCount == 0 }
         let fine = try await Curl.run(small.baseURL + "/a.bin")
         #expect(fine.status == 200 && fine.body.count == 10_000, "\(fine)")
         await small.stop()
@@ -258,15 +267,10 @@ struct ProxyTests {
 
     @Test("socket-level fuzz: mutated requests are answered with a status or closed, and the server keeps serving")
     func socketFuzz() async throws {
-        let files = try TemporaryDirectory("proxy-origin")
-        _ = try originFile(files.path, "a.bin", count: 10_000, seed: 75)
-        let origin = try await OriginServer.nginx(root: files.path)
-        defer { origin.stop() }
-        var options = ProxyFixture.defaultOptions
+        let (files, origin) = try await Self.tenKiBOrigin(seed: 75)
+        defer { origin.stop(); files.remove() }
         // Short timeouts: a kept-alive or half-sent connection ends quickly.
-        options.headTimeout = .milliseconds(100)
-        options.idleTimeout = .milliseconds(100)
-        let proxy = try await ProxyFixture(origin: origin.baseURL, options: options)
+        let proxy = try await ProxyFixture(origin: origin.baseURL, options: Self.timeouts(head: .milliseconds(100), idle: .milliseconds(100)))
         let seeds = [
             "GET /a.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=0-99\r\n\r\n", "HEAD /a.bin HTTP/1.0\r\n\r\n",
             "GET /a.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=-5,7-\r\nConnection: close\r\n\r\n",
@@ -314,7 +318,10 @@ struct ProxyTests {
         let proxy = try await ProxyFixture(origin: origin.baseURL)
         let gaveUp = try await Curl.run(proxy.baseURL + "/slow.bin", ["--max-time", "0.5"])
         #expect(gaveUp.exitCode == 28, "curl timed out midway: \(gaveUp)")
-        try await Task.sleep(for: .milliseconds(1500))
+        // The origin logs a request when it stops sending: every one it got has ended.
+        try await waitUntil("the origin is still sending") {
+            origin.requests().filter { $0.path == "/slow.bin" }.count == origin.arrived("slow.bin").count
+        }
         let sent = await origin.bytesSent("slow.bin")
         #expect(sent < Int64(length) / 2, "the origin stopped after the client left: it sent \(sent) of \(length)")
         let progress = try await proxy.cache.progress(key: origin.url("slow.bin").absoluteString)

@@ -157,14 +157,13 @@ struct QuickHitTests {
             $0.lastModifiedOffset = -86400
         }
         let body = OriginScript.pattern(count: length, seed: 5)
-        let before = rig.proxy.cache.statistics.quickAnswers
-        for _ in 0..<50 {
+        let before = try await rig.quickAnswers
+        let quick = try await eventually(interval: .milliseconds(50)) {
             let answer = try await rig.get(name)
             #expect(answer.status == 200 && sameBytes(answer.body, body[...]), "\(answer)")
-            if rig.proxy.cache.statistics.quickAnswers > before { return body }
-            try await Task.sleep(for: .milliseconds(50))
+            return try await rig.quickAnswers > before
         }
-        Issue.record("no request of \(name) was answered on the event loop: \(rig.proxy.cache.statistics)")
+        if !quick { Issue.record("no request of \(name) was answered on the event loop: \(rig.proxy.cache.statistics)") }
         return body
     }
 
@@ -180,14 +179,13 @@ struct QuickHitTests {
     /// Asks for `arguments` until the event loop answers it (a commit, or the handler's
     /// refresh of the key's view, may come just after an answer).
     static func untilQuick(_ rig: ScriptedProxy, _ arguments: [String], name: String = "clip.bin", body: [UInt8]) async throws {
-        for _ in 0..<50 {
-            let before = rig.proxy.cache.statistics.quickAnswers
+        let quick = try await eventually(interval: .milliseconds(50)) {
+            let before = try await rig.quickAnswers
             let answer = try await rig.get(name, arguments)
             #expect(answer.exitCode == 0, "\(answer)")
-            if rig.proxy.cache.statistics.quickAnswers > before { return }
-            try await Task.sleep(for: .milliseconds(50))
+            return try await rig.quickAnswers > before
         }
-        Issue.record("\(arguments) was never answered on the event loop")
+        if !quick { Issue.record("\(arguments) was never answered on the event loop") }
     }
 
     /// The fields that may differ between two answers of one stored response: when it was
@@ -217,10 +215,10 @@ struct QuickHitTests {
             (["-H", "Range: bytes=abc"], false), (["-H", "Cache-Control: max-age=0"], false), (["-H", "Pragma: no-cache"], false),
         ]
         for (arguments, quick) in cases {
-            let before = rig.proxy.cache.statistics.quickAnswers
+            let before = try await rig.quickAnswers
             let answer = try await rig.get("clip.bin", arguments)
             let handled = try await Curl.run(slow.baseURL + "/clip.bin", arguments)
-            let answeredOnLoop = rig.proxy.cache.statistics.quickAnswers > before
+            let answeredOnLoop = try await rig.quickAnswers > before
             #expect(answeredOnLoop == quick, "\(arguments): answered on the loop \(answeredOnLoop), expected \(quick)")
             #expect(answer.status == handled.status, "\(arguments): \(answer.status), the handler \(handled.status)")
             #expect(
@@ -254,19 +252,17 @@ struct QuickHitTests {
         let miss = try await rig.get("part.bin", ["-r", "100000-299999"])
         #expect(miss.status == 206 && sameBytes(miss.body, body[100000..<300000]), "\(miss)")
         // Its commit follows the answer: the same range is answered on the loop once it is in.
-        var quick = false
-        for _ in 0..<50 where !quick {
-            let before = rig.proxy.cache.statistics.quickAnswers
+        let quick = try await eventually(interval: .milliseconds(50)) {
+            let before = try await rig.quickAnswers
             let again = try await rig.get("part.bin", ["-r", "150000-249999"])
             #expect(again.status == 206 && sameBytes(again.body, body[150000..<250000]), "\(again)")
-            quick = rig.proxy.cache.statistics.quickAnswers > before
-            if !quick { try await Task.sleep(for: .milliseconds(50)) }
+            return try await rig.quickAnswers > before
         }
         #expect(quick, "the committed part was never answered on the loop")
-        let before = rig.proxy.cache.statistics.quickAnswers
+        let before = try await rig.quickAnswers
         let beyond = try await rig.get("part.bin", ["-r", "600000-600099"])
         #expect(beyond.status == 206 && sameBytes(beyond.body, body[600000..<600100]), "\(beyond)")
-        #expect(rig.proxy.cache.statistics.quickAnswers == before, "bytes never fetched were answered on the loop")
+        #expect(try await rig.quickAnswers == before, "bytes never fetched were answered on the loop")
         #expect(rig.count("part.bin") == 2, "\(rig.requests("part.bin"))")
         await rig.stop()
     }
@@ -285,10 +281,10 @@ struct QuickHitTests {
         try await Self.untilQuick(rig, [], name: "s.css", body: body)
         for _ in 0..<2 { _ = try await Curl.run(slow.baseURL + "/s.css") }
         for arguments in [[], ["-r", "10-99"], ["-r", "-1"], ["-I"], ["-r", "4000-9000"]] {
-            let before = rig.proxy.cache.statistics.quickAnswers
+            let before = try await rig.quickAnswers
             let answer = try await rig.get("s.css", arguments)
             let handled = try await Curl.run(slow.baseURL + "/s.css", arguments)
-            #expect(rig.proxy.cache.statistics.quickAnswers == before + 1, "\(arguments) was not answered on the loop")
+            #expect(try await rig.quickAnswers == before + 1, "\(arguments) was not answered on the loop")
             #expect(answer.status == handled.status && Self.comparable(answer.headers) == Self.comparable(handled.headers), "\(arguments): \(answer) against \(handled)")
             if !arguments.contains("-I") { #expect(answer.body == handled.body, "\(arguments)") }
         }
@@ -318,10 +314,10 @@ struct QuickHitTests {
         }
         let body = OriginScript.pattern(count: Self.length, seed: 9)
         try await Self.untilQuick(rig, ["-H", "Accept-Language: en"], name: "v.bin", body: body)
-        var before = rig.proxy.cache.statistics.quickAnswers
+        var before = try await rig.quickAnswers
         let other = try await rig.get("v.bin", ["-H", "Accept-Language: fr"])
         #expect(other.status == 200 && sameBytes(other.body, body[...]), "\(other)")
-        #expect(rig.proxy.cache.statistics.quickAnswers == before, "another variant was answered from the stored one on the loop")
+        #expect(try await rig.quickAnswers == before, "another variant was answered from the stored one on the loop")
         #expect(rig.count("v.bin") == 2, "the other language is a variant of its own: \(rig.requests("v.bin"))")
 
         // A media playlist the segment prefetcher learns: its segments take the handler (they
@@ -338,12 +334,12 @@ struct QuickHitTests {
         #expect(listed.status == 200 && listed.text.contains("seg0.ts"), "\(listed)")
         #expect(!rig.proxy.proxy.streaming.prefetcher.isEmpty, "the prefetcher knows the playlist")
         try await Self.untilQuick(rig, ["-H", "Accept-Language: en"], name: "v.bin", body: body)
-        before = rig.proxy.cache.statistics.quickAnswers
+        before = try await rig.quickAnswers
         for _ in 0..<3 {
             let segment = try await rig.get("seg0.ts")
             #expect(segment.status == 200 && segment.body.count == 200_000, "\(segment)")
         }
-        #expect(rig.proxy.cache.statistics.quickAnswers == before, "a segment the prefetcher knows was answered on the loop")
+        #expect(try await rig.quickAnswers == before, "a segment the prefetcher knows was answered on the loop")
         await rig.stop()
     }
 
@@ -354,18 +350,18 @@ struct QuickHitTests {
         // PURGE takes it out of the cache: the next GET goes to the origin.
         let purged = try await rig.get("clip.bin", ["-X", "PURGE"])
         #expect(purged.status == 200 || purged.status == 204, "\(purged)")
-        let before = rig.proxy.cache.statistics.quickAnswers
+        let before = try await rig.quickAnswers
         let afterPurge = try await rig.get("clip.bin", ["-r", "0-99"])
-        #expect(rig.proxy.cache.statistics.quickAnswers == before, "a purged answer was served from the loop")
+        #expect(try await rig.quickAnswers == before, "a purged answer was served from the loop")
         #expect(afterPurge.headers["cache-status"]?.contains("fwd=uri-miss") == true, "\(afterPurge.headers)")
         #expect(rig.count("clip.bin") == 2, "\(rig.requests("clip.bin"))")
 
         // A short lifetime: once stale, the loop leaves it to the handler, which revalidates.
         _ = try await Self.warmed(rig, name: "short.bin", maxAge: 1)
-        try await Task.sleep(for: .milliseconds(2100))
-        let quickBefore = rig.proxy.cache.statistics.quickAnswers
+        try await Task.sleep(for: .milliseconds(2100))  // time must pass: stale after max-age=1
+        let quickBefore = try await rig.quickAnswers
         let stale = try await rig.get("short.bin", ["-r", "0-99"])
-        #expect(rig.proxy.cache.statistics.quickAnswers == quickBefore, "a stale answer was served from the loop")
+        #expect(try await rig.quickAnswers == quickBefore, "a stale answer was served from the loop")
         #expect(stale.headers["cache-status"]?.contains("fwd=stale") == true, "\(stale.headers)")
         #expect(rig.requests("short.bin").last?.status == 304, "revalidated: \(rig.requests("short.bin"))")
 
@@ -389,9 +385,9 @@ struct QuickHitTests {
         let path = try #require(rig.proxy.cache.quickHits[key]?.view?.path)
         let offset = 70_000
         try RawFile.write(path, offset: Int64(offset), [body[offset] ^ 0x01])
-        let before = rig.proxy.cache.statistics.quickAnswers
+        let before = try await rig.quickAnswers
         let answer = try await rig.get("clip.bin", ["-r", "65536-131071"])
-        #expect(rig.proxy.cache.statistics.quickAnswers == before, "damaged bytes were answered on the loop")
+        #expect(try await rig.quickAnswers == before, "damaged bytes were answered on the loop")
         #expect(answer.status == 206 && sameBytes(answer.body, body[65536...131071]), "\(answer)")
         #expect(rig.count("clip.bin") == 2, "the damaged segment was fetched again: \(rig.requests("clip.bin"))")
 
@@ -408,10 +404,10 @@ struct QuickHitTests {
         // Pages not in the page cache are the handler's to read (on its I/O threads).
         try await Self.untilQuick(rig, ["-r", "0-300000"], body: body)
         try RawFile.dropPageCache(try #require(rig.proxy.cache.quickHits[key]?.view?.path))
-        let quickBefore = rig.proxy.cache.statistics.quickAnswers
+        let quickBefore = try await rig.quickAnswers
         let cold = try await rig.get("clip.bin", ["-r", "0-300000"])
         #expect(cold.status == 206 && sameBytes(cold.body, body[0...300_000]), "\(cold)")
-        #expect(rig.proxy.cache.statistics.quickAnswers == quickBefore, "pages not in memory were answered on the loop")
+        #expect(try await rig.quickAnswers == quickBefore, "pages not in memory were answered on the loop")
         await rig.stop()
     }
 }

@@ -3,6 +3,7 @@
 import Foundation
 import HTTPCache
 import SparseHTTP
+import Synchronization
 import TestSupport
 
 /// A scripted origin (``OriginServer/scripted(root:)``) with a ``ProxyFixture`` in front of it.
@@ -10,6 +11,8 @@ final class ScriptedProxy: Sendable {
     let files: TemporaryDirectory
     let origin: OriginServer
     let proxy: ProxyFixture
+    /// Requests made through ``get(_:_:timeout:)``.
+    private let asked = Atomic<Int>(0)
 
     init(options: HTTPServer.Options = ProxyFixture.defaultOptions, fill: FillOptions = .testing, cors: CORSPolicy? = nil) async throws {
         files = try TemporaryDirectory("scripted-origin")
@@ -40,7 +43,20 @@ final class ScriptedProxy: Sendable {
 
     /// curl through the proxy for `/<name>`, with curl `arguments` (e.g. `["-H", "If-None-Match: \"v1\""]`).
     func get(_ name: String, _ arguments: [String] = [], timeout: Int = 90) async throws -> CurlResult {
-        try await Curl.run(proxy.baseURL + "/" + name, arguments, timeout: timeout)
+        asked.add(1, ordering: .relaxed)
+        return try await Curl.run(proxy.baseURL + "/" + name, arguments, timeout: timeout)
+    }
+
+    /// How many answers the proxy gave on its event loop, once it has logged every request
+    /// made through ``get(_:_:timeout:)``: the server counts a quick answer after its bytes went
+    /// out and logs the request after that, so curl can have the whole answer first.
+    var quickAnswers: Int {
+        get async throws {
+            try await waitUntil("the proxy logged \(proxy.log.all.count) of \(asked.load(ordering: .relaxed)) requests") {
+                proxy.log.all.count >= asked.load(ordering: .relaxed)
+            }
+            return proxy.cache.statistics.quickAnswers
+        }
     }
 
     /// curl straight to the origin (what the origin itself answers), for `/<name>`.

@@ -44,7 +44,7 @@ struct SmallObjectServeTests {
 
         /// Waits until `key`'s object is durable in the logs (it is written after the answer).
         func waitStored(_ key: String) async throws {
-            for _ in 0..<500 where !(await store.smallObjects.contains(key)) { try await Task.sleep(for: .milliseconds(10)) }
+            try await waitUntil("'\(key)' was never stored as a small object") { await store.smallObjects.contains(key) }
         }
     }
 
@@ -129,7 +129,7 @@ struct SmallObjectServeTests {
         let miss = try await Curl.run(rig.base + "/known.bin", ["-H", "Accept-Language: de"])
         #expect(miss.status == 200 && miss.body.count == 3000, "\(miss)")
         // Known once the record is durable, before any hit decoded it.
-        for _ in 0..<500 where await rig.cache.smallInfos[key] == nil { try await Task.sleep(for: .milliseconds(10)) }
+        _ = try await eventually { await rig.cache.smallInfos[key] != nil }
         let known = try #require(await rig.cache.smallInfos[key], "the miss left nothing known of its record")
         let object = try #require(try await rig.store.smallObjects.object(for: key))
         #expect(known.sequence == object.sequence)
@@ -239,7 +239,7 @@ struct SmallObjectServeTests {
             let answers = try await withThrowingTaskGroup(of: CurlResult.self) { group in
                 for client in 0..<4 {
                     group.addTask {
-                        try await Task.sleep(for: .milliseconds(client * 40))
+                        try await Task.sleep(for: .milliseconds(client * 40))  // pacing: clients 40 ms apart
                         return try await Curl.run(rig.base + "/" + item.name)
                     }
                 }
@@ -433,13 +433,11 @@ struct SmallObjectServeTests {
             #expect(miss.headers["transfer-encoding"] == "chunked", "\(name) arrives without a length: \(miss.headers)")
             // Once the answer has ended and nobody reads it, the resource is released: a small one
             // moves to the logs then.
-            let deadline = ContinuousClock.now + .seconds(20)
-            while ContinuousClock.now < deadline {
+            _ = try await eventually(timeout: .seconds(20), interval: .milliseconds(20)) {
                 await rig.cache.closeIdle()
                 let moved = await rig.store.smallObjects.contains(key)
                 let complete = await rig.store.entry(for: key)?.length == Int64(size)
-                if isSmall ? moved : complete { break }
-                try await Task.sleep(for: .milliseconds(20))
+                return isSmall ? moved : complete
             }
             #expect(await rig.store.smallObjects.contains(key) == isSmall, "\(name): small object")
             #expect((await rig.store.entry(for: key) != nil) == !isSmall, "\(name): sparse resource")

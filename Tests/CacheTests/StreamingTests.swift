@@ -143,6 +143,8 @@ struct StreamingTests {
             Set(origin.requests().map(\.path).filter { $0.hasPrefix("/\(speed)/seg") })
         }
         func window(_ speed: String) -> Int? { prefetcher.windows.first { $0.key.hasSuffix("/\(speed)/index.m3u8") }?.value }
+        // A window in which nothing new may be asked: settled is 1.5 s without a new request
+        // (a check that no more than the window was prefetched, not a wait for one).
         func settle(_ speed: String) async throws {
             var last = -1
             while fetched(speed).count != last {
@@ -179,13 +181,14 @@ struct StreamingTests {
         func fetched(_ number: Int) -> Bool { origin.requests().contains { $0.path == "/dash/chunk-stream0-0000\(number).m4s" } }
         let manifest = try await Curl.run(proxy.baseURL + "/dash/manifest.mpd")
         #expect(manifest.status == 200 && manifest.text.contains("SegmentTemplate"), "\(manifest)")
-        // Which Representation the player plays shows with its first segment.
+        // Which Representation the player plays shows with its first segment: a window in
+        // which no segment may be asked.
         try await Task.sleep(for: .milliseconds(300))
         #expect(!fetched(1), "nothing before the player picks a Representation")
         let first = try await Curl.run(proxy.baseURL + "/dash/chunk-stream0-00001.m4s")
         #expect(first.status == 200 && first.body.count > 0, "\(first)")
         #expect(try await eventually(interval: .milliseconds(50)) { fetched(2) && fetched(3) }, "the next two segments are prefetched")
-        try await Task.sleep(for: .seconds(1))
+        try await Task.sleep(for: .seconds(1))  // a window for a third one to be asked
         #expect(!fetched(4), "no more than two ahead")
         func bodies(_ number: Int) -> Int {
             origin.requests().filter { $0.path == "/dash/chunk-stream0-0000\(number).m4s" && $0.status != 304 }.count
@@ -294,11 +297,11 @@ struct StreamingTests {
         let proxy = try await ProxyFixture(origin: origin.baseURL)
         let player = Task { try await FFmpeg.play(proxy.baseURL + "/live/index.m3u8", seconds: 60) }
         // The packager: one more segment a second, then the end.
-        while !origin.requests().contains(where: { $0.path == "/live/seg0.ts" }) {
-            try await Task.sleep(for: .milliseconds(50))
+        try await waitUntil(timeout: .seconds(60), "the player never asked for the first segment") {
+            origin.requests().contains(where: { $0.path == "/live/seg0.ts" })
         }
         for segments in 4...count {
-            try await Task.sleep(for: .seconds(1))
+            try await Task.sleep(for: .seconds(1))  // pacing: the packager's segment a second
             try publish(segments, ended: segments == count)
         }
         let played = try await player.value
@@ -367,7 +370,8 @@ struct StreamingTests {
         let proxy = try await ProxyFixture(origin: origin.baseURL, streaming: streaming)
         func fetched(_ path: String) -> Bool { origin.requests().contains { $0.path == path } }
         func settle() async throws -> Int {
-            // Nothing in flight: the origin's log stops growing.
+            // Nothing in flight: the origin's log stops growing (for 0.7 s: a window in which
+            // nothing new may be asked, checked after it).
             var last = -1
             while origin.requests().count != last {
                 last = origin.requests().count
@@ -402,7 +406,7 @@ struct StreamingTests {
         let quiet = try await settle()
         #expect(!fetched("/low/seg3.ts") && !fetched("/high/seg0.ts") && !fetched("/high/seg6.ts"), "\(origin.requests().map(\.path))")
         #expect(proxy.proxy.streaming.prefetcher.pinnedSegments.values.sorted { $0.count < $1.count } == [[4, 5]], "the old variant's pins are gone")
-        // The player stops: nothing more is fetched.
+        // The player stops: nothing more is fetched (a window for a request to come).
         try await Task.sleep(for: .seconds(1))
         #expect(origin.requests().count == quiet)
         await proxy.stop()
@@ -438,8 +442,7 @@ struct StreamingTests {
         #expect(seek.status == 206 && sameBytes(seek.body, bytes[middle..<(middle + 65536)]), "\(seek)")
         // The prefetch that yielded ended its request and asks again: back to every place taken.
         #expect(try await eventually(interval: .milliseconds(50)) { origin.requests().contains { $0.path.hasPrefix("/slow/") } }, "a prefetch yielded its connection")
-        let back = ContinuousClock.now + .seconds(30)
-        while limiter.inUse < prefetches, ContinuousClock.now < back { try await Task.sleep(for: .milliseconds(20)) }
+        _ = try await eventually(interval: .milliseconds(20)) { limiter.inUse >= prefetches }
         #expect(limiter.inUse == prefetches, "the yielded prefetch resumed")
         for task in running { task.cancel() }
         for task in running { await task.value }
@@ -468,7 +471,8 @@ struct StreamingTests {
         #expect(try await eventually(interval: .milliseconds(50)) { cache.statistics.bytesReceived > 0 }, "first contact of the prefetch")
         let middle = length / 2
         async let player = Curl.run(proxy.baseURL + "/slow/segment.bin", ["-r", "\(middle)-\(middle + 99)"], timeout: 60)
-        try await Task.sleep(for: .milliseconds(300))
+        // The player waits on the prefetch's fetch (and so has promoted it) beside the prefetch.
+        try await waitUntil("the player never waited on the prefetch") { await cache.mostInterest(key: source.key) >= 2 }
         // Then clients want every other connection, and one more: only a background holder
         // could give its place up, and the promoted prefetch is not one any more.
         let rivals = (0...others).map { index in

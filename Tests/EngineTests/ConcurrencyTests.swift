@@ -358,7 +358,7 @@ struct ConcurrencyTests {
             let mostWaiting = Atomic<Int>(0)
             let ticker = Task {
                 while !Task.isCancelled {
-                    try? await Task.sleep(for: .milliseconds(1))
+                    try? await Task.sleep(for: .milliseconds(1))  // pacing: the sampling tick
                     let waiting = FaultInjection.delaying(rule)
                     if waiting > mostWaiting.load(ordering: .relaxed) { mostWaiting.store(waiting, ordering: .relaxed) }
                     if waiting >= poolWidth { ticksWhileAllWait.add(1, ordering: .relaxed) }

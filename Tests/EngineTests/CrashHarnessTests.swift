@@ -98,8 +98,7 @@ extension CrashPowerLossTests {
         func snapshotCreatesDirectory() async throws {
             let base = try TemporaryDirectory("pl-mkdir")
             defer { base.remove() }
-            let live = base.file("live")
-            try FileManager.default.createDirectory(atPath: live, withIntermediateDirectories: false)
+            let live = try base.directory("live")
             try PowerLoss.begin(directory: live)
             defer { PowerLoss.end() }
             let fd = open(live + "/f", O_CREAT | O_WRONLY, 0o644)
@@ -114,8 +113,7 @@ extension CrashPowerLossTests {
         func powerCutAfterSync() async throws {
             let base = try TemporaryDirectory("pl-cut")
             defer { base.remove() }
-            let live = base.file("live")
-            try FileManager.default.createDirectory(atPath: live, withIntermediateDirectories: false)
+            let live = try base.directory("live")
             var options = SparseFileOptions()
             options.segmentSize = 4096
             options.length = 8 * 4096

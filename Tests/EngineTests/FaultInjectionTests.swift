@@ -179,12 +179,9 @@ struct FaultInjectionTests {
     func fsyncErrorPoisons() async throws {
         let directory = try faultScopedDirectory("fsync")
         defer { directory.remove() }
-        let path = directory.file("r.bin")
         let model = ContentModel(segmentSize: 4096, length: 8 * 4096, salt: 3)
-        let versions = [Int](repeating: 0, count: 8)
-        let file = try await SparseFile.open(path, options: .testing(length: model.length))
-        try await file.write(model.bytes(0..<16384, versions: versions), at: 0)
-        try await file.commit()
+        let versions = model.firstVersions
+        let (path, file) = try await model.newFile(in: directory, committing: 16384)
         try await file.write(model.bytes(16384..<32768, versions: versions), at: 16384)
         let rule = try FaultInjection.add(.fail([.fdatasync], errno: EIO, trigger: .nth(1), pathContains: directory.path))
         let error = await expectError(.needsReopen) { try await file.commit() }
@@ -236,12 +233,9 @@ struct FaultInjectionTests {
     func fullDisk() async throws {
         let directory = try faultScopedDirectory("enospc")
         defer { directory.remove() }
-        let path = directory.file("r.bin")
         let model = ContentModel(segmentSize: 4096, length: 8 * 4096, salt: 4)
-        let versions = [Int](repeating: 0, count: 8)
-        let file = try await SparseFile.open(path, options: .testing(length: model.length))
-        try await file.write(model.bytes(0..<16384, versions: versions), at: 0)
-        try await file.commit()
+        let versions = model.firstVersions
+        let (path, file) = try await model.newFile(in: directory, committing: 16384)
         for operations: Set<FaultOperation> in [[.pwrite], [.fallocate, .pwrite]] {
             let rule = try FaultInjection.add(.fail(operations, errno: ENOSPC, pathContains: directory.path))
             let error = await expectError(.io) { try await file.write(model.bytes(16384..<32768, versions: versions), at: 16384) }

@@ -22,17 +22,13 @@ actor Rendezvous {
 
     func meet(_ name: String, expecting count: Int, patience: Duration = .seconds(60)) async {
         arrived.insert(name)
-        let clock = ContinuousClock()
-        let deadline = clock.now + patience
-        while arrived.count < count, clock.now < deadline { try? await Task.sleep(for: .milliseconds(5)) }
+        _ = try? await eventually(timeout: patience, interval: .milliseconds(5)) { arrived.count >= count }
     }
 
     /// Waits until the other test is done with its I/O (so its rules stay set meanwhile).
     func leave(_ name: String, expecting count: Int, patience: Duration = .seconds(60)) async {
         left.insert(name)
-        let clock = ContinuousClock()
-        let deadline = clock.now + patience
-        while left.count < count, arrived.count > 1, clock.now < deadline { try? await Task.sleep(for: .milliseconds(5)) }
+        _ = try? await eventually(timeout: patience, interval: .milliseconds(5)) { left.count >= count || arrived.count <= 1 }
     }
 }
 

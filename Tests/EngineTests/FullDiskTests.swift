@@ -46,18 +46,50 @@ final class SmallFileSystem {
 
 @Suite("A real full disk")
 struct FullDiskTests {
+    /// A 2 MiB file system holding `movie.bin` (1.5 MiB, 64 KiB segments, nothing written) and
+    /// `filler`, 1 MiB of something else that takes the room until the test removes it. The
+    /// caller unmounts the disk.
+    /// Removes `filler`, writes the rest of the resource from `position` and commits it: the
+    /// reopened resource is whole and verifies clean.
+    static func freeAndFinish(_ file: SparseFile, path: String, filler: String, from position: Int64, length: Int64) async throws {
+        try FileManager.default.removeItem(atPath: filler)
+        var position = position
+        while position < length {
+            let end = min(length, position + 65536)
+            try await file.write(sourceBytes(position..<end), at: position)
+            position = end
+        }
+        try await file.commit()
+        try await file.close()
+        let reopened = try await SparseFile.open(path, mode: .readOnly)
+        #expect(await reopened.isComplete)
+        #expect(try await reopened.read(offset: 0, length: Int(length)) == sourceBytes(0..<length))
+        try await reopened.close()
+        let report = try await Verifier.verify(path: path)
+        #expect(report.isClean, "\(report)")
+    }
+
+    static func movieBesideFiller() async throws -> (disk: SmallFileSystem, length: Int64, file: SparseFile, filler: String) {
+        let disk = try SmallFileSystem(bytes: 2 << 20)
+        do {
+            let length: Int64 = 1536 << 10
+            let file = try await SparseFile.open(disk.path + "/movie.bin", options: .testing(segmentSize: 65536, length: length))
+            let filler = disk.path + "/filler"
+            try #require(FileManager.default.createFile(atPath: filler, contents: Data(count: 1 << 20)))
+            return (disk, length, file, filler)
+        } catch {
+            disk.unmount()
+            throw error
+        }
+    }
+
     @Test("ENOSPC is a clear error, committed data survives, writing resumes once space is freed",
           .enabled(if: SmallFileSystem.available, "mounting a tmpfs needs root"))
     func fullDisk() async throws {
-        let disk = try SmallFileSystem(bytes: 2 << 20)
+        // Room taken by something else, freed later.
+        let (disk, length, file, filler) = try await Self.movieBesideFiller()
         defer { disk.unmount() }
         let path = disk.path + "/movie.bin"
-        let length: Int64 = 1536 << 10
-        let file = try await SparseFile.open(path, options: .testing(segmentSize: 65536, length: length))
-
-        // Room taken by something else, freed later.
-        let filler = disk.path + "/filler"
-        try #require(FileManager.default.createFile(atPath: filler, contents: Data(count: 1 << 20)))
 
         try await file.write(sourceBytes(0..<(512 << 10)), at: 0)
         try await file.commit()
@@ -87,33 +119,15 @@ struct FullDiskTests {
         #expect(await file.presentBytes == committedEnd)
 
         // Free space, then finish the resource.
-        try FileManager.default.removeItem(atPath: filler)
-        while position < length {
-            let end = min(length, position + 65536)
-            try await file.write(sourceBytes(position..<end), at: position)
-            position = end
-        }
-        try await file.commit()
-        try await file.close()
-
-        let reopened = try await SparseFile.open(path, mode: .readOnly)
-        #expect(await reopened.isComplete)
-        #expect(try await reopened.read(offset: 0, length: Int(length)) == sourceBytes(0..<length))
-        try await reopened.close()
-        let report = try await Verifier.verify(path: path)
-        #expect(report.isClean, "\(report)")
+        try await Self.freeAndFinish(file, path: path, filler: filler, from: position, length: length)
     }
 
     @Test("a full disk: segments that reached the data file still commit, their record goes to the journal's reserved room",
           .enabled(if: SmallFileSystem.available, "mounting a tmpfs needs root"))
     func commitOnFullDisk() async throws {
-        let disk = try SmallFileSystem(bytes: 2 << 20)
+        let (disk, length, file, filler) = try await Self.movieBesideFiller()
         defer { disk.unmount() }
         let path = disk.path + "/movie.bin"
-        let length: Int64 = 1536 << 10
-        let file = try await SparseFile.open(path, options: .testing(segmentSize: 65536, length: length))
-        let filler = disk.path + "/filler"
-        try #require(FileManager.default.createFile(atPath: filler, contents: Data(count: 1 << 20)))
         try await file.write(sourceBytes(0..<65536), at: 0)
         try await file.commit()
 
@@ -143,19 +157,7 @@ struct FullDiskTests {
         #expect(try await file.read(offset: 0, length: Int(position)) == sourceBytes(0..<position))
 
         // Once space is freed, the rest is written and the resource completes.
-        try FileManager.default.removeItem(atPath: filler)
-        while position < length {
-            try await file.write(sourceBytes(position..<(position + 65536)), at: position)
-            position += 65536
-        }
-        try await file.commit()
-        try await file.close()
-        let reopened = try await SparseFile.open(path, mode: .readOnly)
-        #expect(await reopened.isComplete)
-        #expect(try await reopened.read(offset: 0, length: Int(length)) == sourceBytes(0..<length))
-        try await reopened.close()
-        let report = try await Verifier.verify(path: path)
-        #expect(report.isClean, "\(report)")
+        try await Self.freeAndFinish(file, path: path, filler: filler, from: position, length: length)
     }
 
     @Test("a writer keeps journal room reserved past the end of its index, and a closed resource gives it back")

@@ -245,12 +245,9 @@ struct IndexFuzzTests {
     func onDiskFallback() async throws {
         let directory = try TemporaryDirectory("index-disk")
         defer { directory.remove() }
-        let path = directory.file("r.bin")
         let model = ContentModel(segmentSize: 4096, length: 4 * 4096, salt: 6)
-        let versions = [Int](repeating: 0, count: 4)
-        let file = try await SparseFile.open(path, options: .testing(length: model.length))
-        try await file.write(model.bytes(0..<8192, versions: versions), at: 0)
-        try await file.commit()
+        let versions = model.firstVersions
+        let (path, file) = try await model.newFile(in: directory, committing: 8192)
         try await file.write(model.bytes(8192..<16384, versions: versions), at: 8192)
         try await file.commit()
         try await file.close()

@@ -162,9 +162,9 @@ struct ReadPathTests {
             try await file.close()
             // The channel closes its descriptor in its cleanup handler, on libdispatch's queue.
             var left = try Self.descriptors(on: moved)
-            for _ in 0..<200 where left > 0 {
-                try await Task.sleep(for: .milliseconds(10))
+            _ = try await eventually {
                 left = try Self.descriptors(on: moved)
+                return left == 0
             }
             #expect(left == 0, "descriptors left open on the data file after close")
         }

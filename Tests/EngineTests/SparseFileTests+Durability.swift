@@ -182,6 +182,17 @@ extension SparseFileTests {
         return FaultInjection.delaying(rule) == 1
     }
 
+    /// Starts a commit of `file` whose data sync (the first fdatasync under `directory`) is held
+    /// for `delay`, and waits until it is held. The caller removes the rule.
+    static func heldCommit(
+        _ file: SparseFile, in directory: TemporaryDirectory, for delay: Duration = .seconds(8)
+    ) async throws -> (rule: FaultInjection.RuleID, commit: Task<Void, Error>) {
+        let rule = try FaultInjection.add(FaultRule([.fdatasync], pathContains: directory.path, maxFires: 1, delay: delay))
+        let committing = Task { try await file.commit() }
+        #expect(try await isHeld(rule), "the commit is held in its fdatasync")
+        return (rule, committing)
+    }
+
     @Test("setLength completes the last segment while a commit that took the length is in flight")
     func setLengthDuringItsCommit() async throws {
         // An answer without a length (ProgressiveCache.runStream): its short tail is buffered,
@@ -216,11 +227,8 @@ extension SparseFileTests {
             let total = seg(2) + 300
             try await file.setLength(total)
             try await put(file, 0..<seg(2))
-            let rule = try FaultInjection.add(
-                FaultRule([.fdatasync], pathContains: directory.path, maxFires: 1, delay: .seconds(8)))
+            let (rule, committing) = try await Self.heldCommit(file, in: directory)
             defer { FaultInjection.remove(rule) }
-            let committing = Task { try await file.commit() }
-            #expect(try await Self.isHeld(rule), "the commit is held in its fdatasync")
             #expect(await file.length == total, "the length stays visible while its commit is in flight")
             let tail = try await put(file, seg(2)..<total)
             #expect(tail.completed == [seg(2)..<total], "\(tail)")
@@ -237,11 +245,8 @@ extension SparseFileTests {
         // for the previous one's fdatasync, and a cold download ran at the disk's sync speed.
         try await withNewFile("w.bin") { file, path, directory in
             try await put(file, 0..<seg(2))
-            let rule = try FaultInjection.add(
-                FaultRule([.fdatasync], pathContains: directory.path, maxFires: 1, delay: .seconds(8)))
+            let (rule, committing) = try await Self.heldCommit(file, in: directory)
             defer { FaultInjection.remove(rule) }
-            let committing = Task { try await file.commit() }
-            #expect(try await Self.isHeld(rule), "the commit is held in its fdatasync")
             let later = try await put(file, seg(2)..<seg(4))
             #expect(FaultInjection.delaying(rule) == 1, "the write returned while the sync was still held")
             #expect(later.completed == [seg(2)..<seg(4)], "\(later)")
@@ -264,16 +269,13 @@ extension SparseFileTests {
         // started meanwhile released the descriptors (and cut the index back to its size
         // before the drop's record) beside the discard's own commit. Now a discard is an
         // operation that close drains.
-        try await withNewFile("d.bin") { file, path, directory in
-            try await put(file, 0..<seg(4))
-            try await file.commit()
+        try await withNewFile("d.bin", committing: 0..<seg(4)) { file, path, directory in
             try await put(file, seg(4)..<seg(5))
-            let rule = try FaultInjection.add(
-                FaultRule([.fdatasync], pathContains: directory.path, maxFires: 1, delay: .seconds(3)))
+            let (rule, committing) = try await Self.heldCommit(file, in: directory, for: .seconds(3))
             defer { FaultInjection.remove(rule) }
-            let committing = Task { try await file.commit() }
-            #expect(try await Self.isHeld(rule), "the commit is held in its fdatasync")
             let discarding = Task { try await file.discard(segments: [1]) }
+            // A chance for the discard to reach its wait on the commit before the close starts
+            // (not observable from outside; the outcome must hold in either order).
             try await Task.sleep(for: .milliseconds(50))
             let closing = Task { try await file.close() }
             try await committing.value
@@ -288,9 +290,7 @@ extension SparseFileTests {
 
     @Test("setLength refuses a length that leaves present data outside")
     func setLengthRefusesShorter() async throws {
-        try await withNewFile("u.bin") { file, path, directory in
-            try await put(file, seg(5)..<seg(6))
-            try await file.commit()
+        try await withNewFile("u.bin", committing: seg(5)..<seg(6)) { file, path, directory in
             await expectError(.invalidArgument) { try await file.setLength(seg(3)) }
             await expectError(.invalidArgument) { try await file.setLength(-1) }
             // Written but not committed counts too.
@@ -305,10 +305,8 @@ extension SparseFileTests {
 
     @Test("setLength refuses a length that cuts a present segment short")
     func setLengthInsidePresentSegment() async throws {
-        try await withNewFile("u.bin") { file, path, directory in
-            // With the length unknown, segment 1 is stored as a full 4 KiB segment.
-            try await put(file, 0..<seg(2))
-            try await file.commit()
+        // With the length unknown, segment 1 is stored as a full 4 KiB segment.
+        try await withNewFile("u.bin", committing: 0..<seg(2)) { file, path, directory in
             // A length inside segment 1 leaves present bytes past it: its CRC covers 4,096
             // bytes, of which only 1,000 would remain part of the resource.
             let error = await expectError(.invalidArgument) { try await file.setLength(seg(1) + 1000) }

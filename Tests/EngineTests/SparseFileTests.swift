@@ -26,12 +26,17 @@ struct SparseFileTests {
     /// with `options`. `body` gets the open file, its path and the directory, which is removed
     /// afterwards; closing the file is the body's (it is what most tests check).
     func withNewFile(
-        _ name: String, _ options: SparseFileOptions = .testing(),
+        _ name: String, _ options: SparseFileOptions = .testing(), committing committed: Range<Int64>? = nil,
         _ body: (_ file: SparseFile, _ path: String, _ directory: TemporaryDirectory) async throws -> Void
     ) async throws {
         try await withTemporaryDirectory { directory in
             let path = directory.file(name)
-            try await body(try await SparseFile.open(path, options: options), path, directory)
+            let file = try await SparseFile.open(path, options: options)
+            if let committed {
+                try await put(file, committed)
+                try await file.commit()
+            }
+            try await body(file, path, directory)
         }
     }
 
@@ -290,8 +295,7 @@ struct SparseFileTests {
     @Test("a directory where the data file should be is .invalidArgument")
     func directoryInPlace() async throws {
         try await withTemporaryDirectory { directory in
-            let path = directory.file("dir.bin")
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+            let path = try directory.directory("dir.bin")
             await expectError(.invalidArgument, "read-write") { try await SparseFile.open(path, options: .testing()) }
             let exists = try FileSystem.exists(SparseFile.indexPath(for: path))
             #expect(!exists, "no index is left behind")

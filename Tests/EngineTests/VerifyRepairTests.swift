@@ -201,8 +201,7 @@ struct VerifyRepairTests {
     func readErrorsAreNamed() async throws {
         let scratch = try CLIScratch("verify-eio")
         defer { scratch.remove() }
-        let directory = scratch.file("d")
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+        let directory = try scratch.directory("d")
         let path = directory + "/r.bin"
         let length = Int64(8 * Self.segmentSize)
         let file = try await SparseFile.open(path, options: .testing(segmentSize: Self.segmentSize, length: length))

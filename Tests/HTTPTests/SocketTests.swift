@@ -57,7 +57,7 @@ struct SocketTests {
                 return [v4.compactMap(IPAddress.init), v6.compactMap(IPAddress.init)]
             }
             group.addTask {
-                try await Task.sleep(for: .seconds(30))
+                try await Task.sleep(for: .seconds(30))  // the bound: a hang guard
                 return nil
             }
             let first = try await group.next() ?? nil
@@ -106,12 +106,14 @@ struct SocketTests {
             // still ask for the next chunk.
             old.close("cancelled")
             oldServer.close()
+            // A moment for the closes to free the numbers (not observable; nothing is asserted on it).
             try await Task.sleep(for: .milliseconds(20))
             // The next connection (here, the one the yield made room for) likely gets the
             // freed number.
             let (next, nextServer) = try await Self.pair(listener)
             let message = Array("round \(round): bytes for the new connection only".utf8)
             try await nextServer.send(message)
+            // A window for the bytes to arrive, where a wrong read would take them.
             try await Task.sleep(for: .milliseconds(20))
             do {
                 let taken = try await old.receive(maximum: 4096)
@@ -192,7 +194,7 @@ struct SocketReactorTests {
                     // Off to the cooperative pool and back: the resume comes from another thread.
                     _ = await Task.detached { index &* 3 }.value
                     if Self.currentLoop != mine { wrong.count.add(1, ordering: .relaxed) }
-                    if index % 100 == 0 { try? await Task.sleep(for: .milliseconds(1)) }
+                    if index % 100 == 0 { try? await Task.sleep(for: .milliseconds(1)) }  // a timer's resume too
                     return 1
                 }
             }
@@ -239,7 +241,7 @@ struct SocketReactorTests {
                     usleep(200)
                 }
             }
-            while !holding.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(1)) }
+            try await waitUntil("loop \(busy)'s thread was never held") { holding.load(ordering: .acquiring) }
             // Clients of other tests must not make the busy loop look the least loaded: the
             // loop that accepts hands a client to the loop serving the fewest.
             loops[busy].clients.add(1_000_000, ordering: .relaxed)
@@ -281,6 +283,7 @@ struct SocketReactorTests {
         try await readiness.wait()
         // The edge was used up: a second wait suspends until the next signal.
         let waited = Task { try await readiness.wait() }
+        // A chance for it to suspend first (not observable; a kept edge would end it anyway).
         try await Task.sleep(for: .milliseconds(50))
         readiness.signal()
         try await waited.value
@@ -294,6 +297,8 @@ struct SocketReactorTests {
     func closeAndCancelWake() async throws {
         let readiness = Readiness()
         let waiting = Task { try await readiness.wait() }
+        // A chance for the waits to suspend first (not observable; a close or a cancellation
+        // before the wait ends it the same way).
         try await Task.sleep(for: .milliseconds(20))
         readiness.close(HTTPError(.closed, operation: "test", detail: "gone"))
         await #expect(throws: HTTPError.self) { try await waiting.value }

@@ -10,15 +10,15 @@ import TestSupport
 struct AdminTests {
     /// The admin listener's base URL, once serve has published it in the cache directory.
     static func adminBase(_ cacheDir: String) async throws -> String {
-        let deadline = ContinuousClock.now + .seconds(60)
-        while ContinuousClock.now < deadline {
-            if let text = try? String(contentsOfFile: cacheDir + "/serve.admin", encoding: .utf8) {
-                let parts = text.split(whereSeparator: \.isWhitespace)
-                if parts.count == 2 { return "http://\(parts[0]):\(parts[1])" }
-            }
-            try await Task.sleep(for: .milliseconds(50))
+        var base: String?
+        _ = try await eventually(timeout: .seconds(60), interval: .milliseconds(50)) {
+            let text = (try? String(contentsOfFile: cacheDir + "/serve.admin", encoding: .utf8)) ?? ""
+            let parts = text.split(whereSeparator: \.isWhitespace)
+            if parts.count == 2 { base = "http://\(parts[0]):\(parts[1])" }
+            return base != nil
         }
-        throw OriginFailure("serve published no admin address in \(cacheDir)")
+        guard let base else { throw OriginFailure("serve published no admin address in \(cacheDir)") }
+        return base
     }
 
     /// The samples of a Prometheus text exposition, by name with labels as written.
@@ -34,15 +34,26 @@ struct AdminTests {
     /// Scrapes until `done` holds (a request is counted when its log line is written, just
     /// after its last byte went out), or a generous deadline passes.
     static func scrape(_ admin: String, until done: ([String: Double]) -> Bool) async throws -> [String: Double] {
-        let deadline = ContinuousClock.now + .seconds(30)
         var last: [String: Double] = [:]
-        while ContinuousClock.now < deadline {
+        _ = try await eventually(interval: .milliseconds(50)) {
             let result = try await Curl.run(admin + "/metrics")
             last = samples(String(decoding: result.body, as: UTF8.self))
-            if result.status == 200, done(last) { return last }
-            try await Task.sleep(for: .milliseconds(50))
+            return result.status == 200 && done(last)
         }
         return last
+    }
+
+    /// Waits until serve runs no fetch (and stores `bytes` in all, when given): every fill it
+    /// started has committed and let its resource go, so the next request of a resource it
+    /// stored whole is a hit, and an eviction finds no resource still being filled.
+    static func settled(_ admin: String, storing bytes: Int? = nil) async throws {
+        var last: [String: Any] = [:]
+        let settled = try await eventually {
+            let status = try await Curl.run(admin + "/status")
+            last = try JSONSerialization.jsonObject(with: Data(status.body)) as? [String: Any] ?? [:]
+            return last["fetchesInFlight"] as? Int == 0 && (bytes == nil || last["presentBytes"] as? Int == bytes)
+        }
+        guard settled else { throw WaitFailure("serve's fills did not settle (\(bytes.map { "\($0) stored bytes" } ?? "any size")): \(last)") }
     }
 
     @Test(
@@ -62,7 +73,10 @@ struct AdminTests {
         let admin = try await Self.adminBase(cacheDir)
 
         // The workload: 2 misses, 3 hits of the whole file (one a HEAD), 2 range hits, a 404.
+        // Each request starts once the fills before it have committed: a request that came
+        // while its resource was still being filled would join that fill instead of hitting.
         var received = 0
+        var stored: [String: Int] = [:]
         for (path, arguments, expected) in [
             ("/a.bin", [], a), ("/a.bin", [], a), ("/a.bin", ["-r", "0-999"], Array(a[0..<1000])), ("/b.bin", [], b),
             ("/a.bin", ["-r", "1000-1999"], Array(a[1000..<2000])), ("/a.bin", [], a),
@@ -70,6 +84,8 @@ struct AdminTests {
             let result = try await Curl.run(base + path, arguments)
             #expect(result.body == expected, "\(path) \(arguments): \(result)")
             received += result.body.count
+            stored[path] = path == "/a.bin" ? a.count : b.count
+            try await Self.settled(admin, storing: stored.values.reduce(0, +))
         }
         let head = try await Curl.run(base + "/a.bin", ["-I"])
         #expect(head.status == 200)
@@ -126,14 +142,10 @@ struct AdminTests {
         // Prefetch: the whole of c.bin is stored, and a GET of it is then a hit.
         let prefetch = try await Curl.run(admin + "/prefetch?url=" + origin.url("c.bin").absoluteString, ["-X", "POST"])
         #expect(prefetch.status == 202, "\(prefetch) \(String(decoding: prefetch.body, as: UTF8.self))")
-        let deadline = ContinuousClock.now + .seconds(60)
-        var filled = false
-        while !filled, ContinuousClock.now < deadline {
+        _ = try await eventually(timeout: .seconds(60), interval: .milliseconds(100)) {
             let ls = try await CLI.run(["ls", "--cache-dir", cacheDir, "--json"])
-            filled =
-                ls.out.contains("c.bin") && ls.out.contains("\"presentBytes\" : \(c.count)")
+            return ls.out.contains("c.bin") && ls.out.contains("\"presentBytes\" : \(c.count)")
                 || ls.out.contains("\"presentBytes\":\(c.count)")
-            if !filled { try await Task.sleep(for: .milliseconds(100)) }
         }
         let originBefore = origin.requests().count
         let prefetched = try await Curl.run(base + "/c.bin")
@@ -150,7 +162,10 @@ struct AdminTests {
         #expect(budget.status == 200 && budgetJSON["budgetBytes"] as? Int == 1_048_576, "\(budget)")
         let tooSmall = try await Curl.run(admin + "/budget?bytes=10", ["-X", "POST"])
         #expect(tooSmall.status == 400 && String(decoding: tooSmall.body, as: UTF8.self).contains("smaller than one segment"))
-        // A pinned resource survives an eviction down to nothing; unpinned, it goes.
+        // A pinned resource survives an eviction down to nothing; unpinned, it goes. The
+        // prefetch's fill may still be ending (its bytes are all committed): an eviction skips
+        // a resource being filled.
+        try await Self.settled(admin)
         let aKey = origin.url("a.bin").absoluteString
         #expect(try await Curl.run(admin + "/pin?key=" + aKey, ["-X", "POST"]).status == 200)
         #expect(try await Curl.run(admin + "/pin?key=" + origin.url("never.bin").absoluteString, ["-X", "POST"]).status == 404)
@@ -207,8 +222,7 @@ struct AdminTests {
             cacheDir: scratch.file("cache"), origin: origin.baseURL, extra: ["--access-log", log])
         func lines(_ path: String) -> [Substring] { ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n") }
         func waitFor(_ path: String, count: Int) async throws {
-            let deadline = ContinuousClock.now + .seconds(30)
-            while lines(path).count < count, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            _ = try await eventually(interval: .milliseconds(20)) { lines(path).count >= count }
         }
         #expect(try await Curl.run(base + "/a.bin").body == body)
         try await waitFor(log, count: 1)
@@ -264,7 +278,7 @@ struct AdminTests {
 
         try "max-size lots\n".write(toFile: config, atomically: true, encoding: .utf8)
         kill(server.process.processIdentifier, SIGHUP)
-        try await Task.sleep(for: .milliseconds(500))
+        try await Task.sleep(for: .milliseconds(500))  // a window for the broken file to change something
         #expect(try await budget() == 32 << 20, "a broken file changes nothing")
         #expect(server.process.isRunning)
         server.kill()

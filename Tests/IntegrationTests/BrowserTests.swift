@@ -44,11 +44,9 @@ enum Chromium {
                 "python3", ["-c", unblocked, "timeout", "-k", "5", "120", path ?? "chromium"] + arguments(profile: profile.path) + [url])
         }
         var outcome: T?
-        let deadline = ContinuousClock.now + Duration.seconds(100)
-        while ContinuousClock.now < deadline {
+        _ = try await eventually(timeout: .seconds(100), interval: .milliseconds(100)) {
             outcome = done()
-            if outcome != nil { break }
-            try await Task.sleep(for: .milliseconds(100))
+            return outcome != nil
         }
         browser.cancel()
         _ = try? await browser.value

@@ -55,8 +55,7 @@ struct CLIOperatorMessageTests {
     @Test("verify of a directory, a cache directory, and what a write killed before its first commit leaves: says what it is")
     func verifyWhatIsThere() async throws {
         let scratch = try CLIScratch("verify-what")
-        let directory = scratch.file("plain-dir")
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+        let directory = try scratch.directory("plain-dir")
         let plain = try await CLI.run(["verify", directory])
         #expect(plain.status == 66 && plain.err.contains("is a directory") && plain.err.contains("--cache-dir"), "\(plain)")
 

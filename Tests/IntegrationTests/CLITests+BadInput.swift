@@ -43,8 +43,7 @@ extension CLITests {
     @Test("a directory given as the file: a usage error")
     func directoryAsFile() async throws {
         let scratch = try CLIScratch("directory")
-        let directory = scratch.file("dir")
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+        let directory = try scratch.directory("dir")
         // Without an index beside it, it is no resource: a missing file (66), as for any path.
         for arguments in [["info", directory], ["read", directory], ["verify", directory]] {
             let result = try await CLI.run(arguments)

@@ -28,10 +28,7 @@ extension CLITests {
     @Test("read of a range not fully present: exit 1, nothing on stdout, missing ranges on stderr; --partial gives the prefix")
     func readNotFullyPresent() async throws {
         var random = CLIRandom(defaultSeed: 0xA11CE)
-        let seed = random.seed
-        let scratch = try CLIScratch("read-missing")
-        let source = random.bytes(100_000)
-        let resource = try await makeGappyResource(scratch, source: source)
+        let (seed, scratch, source, resource) = try await presenceCase("read-missing", &random, count: 100_000, complete: false)
 
         let missing = try await CLI.run(["read", resource, "--offset", "10000", "--length", "80000"])
         #expect(missing.status == 1, "seed \(seed)\n\(missing)")
@@ -71,10 +68,7 @@ extension CLITests {
     @Test("read: absurd offsets are usage errors, not traps; /dev/null, '-' and a FIFO as output; --partial past the end (issue 14, item 8)")
     func readOutputsAndLimits() async throws {
         var random = CLIRandom(defaultSeed: 0x8EAD)
-        let seed = random.seed
-        let scratch = try CLIScratch("read-outputs")
-        let source = random.bytes(100_000)
-        let resource = try await makeGappyResource(scratch, source: source)
+        let (seed, scratch, source, resource) = try await presenceCase("read-outputs", &random, count: 100_000, complete: false)
 
         // Int64.max + 1 used to trap (SIGILL, exit 132).
         for arguments in [["--offset", "9223372036854775807", "--length", "1"], ["--offset", "9223372036854775000", "--length", "1000"]] {
@@ -147,6 +141,18 @@ extension CLITests {
     // MARK: - verify
 
     /// 200000 bytes in 13 segments of 16 KiB, all present.
+    /// What the tests here start from: `count` bytes of `random` (and its seed) in a scratch
+    /// directory labelled `label`, and a resource of them, whole (``makeCompleteResource(_:source:name:)``)
+    /// or with gaps (``makeGappyResource(_:source:)``).
+    func presenceCase(
+        _ label: String, _ random: inout CLIRandom, count: Int, complete: Bool
+    ) async throws -> (seed: UInt64, scratch: CLIScratch, source: [UInt8], resource: String) {
+        let scratch = try CLIScratch(label)
+        let source = random.bytes(count)
+        let resource = try await complete ? makeCompleteResource(scratch, source: source) : makeGappyResource(scratch, source: source)
+        return (random.seed, scratch, source, resource)
+    }
+
     func makeCompleteResource(_ scratch: CLIScratch, source: [UInt8], name: String = "full.bin") async throws -> String {
         let resource = scratch.file(name)
         let result = try await CLI.run(
@@ -159,10 +165,7 @@ extension CLITests {
     @Test("verify: a flipped byte names its segment; --repair drops only that segment")
     func verifyFlippedByte() async throws {
         var random = CLIRandom(defaultSeed: 0xB17F11)
-        let seed = random.seed
-        let scratch = try CLIScratch("verify-flip")
-        let source = random.bytes(200_000)
-        let resource = try await makeCompleteResource(scratch, source: source)
+        let (seed, scratch, source, resource) = try await presenceCase("verify-flip", &random, count: 200_000, complete: true)
 
         let clean = try await CLI.run(["verify", resource])
         #expect(clean.status == 0, "\(clean)")
@@ -222,10 +225,7 @@ extension CLITests {
     @Test("verify: a hole or a short data file under present segments names them")
     func verifyHoleAndTruncation() async throws {
         var random = CLIRandom(defaultSeed: 0x401E)
-        let seed = random.seed
-        let scratch = try CLIScratch("verify-hole")
-        let source = random.bytes(200_000)
-        let resource = try await makeCompleteResource(scratch, source: source)
+        let (seed, scratch, source, resource) = try await presenceCase("verify-hole", &random, count: 200_000, complete: true)
 
         let fd = open(resource, O_RDWR)
         try #require(fd >= 0)

@@ -268,8 +268,7 @@ struct CLITests {
     func waitForLock(_ holder: RunningCLI, index: String) async throws {
         let indexPath = URL(fileURLWithPath: index).resolvingSymlinksInPath().path
         let pid = String(holder.pid)
-        let deadline = ContinuousClock.now + .seconds(60)
-        while ContinuousClock.now < deadline {
+        let locked = try await eventually(timeout: .seconds(60), interval: .milliseconds(20)) {
             guard holder.isRunning else {
                 let result = try await holder.finish()
                 throw CLIFailure("the lock holder exited early\n\(result)")
@@ -277,16 +276,12 @@ struct CLITests {
             if let locks = try? String(contentsOfFile: "/proc/locks", encoding: .utf8),
                 locks.split(separator: "\n").contains(where: { $0.contains("FLOCK") && $0.split(separator: " ").contains(Substring(pid)) })
             {
-                return
+                return true
             }
             let descriptors = "/proc/\(pid)/fd"
-            if let entries = try? FileManager.default.contentsOfDirectory(atPath: descriptors),
-                entries.contains(where: { (try? FileManager.default.destinationOfSymbolicLink(atPath: descriptors + "/" + $0)) == indexPath })
-            {
-                return
-            }
-            try await Task.sleep(for: .milliseconds(20))
+            let entries = (try? FileManager.default.contentsOfDirectory(atPath: descriptors)) ?? []
+            return entries.contains(where: { (try? FileManager.default.destinationOfSymbolicLink(atPath: descriptors + "/" + $0)) == indexPath })
         }
-        throw CLIFailure("the lock holder did not take its lock within 60 s")
+        guard locked else { throw CLIFailure("the lock holder did not take its lock within 60 s") }
     }
 }

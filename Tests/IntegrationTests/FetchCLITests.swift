@@ -66,11 +66,10 @@ struct FetchCLITests {
         let running = try await CLI.start(["fetch", url, "--cache-dir", cacheDir])
         // Kill it once the cache holds some of the file, but well before the end.
         var present: Int64 = 0
-        for _ in 0..<200 {
-            try await Task.sleep(for: .milliseconds(25))
+        _ = try await eventually(interval: .milliseconds(25)) {
             let summary = try? await SparseStore.inspect(directory: cacheDir)
             present = summary?.entries.first?.presentBytes ?? 0
-            if present >= 600_000 { break }
+            return present >= 600_000
         }
         running.kill()
         _ = try await running.finish()

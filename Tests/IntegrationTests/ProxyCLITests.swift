@@ -105,13 +105,9 @@ struct ProxyCLITests {
         let download = Task { try await Curl.run(base + "/slow.bin") }
         // Stopped once some of it is committed (about 0.8 s on an idle machine; under a loaded
         // full run a fixed wait could stop it before its first commit, and then nothing is kept).
-        try await Task.sleep(for: .milliseconds(800))
         let key = origin.baseURL.absoluteString + "/slow.bin"
-        let deadline = ContinuousClock.now + .seconds(4)
-        while ContinuousClock.now < deadline,
-            try await SparseStore.inspect(directory: cacheDir).entries.first(where: { $0.key == key }).map({ $0.presentBytes > 0 }) != true
-        {
-            try await Task.sleep(for: .milliseconds(50))
+        _ = try await eventually(interval: .milliseconds(50)) {
+            try await SparseStore.inspect(directory: cacheDir).entries.first(where: { $0.key == key }).map({ $0.presentBytes > 0 }) == true
         }
         let stopping = ContinuousClock.now
         server.kill()

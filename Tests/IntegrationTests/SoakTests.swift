@@ -109,7 +109,7 @@ struct SoakTests {
                         }
                     Self.setFaults(files.path, name, spec)
                     tally.noteFault()
-                    try await Task.sleep(for: .milliseconds(Int.random(in: 700...2000, using: &random)))
+                    try await Task.sleep(for: .milliseconds(Int.random(in: 700...2000, using: &random)))  // pacing: the next fault
                 }
                 for name in contentsNow.keys { Self.setFaults(files.path, name, nil) }
             }
@@ -117,7 +117,7 @@ struct SoakTests {
             group.addTask {
                 while ContinuousClock.now < until {
                     tally.sampleResident(ServeProcess.residentKiB(pid))
-                    try await Task.sleep(for: .milliseconds(250))
+                    try await Task.sleep(for: .milliseconds(250))  // pacing: the sampling interval
                 }
             }
             try await group.waitForAll()
@@ -140,10 +140,9 @@ struct SoakTests {
 
         // Descriptors: back near the count before the load, given time for idle connections to go.
         var fdsAfter = Self.descriptorCount(pid)
-        let settle = ContinuousClock.now + .seconds(90)
-        while fdsAfter > fdsBefore + 4 && ContinuousClock.now < settle {
-            try await Task.sleep(for: .milliseconds(500))
+        _ = try await eventually(timeout: .seconds(90), interval: .milliseconds(500)) {
             fdsAfter = Self.descriptorCount(pid)
+            return fdsAfter <= fdsBefore + 4
         }
         let summary = tally.summary
         let originLog = origin.requests()

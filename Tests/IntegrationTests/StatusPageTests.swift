@@ -37,11 +37,9 @@ struct StatusPageTests {
         }
         #expect(try await Curl.run(base + "/small.bin").status == 200)
         // Every fill committed and every request counted.
-        let deadline = ContinuousClock.now + .seconds(30)
-        while ContinuousClock.now < deadline {
+        _ = try await eventually(interval: .milliseconds(50)) {
             let page = String(decoding: try await Curl.run(admin + "/").body, as: UTF8.self)
-            if page.contains("<p id=\"fills\">none</p>"), rows(page).count == 3, page.contains(">2</td><td><svg") { break }
-            try await Task.sleep(for: .milliseconds(50))
+            return page.contains("<p id=\"fills\">none</p>") && rows(page).count == 3 && page.contains(">2</td><td><svg")
         }
         try await body(admin, base)
     }
@@ -92,17 +90,13 @@ struct StatusPageTests {
             // The most recent first: the key the store's own listing (/resources) names as the
             // last used, read before and after the page (a resource kept open after its last
             // reader may be let go, and touched, between two looks: then look again).
-            var compared = false
-            for _ in 0..<20 where !compared {
+            let compared = try await eventually(interval: .milliseconds(100)) {
                 let before = try await Self.mostRecent(admin)
                 let recent = Self.rows(String(decoding: try await Curl.run(admin + "/?order=recent").body, as: UTF8.self))
-                guard let before, before == (try await Self.mostRecent(admin)) else {
-                    try await Task.sleep(for: .milliseconds(100))
-                    continue
-                }
+                guard let before, before == (try await Self.mostRecent(admin)) else { return false }
                 #expect(recent.first?.key == before, "\(recent.map(\.key)), the store's most recent \(before)")
                 #expect(Set(recent.map(\.key)).count == 3, "\(recent.map(\.key))")
-                compared = true
+                return true
             }
             #expect(compared, "the store's last uses kept changing")
             // A page past the end shows the last one; other methods are refused.

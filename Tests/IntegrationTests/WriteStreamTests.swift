@@ -59,6 +59,7 @@ struct WriteStreamTests {
         // Below the 8 MiB threshold, and sent within much less than the 1 s interval: before
         // the signal nothing need be committed, so what is kept is the signal's commit.
         let bytes = try Self.feed(running, megabytes: 6, seed: 0x5161 + UInt64(signal))
+        // A moment for write to take the bytes in (not observable from here).
         try await Task.sleep(for: .milliseconds(200))
         Glibc.kill(running.pid, signal)
         try await Self.waitForExit(running)

@@ -66,7 +66,7 @@ public enum Loopback {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline, process.isRunning {
             if canConnect(port: port) { return }
-            try await Task.sleep(for: .milliseconds(25))
+            try await Task.sleep(for: .milliseconds(25))  // (this module is below TestSupport's eventually)
         }
         let name = process.executableURL?.lastPathComponent ?? "server"
         if !process.isRunning {

@@ -30,3 +30,11 @@ package func fill(_ store: SparseStore, key: String, length: Int64) async throws
     try await handle.file.commit()
     try await handle.release()
 }
+
+/// A store over `directory` with the usual test options (``StoreOptions/testing(budget:segmentSize:)``,
+/// a 10 MiB budget) holding `keys`, each filled whole with `length` bytes (``fill(_:key:length:)``).
+package func openStore(_ directory: TemporaryDirectory, filling keys: [String] = [], length: Int64 = 0) async throws -> SparseStore {
+    let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+    for key in keys { try await fill(store, key: key, length: length) }
+    return store
+}

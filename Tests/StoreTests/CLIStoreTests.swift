@@ -186,8 +186,7 @@ struct CLIStoreTests {
         #expect(!FileManager.default.fileExists(atPath: missing), "created '\(missing)'")
 
         // A directory that is not a cache directory is refused too, and left as it was.
-        let plain = scratch.file("plain")
-        try FileManager.default.createDirectory(atPath: plain, withIntermediateDirectories: false)
+        let plain = try scratch.directory("plain")
         let refused = try await CLI.run([command[0], "--cache-dir", plain] + command.dropFirst())
         #expect(refused.status == 66 && refused.err.contains("not a sparsecache cache directory"), "\(refused)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: plain).isEmpty, "files created in '\(plain)'")
@@ -206,8 +205,7 @@ struct CLIStoreTests {
     @Test("write --input of a directory: exit 64, no resource left behind")
     func writeFromDirectoryLeavesNothing() async throws {
         let scratch = try CLIScratch("write-dir-input")
-        let input = scratch.file("adir")
-        try FileManager.default.createDirectory(atPath: input, withIntermediateDirectories: false)
+        let input = try scratch.directory("adir")
         let resource = scratch.file("r.bin")
         let result = try await CLI.run(["write", resource, "--offset", "0", "--input", input])
         #expect(result.status == 64 && result.err.contains("is a directory"), "\(result)")
@@ -291,10 +289,12 @@ struct CLIStoreTests {
         let demo = try await DemoProcess(temporary: scratch.file("tmp"), stdout: .file(output))
         defer { demo.kill() }
         // Its first line names the resource in its temporary directory, made by then.
-        let deadline = ContinuousClock.now + .seconds(60)
-        while (try? String(contentsOfFile: output, encoding: .utf8))?.contains("\n") != true {
-            guard ContinuousClock.now < deadline, demo.isRunning else { throw CLIFailure("the demo printed nothing") }
-            try await Task.sleep(for: .milliseconds(20))
+        let printed = try await eventually(timeout: .seconds(60), interval: .milliseconds(20)) {
+            guard demo.isRunning else { return true }
+            return (try? String(contentsOfFile: output, encoding: .utf8))?.contains("\n") == true
+        }
+        guard printed, (try? String(contentsOfFile: output, encoding: .utf8))?.contains("\n") == true else {
+            throw CLIFailure("the demo printed nothing")
         }
         #expect(try FileManager.default.contentsOfDirectory(atPath: demo.temporary).count == 1)
         Glibc.kill(demo.pid, SIGINT)

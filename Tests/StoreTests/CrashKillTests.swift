@@ -75,7 +75,7 @@ struct CrashKillTests {
             let early = random.next() % 4 == 0
             let delay = early ? random.next() % 5_000 : 10_000 + random.next() % 60_000
             if !early { child.waitUntilOpen() }
-            try await Task.sleep(for: .microseconds(delay))
+            try await Task.sleep(for: .microseconds(delay))  // pacing: a random point to kill at
             let outcome = child.killAndWait()
             guard outcome.ending == .killed else {
                 counts.violations += 1
@@ -175,7 +175,7 @@ struct CrashKillTests {
             let early = random.next() % 4 == 0
             let delay = early ? random.next() % 3_000 : 5_000 + random.next() % 40_000
             if !early { child.waitUntilOpen() }
-            try await Task.sleep(for: .microseconds(delay))
+            try await Task.sleep(for: .microseconds(delay))  // pacing: a random point to kill at
             let outcome = child.killAndWait()
             switch outcome.ending {
             case .killed: counts.kills += 1

@@ -24,8 +24,7 @@ extension StorePowerLossTests {
     func directorySyncFailsAtFirstCommit() async throws {
         let base = try TemporaryDirectory("create-retry")
         defer { base.remove() }
-        let live = base.file("live")
-        try FileManager.default.createDirectory(atPath: live, withIntermediateDirectories: false)
+        let live = try base.directory("live")
         let path = live + "/r.bin"
         let model = ContentModel(segmentSize: 4096, length: 12 * 4096, salt: 0xD1)
         var options = SparseFileOptions.testing(length: model.length)
@@ -60,8 +59,7 @@ extension StorePowerLossTests {
         var lost = 0
         let cuts = 40
         for seed in 0..<cuts {
-            let cut = base.file("cut-\(seed)")
-            try FileManager.default.createDirectory(atPath: cut, withIntermediateDirectories: false)
+            let cut = try base.directory("cut-\(seed)")
             try PowerLoss.snapshot(into: cut, seed: UInt64(seed) &* 0x9E37_79B9 &+ 7)
             var present = Set<Int>()
             if let reopened = try? await SparseFile.open(cut + "/r.bin", mode: .readOnly) {
@@ -88,8 +86,7 @@ extension StorePowerLossTests {
     func reclaimAfterCrash() async throws {
         let base = try TemporaryDirectory("reclaim")
         defer { base.remove() }
-        let live = base.file("live")
-        try FileManager.default.createDirectory(atPath: live, withIntermediateDirectories: false)
+        let live = try base.directory("live")
         let model = ContentModel(segmentSize: 4096, length: 64 * 4096, salt: 0xEC)
         let versions = [Int](repeating: 0, count: model.segments)
         var options = SparseFileOptions.testing(length: model.length)
@@ -101,8 +98,7 @@ extension StorePowerLossTests {
         try await file.commit()
         // 32 more segments written, never committed: then the process dies.
         try await file.write(model.bytes((16 * 4096)..<(48 * 4096), versions: versions), at: 16 * 4096)
-        let crashed = base.file("crashed")
-        try FileManager.default.createDirectory(atPath: crashed, withIntermediateDirectories: false)
+        let crashed = try base.directory("crashed")
         try PowerLoss.snapshot(into: crashed, seed: 1, processCrash: true)
         try await file.close()
 
@@ -135,8 +131,7 @@ extension StorePowerLossTests {
         for closing in [false, true] {
             let base = try TemporaryDirectory("reopen-uncommitted")
             defer { base.remove() }
-            let live = base.file("live")
-            try FileManager.default.createDirectory(atPath: live, withIntermediateDirectories: false)
+            let live = try base.directory("live")
             let path = live + "/r.bin"
             var options = SparseFileOptions.testing(length: 64 * 4096)
             options.commitPolicy = .manual
@@ -153,8 +148,7 @@ extension StorePowerLossTests {
             if closing { try await second.close() } else { try await second.commit() }
             var missing = 0
             for seed in 0..<40 {
-                let cut = base.file("cut-\(seed)")
-                try FileManager.default.createDirectory(atPath: cut, withIntermediateDirectories: false)
+                let cut = try base.directory("cut-\(seed)")
                 try PowerLoss.snapshot(into: cut, seed: UInt64(seed) &* 0x9E37_79B9 &+ 7)
                 if !FileManager.default.fileExists(atPath: SparseFile.indexPath(for: cut + "/r.bin")) { missing += 1 }
             }

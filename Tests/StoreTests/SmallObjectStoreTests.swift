@@ -136,7 +136,7 @@ struct SmallObjectStoreTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             for index in 0..<puts {
                 group.addTask { try await store.put(key: "t\(index)", metadata: Self.metadata("t\(index)"), body: Self.body("t\(index)")) }
-                try await Task.sleep(for: .microseconds(200))
+                try await Task.sleep(for: .microseconds(200))  // pacing: a trickle of puts
             }
             try await group.waitForAll()
         }
@@ -254,8 +254,7 @@ struct SmallObjectStoreTests {
         await store.close()
         let original = try RawFile.read(try smallObjectLogFiles(pristine)[0])
         for round in 0..<rounds {
-            let copy = directory.file("round\(round)")
-            try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: false)
+            let copy = try directory.directory("round\(round)")
             var bytes = original
             switch random.next() % 4 {
             case 0:  // bit flips anywhere, header included

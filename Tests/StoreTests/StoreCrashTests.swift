@@ -10,6 +10,49 @@ import TestSupport
 import StoreTestSupport
 
 extension StorePowerLossTests {
+    /// The directories of a crash sweep: the store's, and one for the power-cut snapshots.
+    private static func sweepDirectories(_ label: String) throws -> (directory: TemporaryDirectory, snapshots: TemporaryDirectory) {
+        (try TemporaryDirectory("store-\(label)-crash"), try TemporaryDirectory("store-\(label)-snapshots"))
+    }
+
+    /// Saves the store's catalog, then runs `evict` with every unsynced change to the files
+    /// under `directory/resources` recorded and a power-cut snapshot (8 variants of `seed`)
+    /// written into `snapshots` before each call there. The catalog as saved, and what `evict`
+    /// returned.
+    private static func evictRecordingPowerCuts<T>(
+        _ store: SparseStore, in directory: TemporaryDirectory, snapshots: TemporaryDirectory, seed: UInt64,
+        _ evict: () async throws -> T
+    ) async throws -> (catalog: Data, evicted: T) {
+        try await store.saveCatalog()
+        let catalog = try Data(contentsOf: URL(fileURLWithPath: directory.path + "/catalog"))
+        let resources = directory.path + "/resources"
+        try PowerLoss.begin(directory: resources)
+        let rule = try PowerLoss.snapshotBefore(pathContains: resources, into: snapshots.path, variants: 8, seed: seed)
+        defer {
+            FaultInjection.remove(rule)
+            PowerLoss.end()
+        }
+        return (catalog, try await evict())
+    }
+
+    /// Opens each power-cut snapshot in `snapshots` as the resources directory of a store
+    /// (`options`) beside `catalog`, in a directory of its own, and hands it to `check`, which
+    /// closes it. How many snapshots there were.
+    private static func forEachPowerCut(
+        in snapshots: TemporaryDirectory, catalog: Data, label: String, options: StoreOptions,
+        _ check: (_ snapshot: String, _ reopened: SparseStore, _ trial: TemporaryDirectory) async throws -> Void
+    ) async throws -> Int {
+        let names = try FileManager.default.contentsOfDirectory(atPath: snapshots.path).sorted()
+        for snapshot in names {
+            let trial = try TemporaryDirectory("store-\(label)-trial")
+            defer { trial.remove() }
+            try FileManager.default.copyItem(atPath: snapshots.path + "/" + snapshot, toPath: trial.path + "/resources")
+            try catalog.write(to: URL(fileURLWithPath: trial.path + "/catalog"))
+            try await check(snapshot, try await SparseStore.open(directory: trial.path, options: options), trial)
+        }
+        return names.count
+    }
+
     @Test("a crash or power cut at any call of an eviction: no resource claims missing data")
     func crashDuringEviction() async throws {
         try await offPool("eviction-crash") { try await self.crashDuringEvictionOnItsThread() }
@@ -17,48 +60,28 @@ extension StorePowerLossTests {
 
     /// The body of ``crashDuringEviction()``, on a thread of its own (OffPool.swift).
     private func crashDuringEvictionOnItsThread() async throws {
-        let directory = try TemporaryDirectory("store-evict-crash")
-        defer { directory.remove() }
-        let snapshots = try TemporaryDirectory("store-evict-snapshots")
-        defer { snapshots.remove() }
+        let (directory, snapshots) = try Self.sweepDirectories("evict")
+        defer { directory.remove(); snapshots.remove() }
         let length: Int64 = 40 << 10
         let keys = (0..<6).map { "video-\($0)" }
         let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
         for key in keys { try await fill(store, key: key, length: length) }
-        try await store.saveCatalog()
-        let catalog = try Data(contentsOf: URL(fileURLWithPath: directory.path + "/catalog"))
 
         // Evict the three least recently used, recording every unsynced change to the files.
         let summary = await store.summary()
         let victims = summary.entries.prefix(3)
         let target = summary.allocatedBytes - victims.reduce(0) { $0 + $1.allocatedBytes }
-        let resources = directory.path + "/resources"
-        try PowerLoss.begin(directory: resources)
-        let rule = try PowerLoss.snapshotBefore(pathContains: resources, into: snapshots.path, variants: 8, seed: 0xE71C)
-        let evicted: [String]
-        do {
-            evicted = try await store.evict(toSize: target)
-        } catch {
-            FaultInjection.remove(rule)
-            PowerLoss.end()
-            throw error
+        let (catalog, evicted) = try await Self.evictRecordingPowerCuts(store, in: directory, snapshots: snapshots, seed: 0xE71C) {
+            try await store.evict(toSize: target)
         }
-        FaultInjection.remove(rule)
-        PowerLoss.end()
         try await store.close()
         #expect(evicted == victims.map(\.key))
 
-        var points = 0
         var violations = 0
-        for snapshot in try FileManager.default.contentsOfDirectory(atPath: snapshots.path).sorted() {
-            points += 1
-            // The snapshot as the resources directory of a store whose catalog predates the
-            // eviction (its save after the eviction may not have happened either).
-            let trial = try TemporaryDirectory("store-evict-trial")
-            defer { trial.remove() }
-            try FileManager.default.copyItem(atPath: snapshots.path + "/" + snapshot, toPath: trial.path + "/resources")
-            try catalog.write(to: URL(fileURLWithPath: trial.path + "/catalog"))
-            let reopened = try await SparseStore.open(directory: trial.path, options: .testing(budget: 10 << 20))
+        // Each snapshot as the resources directory of a store whose catalog predates the
+        // eviction (its save after the eviction may not have happened either).
+        let points = try await Self.forEachPowerCut(in: snapshots, catalog: catalog, label: "evict", options: .testing(budget: 10 << 20)) {
+            snapshot, reopened, trial in
             let listed = await reopened.summary().entries
             for entry in listed {
                 let handle = try await reopened.open(key: entry.key, length: length)
@@ -97,10 +120,8 @@ extension StorePowerLossTests {
 
     /// The body of ``crashDuringSegmentEviction()``, on a thread of its own (OffPool.swift).
     private func crashDuringSegmentEvictionOnItsThread() async throws {
-        let directory = try TemporaryDirectory("store-sfifo-crash")
-        defer { directory.remove() }
-        let snapshots = try TemporaryDirectory("store-sfifo-snapshots")
-        defer { snapshots.remove() }
+        let (directory, snapshots) = try Self.sweepDirectories("sfifo")
+        defer { directory.remove(); snapshots.remove() }
         let length: Int64 = 160 << 10
         let keys = (0..<6).map { "video-\($0)" }
         let options = StoreOptions.testing(budget: 10 << 20, eviction: .sfifo)
@@ -112,37 +133,19 @@ extension StorePowerLossTests {
             _ = try await handle.read(offset: 0, length: Int(length))
             try await handle.release()
         }
-        try await store.saveCatalog()
-        let catalog = try Data(contentsOf: URL(fileURLWithPath: directory.path + "/catalog"))
         let before = await store.allocatedBytes
-        let resources = directory.path + "/resources"
-        try PowerLoss.begin(directory: resources)
-        let rule = try PowerLoss.snapshotBefore(pathContains: resources, into: snapshots.path, variants: 8, seed: 0x5F1F)
-        do {
+        let (catalog, _) = try await Self.evictRecordingPowerCuts(store, in: directory, snapshots: snapshots, seed: 0x5F1F) {
             // Half a resource's worth: tails of runs, not whole resources.
             try await store.evict(toSize: before - 2 * length - length / 2)
-        } catch {
-            FaultInjection.remove(rule)
-            PowerLoss.end()
-            throw error
         }
-        FaultInjection.remove(rule)
-        PowerLoss.end()
         var untouched: Set<String> = []
         for key in keys where await store.entry(for: key)?.presentBytes == length { untouched.insert(key) }
         let partial = await store.summary().entries.filter { $0.presentBytes > 0 && $0.presentBytes < length }.count
         try await store.close()
         #expect(partial > 0, "the eviction dropped no run from inside a resource")
 
-        var points = 0
         var violations = 0
-        for snapshot in try FileManager.default.contentsOfDirectory(atPath: snapshots.path).sorted() {
-            points += 1
-            let trial = try TemporaryDirectory("store-sfifo-trial")
-            defer { trial.remove() }
-            try FileManager.default.copyItem(atPath: snapshots.path + "/" + snapshot, toPath: trial.path + "/resources")
-            try catalog.write(to: URL(fileURLWithPath: trial.path + "/catalog"))
-            let reopened = try await SparseStore.open(directory: trial.path, options: options)
+        let points = try await Self.forEachPowerCut(in: snapshots, catalog: catalog, label: "sfifo", options: options) { snapshot, reopened, _ in
             for entry in await reopened.summary().entries {
                 let handle = try await reopened.open(key: entry.key, length: length)
                 let segment = Int64(handle.file.segmentSize)

@@ -107,7 +107,7 @@ struct StoreTests {
         var random = SplitMix64(seed: seed)
         try await withTemporaryDirectory("store-lru") { directory in
             let length: Int64 = 64 << 10
-            let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            let store = try await openStore(directory)
             var model: [String] = []  // least recent first
             func used(_ key: String) {
                 model.removeAll { $0 == key }
@@ -138,8 +138,7 @@ struct StoreTests {
     func pinnedSurvivesPressure() async throws {
         try await withTemporaryDirectory("store-pin") { directory in
             let length: Int64 = 128 << 10
-            let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
-            try await fill(store, key: "watching", length: length)
+            let store = try await openStore(directory, filling: ["watching"], length: length)
             let held = try await store.open(key: "watching", length: length)
             for index in 0..<6 { try await fill(store, key: "other-\(index)", length: length) }
             let evicted = try await store.evict(toSize: 0)
@@ -188,8 +187,7 @@ struct StoreTests {
     func pinnedPrefix() async throws {
         try await withTemporaryDirectory("store-prefix") { directory in
             let length: Int64 = 256 << 10
-            let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
-            try await fill(store, key: "next-video", length: length)
+            let store = try await openStore(directory, filling: ["next-video"], length: length)
             try await store.pinPrefix(key: "next-video", bytes: 32 << 10)
             try await fill(store, key: "other", length: length)
             let entry = try #require(await store.entry(for: "next-video"))
@@ -207,13 +205,12 @@ struct StoreTests {
     func restartKeepsOrder() async throws {
         try await withTemporaryDirectory("store-restart") { directory in
             let length: Int64 = 32 << 10
-            var store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
-            for key in ["a", "b", "c", "d"] { try await fill(store, key: key, length: length) }
+            var store = try await openStore(directory, filling: ["a", "b", "c", "d"], length: length)
             for key in ["c", "a", "d", "b"] { try await access(store, key: key, length: length) }
             let before = await store.summary()
             try await store.close()
 
-            store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            store = try await openStore(directory)
             #expect(store.startup.indexesRead == 0)
             #expect(store.startup.catalogFound)
             let after = await store.summary()
@@ -224,7 +221,7 @@ struct StoreTests {
 
             // Without a catalog every index is read once and nothing is lost.
             try FileManager.default.removeItem(atPath: directory.path + "/catalog")
-            store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            store = try await openStore(directory)
             #expect(store.startup.indexesRead == 3)
             #expect(Set(await store.summary().entries.map(\.key)) == ["a", "d", "b"])
             for key in ["a", "d", "b"] { try await access(store, key: key, length: length) }
@@ -283,8 +280,7 @@ struct StoreTests {
     func crashLeftovers() async throws {
         try await withTemporaryDirectory("store-crash") { directory in
             let length: Int64 = 32 << 10
-            var store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
-            for key in ["keep", "half-evicted", "fresh"] { try await fill(store, key: key, length: length) }
+            var store = try await openStore(directory, filling: ["keep", "half-evicted", "fresh"], length: length)
             let halfName = try #require(await store.entry(for: "half-evicted")).name
             try await store.close()
             let resources = directory.path + "/resources/"
@@ -294,7 +290,7 @@ struct StoreTests {
             try Data([1, 2, 3]).write(to: URL(fileURLWithPath: resources + "0123456789abcdef.scidx.tmp"))
             try Data([9]).write(to: URL(fileURLWithPath: resources + "README.txt"))
 
-            store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            store = try await openStore(directory)
             #expect(store.startup.orphansRemoved == 1)
             #expect(store.startup.foreignFiles == 1)
             #expect(!FileManager.default.fileExists(atPath: resources + halfName))
@@ -345,7 +341,7 @@ struct StoreTests {
     @Test("a file no key claims at a new resource's name (a data file, an index): the next name is used, the file left alone")
     func occupiedNamesArePassedOver() async throws {
         try await withTemporaryDirectory("store-occupied") { directory in
-            let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            let store = try await openStore(directory)
             let resources = directory.path + "/resources/"
             let dataName = ResourceNaming.candidate(for: "data-taken", attempt: 0)
             let indexName = ResourceNaming.candidate(for: "index-taken", attempt: 0)
@@ -366,20 +362,19 @@ struct StoreTests {
     @Test("a leftover that cannot be deleted is reported with its error, never counted as removed (issue 14, item 10)")
     func failedOrphanRemovalIsReported() async throws {
         try await withTemporaryDirectory("store-orphan") { directory in
-            var store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
-            try await fill(store, key: "orphaned", length: 32 << 10)
+            var store = try await openStore(directory, filling: ["orphaned"], length: 32 << 10)
             let name = try #require(await store.entry(for: "orphaned")).name
             try await store.close()
             let resources = directory.path + "/resources/"
             try FileManager.default.removeItem(atPath: resources + name + ".scidx")
             let rule = try FaultInjection.add(.fail([.unlink], errno: EACCES, trigger: .after(0), pathContains: resources))
-            store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            store = try await openStore(directory)
             FaultInjection.remove(rule)
             // Before: counted as removed while the file stayed.
             #expect(store.startup.orphansRemoved == 0 && FileManager.default.fileExists(atPath: resources + name))
             #expect(store.startup.removalFailures.count == 1 && store.startup.removalFailures[0].contains(name), "\(store.startup)")
             try await store.close()
-            store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            store = try await openStore(directory)
             #expect(store.startup.orphansRemoved == 1 && store.startup.removalFailures.isEmpty)
             #expect(!FileManager.default.fileExists(atPath: resources + name))
             try await store.close()
@@ -390,15 +385,13 @@ struct StoreTests {
     func damagedIndexDropsOneResource() async throws {
         try await withTemporaryDirectory("store-damaged") { directory in
             let length: Int64 = 32 << 10
-            var store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
-            try await fill(store, key: "good", length: length)
-            try await fill(store, key: "bad", length: length)
+            var store = try await openStore(directory, filling: ["good", "bad"], length: length)
             let badName = try #require(await store.entry(for: "bad")).name
             try await store.close()
             let index = directory.path + "/resources/" + badName + ".scidx"
             try RawFile.write(index, offset: 0, [UInt8](repeating: 0xEE, count: 8192))
 
-            store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
+            store = try await openStore(directory)
             let handle = try await store.open(key: "bad", length: length)
             #expect(await handle.file.presentBytes == 0, "the damaged resource starts over")
             try await handle.release()
@@ -410,8 +403,7 @@ struct StoreTests {
     @Test("a second process gets a clear 'in use' error; ls works without the lock")
     func twoProcesses() async throws {
         try await withTemporaryDirectory("store-two") { directory in
-            let store = try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20))
-            try await fill(store, key: "shared", length: 32 << 10)
+            let store = try await openStore(directory, filling: ["shared"], length: 32 << 10)
             try await store.saveCatalog()
             let evict = try await CLI.run(["evict", "--cache-dir", directory.path, "--to-size", "0"])
             #expect(evict.status == 75, "\(evict)")
@@ -419,7 +411,7 @@ struct StoreTests {
             let list = try await CLI.run(["ls", "--cache-dir", directory.path, "--json"])
             #expect(list.status == 0, "\(list)")
             #expect(list.out.contains("\"shared\""), "\(list)")
-            await expectError(.locked) { try await SparseStore.open(directory: directory.path, options: .testing(budget: 10 << 20)) }
+            await expectError(.locked) { try await openStore(directory) }
             try await store.close()
             let after = try await CLI.run(["evict", "--cache-dir", directory.path, "--to-size", "0"])
             #expect(after.status == 0, "\(after)")

@@ -214,15 +214,13 @@ package final class RunningCLI: @unchecked Sendable {
 // MARK: - Scratch directories and randomness for the CLI tests
 
 /// A unique temporary directory for one test.
-package final class CLIScratch: Sendable {
+package final class CLIScratch: ScratchDirectory, Sendable {
     package let path: String
 
     package init(_ label: String) throws {
         path = NSTemporaryDirectory() + "sparsecache-cli-\(label)-\(getpid())-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
     }
-
-    package func file(_ name: String) -> String { path + "/" + name }
 
     /// Writes `bytes` to a new file in the directory and returns its path.
     @discardableResult

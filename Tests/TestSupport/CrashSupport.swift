@@ -22,6 +22,24 @@ package struct ContentModel: Sendable {
 
     package var segments: Int { Int((length + Int64(segmentSize) - 1) / Int64(segmentSize)) }
 
+    /// Version 0 of every segment.
+    package var firstVersions: [Int] { [Int](repeating: 0, count: segments) }
+
+    /// A new resource `r.bin` in `directory` of the model's length (``SparseFileOptions/testing(segmentSize:length:create:)``)
+    /// whose first `committed` bytes are written (version 0) and committed.
+    package func newFile(in directory: TemporaryDirectory, committing committed: Int64) async throws -> (path: String, file: SparseFile) {
+        let path = directory.file("r.bin")
+        return (path, try await newFile(path, committing: committed))
+    }
+
+    /// ``newFile(in:committing:)`` at `path`.
+    package func newFile(_ path: String, committing committed: Int64) async throws -> SparseFile {
+        let file = try await SparseFile.open(path, options: .testing(length: length))
+        try await file.write(bytes(0..<committed, versions: firstVersions), at: 0)
+        try await file.commit()
+        return file
+    }
+
     package func range(_ segment: Int) -> Range<Int64> {
         let start = Int64(segment * segmentSize)
         return start..<min(start + Int64(segmentSize), length)

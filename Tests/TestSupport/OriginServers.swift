@@ -59,7 +59,8 @@ package final class OriginServer: @unchecked Sendable {
     /// `<root>/<name>.faults` as "cut=BYTES times=N delay_ms=MS" (cut the connection after
     /// BYTES body bytes for the next N requests; sleep MS between 16 KiB chunks) or
     /// "status=503 times=N" (answer the next N requests with that status) or "stall_ms=MS"
-    /// (wait before answering at all). Logs like nginx.
+    /// (wait before answering at all). Logs like nginx, and each request as it arrives
+    /// (``arrived(_:)``).
     package static func faulty(root: String) async throws -> OriginServer {
         let work = try TemporaryDirectory("faulty")
         let port = try Loopback.freePort()
@@ -136,6 +137,18 @@ package final class OriginServer: @unchecked Sendable {
         }
     }
 
+    /// The Range headers of the requests for `/<name>` the faulty origin has received so far,
+    /// logged as each arrives, before any stall (``requests()`` has a request once answered).
+    package func arrived(_ name: String) -> [String] {
+        guard let logPath, let text = try? String(contentsOfFile: logPath + ".arrived", encoding: .utf8) else { return [] }
+        let complete = text.hasSuffix("\n") ? text[...] : text[..<(text.lastIndex(of: "\n") ?? text.startIndex)]
+        return complete.split(separator: "\n").compactMap { line in
+            let fields = line.split(separator: " ", maxSplits: 1)
+            guard fields.first.map(String.init) == "/" + name else { return nil }
+            return fields.count > 1 ? fields[1].trimmingCharacters(in: CharacterSet(charactersIn: "\"")) : ""
+        }
+    }
+
     /// One request the scripted origin received, as it logged it before answering.
     package struct LoggedRequest: Decodable, Sendable, CustomStringConvertible {
         package var method: String
@@ -191,7 +204,7 @@ package final class OriginServer: @unchecked Sendable {
             let total = requests().filter { $0.path == "/" + name }.reduce(0) { $0 + $1.bytes }
             if total == last { return total }
             last = total
-            try? await Task.sleep(for: .milliseconds(50))
+            try? await Task.sleep(for: .milliseconds(50))  // settled: the same total 50 ms apart
         }
         return last
     }
@@ -225,6 +238,8 @@ class Handler(BaseHTTPRequestHandler):
             log.write('GET %s %d %d "%s" %d\n' % (self.path, status, sent, self.headers.get("Range", ""), self.client_address[1]))
 
     def do_GET(self):
+        with lock, open(log_path + ".arrived", "a") as log:
+            log.write('%s "%s"\n' % (self.path, self.headers.get("Range", "")))
         name = self.path.lstrip("/")
         path = os.path.join(root, name)
         if not os.path.isfile(path):

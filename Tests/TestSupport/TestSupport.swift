@@ -35,9 +35,27 @@ extension Duration {
 
 // MARK: - Temporary directories
 
+/// A directory a test owns (``TemporaryDirectory``, ``CLIScratch``): paths in it, and
+/// directories made in it.
+package protocol ScratchDirectory {
+    var path: String { get }
+}
+
+extension ScratchDirectory {
+    /// A path inside the directory.
+    package func file(_ name: String) -> String { path + "/" + name }
+
+    /// Makes the directory `name` inside this one and returns its path.
+    package func directory(_ name: String) throws -> String {
+        let made = file(name)
+        try FileManager.default.createDirectory(atPath: made, withIntermediateDirectories: false)
+        return made
+    }
+}
+
 /// A unique directory under the system temporary directory, removed by `remove()` (or when
 /// the value is released).
-package final class TemporaryDirectory: Sendable {
+package final class TemporaryDirectory: ScratchDirectory, Sendable {
     package let path: String
 
     package init(_ label: String = "test") throws {
@@ -46,9 +64,6 @@ package final class TemporaryDirectory: Sendable {
         path = (base.hasSuffix("/") ? base : base + "/") + name
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
     }
-
-    /// A path inside the directory.
-    package func file(_ name: String) -> String { path + "/" + name }
 
     package func remove() { try? FileManager.default.removeItem(atPath: path) }
 
