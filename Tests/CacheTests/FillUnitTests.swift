@@ -199,7 +199,11 @@ struct FillBehaviourTests {
         let cache = fixture.cache
         let leaving = Task { try await collect(cache.read(http)) }
         let staying = Task { try await collect(cache.read(http)) }
-        try await waitUntil("the two readers never attached") { await cache.activity.readers == 2 }
+        // Each running fetch holds the resource too, so it counts among `readers`.
+        try await waitUntil("the two readers never attached") {
+            let activity = await cache.activity
+            return activity.readers - activity.fetchesInFlight == 2
+        }
         leaving.cancel()
         #expect(try await staying.value == source)
         try await fixture.close()

@@ -61,7 +61,8 @@ public actor ProgressiveCache {
     /// Totals over every resource.
     package nonisolated var statistics: FillStatistics { counters.withLock { $0 } }
 
-    /// What is going on now: resources open, range fetches running, readers attached.
+    /// What is going on now: resources open, range fetches running, and the resources' users:
+    /// the readers attached and, as each holds its resource open too, the fetches running.
     package struct Activity: Sendable, Equatable {
         package var openResources = 0
         package var fetchesInFlight = 0
