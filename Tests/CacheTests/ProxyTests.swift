@@ -324,7 +324,10 @@ struct ProxyTests {
         }
         let sent = await origin.bytesSent("slow.bin")
         #expect(sent < Int64(length) / 2, "the origin stopped after the client left: it sent \(sent) of \(length)")
-        let progress = try await proxy.cache.progress(key: origin.url("slow.bin").absoluteString)
+        // The fetch commits what arrived once it has stopped: after the origin's side ended.
+        let cache = proxy.cache
+        try await waitUntil("the proxy's fetch never ended") { await cache.activity.fetchesInFlight == 0 }
+        let progress = try await cache.progress(key: origin.url("slow.bin").absoluteString)
         #expect(progress.presentBytes > 0, "what arrived was committed")
         await proxy.stop()
     }
