@@ -114,7 +114,7 @@ struct ReaderWalk {
         let seen = resource.changes
         if let deliver {
             let chunk = Int64(cache.options.readChunk)
-            var bytes = try await handle.readAvailable(from: position, maxLength: Int(min(chunk, limit - position)))
+            guard var bytes = try await read(handle, maxLength: Int(min(chunk, limit - position)), in: cache) else { return true }
             if resource.generation != generation || resource.stream !== stream { return true }
             if bytes.isEmpty {
                 // Committed meanwhile (the memory moved on): the file has it now.
@@ -162,8 +162,9 @@ struct ReaderWalk {
                 return true
             }
         }
-        let bytes = try await handle.readAvailable(
-            from: position, maxLength: cache.options.readSize(at: position, end: end, first: !delivered))
+        guard let bytes = try await read(handle, maxLength: cache.options.readSize(at: position, end: end, first: !delivered), in: cache) else {
+            return true
+        }
         // Re-check after the await: bytes read while the resource was replaced are dropped.
         guard resource.generation == generation, !bytes.isEmpty else { return false }
         if !waited { cache.count { $0.bytesFromCache += Int64(bytes.count) } }
@@ -175,6 +176,18 @@ struct ReaderWalk {
         try await deliver(bytes)
         await keepAhead(before: stop, in: cache)
         return true
+    }
+
+    /// The bytes at ``position`` from `handle`, or nil when the handle was closed under the read
+    /// because the resource was replaced or opened again meanwhile: the next step sees that
+    /// (a reader that has bytes of the old version fails with ``OriginError`` `.changed`), not
+    /// an engine error about a closed file. Any other failure is the read's own.
+    private func read(_ handle: ResourceHandle, maxLength: Int, in cache: isolated ProgressiveCache) async throws -> [UInt8]? {
+        do {
+            return try await handle.readAvailable(from: position, maxLength: maxLength)
+        } catch let error as SparseCacheError where error.code == .closed && (resource.generation != generation || resource.handle !== handle) {
+            return nil
+        }
     }
 
     /// ``position`` is missing: joins the fetch bringing its segment, or starts one, and waits
