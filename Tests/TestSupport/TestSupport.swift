@@ -187,20 +187,9 @@ package func expectError<T>(
     sourceLocation: SourceLocation = #_sourceLocation,
     _ body: () async throws -> T
 ) async -> SparseCacheError? {
-    do {
-        let value = try await body()
-        Issue.record("expected \(code), got a result: \(value). \(comment())", sourceLocation: sourceLocation)
-        return nil
-    } catch let error as SparseCacheError {
-        if error.code != code {
-            Issue.record("expected \(code), got \(error.code): \(error). \(comment())", sourceLocation: sourceLocation)
-            return nil
-        }
-        return error
-    } catch {
-        Issue.record("expected \(code), got \(type(of: error)): \(error). \(comment())", sourceLocation: sourceLocation)
-        return nil
-    }
+    let outcome: Result<T, any Error>
+    do { outcome = .success(try await body()) } catch { outcome = .failure(error) }
+    return expected(code, of: outcome, comment(), sourceLocation)
 }
 
 /// Synchronous variant of ``expectError(_:_:sourceLocation:_:)``.
@@ -210,20 +199,24 @@ package func expectErrorSync<T>(
     sourceLocation: SourceLocation = #_sourceLocation,
     _ body: () throws -> T
 ) -> SparseCacheError? {
-    do {
-        let value = try body()
-        Issue.record("expected \(code), got a result: \(value). \(comment())", sourceLocation: sourceLocation)
-        return nil
-    } catch let error as SparseCacheError {
-        if error.code != code {
-            Issue.record("expected \(code), got \(error.code): \(error). \(comment())", sourceLocation: sourceLocation)
-            return nil
-        }
+    expected(code, of: Result { try body() }, comment(), sourceLocation)
+}
+
+/// The error when `outcome` failed with `code`; otherwise records what it was instead.
+private func expected<T>(
+    _ code: SparseCacheError.Code, of outcome: Result<T, any Error>, _ comment: String, _ sourceLocation: SourceLocation
+) -> SparseCacheError? {
+    switch outcome {
+    case .success(let value):
+        Issue.record("expected \(code), got a result: \(value). \(comment)", sourceLocation: sourceLocation)
+    case .failure(let error as SparseCacheError) where error.code == code:
         return error
-    } catch {
-        Issue.record("expected \(code), got \(type(of: error)): \(error). \(comment())", sourceLocation: sourceLocation)
-        return nil
+    case .failure(let error as SparseCacheError):
+        Issue.record("expected \(code), got \(error.code): \(error). \(comment)", sourceLocation: sourceLocation)
+    case .failure(let error):
+        Issue.record("expected \(code), got \(type(of: error)): \(error). \(comment)", sourceLocation: sourceLocation)
     }
+    return nil
 }
 
 /// Expects two byte arrays to be equal; on failure reports the sizes and the first differing
